@@ -1,0 +1,144 @@
+"""Engines for SQLite and PostgreSQL, schema creation and the schema version check."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, inspect, select, text
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+from sqlalchemy.pool import StaticPool
+
+from apikey_tui.config import mask_url
+from apikey_tui.errors import SchemaVersionError, StoreUnavailableError
+from apikey_tui.models import SCHEMA_VERSION, Base, SchemaInfo, ScopeRow
+
+# Execution option that makes a SQLite transaction take the write lock at BEGIN: a
+# read-then-write transaction that starts deferred can fail with "database is locked" when
+# another writer got in between, and the busy timeout cannot help it.
+WRITE = {"apikey_tui_write": True}
+SQLITE_BUSY_TIMEOUT_MS = 10_000
+POSTGRES_CONNECT_TIMEOUT_S = 5
+DEFAULT_SCOPES = {
+    "project": "Project API: read and manage the project's resources",
+    "serving": "Model serving API: call served models (together with 'project')",
+}
+_SCHEMA_LOCK = 0x61706B74  # 'apkt': serialises schema creation between PostgreSQL clients
+
+
+def make_engine(url: str) -> Engine:
+    """Create an engine for a SQLite or PostgreSQL URL with the settings this package relies on."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return _sqlite_engine(url)
+    if parsed.drivername == "postgresql":  # plain postgresql:// means psycopg 3 here
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return create_engine(
+        parsed,
+        hide_parameters=True,  # bound parameters (hashes) never reach an exception message
+        pool_pre_ping=True,  # a restarted server costs one reconnect, not an error
+        connect_args={"connect_timeout": POSTGRES_CONNECT_TIMEOUT_S},
+    )
+
+
+def _sqlite_engine(url: str) -> Engine:
+    database = make_url(url).database
+    in_memory = not database or database == ":memory:"
+    if not in_memory:
+        _create_private_file(Path(database))  # type: ignore[arg-type]
+    engine = create_engine(
+        url,
+        hide_parameters=True,
+        connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, "check_same_thread": False},
+        **({"poolclass": StaticPool} if in_memory else {}),
+    )
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Take over transaction control from the sqlite3 module so BEGIN IMMEDIATE is possible.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")  # readers never block the writer
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA synchronous=FULL")  # a committed delete survives a power cut
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Connection) -> None:
+        write = connection.get_execution_options().get("apikey_tui_write", False)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    return engine
+
+
+def _create_private_file(path: Path) -> None:
+    """Create the SQLite file owner-only (0600) if it does not exist yet, and its folder 0700."""
+    if path.exists():
+        return
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise StoreUnavailableError(f"cannot create database file {path}: {exc.strerror}") from None
+
+
+@contextmanager
+def database_errors(engine: Engine) -> Iterator[None]:
+    """Turn connection-level database failures into one-line StoreUnavailableError."""
+    try:
+        yield
+    except (OperationalError, InterfaceError, PoolTimeoutError) as exc:
+        raise StoreUnavailableError(
+            f"database unavailable ({mask_url(str(engine.url))}): {_reason(exc)}"
+        ) from None
+
+
+def _reason(exc: Exception) -> str:
+    origin = exc.orig if isinstance(exc, DBAPIError) else exc
+    lines = [line.strip() for line in str(origin).splitlines() if line.strip()]
+    return (lines[-1] if lines else type(origin).__name__)[:200]
+
+
+def ensure_schema(engine: Engine, *, create: bool = True) -> None:
+    """Create the tables in an empty database, or check that an existing one is of our version."""
+    with database_errors(engine), engine.execution_options(**WRITE).begin() as conn:
+        if conn.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _SCHEMA_LOCK})
+        tables = set(inspect(conn).get_table_names())
+        if SchemaInfo.__tablename__ in tables:
+            _check_version(conn)
+            return
+        if tables & set(Base.metadata.tables):
+            raise SchemaVersionError("the database holds apikey-tui tables but no schema version")
+        if not create:
+            raise SchemaVersionError(
+                "the database has no apikey-tui tables yet; open it once with apikey-tui"
+            )
+        Base.metadata.create_all(conn)
+        conn.execute(
+            SchemaInfo.__table__.insert(),  # type: ignore[attr-defined]
+            [{"key": "schema_version", "value": str(SCHEMA_VERSION)}],
+        )
+        conn.execute(
+            ScopeRow.__table__.insert(),  # type: ignore[attr-defined]
+            [{"name": name, "description": desc} for name, desc in DEFAULT_SCOPES.items()],
+        )
+
+
+def _check_version(conn: Connection) -> None:
+    found = conn.execute(
+        select(SchemaInfo.value).where(SchemaInfo.key == "schema_version")
+    ).scalar_one_or_none()
+    if found != str(SCHEMA_VERSION):
+        raise SchemaVersionError(
+            f"the database has schema version {found!r}; this release of apikey-tui "
+            f"understands version {SCHEMA_VERSION}: upgrade apikey-tui"
+        )

@@ -1,0 +1,102 @@
+"""SQLModel tables on the package's own metadata, so services' create_all never sees them."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Column, DateTime, Dialect, ForeignKey, String, UniqueConstraint
+from sqlalchemy.orm import registry
+from sqlalchemy.types import TypeDecorator
+from sqlmodel import Field, SQLModel
+
+SCHEMA_VERSION = 1
+
+
+class Base(SQLModel, registry=registry()):
+    """Root of apikey-tui's tables; its metadata is separate from SQLModel.metadata."""
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC timestamp on every backend (SQLite keeps no zone of its own)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> Any:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime: use timezone-aware UTC")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        assert isinstance(value, datetime)
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _timestamp(nullable: bool = False, index: bool = False) -> datetime:
+    column = Column(UTCDateTime(), nullable=nullable, index=index)
+    return Field(sa_column=column)  # type: ignore[no-any-return]
+
+
+class SchemaInfo(Base, table=True):
+    """One row per setting of the database itself; 'schema_version' says which release made it."""
+
+    __tablename__ = "apikey_tui_meta"
+    key: str = Field(primary_key=True, max_length=64)
+    value: str = Field(max_length=200)
+
+
+class ScopeRow(Base, table=True):
+    """The scope catalog: the APIs a key may be given access to."""
+
+    __tablename__ = "apikey_tui_scope"
+    name: str = Field(primary_key=True, max_length=32)
+    description: str = Field(default="", max_length=200)
+
+
+class KeyRow(Base, table=True):
+    """An API key: who it stands in for, its name, public id and the argon2id hash of its secret."""
+
+    __tablename__ = "apikey_tui_key"
+    __table_args__ = (UniqueConstraint("owner", "name", name="uq_apikey_tui_key_owner_name"),)
+    id: int | None = Field(default=None, primary_key=True)
+    owner: str = Field(max_length=64, index=True)
+    name: str = Field(max_length=64)
+    public_id: str = Field(max_length=32, unique=True)
+    secret_hash: str = Field(max_length=255, repr=False)
+    created_at: datetime = _timestamp()
+    last_used_at: datetime | None = _timestamp(nullable=True)
+
+
+class KeyScopeRow(Base, table=True):
+    """Which catalog scopes a key holds; the foreign keys make a dangling scope impossible."""
+
+    __tablename__ = "apikey_tui_key_scope"
+    key_id: int = Field(
+        sa_column=Column(ForeignKey("apikey_tui_key.id", ondelete="CASCADE"), primary_key=True)
+    )
+    scope: str = Field(
+        sa_column=Column(
+            String(32), ForeignKey("apikey_tui_scope.name", ondelete="RESTRICT"), primary_key=True
+        )
+    )
+
+
+class EventRow(Base, table=True):
+    """The audit trail: what happened to which key or scope, by whom, when. Never a secret."""
+
+    __tablename__ = "apikey_tui_event"
+    id: int | None = Field(default=None, primary_key=True)
+    at: datetime = _timestamp(index=True)
+    action: str = Field(max_length=32)
+    owner: str | None = Field(default=None, max_length=64)
+    key_name: str | None = Field(default=None, max_length=64)
+    public_id: str | None = Field(default=None, max_length=32)
+    scope: str | None = Field(default=None, max_length=32)
+    detail: str = Field(default="", max_length=400)
+    actor: str = Field(max_length=64)
+    actor_address: str | None = Field(default=None, max_length=64)

@@ -1,0 +1,75 @@
+"""Rules for key names, owners, scope names and descriptions: what a terminal may safely show."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterable
+
+from apikey_tui.errors import InvalidInputError
+
+# ASCII only, no spaces, no brackets: a name can never carry Rich markup, an escape sequence
+# or a look-alike character into an admin's terminal, and it is safe in a shell argument.
+KEY_NAME_MAX = 64
+_KEY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+# Owners are login names or e-mail style service accounts.
+OWNER_MAX = 64
+_OWNER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._@-]*")
+# Scope names are API names: lower case, ':' allowed for sub-APIs such as 'serving:admin'.
+SCOPE_NAME_MAX = 32
+_SCOPE_NAME = re.compile(r"[a-z][a-z0-9_:-]*")
+DESCRIPTION_MAX = 200
+
+
+def _check(kind: str, value: str, pattern: re.Pattern[str], maximum: int, rule: str) -> str:
+    if not value:
+        raise InvalidInputError(f"{kind} is required")
+    if len(value) > maximum:
+        raise InvalidInputError(f"{kind} is longer than {maximum} characters")
+    if not pattern.fullmatch(value):
+        raise InvalidInputError(f"{kind} {ascii(value)} is not allowed: {rule}")
+    return value
+
+
+def key_name_problem(name: str) -> str | None:
+    """Say what is wrong with a key name, or None if it is fine (for live validation)."""
+    try:
+        check_key_name(name)
+    except InvalidInputError as exc:
+        return str(exc)
+    return None
+
+
+def check_key_name(name: str) -> str:
+    """Return the key name unchanged if it follows the rules, else raise InvalidInputError."""
+    rule = "use letters, digits, '.', '_' or '-', starting with a letter or digit"
+    return _check("key name", name, _KEY_NAME, KEY_NAME_MAX, rule)
+
+
+def check_owner(owner: str) -> str:
+    """Return the owner unchanged if it follows the rules, else raise InvalidInputError."""
+    rule = "use letters, digits, '.', '_', '@' or '-'"
+    return _check("owner", owner, _OWNER, OWNER_MAX, rule)
+
+
+def check_scope_name(name: str) -> str:
+    """Return the scope name unchanged if it follows the rules, else raise InvalidInputError."""
+    rule = "use lower-case letters, digits, '_', ':' or '-', starting with a letter"
+    return _check("scope name", name, _SCOPE_NAME, SCOPE_NAME_MAX, rule)
+
+
+def check_description(text: str) -> str:
+    """Return a scope description if it holds only printable characters, else raise."""
+    if len(text) > DESCRIPTION_MAX:
+        raise InvalidInputError(f"description is longer than {DESCRIPTION_MAX} characters")
+    # Categories C* are control, format (bidi overrides), surrogates and unassigned code points:
+    # any of them could move the cursor or disguise text in a terminal.
+    if any(unicodedata.category(ch).startswith("C") for ch in text):
+        raise InvalidInputError("description holds a control or format character")
+    return text
+
+
+def parse_scopes(values: Iterable[str]) -> tuple[str, ...]:
+    """Split 'a,b' / 'a b' entries, check each name, and return them sorted without repeats."""
+    names = {part for value in values for part in re.split(r"[,\s]+", value) if part}
+    return tuple(sorted(check_scope_name(name) for name in names))
