@@ -23,7 +23,7 @@ def default_database_path(env: Mapping[str, str] | None = None) -> Path:
 
 
 def resolve_database_url(flag: str | None, env: Mapping[str, str] | None = None) -> str:
-    """Pick the database URL: --database-url, else $APIKEY_TUI_DATABASE_URL, else the default file."""
+    """Pick the URL: --database-url, else $APIKEY_TUI_DATABASE_URL, else the default file."""
     env = os.environ if env is None else env
     url = flag or env.get(DATABASE_URL_ENV) or f"sqlite:///{default_database_path(env)}"
     try:

@@ -13,6 +13,7 @@ from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.pool import StaticPool
+from sqlmodel import col
 
 from apikey_tui.config import mask_url
 from apikey_tui.errors import SchemaVersionError, StoreUnavailableError
@@ -104,7 +105,7 @@ def database_errors(engine: Engine) -> Iterator[None]:
 def _reason(exc: Exception) -> str:
     origin = exc.orig if isinstance(exc, DBAPIError) else exc
     lines = [line.strip() for line in str(origin).splitlines() if line.strip()]
-    return (lines[-1] if lines else type(origin).__name__)[:200]
+    return (lines[0] if lines else type(origin).__name__)[:200]
 
 
 def ensure_schema(engine: Engine, *, create: bool = True) -> None:
@@ -135,7 +136,7 @@ def ensure_schema(engine: Engine, *, create: bool = True) -> None:
 
 def _check_version(conn: Connection) -> None:
     found = conn.execute(
-        select(SchemaInfo.value).where(SchemaInfo.key == "schema_version")
+        select(col(SchemaInfo.value)).where(col(SchemaInfo.key) == "schema_version")
     ).scalar_one_or_none()
     if found != str(SCHEMA_VERSION):
         raise SchemaVersionError(

@@ -55,7 +55,9 @@ class ScopeInUseError(ApiKeyError):
 
     def __init__(self, name: str, holders: list[str]) -> None:
         self.holders = holders
-        shown = ", ".join(holders[:10]) + (f" and {len(holders) - 10} more" if len(holders) > 10 else "")
+        shown = ", ".join(holders[:10]) + (
+            f" and {len(holders) - 10} more" if len(holders) > 10 else ""
+        )
         super().__init__(f"scope {name!r} is still held by: {shown}")
 
 

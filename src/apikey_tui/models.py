@@ -38,7 +38,7 @@ class UTCDateTime(TypeDecorator[datetime]):
 
 
 def _timestamp(nullable: bool = False, index: bool = False) -> datetime:
-    column = Column(UTCDateTime(), nullable=nullable, index=index)
+    column: Column[datetime] = Column(UTCDateTime(), nullable=nullable, index=index)
     return Field(sa_column=column)  # type: ignore[no-any-return]
 
 

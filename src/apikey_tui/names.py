@@ -27,7 +27,7 @@ def _check(kind: str, value: str, pattern: re.Pattern[str], maximum: int, rule: 
     if len(value) > maximum:
         raise InvalidInputError(f"{kind} is longer than {maximum} characters")
     if not pattern.fullmatch(value):
-        raise InvalidInputError(f"{kind} {ascii(value)} is not allowed: {rule}")
+        raise InvalidInputError(f"{kind} {value!a} is not allowed: {rule}")
     return value
 
 

@@ -1,4 +1,4 @@
-"""KeyStore: create, list, delete and recreate keys, manage scopes, read events; plain values out."""
+"""KeyStore: keys, the scope catalog and the audit trail, in plain frozen values."""
 
 from __future__ import annotations
 
@@ -303,7 +303,7 @@ class KeyStore:
         return info
 
     def recreate_key(self, owner: str, name: str) -> CreatedKey:
-        """Replace a (stolen) key's id and secret in one transaction; same owner, name and scopes."""
+        """Replace a stolen key's id and secret in one transaction; same owner, name, scopes."""
         parts, plaintext = keyformat.generate()
         secret_hash = self.hasher.hash(parts.secret)
         now = _now()

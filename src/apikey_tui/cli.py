@@ -1,0 +1,277 @@
+"""The `apikey-tui` command: the terminal app with no subcommand, a scriptable CLI with one."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
+
+from apikey_tui import __version__
+from apikey_tui.config import current_user, resolve_database_url
+from apikey_tui.errors import ApiKeyError
+from apikey_tui.store import CreatedKey, KeyInfo, KeyStore
+
+EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
+ONCE_WARNING = (
+    "This key is shown once. Store it like a password; it cannot be recovered. "
+    "If it is lost or stolen, recreate it."
+)
+
+
+def _common() -> argparse.ArgumentParser:
+    # SUPPRESS lets the same options stand before or after the subcommand without the
+    # subparser's defaults overwriting what was given before it.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--database-url",
+        default=argparse.SUPPRESS,
+        help="SQLAlchemy URL (default: $APIKEY_TUI_DATABASE_URL, else a SQLite file in "
+        "$XDG_DATA_HOME/apikey-tui)",
+    )
+    common.add_argument(
+        "--owner",
+        default=argparse.SUPPRESS,
+        help="the user the keys stand in for (default: your login name)",
+    )
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="JSON out")
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the argument parser for every subcommand."""
+    common = _common()
+    parser = argparse.ArgumentParser(
+        prog="apikey-tui",
+        parents=[common],
+        description="Manage API keys. With no subcommand, open the terminal app.",
+    )
+    parser.add_argument("--version", action="version", version=f"apikey-tui {__version__}")
+    parser.add_argument(
+        "--all", action="store_true", default=argparse.SUPPRESS, help="all owners' keys"
+    )
+    commands = parser.add_subparsers(dest="command", metavar="{keys,scopes,events}")
+
+    keys = commands.add_parser("keys", help="create, list, show, delete and recreate keys")
+    key_commands = keys.add_subparsers(dest="action", metavar="ACTION", required=True)
+    create = key_commands.add_parser("create", parents=[common], help="create a key; print it once")
+    create.add_argument("name")
+    _scope_option(create)
+    create.set_defaults(run=_keys_create)
+    listing = key_commands.add_parser("list", parents=[common], help="list keys (no secrets)")
+    listing.add_argument("--all", action="store_true", default=argparse.SUPPRESS)
+    listing.add_argument("--filter", default="", help="only keys whose name or id contains this")
+    listing.set_defaults(run=_keys_list)
+    for action, run, text in (
+        ("show", _keys_show, "show one key"),
+        ("delete", _keys_delete, "delete a key; services refuse it at once"),
+        ("recreate", _keys_recreate, "replace a stolen key: same name and scopes, new secret"),
+    ):
+        sub = key_commands.add_parser(action, parents=[common], help=text)
+        sub.add_argument("name")
+        sub.set_defaults(run=run)
+    rescope = key_commands.add_parser("set-scopes", parents=[common], help="replace a key's scopes")
+    rescope.add_argument("name")
+    _scope_option(rescope)
+    rescope.set_defaults(run=_keys_set_scopes)
+
+    scopes = commands.add_parser("scopes", help="the scope catalog: the APIs keys may reach")
+    scope_commands = scopes.add_subparsers(dest="action", metavar="ACTION", required=True)
+    scope_commands.add_parser("list", parents=[common], help="list scopes").set_defaults(
+        run=_scopes_list
+    )
+    add = scope_commands.add_parser("add", parents=[common], help="add a scope")
+    add.add_argument("name")
+    add.add_argument("--description", default="")
+    add.set_defaults(run=_scopes_add)
+    describe = scope_commands.add_parser("describe", parents=[common], help="describe a scope")
+    describe.add_argument("name")
+    describe.add_argument("description")
+    describe.set_defaults(run=_scopes_describe)
+    remove = scope_commands.add_parser("remove", parents=[common], help="remove an unused scope")
+    remove.add_argument("name")
+    remove.set_defaults(run=_scopes_remove)
+
+    events = commands.add_parser("events", parents=[common], help="the audit trail, newest first")
+    events.add_argument("--limit", type=_positive, default=50)
+    events.set_defaults(run=_events)
+    return parser
+
+
+def _scope_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--scope",
+        action="append",
+        default=[],
+        metavar="SCOPE",
+        help="an API the key may reach; repeat it or separate with commas (at least one)",
+    )
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    return value
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit code (0 done, 1 refused, 2 usage)."""
+    args = build_parser().parse_args(argv)
+    try:
+        url = resolve_database_url(getattr(args, "database_url", None))
+        owner = getattr(args, "owner", None) or current_user()
+        if args.command is None:
+            return _open_app(url, owner, all_owners=getattr(args, "all", False))
+        run: Callable[[KeyStore, argparse.Namespace, str], int] = args.run
+        store = KeyStore.open(url)
+        try:
+            return run(store, args, owner)
+        finally:
+            store.close()
+    except ApiKeyError as exc:
+        print(f"apikey-tui: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    except KeyboardInterrupt:
+        return 130
+
+
+def _open_app(url: str, owner: str, *, all_owners: bool) -> int:
+    print(
+        "apikey-tui: the terminal app is not built yet; "
+        "use 'apikey-tui keys', 'apikey-tui scopes' or 'apikey-tui events' (see --help)",
+        file=sys.stderr,
+    )
+    return EXIT_REFUSED
+
+
+def _emit(args: argparse.Namespace, data: Any, human: Callable[[TextIO], None]) -> int:
+    if getattr(args, "json", False):
+        json.dump(data, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        human(sys.stdout)
+    return EXIT_OK
+
+
+def _show_created(args: argparse.Namespace, created: CreatedKey, verb: str) -> int:
+    info = created.info
+    # Everything but the key goes to stderr, so `KEY=$(apikey-tui keys create ...)` just works.
+    print(
+        f"{verb} key {info.name!r} for {info.owner} ({info.public_id}), "
+        f"scopes: {', '.join(info.scopes)}.\n{ONCE_WARNING}",
+        file=sys.stderr,
+    )
+    data = {"key": created.plaintext, **info.to_json()}
+    return _emit(args, data, lambda out: print(created.plaintext, file=out))
+
+
+def _keys_create(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
+    return _show_created(args, store.create_key(owner, args.name, args.scope), "Created")
+
+
+def _keys_recreate(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
+    created = store.recreate_key(owner, args.name)
+    print("The old key stopped working.", file=sys.stderr)
+    return _show_created(args, created, "Recreated")
+
+
+def _keys_set_scopes(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
+    info = store.set_key_scopes(owner, args.name, args.scope)
+    return _emit(args, info.to_json(), lambda out: _print_keys([info], out, with_owner=False))
+
+
+def _keys_list(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
+    everyone = getattr(args, "all", False)
+    keys = store.list_keys(None if everyone else owner, args.filter)
+    return _emit(
+        args, [k.to_json() for k in keys], lambda out: _print_keys(keys, out, with_owner=everyone)
+    )
+
+
+def _keys_show(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
+    info = store.get_key(owner, args.name)
+    return _emit(args, info.to_json(), lambda out: _print_keys([info], out, with_owner=True))
+
+
+def _keys_delete(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
+    info = store.delete_key(owner, args.name)
+    print(f"Deleted key {info.name!r} of {info.owner} ({info.public_id}).", file=sys.stderr)
+    return _emit(args, info.to_json(), lambda out: None)
+
+
+def _scopes_list(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
+    scopes = store.list_scopes()
+    return _emit(
+        args,
+        [s.to_json() for s in scopes],
+        lambda out: _print_rows(
+            ["SCOPE", "DESCRIPTION"], [[s.name, s.description] for s in scopes], out
+        ),
+    )
+
+
+def _scopes_add(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
+    scope = store.add_scope(args.name, args.description)
+    print(f"Added scope {scope.name!r}.", file=sys.stderr)
+    return _emit(args, scope.to_json(), lambda out: None)
+
+
+def _scopes_describe(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
+    scope = store.describe_scope(args.name, args.description)
+    return _emit(args, scope.to_json(), lambda out: None)
+
+
+def _scopes_remove(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
+    store.remove_scope(args.name)
+    print(f"Removed scope {args.name!r}.", file=sys.stderr)
+    return _emit(args, {"removed": args.name}, lambda out: None)
+
+
+def _events(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
+    events = store.events(args.limit)
+    rows = [
+        [
+            e.at.strftime("%Y-%m-%d %H:%M:%S"),
+            e.action,
+            f"{e.owner}/{e.key_name}" if e.key_name else (e.scope or ""),
+            e.public_id or "",
+            e.actor + (f"@{e.actor_address}" if e.actor_address else ""),
+            e.detail,
+        ]
+        for e in events
+    ]
+    header = ["WHEN (UTC)", "ACTION", "KEY/SCOPE", "PUBLIC ID", "BY", "DETAIL"]
+    return _emit(args, [e.to_json() for e in events], lambda out: _print_rows(header, rows, out))
+
+
+def _print_keys(keys: list[KeyInfo], out: TextIO, *, with_owner: bool) -> None:
+    header = ["NAME", "PUBLIC ID", "SCOPES", "CREATED (UTC)", "LAST USED (UTC)"]
+    rows = [
+        [
+            k.name,
+            k.public_id,
+            ",".join(k.scopes),
+            k.created_at.strftime("%Y-%m-%d %H:%M"),
+            k.last_used_at.strftime("%Y-%m-%d %H:%M") if k.last_used_at else "-",
+        ]
+        for k in keys
+    ]
+    if with_owner:
+        header.insert(0, "OWNER")
+        for row, key in zip(rows, keys, strict=True):
+            row.insert(0, key.owner)
+    if not keys:
+        print("No keys. Create one with: apikey-tui keys create NAME --scope SCOPE", file=out)
+        return
+    _print_rows(header, rows, out)
+
+
+def _print_rows(header: list[str], rows: list[list[str]], out: TextIO) -> None:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip(), file=out)

@@ -1,0 +1,82 @@
+"""Shared fixtures: one store per test on SQLite and on the real PostgreSQL, never mocked."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from apikey_tui.hashing import SecretHasher
+from apikey_tui.store import Actor, KeyStore
+from tests.throwaway_postgres import ThrowawayPostgres
+
+# The machine's shared PostgreSQL (trust auth). Tests never fall back to skipping: if it is
+# down, every PostgreSQL case fails loudly with the reason.
+POSTGRES_URL = os.environ.get(
+    "APIKEY_TUI_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+CHEAP = SecretHasher("cheapest")
+ACTOR = Actor("admin-test", "192.0.2.7")
+
+
+def _libpq(url: str) -> str:
+    return url.replace("postgresql+psycopg://", "postgresql://")
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> str:
+    """Check once that the real PostgreSQL answers, and fail (never skip) when it does not."""
+    try:
+        with psycopg.connect(_libpq(POSTGRES_URL), connect_timeout=5) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.OperationalError as exc:
+        pytest.fail(f"PostgreSQL at {POSTGRES_URL} is unreachable: {exc}", pytrace=False)
+    return POSTGRES_URL
+
+
+@pytest.fixture
+def postgres_url(postgres_server: str) -> Iterator[str]:
+    """A PostgreSQL URL whose search_path is a fresh schema, dropped after the test."""
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(_libpq(postgres_server), autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    try:
+        yield f"{postgres_server}?options=-csearch_path%3D{schema}"
+    finally:
+        with psycopg.connect(_libpq(postgres_server), autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """A URL for a fresh SQLite file in the test's temporary folder."""
+    return f"sqlite:///{tmp_path / 'keys.db'}"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest) -> str:
+    """The same test once on SQLite and once on the real PostgreSQL."""
+    name = "sqlite_url" if request.param == "sqlite" else "postgres_url"
+    url: str = request.getfixturevalue(name)
+    return url
+
+
+@pytest.fixture
+def store(database_url: str) -> Iterator[KeyStore]:
+    """A KeyStore on a fresh database with the cheapest argon2 profile (tests only)."""
+    key_store = KeyStore.open(database_url, hasher=CHEAP, actor=ACTOR)
+    yield key_store
+    key_store.close()
+
+
+@pytest.fixture
+def throwaway_postgres() -> Iterator[ThrowawayPostgres]:
+    """A private, running PostgreSQL server that the test may stop."""
+    server = ThrowawayPostgres()
+    server.start()
+    yield server
+    server.cleanup()

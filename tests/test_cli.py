@@ -1,0 +1,168 @@
+"""Tests of the scriptable CLI: output streams, JSON, exit codes and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from apikey_tui import keyformat
+from apikey_tui.cli import main
+
+
+def run(capsys: pytest.CaptureFixture[str], url: str, *args: str) -> tuple[int, str, str]:
+    code = main(["--database-url", url, *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_create_prints_only_the_key_on_stdout(
+    capsys: pytest.CaptureFixture[str], database_url: str
+) -> None:
+    """keys create prints the key alone on stdout and the once-only warning on stderr."""
+    code, out, err = run(
+        capsys, database_url, "keys", "create", "demo", "--scope", "project", "--scope", "serving"
+    )
+    assert code == 0
+    keyformat.parse(out.strip())
+    assert "shown once" in err and out.strip() not in err
+
+
+def test_list_json_has_no_secret(capsys: pytest.CaptureFixture[str], database_url: str) -> None:
+    """keys list --json lists the key's fields and no part of its secret."""
+    _, out, _ = run(
+        capsys,
+        database_url,
+        "--owner",
+        "alice",
+        "keys",
+        "create",
+        "demo",
+        "--scope",
+        "project,serving",
+    )
+    secret = keyformat.parse(out.strip()).secret
+    code, listing, _ = run(capsys, database_url, "keys", "list", "--owner", "alice", "--json")
+    assert code == 0
+    [entry] = json.loads(listing)
+    assert entry["name"] == "demo" and entry["scopes"] == ["project", "serving"]
+    assert entry["last_used_at"] is None and secret[:16] not in listing
+
+
+def test_create_json_carries_the_key_and_its_fields(
+    capsys: pytest.CaptureFixture[str], sqlite_url: str
+) -> None:
+    """keys create --json prints one JSON object with the key and its public fields."""
+    code, out, _ = run(capsys, sqlite_url, "keys", "create", "demo", "--scope", "project", "--json")
+    data = json.loads(out)
+    assert code == 0 and keyformat.parse(data["key"]).public_id == data["public_id"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["keys", "create", "demo", "--scope", "project"], "already has a key named 'demo'"),
+        (["keys", "create", "other", "--scope", "nope"], "unknown scope 'nope'"),
+        (["keys", "create", "other"], "needs at least one scope"),
+        (
+            ["keys", "create", "bad name", "--scope", "project"],
+            "key name 'bad name' is not allowed",
+        ),
+        (["keys", "delete", "ghost"], "has no key named 'ghost'"),
+        (["keys", "recreate", "ghost"], "has no key named 'ghost'"),
+        (["scopes", "remove", "project"], "still held by: alice/demo"),
+    ],
+)
+def test_refusals_exit_1_with_one_line(
+    capsys: pytest.CaptureFixture[str], sqlite_url: str, args: list[str], message: str
+) -> None:
+    """Refused commands exit 1 with one line on stderr naming the reason, and write nothing."""
+    run(capsys, sqlite_url, "--owner", "alice", "keys", "create", "demo", "--scope", "project")
+    code, out, err = run(capsys, sqlite_url, "--owner", "alice", *args)
+    assert (code, out) == (1, "")
+    assert err.count("\n") == 1 and message in err
+    _, listing, _ = run(capsys, sqlite_url, "keys", "list", "--all", "--json")
+    assert [k["name"] for k in json.loads(listing)] == ["demo"]
+
+
+def test_same_name_for_another_owner_is_fine(
+    capsys: pytest.CaptureFixture[str], sqlite_url: str
+) -> None:
+    """Two owners may each have a key called 'demo'."""
+    for owner in ("alice", "bob"):
+        code, _, _ = run(
+            capsys, sqlite_url, "--owner", owner, "keys", "create", "demo", "--scope", "project"
+        )
+        assert code == 0
+    _, listing, _ = run(capsys, sqlite_url, "keys", "list", "--all")
+    assert "alice" in listing and "bob" in listing
+
+
+def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str], sqlite_url: str) -> None:
+    """Unknown subcommands and bad option values are usage errors (exit 2)."""
+    for args in (["keys", "bogus"], ["events", "--limit", "0"], ["keys"]):
+        with pytest.raises(SystemExit) as info:
+            main(["--database-url", sqlite_url, *args])
+        assert info.value.code == 2
+    capsys.readouterr()
+
+
+def test_recreate_delete_scopes_and_events(
+    capsys: pytest.CaptureFixture[str], sqlite_url: str
+) -> None:
+    """Recreate prints a new key, delete removes it, and every change shows in events."""
+    _, old, _ = run(
+        capsys, sqlite_url, "--owner", "alice", "keys", "create", "demo", "--scope", "project"
+    )
+    code, new, err = run(capsys, sqlite_url, "--owner", "alice", "keys", "recreate", "demo")
+    assert code == 0 and new != old and "old key stopped working" in err
+    assert run(capsys, sqlite_url, "--owner", "alice", "keys", "delete", "demo")[0] == 0
+    assert run(capsys, sqlite_url, "scopes", "add", "billing", "--description", "Bills")[0] == 0
+    code, scopes, _ = run(capsys, sqlite_url, "scopes", "list", "--json")
+    assert {"name": "billing", "description": "Bills"} in json.loads(scopes)
+    code, events, _ = run(capsys, sqlite_url, "events", "--json")
+    actions = [e["action"] for e in json.loads(events)]
+    assert actions == ["scope.add", "key.delete", "key.recreate", "key.create"]
+    assert all(e["actor"] for e in json.loads(events))
+    for key in (old, new):
+        assert keyformat.parse(key.strip()).secret[:16] not in events
+
+
+def test_database_down_exits_1_without_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    """A database that cannot be reached gives exit 1 and one line, never a traceback."""
+    code, _, err = run(capsys, "postgresql://postgres:pw@127.0.0.1:9/test", "keys", "list")
+    assert code == 1 and "database unavailable" in err and "Traceback" not in err
+    assert ":pw@" not in err
+
+
+def test_installed_command_and_module_work_end_to_end(tmp_path: Path) -> None:
+    """The installed `apikey-tui` script creates a key and the database file never holds it."""
+    command = shutil.which("apikey-tui", path=os.path.dirname(sys.executable))
+    assert command is not None, "the package's console script is not installed"
+    env = {**os.environ, "APIKEY_TUI_DATABASE_URL": f"sqlite:///{tmp_path / 'k.db'}"}
+    created = subprocess.run(
+        [command, "keys", "create", "demo", "--scope", "project", "--scope", "serving"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=True,
+    )
+    key = created.stdout.strip()
+    listing = subprocess.run(
+        [sys.executable, "-m", "apikey_tui", "keys", "list", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=True,
+    )
+    assert json.loads(listing.stdout)[0]["public_id"] == keyformat.parse(key).public_id
+    data = b"".join(p.read_bytes() for p in tmp_path.glob("k.db*"))
+    secret = keyformat.parse(key).secret
+    assert key.encode() not in data and secret[:12].encode() not in data

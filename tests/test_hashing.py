@@ -1,0 +1,47 @@
+"""Tests of argon2id hashing with named profiles and upgrade on the next check."""
+
+from __future__ import annotations
+
+import pytest
+
+from apikey_tui.hashing import DEFAULT_PROFILE, PROFILES, SecretHasher
+
+
+def test_hash_verifies_the_right_secret_only() -> None:
+    """A hash verifies its own secret and refuses any other."""
+    hasher = SecretHasher("cheapest")
+    stored = hasher.hash("s3cret")
+    assert stored.startswith("$argon2id$")
+    assert hasher.verify(stored, "s3cret")
+    assert not hasher.verify(stored, "s3creT")
+
+
+def test_garbage_hash_never_matches() -> None:
+    """A malformed stored hash makes verification fail instead of raising."""
+    assert not SecretHasher("cheapest").verify("not-a-hash", "x")
+
+
+def test_default_profile_is_argon2id_with_documented_cost() -> None:
+    """The default profile is argon2id, one pass over 8 MiB, one lane."""
+    params = PROFILES[DEFAULT_PROFILE]
+    assert (params.type.name, params.time_cost, params.memory_cost, params.parallelism) == (
+        "ID",
+        1,
+        8192,
+        1,
+    )
+    assert "m=8192,t=1,p=1" in SecretHasher().hash("x")
+
+
+def test_hash_from_another_profile_needs_rehash() -> None:
+    """A hash made with the test profile is flagged for upgrade by the real profile only."""
+    old = SecretHasher("cheapest").hash("x")
+    assert SecretHasher().needs_rehash(old)
+    assert not SecretHasher("cheapest").needs_rehash(old)
+    assert SecretHasher().verify(old, "x")  # old hashes still verify before the upgrade
+
+
+def test_unknown_profile_is_refused() -> None:
+    """Asking for a profile that does not exist is a clear error."""
+    with pytest.raises(ValueError, match="unknown hash profile"):
+        SecretHasher("fast-please")
