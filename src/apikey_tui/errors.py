@@ -67,3 +67,98 @@ class StoreUnavailableError(ApiKeyError):
 
 class SchemaVersionError(ApiKeyError):
     """The database was made by another release (or is not an apikey-tui database at all)."""
+
+
+class AuthError(ApiKeyError):
+    """A request cannot pass: each subclass knows its HTTP status, challenge and problem body.
+
+    The HTTP mapping lives here, once, so every integration answers alike (RFC 9110 challenges,
+    RFC 6750 error codes, RFC 9457 problem bodies). Nothing here ever holds the presented key.
+    """
+
+    status = 401
+    title = "Unauthorized"
+    error_code: str | None = None
+
+    def challenge(self, realm: str) -> str | None:
+        """The WWW-Authenticate value for this error, or None when none applies."""
+        value = f'ApiKey realm="{realm}"'
+        return value + (f', error="{self.error_code}"' if self.error_code else "")
+
+    def problem(self) -> dict[str, object]:
+        """The application/problem+json body."""
+        return {
+            "type": "about:blank",
+            "title": self.title,
+            "status": self.status,
+            "detail": str(self),
+        }
+
+    def http_headers(self, realm: str) -> list[tuple[str, str]]:
+        """All response headers for this error, content type included."""
+        headers = [("content-type", "application/problem+json"), ("cache-control", "no-store")]
+        challenge = self.challenge(realm)
+        if challenge:
+            headers.append(("www-authenticate", challenge))
+        return headers
+
+
+class MissingKeyError(AuthError):
+    """No Authorization header, or one of another scheme: 401 with a bare challenge."""
+
+    def __init__(self) -> None:
+        super().__init__("this endpoint needs an API key: send 'Authorization: ApiKey <key>'")
+
+
+class MalformedHeaderError(AuthError):
+    """The ApiKey header is not exactly one credential of allowed characters: 400."""
+
+    status = 400
+    title = "Bad Request"
+    error_code = "invalid_request"
+
+    def __init__(self) -> None:
+        super().__init__("the Authorization header must be 'ApiKey <key>' with exactly one key")
+
+
+class InvalidKeyError(AuthError):
+    """Unknown key, wrong secret, deleted key or bad checksum: one identical 401 for all."""
+
+    error_code = "invalid_token"
+
+    def __init__(self) -> None:
+        super().__init__("the API key is not valid")
+
+
+class InsufficientScopeError(AuthError):
+    """A valid key whose scope lacks APIs this endpoint needs: 403 naming them."""
+
+    status = 403
+    title = "Forbidden"
+    error_code = "insufficient_scope"
+
+    def __init__(self, missing: list[str]) -> None:
+        self.missing = missing
+        super().__init__(f"the API key lacks the scope {', '.join(missing)} for this endpoint")
+
+    def challenge(self, realm: str) -> str | None:
+        return f'{super().challenge(realm)}, scope="{" ".join(self.missing)}"'
+
+    def problem(self) -> dict[str, object]:
+        return {**super().problem(), "missing_scopes": self.missing}
+
+
+class VerifierUnavailableError(AuthError):
+    """The key database cannot be reached, so no request may pass: 503."""
+
+    status = 503
+    title = "Service Unavailable"
+
+    def __init__(self) -> None:
+        super().__init__("API keys cannot be checked right now; try again shortly")
+
+    def challenge(self, realm: str) -> str | None:
+        return None
+
+    def http_headers(self, realm: str) -> list[tuple[str, str]]:
+        return [*super().http_headers(realm), ("retry-after", "5")]

@@ -1,0 +1,88 @@
+"""An example HTTP API protected by apikey-tui: a project endpoint and a served-model endpoint."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route as HttpRoute
+
+from apikey_tui.config import resolve_database_url
+from apikey_tui.integrations.asgi import ApiKeyMiddleware
+from apikey_tui.integrations.routes import route
+from apikey_tui.verifier import Verifier
+
+PROJECTS = [{"id": 1, "name": "fraud-detection"}, {"id": 2, "name": "churn"}]
+
+
+async def health(request: Request) -> JSONResponse:
+    """Public: no key needed."""
+    return JSONResponse({"status": "ok"})
+
+
+async def projects(request: Request) -> JSONResponse:
+    """The project API: needs a key with the 'project' scope."""
+    caller = request.state.apikey
+    return JSONResponse({"owner": caller.owner, "projects": PROJECTS})
+
+
+async def predict(request: Request) -> JSONResponse:
+    """A served model: needs both 'serving' and 'project'."""
+    payload = await request.json() if await request.body() else {}
+    values = payload.get("inputs", [])
+    score = sum(float(v) for v in values) / len(values) if values else 0.0
+    return JSONResponse(
+        {
+            "model": request.path_params["model"],
+            "score": round(score, 4),
+            "called_by": request.state.apikey.key_name,
+        }
+    )
+
+
+async def unprotected_predict(request: Request) -> JSONResponse:
+    """The same work without any check: the baseline of the throughput benchmark."""
+    return JSONResponse({"model": request.path_params["model"], "score": 0.0})
+
+
+def build_app(verifier: Verifier, *, with_baseline: bool = False) -> Starlette:
+    """Assemble the service around a verifier."""
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        verifier.close()  # flush last-used times
+
+    routes = [
+        HttpRoute("/health", health),
+        HttpRoute("/projects", projects),
+        HttpRoute("/models/{model}/predict", predict, methods=["POST"]),
+    ]
+    rules = [
+        route("/health", public=True),
+        route("/projects", "project"),
+        route("/models", "serving", "project"),
+    ]
+    if with_baseline:
+        routes.append(
+            HttpRoute("/open/models/{model}/predict", unprotected_predict, methods=["POST"])
+        )
+        rules.append(route("/open", public=True))
+    middleware = [Middleware(ApiKeyMiddleware, verifier=verifier, routes=rules)]
+    return Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
+
+
+def _from_environment() -> Starlette:
+    verifier = Verifier.from_url(
+        resolve_database_url(None),
+        revocation_bound=float(os.environ.get("APIKEY_TUI_REVOCATION_BOUND", "1.0")),
+    )
+    return build_app(verifier, with_baseline=os.environ.get("EXAMPLE_BASELINE") == "1")
+
+
+app = _from_environment()

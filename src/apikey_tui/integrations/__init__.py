@@ -1,0 +1,1 @@
+"""Thin adapters from web frameworks to the verifier; no framework is a package dependency."""
