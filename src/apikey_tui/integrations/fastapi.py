@@ -14,7 +14,9 @@ from apikey_tui.verifier import Caller, Verifier
 
 
 class ApiKeyAuth:
-    """Use: `auth = ApiKeyAuth(verifier)`, `auth.install(app)`, `caller: Caller = auth.require()`."""
+    """Use: `auth = ApiKeyAuth(verifier)`; `auth.install(app)`; then in a route,
+    `caller: Caller = auth.require("project")`.
+    """
 
     def __init__(self, verifier: Verifier) -> None:
         self.verifier = verifier

@@ -1,0 +1,163 @@
+"""Tests of the ASGI, FastAPI and WSGI adapters inside the real frameworks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from flask import Flask, request
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route as HttpRoute
+
+from apikey_tui.integrations.asgi import ApiKeyMiddleware
+from apikey_tui.integrations.fastapi import ApiKeyAuth
+from apikey_tui.integrations.routes import RouteScopes, route
+from apikey_tui.integrations.wsgi import ApiKeyWSGIMiddleware
+from apikey_tui.store import KeyStore
+from apikey_tui.verifier import Caller, Verifier
+from tests.conftest import CHEAP
+
+RULES = [
+    route("/health", public=True),
+    route("/projects", "project"),
+    route("/models", "serving", "project"),
+]
+
+
+@pytest.fixture
+def keys(sqlite_url: str) -> Iterator[tuple[Verifier, str, str]]:
+    """A verifier plus a 'project'-only key and a 'project'+'serving' key."""
+    store = KeyStore.open(sqlite_url, hasher=CHEAP)
+    project = store.create_key("alice", "proj", ["project"]).plaintext
+    both = store.create_key("alice", "both", ["project", "serving"]).plaintext
+    store.close()
+    verifier = Verifier.from_url(sqlite_url, hasher=CHEAP)
+    yield verifier, project, both
+    verifier.close()
+
+
+def _check_protocol(client: TestClient, project: str, both: str) -> None:
+    def auth(key: str) -> dict[str, str]:
+        return {"Authorization": f"ApiKey {key}"}
+
+    assert client.get("/health").status_code == 200
+    missing = client.get("/projects")
+    assert missing.status_code == 401
+    assert missing.headers["www-authenticate"] == 'ApiKey realm="api"'
+    assert missing.headers["content-type"] == "application/problem+json"
+    assert client.get("/projects", headers=auth(project)).text == "alice/proj"
+    forbidden = client.get("/models/m/predict", headers=auth(project))
+    assert forbidden.status_code == 403 and forbidden.json()["missing_scopes"] == ["serving"]
+    assert client.get("/models/m/predict", headers=auth(both)).text == "alice/both"
+    bad = client.get("/projects", headers=auth(both[:-1] + "q"))
+    assert bad.status_code == 401 and 'error="invalid_token"' in bad.headers["www-authenticate"]
+    assert both[10:40] not in bad.text
+
+
+def test_route_scopes_pick_the_most_specific_route() -> None:
+    """Longer paths win, method-specific routes win, unmatched paths need a key of any scope."""
+    rules = RouteScopes(
+        [
+            route("/models", "serving"),
+            route("/models/admin", "admin"),
+            route("/models", "x", methods=["DELETE"]),
+        ]
+    )
+    assert rules.required("GET", "/models/m") == ("serving",)
+    assert rules.required("GET", "/models/admin/y") == ("admin",)
+    assert rules.required("DELETE", "/models/m") == ("x",)
+    assert rules.required("GET", "/modelsX") == ()
+    assert RouteScopes([route("/health", public=True)]).required("GET", "/health") is None
+
+
+def test_asgi_middleware_in_starlette(keys: tuple[Verifier, str, str]) -> None:
+    """Starlette behind the middleware answers 200/401/403 per route and sees the caller."""
+    verifier, project, both = keys
+
+    async def who(request: Request) -> PlainTextResponse:
+        caller: Caller = request.state.apikey
+        return PlainTextResponse(f"{caller.owner}/{caller.key_name}")
+
+    async def ok(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("ok")
+
+    app = Starlette(
+        routes=[
+            HttpRoute("/health", ok),
+            HttpRoute("/projects", who),
+            HttpRoute("/models/m/predict", who),
+        ],
+        middleware=[Middleware(ApiKeyMiddleware, verifier=verifier, routes=RULES)],
+    )
+    with TestClient(app) as client:
+        _check_protocol(client, project, both)
+        two = client.get("/projects", headers=[("Authorization", f"ApiKey {project}")] * 2)
+        assert two.status_code == 400
+
+
+def test_fastapi_dependency(keys: tuple[Verifier, str, str]) -> None:
+    """FastAPI routes depending on ApiKeyAuth.require answer like the middleware does."""
+    verifier, project, both = keys
+    app = FastAPI()
+    auth = ApiKeyAuth(verifier)
+    auth.install(app)
+
+    @app.get("/health")
+    def health() -> str:
+        return "ok"
+
+    @app.get("/projects", response_class=PlainTextResponse)
+    def projects(caller: Caller = auth.require("project")) -> str:  # noqa: B008
+        return f"{caller.owner}/{caller.key_name}"
+
+    @app.get("/models/m/predict", response_class=PlainTextResponse)
+    def predict(caller: Caller = auth.require("serving", "project")) -> str:  # noqa: B008
+        return f"{caller.owner}/{caller.key_name}"
+
+    with TestClient(app) as client:
+        _check_protocol(client, project, both)
+
+
+def test_wsgi_middleware_in_flask(keys: tuple[Verifier, str, str]) -> None:
+    """Flask behind the WSGI middleware answers 200/401/403 per route and sees the caller."""
+    verifier, project, both = keys
+    app = Flask(__name__)
+
+    @app.get("/health")
+    def health() -> str:
+        return "ok"
+
+    @app.get("/projects")
+    @app.get("/models/m/predict")
+    def who() -> str:
+        caller: Caller = request.environ["apikey"]
+        return f"{caller.owner}/{caller.key_name}"
+
+    app.wsgi_app = ApiKeyWSGIMiddleware(app.wsgi_app, verifier, RULES)  # type: ignore[method-assign]
+    client = app.test_client()
+    assert client.get("/health").status_code == 200
+    missing = client.get("/projects")
+    assert (
+        missing.status_code == 401 and missing.headers["WWW-Authenticate"] == 'ApiKey realm="api"'
+    )
+    assert missing.headers["Content-Type"] == "application/problem+json"
+    assert (
+        client.get("/projects", headers={"Authorization": f"ApiKey {project}"}).text == "alice/proj"
+    )
+    forbidden = client.get("/models/m/predict", headers={"Authorization": f"ApiKey {project}"})
+    assert forbidden.status_code == 403 and forbidden.json == {
+        "type": "about:blank",
+        "title": "Forbidden",
+        "status": 403,
+        "detail": "the API key lacks the scope serving for this endpoint",
+        "missing_scopes": ["serving"],
+    }
+    assert (
+        client.get("/models/m/predict", headers={"Authorization": f"ApiKey {both}"}).text
+        == "alice/both"
+    )

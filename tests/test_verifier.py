@@ -1,0 +1,248 @@
+"""Tests of the Verifier on SQLite and the real PostgreSQL: scopes, cache, revocation, budget."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from apikey_tui import keyformat
+from apikey_tui.errors import (
+    InsufficientScopeError,
+    InvalidKeyError,
+    MissingKeyError,
+    VerifierUnavailableError,
+)
+from apikey_tui.hashing import SecretHasher
+from apikey_tui.store import KeyStore
+from apikey_tui.verifier import Verifier
+from tests.conftest import CHEAP
+from tests.throwaway_postgres import ThrowawayPostgres
+
+
+@dataclass(frozen=True)
+class CountingHasher(SecretHasher):
+    """The cheapest profile, counting how often argon2 verification runs."""
+
+    calls: list[int] | None = None
+
+    def verify(self, stored_hash: str, secret: str) -> bool:
+        assert self.calls is not None
+        self.calls.append(1)
+        return super().verify(stored_hash, secret)
+
+
+@pytest.fixture
+def counting() -> CountingHasher:
+    return CountingHasher("cheapest", calls=[])
+
+
+@pytest.fixture
+def verifier(database_url: str, store: KeyStore, counting: CountingHasher) -> Iterator[Verifier]:
+    """A verifier on the same database as `store`, asking the database at every check."""
+    checker = Verifier.from_url(database_url, hasher=counting, revocation_bound=0)
+    yield checker
+    checker.close()
+
+
+def header(key: str) -> str:
+    return f"ApiKey {key}"
+
+
+def test_valid_key_returns_the_caller(store: KeyStore, verifier: Verifier) -> None:
+    """A valid key with the needed scopes returns owner, name, public id and scopes."""
+    created = store.create_key("alice", "demo", ["project", "serving"])
+    caller = verifier.verify(header(created.plaintext), ["serving", "project"])
+    assert (caller.owner, caller.key_name, caller.public_id) == (
+        "alice",
+        "demo",
+        created.info.public_id,
+    )
+    assert caller.scopes == {"project", "serving"}
+
+
+def test_required_scopes_are_all_of(store: KeyStore, verifier: Verifier) -> None:
+    """A key with only 'project' is refused for serving+project, naming the missing scope."""
+    key = store.create_key("alice", "demo", ["project"]).plaintext
+    assert verifier.verify(header(key), ["project"]).key_name == "demo"
+    with pytest.raises(InsufficientScopeError) as info:
+        verifier.verify(header(key), ["serving", "project"])
+    assert info.value.missing == ["serving"] and info.value.status == 403
+    assert info.value.problem()["missing_scopes"] == ["serving"]
+
+
+def test_unknown_wrong_and_deleted_keys_get_one_identical_answer(
+    store: KeyStore, verifier: Verifier
+) -> None:
+    """Unknown id, wrong secret and deleted key raise InvalidKeyError with identical bodies."""
+    created = store.create_key("alice", "demo", ["project"])
+    verifier.verify(header(created.plaintext), ["project"])
+    parts = keyformat.parse(created.plaintext)
+    _, unknown = keyformat.generate()
+    _, wrong_secret = keyformat.generate(parts.public_id)
+    answers = []
+    for key in (unknown, wrong_secret):
+        with pytest.raises(InvalidKeyError) as info:
+            verifier.verify(header(key))
+        answers.append((info.value.problem(), info.value.http_headers("api")))
+    store.delete_key("alice", "demo")
+    with pytest.raises(InvalidKeyError) as info:
+        verifier.verify(header(created.plaintext))
+    answers.append((info.value.problem(), info.value.http_headers("api")))
+    assert answers[0] == answers[1] == answers[2]
+
+
+def test_argon2_runs_once_per_key(
+    store: KeyStore, database_url: str, counting: CountingHasher
+) -> None:
+    """A thousand checks of one key run argon2 once; a second key costs one more."""
+    checker = Verifier.from_url(database_url, hasher=counting)
+    first = store.create_key("alice", "one", ["project"]).plaintext
+    second = store.create_key("alice", "two", ["project"]).plaintext
+    for _ in range(1000):
+        checker.verify(header(first), ["project"])
+    checker.verify(header(second))
+    assert counting.calls is not None and len(counting.calls) == 2
+    assert checker.cache_size() == 2
+    checker.close()
+
+
+def test_cache_holds_no_key_or_secret(store: KeyStore, verifier: Verifier) -> None:
+    """Nothing the verifier keeps (entries, repr, attributes) contains the key or its secret."""
+    key = store.create_key("alice", "demo", ["project"]).plaintext
+    verifier.verify(header(key))
+    secret = keyformat.parse(key).secret
+    kept = repr(vars(verifier)) + repr(list(vars(verifier)["_entries"].values()))
+    assert secret[:16] not in kept and key not in kept
+
+
+def test_delete_recreate_and_rescope_take_effect_at_the_next_check(
+    store: KeyStore, verifier: Verifier
+) -> None:
+    """After re-scope, recreate and delete, the very next check sees the change."""
+    old = store.create_key("alice", "demo", ["project", "serving"]).plaintext
+    verifier.verify(header(old), ["serving"])
+    store.set_key_scopes("alice", "demo", ["project"])
+    with pytest.raises(InsufficientScopeError):
+        verifier.verify(header(old), ["serving"])
+    new = store.recreate_key("alice", "demo").plaintext
+    with pytest.raises(InvalidKeyError):
+        verifier.verify(header(old))
+    assert verifier.verify(header(new)).key_name == "demo"
+    store.delete_key("alice", "demo")
+    with pytest.raises(InvalidKeyError):
+        verifier.verify(header(new))
+
+
+def test_postgres_cache_is_trusted_only_within_the_bound(
+    postgres_url: str, counting: CountingHasher
+) -> None:
+    """With a 0.5 s bound, a deleted key is refused once the bound has passed, not before."""
+    store = KeyStore.open(postgres_url, hasher=CHEAP)
+    checker = Verifier.from_url(postgres_url, hasher=counting, revocation_bound=0.5)
+    key = store.create_key("alice", "demo", ["project"]).plaintext
+    checker.verify(header(key))
+    store.delete_key("alice", "demo")
+    time.sleep(0.6)
+    with pytest.raises(InvalidKeyError):
+        checker.verify(header(key))
+    checker.close()
+    store.close()
+
+
+def test_wrong_secrets_buy_only_a_bounded_amount_of_argon2(
+    store: KeyStore, database_url: str, counting: CountingHasher
+) -> None:
+    """200 wrong secrets for a real public id run argon2 at most burst + rate x elapsed times."""
+    checker = Verifier.from_url(database_url, hasher=counting, failure_burst=5)
+    created = store.create_key("alice", "demo", ["project"])
+    start = time.monotonic()
+    for _ in range(200):
+        _, wrong = keyformat.generate(created.info.public_id)
+        with pytest.raises(InvalidKeyError):
+            checker.verify(header(wrong))
+    elapsed = time.monotonic() - start
+    assert counting.calls is not None and len(counting.calls) <= 5 + int(elapsed) + 1
+    checker.close()
+
+
+def test_old_hash_is_upgraded_on_the_next_successful_check(
+    store: KeyStore, database_url: str
+) -> None:
+    """A key hashed with the test profile is rehashed with the real profile after one check."""
+    created = store.create_key("alice", "demo", ["project"])
+    checker = Verifier.from_url(database_url)  # the real profile
+    checker.verify(header(created.plaintext))
+    credential = store.credential(created.info.public_id)
+    assert credential is not None and "m=8192,t=1,p=1" in credential.secret_hash
+    assert SecretHasher().verify(credential.secret_hash, keyformat.parse(created.plaintext).secret)
+    checker.close()
+
+
+def test_last_used_is_recorded_off_the_request_path(store: KeyStore, verifier: Verifier) -> None:
+    """A check marks the key used once per minute; the write happens at flush, not per request."""
+    key = store.create_key("alice", "demo", ["project"]).plaintext
+    verifier.verify(header(key))
+    verifier.verify(header(key))
+    assert store.get_key("alice", "demo").last_used_at is None  # nothing written yet
+    assert len(verifier._pending) == 1
+    verifier.flush()
+    assert store.get_key("alice", "demo").last_used_at is not None
+    verifier.verify(header(key))
+    assert verifier._pending == {}  # within the minute: no new write queued
+
+
+def test_verify_async_gives_the_same_answers(store: KeyStore, verifier: Verifier) -> None:
+    """The async entry point accepts valid keys and raises the same typed errors."""
+    key = store.create_key("alice", "demo", ["project"]).plaintext
+
+    async def scenario() -> None:
+        assert (await verifier.verify_async(header(key), ["project"])).key_name == "demo"
+        assert (await verifier.verify_async(header(key), ["project"])).key_name == "demo"
+        with pytest.raises(MissingKeyError):
+            await verifier.verify_async(None)
+        with pytest.raises(InsufficientScopeError):
+            await verifier.verify_async(header(key), ["serving"])
+
+    asyncio.run(scenario())
+
+
+def test_database_down_is_503_never_a_pass(throwaway_postgres: ThrowawayPostgres) -> None:
+    """With the database stopped, even a key checked before is refused with 503."""
+    store = KeyStore.open(throwaway_postgres.url, hasher=CHEAP)
+    key = store.create_key("alice", "demo", ["project"]).plaintext
+    checker = Verifier.from_url(throwaway_postgres.url, hasher=CHEAP, revocation_bound=0)
+    checker.verify(header(key))
+    store.close()
+    throwaway_postgres.stop()
+    with pytest.raises(VerifierUnavailableError) as info:
+        checker.verify(header(key))
+    assert info.value.status == 503 and info.value.challenge("api") is None
+    checker.close()
+
+
+def test_sqlite_file_missing_is_503(tmp_path: object) -> None:
+    """A verifier pointed at a database without apikey-tui tables answers 503, not 500."""
+    checker = Verifier.from_url(f"sqlite:///{tmp_path}/empty.db")
+    _, key = keyformat.generate()
+    with pytest.raises(VerifierUnavailableError):
+        checker.verify(header(key))
+    checker.close()
+
+
+def test_importing_the_verifier_never_loads_textual_or_rich() -> None:
+    """A service importing the verifier and its adapters pays nothing for the terminal UI."""
+    code = (
+        "import sys, apikey_tui.verifier, apikey_tui.integrations.asgi, "
+        "apikey_tui.integrations.wsgi, apikey_tui.store, apikey_tui.cli\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'textual', 'rich'}))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "[]"
