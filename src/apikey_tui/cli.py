@@ -141,12 +141,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _open_app(url: str, owner: str, *, all_owners: bool) -> int:
-    print(
-        "apikey-tui: the terminal app is not built yet; "
-        "use 'apikey-tui keys', 'apikey-tui scopes' or 'apikey-tui events' (see --help)",
-        file=sys.stderr,
-    )
-    return EXIT_REFUSED
+    # Imported here so that scripts and services never pay for the terminal framework.
+    from apikey_tui.tui.app import run_app
+
+    return run_app(url, owner=None if all_owners else owner)
 
 
 def _emit(args: argparse.Namespace, data: Any, human: Callable[[TextIO], None]) -> int:

@@ -335,6 +335,13 @@ class KeyStore:
                 raise self._integrity(exc, owner, name, wanted) from None
         return info
 
+    def change_marker(self) -> tuple[int, datetime | None]:
+        """A cheap value that changes whenever keys change (newest event) or are used."""
+        with self._session() as session:
+            newest = session.exec(select(func.max(EventRow.id))).one()
+            used = session.exec(select(func.max(KeyRow.last_used_at))).one()
+        return (newest or 0, used)
+
     # --- the verifier's view ------------------------------------------------------------------
 
     def credential(self, public_id: str) -> Credential | None:

@@ -1,0 +1,41 @@
+"""A yes/no confirmation that names exactly what will happen; dismisses with True or False."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Static
+
+from apikey_tui.tui.text import literal
+
+
+class ConfirmDialog(ModalScreen[bool]):
+    """Ask before a destructive action; Cancel has the focus, so a stray Enter changes nothing."""
+
+    BINDINGS = [
+        Binding("escape", "answer(False)", "Cancel"),
+        Binding("y", "answer(True)", "Yes"),
+    ]
+
+    def __init__(self, title: str, body: str, confirm_label: str) -> None:
+        super().__init__()
+        self._title, self._body, self._confirm_label = title, body, confirm_label
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog danger"):
+            yield Static(literal(self._title), classes="dialog-title")
+            yield Static(literal(self._body), classes="dialog-body")
+            with Horizontal(classes="buttons"):
+                yield Button(self._confirm_label, variant="error", id="confirm")
+                yield Button("Cancel", id="cancel")
+
+    def on_mount(self) -> None:
+        self.query_one("#cancel", Button).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "confirm")
+
+    def action_answer(self, answer: bool) -> None:
+        self.dismiss(answer)

@@ -1,0 +1,116 @@
+"""The create-key dialog: owner (in all-owners mode), a validated name and a scope multi-select."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, SelectionList, Static
+from textual.widgets.selection_list import Selection
+
+from apikey_tui.errors import InvalidInputError
+from apikey_tui.names import check_owner, key_name_problem
+from apikey_tui.store import ScopeInfo
+from apikey_tui.tui.text import literal
+
+
+@dataclass(frozen=True)
+class NewKeyRequest:
+    """What the admin asked for; the caller does the creating."""
+
+    owner: str
+    name: str
+    scopes: tuple[str, ...]
+
+
+class CreateKeyDialog(ModalScreen[NewKeyRequest | None]):
+    """Validates as the admin types; Create is enabled only for a valid name and some scope."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(
+        self,
+        scopes: list[ScopeInfo],
+        *,
+        owner: str,
+        ask_owner: bool,
+        taken: Callable[[str, str], bool],
+    ) -> None:
+        super().__init__()
+        self._scopes, self._owner, self._ask_owner, self._taken = scopes, owner, ask_owner, taken
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Static("New API key", classes="dialog-title")
+            if self._ask_owner:
+                yield Input(
+                    self._owner, placeholder="owner (the user the key stands in for)", id="owner"
+                )
+            else:
+                yield Static(literal(f"Owner: {self._owner}"), classes="dim")
+            yield Input(placeholder="a unique name, e.g. ci-deploy", id="name", max_length=64)
+            yield Static("", id="name-error", classes="error")
+            yield Static("Scope: select only the APIs this key needs", classes="label")
+            yield SelectionList[str](
+                *(
+                    Selection(literal(f"{s.name}  {s.description}".rstrip()), s.name)
+                    for s in self._scopes
+                ),
+                id="scopes",
+            )
+            yield Static("", id="scope-error", classes="error")
+            with Horizontal(classes="buttons"):
+                yield Button("Create", variant="primary", id="create", disabled=True)
+                yield Button("Cancel", id="cancel")
+
+    def on_mount(self) -> None:
+        self.query_one("#name", Input).focus()
+
+    def _owner_value(self) -> str:
+        return self.query_one("#owner", Input).value.strip() if self._ask_owner else self._owner
+
+    def _problems(self) -> tuple[str | None, str | None]:
+        """(name problem, scope problem), each None when fine."""
+        name = self.query_one("#name", Input).value
+        owner = self._owner_value()
+        problem = key_name_problem(name)
+        if problem is None and self._ask_owner:
+            try:
+                check_owner(owner)
+            except InvalidInputError as exc:
+                problem = str(exc)
+        if problem is None and self._taken(owner, name):
+            problem = f"{owner} already has a key named {name!r}"
+        chosen = self.query_one("#scopes", SelectionList).selected
+        return problem, None if chosen else "select at least one scope"
+
+    @on(Input.Changed)
+    @on(SelectionList.SelectedChanged)
+    def _revalidate(self) -> None:
+        name_problem, scope_problem = self._problems()
+        typed = bool(self.query_one("#name", Input).value)
+        # An untouched empty name is not yet an error; an emptied one is.
+        self.query_one("#name-error", Static).update(literal(name_problem or "") if typed else "")
+        self.query_one("#scope-error", Static).update(scope_problem or "")
+        self.query_one("#create", Button).disabled = bool(name_problem or scope_problem)
+
+    @on(Input.Submitted)
+    @on(Button.Pressed, "#create")
+    def _create(self) -> None:
+        name_problem, scope_problem = self._problems()
+        if name_problem or scope_problem:
+            self._revalidate()
+            self.query_one("#name-error", Static).update(literal(name_problem or ""))
+            return
+        scopes = tuple(sorted(self.query_one("#scopes", SelectionList).selected))
+        name = self.query_one("#name", Input).value
+        self.dismiss(NewKeyRequest(self._owner_value(), name, scopes))
+
+    @on(Button.Pressed, "#cancel")
+    def action_cancel(self) -> None:
+        self.dismiss(None)

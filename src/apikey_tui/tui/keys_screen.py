@@ -1,0 +1,288 @@
+"""The API keys tab: the key table, its filter, and the create, delete and recreate actions."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Input, Static
+
+from apikey_tui.errors import ApiKeyError
+from apikey_tui.store import KeyInfo, ScopeInfo
+from apikey_tui.tui.dialogs.confirm import ConfirmDialog
+from apikey_tui.tui.dialogs.create_key import CreateKeyDialog, NewKeyRequest
+from apikey_tui.tui.dialogs.help import HelpScreen
+from apikey_tui.tui.dialogs.reveal_secret import RevealSecretDialog
+from apikey_tui.tui.key_table import COLUMNS, WINDOW, KeyView, columns, row_cells
+from apikey_tui.tui.messages import KeyCreated, KeyDeleted, KeysLoaded, StoreFailed
+from apikey_tui.tui.text import literal
+
+if TYPE_CHECKING:
+    from apikey_tui.tui.app import ApiKeysApp
+
+
+class KeysScreen(Screen[None]):
+    """Lists keys and runs every store call in a thread worker, so the UI never freezes."""
+
+    BINDINGS = [
+        Binding("n", "create", "New key"),
+        Binding("d", "delete", "Delete"),
+        Binding("r", "recreate", "Recreate"),
+        Binding("slash", "focus_filter", "Filter"),
+        Binding("s", "sort", "Sort"),
+        Binding("f5", "reload", "Reload"),
+        Binding("question_mark", "help", "Help"),
+        Binding("escape", "focus_table", "Table", show=False),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.view = KeyView()
+        self.scopes: list[ScopeInfo] = []
+        self._marker: tuple[object, ...] | None = None
+        self._loaded = False
+        self._row_keys: list[KeyInfo] = []
+
+    @property
+    def keys_app(self) -> ApiKeysApp:
+        from apikey_tui.tui.app import ApiKeysApp
+
+        assert isinstance(self.app, ApiKeysApp)
+        return self.app
+
+    # --- layout -------------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        app = self.keys_app
+        owner = "all owners" if app.owner is None else f"owner: {app.owner}"
+        yield Static(literal(f"API keys · {owner} · database: {app.database_label}"), id="context")
+        yield Input(
+            placeholder="/ filter by name, public id, scope or owner", id="filter", compact=True
+        )
+        yield DataTable(id="keys", cursor_type="row", zebra_stripes=True)
+        yield Static("Loading keys…", id="empty")
+        yield Static("", id="status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one("#keys", DataTable)
+        for column in columns(with_owner=self.keys_app.owner is None):
+            table.add_column(COLUMNS[column], key=column)
+        table.display = False
+        table.focus()
+        self.reload()
+        self.set_interval(self.keys_app.poll_seconds, self.poll)
+
+    # --- loading ------------------------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="load")
+    def reload(self) -> None:
+        """Read keys and scopes from the store, off the event loop."""
+        store = self.keys_app.store
+        try:
+            marker = store.change_marker()
+            keys = store.list_keys(self.keys_app.owner)
+            scopes = store.list_scopes()
+        except ApiKeyError as exc:
+            self.post_message(StoreFailed(str(exc), while_loading=True))
+            return
+        self.post_message(KeysLoaded(keys, scopes, marker))
+
+    @work(thread=True, exclusive=True, group="poll")
+    def poll(self) -> None:
+        """Reload when another admin, the CLI or a verifier changed something."""
+        try:
+            marker = self.keys_app.store.change_marker()
+        except ApiKeyError:
+            return  # the next action reports it; polling must not spam notifications
+        if self._loaded and marker != self._marker:
+            self.reload()
+
+    def on_keys_loaded(self, message: KeysLoaded) -> None:
+        self._marker, self._loaded = message.marker, True
+        self.scopes = message.scopes
+        self.view.load(message.keys)
+        self.show_keys()
+
+    def show_keys(self) -> None:
+        """Fill the table with the keys matching the filter, keeping the cursor on its key."""
+        table = self.query_one("#keys", DataTable)
+        text = self.query_one("#filter", Input).value
+        matching = self.view.matching(text)
+        selected = self.selected_key()
+        with_owner = self.keys_app.owner is None
+        table.clear()
+        table.add_rows(row_cells(k, with_owner=with_owner) for k in matching[:WINDOW])
+        self._row_keys = matching[:WINDOW]
+        if selected is not None and selected in self._row_keys:
+            table.move_cursor(row=self._row_keys.index(selected), animate=False)
+        empty = self.query_one("#empty", Static)
+        if not self.view.keys:
+            who = "anyone" if with_owner else self.keys_app.owner
+            empty.update(literal(f"No API keys for {who} yet. Press n to create the first one."))
+        elif not matching:
+            empty.update(literal(f"No key matches {text!r}."))
+        table.display, empty.display = bool(matching), not matching
+        self._show_status(len(matching))
+
+    def _show_status(self, matching: int) -> None:
+        total = len(self.view.keys)
+        arrow = "▼" if self.view.reverse else "▲"
+        shown = f"{matching:,} of {total:,} keys" if matching != total else f"{total:,} keys"
+        if matching > WINDOW:
+            shown += f", first {WINDOW:,} shown: type to narrow"
+        sort = f"sorted by {COLUMNS[self.view.sort_column].lower()} {arrow} · times in UTC"
+        self.query_one("#status", Static).update(f"{shown} · {sort}")
+
+    def selected_key(self) -> KeyInfo | None:
+        """The key under the table cursor, if any."""
+        table = self.query_one("#keys", DataTable)
+        rows = self._row_keys
+        if not table.display or not 0 <= table.cursor_row < len(rows):
+            return None
+        return rows[table.cursor_row]
+
+    # --- filter and sort ----------------------------------------------------------------------
+
+    @on(Input.Changed, "#filter")
+    def _filter_changed(self) -> None:
+        self.show_keys()
+
+    @on(Input.Submitted, "#filter")
+    def action_focus_table(self) -> None:
+        self.query_one("#keys", DataTable).focus()
+
+    def action_focus_filter(self) -> None:
+        self.query_one("#filter", Input).focus()
+
+    def action_sort(self) -> None:
+        order = columns(with_owner=self.keys_app.owner is None)
+        self.view.sort_by(order[(order.index(self.view.sort_column) + 1) % len(order)])
+        self.show_keys()
+
+    @on(DataTable.HeaderSelected)
+    def _header_clicked(self, event: DataTable.HeaderSelected) -> None:
+        self.view.sort_by(str(event.column_key.value))
+        self.show_keys()
+
+    def action_reload(self) -> None:
+        self.reload()
+
+    def action_help(self) -> None:
+        self.app.push_screen(HelpScreen())
+
+    # --- create -------------------------------------------------------------------------------
+
+    def action_create(self) -> None:
+        app = self.keys_app
+        if not self.scopes:
+            self.notify("The scope catalog is empty: add a scope with 'apikey-tui scopes add'.")
+            return
+        existing = {(k.owner, k.name) for k in self.view.keys}
+        dialog = CreateKeyDialog(
+            self.scopes,
+            owner=app.owner or app.default_owner,
+            ask_owner=app.owner is None,
+            taken=lambda owner, name: (owner, name) in existing,
+        )
+        self.app.push_screen(dialog, self._create_requested)
+
+    def _create_requested(self, request: NewKeyRequest | None) -> None:
+        if request is not None:
+            self.create_key(request)
+
+    @work(thread=True, group="store")
+    def create_key(self, request: NewKeyRequest) -> None:
+        """Create the key (argon2 and the database) off the event loop."""
+        try:
+            created = self.keys_app.store.create_key(request.owner, request.name, request.scopes)
+        except ApiKeyError as exc:
+            self.post_message(StoreFailed(str(exc)))
+            return
+        self.post_message(KeyCreated(created))
+
+    def on_key_created(self, message: KeyCreated) -> None:
+        self.reload()
+        self.app.push_screen(
+            RevealSecretDialog(message.created, recreated=message.recreated), self._reveal_closed
+        )
+
+    def _reveal_closed(self, _: None) -> None:
+        # The secret must live nowhere once the reveal is closed, the app's copy of the
+        # clipboard included (Textual keeps what it copied; it has no public way to forget it).
+        self.app._clipboard = ""
+        self.query_one("#keys", DataTable).focus()
+
+    # --- delete and recreate ------------------------------------------------------------------
+
+    def _target(self) -> KeyInfo | None:
+        key = self.selected_key()
+        if key is None:
+            self.notify("Select a key in the table first.", severity="warning")
+        return key
+
+    @staticmethod
+    def _confirmed(yes: bool | None, then: Callable[[KeyInfo], object], key: KeyInfo) -> None:
+        if yes:
+            then(key)
+
+    def action_delete(self) -> None:
+        key = self._target()
+        if key is None:
+            return
+        dialog = ConfirmDialog(
+            f"Delete key {key.name!r} of {key.owner}?",
+            f"Public id {key.public_id}. Every service refuses this key as soon as it is "
+            "deleted. This cannot be undone.",
+            "Delete",
+        )
+        self.app.push_screen(dialog, lambda yes: self._confirmed(yes, self.delete_key, key))
+
+    @work(thread=True, group="store")
+    def delete_key(self, key: KeyInfo) -> None:
+        """Delete the key off the event loop."""
+        try:
+            deleted = self.keys_app.store.delete_key(key.owner, key.name)
+        except ApiKeyError as exc:
+            self.post_message(StoreFailed(str(exc)))
+            return
+        self.post_message(KeyDeleted(deleted))
+
+    def on_key_deleted(self, message: KeyDeleted) -> None:
+        self.notify(f"Deleted key {message.key.name!r} of {message.key.owner}.", markup=False)
+        self.reload()
+
+    def action_recreate(self) -> None:
+        key = self._target()
+        if key is None:
+            return
+        dialog = ConfirmDialog(
+            f"Recreate key {key.name!r} of {key.owner}?",
+            "For a stolen or leaked key. The old key stops working at once, for every "
+            "service; a new key with the same name and scopes is shown once.",
+            "Recreate",
+        )
+        self.app.push_screen(dialog, lambda yes: self._confirmed(yes, self.recreate_key, key))
+
+    @work(thread=True, group="store")
+    def recreate_key(self, key: KeyInfo) -> None:
+        """Recreate the key off the event loop."""
+        try:
+            created = self.keys_app.store.recreate_key(key.owner, key.name)
+        except ApiKeyError as exc:
+            self.post_message(StoreFailed(str(exc)))
+            return
+        self.post_message(KeyCreated(created, recreated=True))
+
+    def on_store_failed(self, message: StoreFailed) -> None:
+        self.notify(message.reason, title="Not done", severity="error", markup=False)
+        if message.while_loading:
+            if not self._loaded:
+                empty = self.query_one("#empty", Static)
+                empty.update(literal(f"Could not load keys: {message.reason}. Press F5 to retry."))
+        else:
+            self.reload()  # e.g. someone else deleted the key meanwhile: show the truth

@@ -1,0 +1,41 @@
+"""Messages that workers post back to the UI thread (past tense: something happened)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from textual.message import Message
+
+from apikey_tui.store import CreatedKey, KeyInfo, ScopeInfo
+
+
+@dataclass
+class KeysLoaded(Message):
+    """The key list and scope catalog were read from the store."""
+
+    keys: list[KeyInfo]
+    scopes: list[ScopeInfo]
+    marker: tuple[object, ...]
+
+
+@dataclass
+class KeyCreated(Message):
+    """A key was created or recreated; the message carries its one-time plaintext."""
+
+    created: CreatedKey = field(repr=False)
+    recreated: bool = False
+
+
+@dataclass
+class KeyDeleted(Message):
+    """A key was deleted."""
+
+    key: KeyInfo
+
+
+@dataclass
+class StoreFailed(Message):
+    """A store operation was refused or the database was unavailable."""
+
+    reason: str
+    while_loading: bool = False
