@@ -1,0 +1,324 @@
+"""Pilot tests of the terminal app: every flow, against a real SQLite store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import text
+from textual.pilot import Pilot
+from textual.widgets import Button, DataTable, Input, SelectionList, Static
+
+from apikey_tui import keyformat
+from apikey_tui.store import KeyStore
+from apikey_tui.tui.app import ApiKeysApp
+from apikey_tui.tui.dialogs.confirm import ConfirmDialog
+from apikey_tui.tui.dialogs.create_key import CreateKeyDialog
+from apikey_tui.tui.dialogs.help import HelpScreen
+from apikey_tui.tui.dialogs.reveal_secret import RevealSecretDialog
+from apikey_tui.tui.keys_screen import KeysScreen
+from apikey_tui.verifier import Verifier
+from tests.conftest import CHEAP
+from tests.throwaway_postgres import ThrowawayPostgres
+from tests.tui.conftest import make_app
+
+SIZE = (100, 30)
+
+
+async def settle(pilot: Pilot[Any]) -> None:
+    """Let workers finish and their messages be handled."""
+    for _ in range(3):
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+
+
+def table_rows(app: ApiKeysApp) -> list[list[str]]:
+    table = app.screen.query_one("#keys", DataTable)
+    return [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+
+
+def keys_screen(app: ApiKeysApp) -> KeysScreen:
+    screen = app.screen_stack[1]
+    assert isinstance(screen, KeysScreen)
+    return screen
+
+
+async def open_create(pilot: Pilot[Any], name: str, scopes: list[str]) -> CreateKeyDialog:
+    await pilot.press("n")
+    await pilot.pause()
+    dialog = pilot.app.screen
+    assert isinstance(dialog, CreateKeyDialog)
+    dialog.query_one("#name", Input).value = name
+    selection = dialog.query_one("#scopes", SelectionList)
+    for scope in scopes:
+        selection.select(scope)
+    await pilot.pause()
+    return dialog
+
+
+async def test_create_reveal_copy_acknowledge(tui_store: KeyStore) -> None:
+    """Create shows the key once, c copies it, Enter closes, and the row is in the table."""
+    app = make_app(tui_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        dialog = await open_create(pilot, "ci-deploy", ["project", "serving"])
+        assert not dialog.query_one("#create", Button).disabled
+        await pilot.click("#create")
+        await settle(pilot)
+        assert isinstance(app.screen, RevealSecretDialog)
+        await pilot.press("c")
+        key = app.clipboard
+        info = tui_store.get_key("alice", "ci-deploy")
+        assert keyformat.parse(key).public_id == info.public_id
+        assert info.scopes == ("project", "serving")
+        assert (
+            Verifier(tui_store.engine, hasher=CHEAP).verify(f"ApiKey {key}").key_name == "ci-deploy"
+        )
+        await pilot.press("enter")
+        await settle(pilot)
+        assert isinstance(app.screen, KeysScreen)
+        assert [r[0] for r in table_rows(app)] == ["ci-deploy"]
+        # After the reveal is closed the secret is nowhere in the app.
+        assert app.clipboard == ""
+        assert keyformat.parse(key).secret[:16] not in app.export_screenshot()
+        assert all(key not in repr(w.render()) for w in app.screen.walk_children())
+
+
+async def test_closing_without_copy_asks_once_more(tui_store: KeyStore) -> None:
+    """Enter without copying warns first; a second Enter closes the reveal."""
+    app = make_app(tui_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await open_create(pilot, "laptop", ["project"])
+        await pilot.press("enter")  # Enter in the name field submits the dialog
+        await settle(pilot)
+        reveal = app.screen
+        assert isinstance(reveal, RevealSecretDialog)
+        await pilot.press("enter")
+        assert app.screen is reveal
+        assert "not copied" in str(reveal.query_one("#copy-status", Static).render())
+        await pilot.press("enter")
+        assert isinstance(app.screen, KeysScreen)
+
+
+async def test_name_validation_is_live_and_create_needs_a_scope(tui_store: KeyStore) -> None:
+    """Bad names and taken names show inline errors; Create stays disabled without a scope."""
+    tui_store.create_key("alice", "taken", ["project"])
+    app = make_app(tui_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        dialog = await open_create(pilot, "[bold red]x", ["project"])
+        error = dialog.query_one("#name-error", Static)
+        assert "is not allowed" in str(error.render())
+        assert dialog.query_one("#create", Button).disabled
+        dialog.query_one("#name", Input).value = "taken"
+        await pilot.pause()
+        assert "already has a key named 'taken'" in str(error.render())
+        dialog.query_one("#name", Input).value = "fresh"
+        dialog.query_one("#scopes", SelectionList).deselect_all()
+        await pilot.pause()
+        assert dialog.query_one("#create", Button).disabled
+        assert "at least one scope" in str(dialog.query_one("#scope-error", Static).render())
+        dialog.query_one("#scopes", SelectionList).select("serving")
+        await pilot.pause()
+        assert not dialog.query_one("#create", Button).disabled
+
+
+async def test_escape_cancels_and_writes_nothing(tui_store: KeyStore) -> None:
+    """Escape closes the create dialog and no key or event is written."""
+    app = make_app(tui_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await open_create(pilot, "never", ["project"])
+        await pilot.press("escape")
+        await settle(pilot)
+        assert isinstance(app.screen, KeysScreen)
+    assert tui_store.list_keys() == [] and tui_store.events() == []
+
+
+async def test_delete_confirms_and_the_key_stops_working(tui_store: KeyStore) -> None:
+    """d asks, naming key and owner; y deletes it from the table, the store and the verifier."""
+    created = tui_store.create_key("alice", "old", ["project"])
+    app = make_app(tui_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("d")
+        confirm = app.screen
+        assert isinstance(confirm, ConfirmDialog)
+        title = str(confirm.query_one(".dialog-title", Static).render())
+        assert title == "Delete key 'old' of alice?"
+        await pilot.press("y")
+        await settle(pilot)
+        assert table_rows(app) == []
+        assert "No API keys for alice yet" in str(app.screen.query_one("#empty", Static).render())
+    assert tui_store.credential(created.info.public_id) is None
+
+
+async def test_delete_cancel_keeps_the_key(tui_store: KeyStore) -> None:
+    """Enter on the confirmation (Cancel has focus) keeps the key."""
+    tui_store.create_key("alice", "keep", ["project"])
+    app = make_app(tui_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("d", "enter")
+        await settle(pilot)
+    assert [k.name for k in tui_store.list_keys("alice")] == ["keep"]
+
+
+async def test_recreate_refuses_the_old_secret_and_accepts_the_new(tui_store: KeyStore) -> None:
+    """r then y recreates: the reveal shows a new key; the old one is refused at once."""
+    old = tui_store.create_key("alice", "stolen", ["project", "serving"]).plaintext
+    verifier = Verifier(tui_store.engine, hasher=CHEAP, revocation_bound=0)
+    assert verifier.verify(f"ApiKey {old}", ["serving"]).key_name == "stolen"
+    app = make_app(tui_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("r")
+        assert isinstance(app.screen, ConfirmDialog)
+        await pilot.press("y")
+        await settle(pilot)
+        assert isinstance(app.screen, RevealSecretDialog)
+        await pilot.press("c")
+        new = app.clipboard
+        await pilot.press("enter")
+    assert new != old
+    assert verifier.verify(f"ApiKey {new}", ["serving", "project"]).key_name == "stolen"
+    try:
+        verifier.verify(f"ApiKey {old}")
+    except Exception as exc:  # the typed 401
+        assert type(exc).__name__ == "InvalidKeyError"
+    else:
+        raise AssertionError("the old key still works")
+
+
+async def test_key_deleted_elsewhere_is_a_notification(tui_store: KeyStore) -> None:
+    """Deleting a key someone else deleted meanwhile notifies and refreshes; the app stays up."""
+    tui_store.create_key("alice", "gone", ["project"])
+    app = make_app(tui_store, owner="alice")
+    app.poll_seconds = 60  # keep the stale row on screen for this test
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        tui_store.delete_key("alice", "gone")
+        await pilot.press("d", "y")
+        await settle(pilot)
+        messages = [n.message for n in app._notifications]
+        assert any("alice has no key named 'gone'" in m for m in messages)
+        assert table_rows(app) == []
+        assert isinstance(app.screen, KeysScreen)
+
+
+async def test_database_down_is_a_notification(throwaway_postgres: ThrowawayPostgres) -> None:
+    """With the database stopped, reload and create show one-line notifications, no traceback."""
+    store = KeyStore.open(throwaway_postgres.url, hasher=CHEAP)
+    store.create_key("alice", "k", ["project"])
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        throwaway_postgres.stop()
+        await pilot.press("f5")
+        await settle(pilot)
+        await open_create(pilot, "new", ["project"])
+        await pilot.click("#create")
+        await settle(pilot)
+        messages = [n.message for n in app._notifications]
+        assert sum("database unavailable" in m for m in messages) >= 2
+        assert all("\n" not in m for m in messages)
+        assert isinstance(app.screen, KeysScreen)
+        assert [r[0] for r in table_rows(app)] == ["k"]
+    store.close()
+
+
+async def test_markup_and_escapes_in_the_database_are_shown_literally(tui_store: KeyStore) -> None:
+    """A name holding Rich markup and an escape sequence (written around the rules) shows as text."""
+    tui_store.create_key("alice", "plain", ["project"])
+    with tui_store.engine.begin() as conn:
+        conn.execute(text("UPDATE apikey_tui_key SET name = :n"), {"n": "[bold red]x\x1b[2J"})
+        conn.execute(
+            text("UPDATE apikey_tui_scope SET description = :d WHERE name = 'project'"),
+            {"d": "[link=https://evil.example]click[/link]"},
+        )
+    app = make_app(tui_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert table_rows(app)[0][0] == "[bold red]x\\x1b[2J"
+        assert "\x1b" not in app.export_screenshot()
+        dialog = await open_create(pilot, "y", [])
+        prompt = str(dialog.query_one("#scopes", SelectionList).get_option_at_index(0).prompt)
+        assert "[link=https://evil.example]click[/link]" in prompt
+
+
+async def test_filter_narrows_and_sort_reorders(tui_store: KeyStore) -> None:
+    """Typing in the filter narrows rows; s and header clicks change the sort column."""
+    for name in ("zeta", "alpha", "deploy-a", "deploy-b"):
+        tui_store.create_key("alice", name, ["project"])
+    app = make_app(tui_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert [r[0] for r in table_rows(app)] == ["alpha", "deploy-a", "deploy-b", "zeta"]
+        await pilot.press("slash", "d", "e", "p")
+        assert [r[0] for r in table_rows(app)] == ["deploy-a", "deploy-b"]
+        await pilot.press("escape")
+        app.screen.query_one("#filter", Input).value = ""
+        await pilot.pause()
+        await pilot.click("#keys", offset=(2, 0))  # the Name header, already sorted: reverse
+        assert [r[0] for r in table_rows(app)] == ["zeta", "deploy-b", "deploy-a", "alpha"]
+        await pilot.press("s")  # next column: public id
+        assert keys_screen(app).view.sort_column == "public_id"
+
+
+async def test_changes_from_elsewhere_appear_without_restart(tui_store: KeyStore) -> None:
+    """A key created and deleted by another client shows up and disappears within a poll."""
+    app = make_app(tui_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert table_rows(app) == []
+        tui_store.create_key("alice", "from-cli", ["project"])
+        await pilot.pause(0.6)
+        await settle(pilot)
+        assert [r[0] for r in table_rows(app)] == ["from-cli"]
+        tui_store.delete_key("alice", "from-cli")
+        await pilot.pause(0.6)
+        await settle(pilot)
+        assert table_rows(app) == []
+
+
+async def test_all_owners_mode_shows_owner_column_and_asks_owner(tui_store: KeyStore) -> None:
+    """With --all the table has an owner column and the create dialog asks for the owner."""
+    tui_store.create_key("bob", "b", ["project"])
+    app = make_app(tui_store, owner=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert table_rows(app)[0][:2] == ["bob", "b"]
+        dialog = await open_create(pilot, "svc", ["project"])
+        dialog.query_one("#owner", Input).value = "carol"
+        await pilot.pause()
+        await pilot.click("#create")
+        await settle(pilot)
+        await pilot.press("c", "enter")
+        await settle(pilot)
+    assert tui_store.get_key("carol", "svc").scopes == ("project",)
+
+
+async def test_help_palette_and_header(tui_store: KeyStore) -> None:
+    """? opens help; the palette lists every action; the header names database and owner."""
+    app = make_app(tui_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        context = str(app.screen.query_one("#context", Static).render())
+        assert "owner: alice" in context and tui_store.label in context
+        titles = {c.title for c in app.get_system_commands(app.screen)}
+        assert {"Create key", "Delete key", "Recreate key", "Filter keys", "Help"} <= titles
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        assert isinstance(app.screen, KeysScreen)
+
+
+async def test_masked_password_in_header(postgres_url: str) -> None:
+    """A database URL with a password is shown masked in the header."""
+    store = KeyStore.open(postgres_url.replace("postgres@", "postgres:s3cret@"), hasher=CHEAP)
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        context = str(app.screen.query_one("#context", Static).render())
+        assert "s3cret" not in context and "postgres:***@" in context
+    store.close()
