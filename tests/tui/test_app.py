@@ -80,7 +80,7 @@ async def test_create_reveal_copy_acknowledge(tui_store: KeyStore) -> None:
         # After the reveal is closed the secret is nowhere in the app.
         assert app.clipboard == ""
         assert keyformat.parse(key).secret[:16] not in app.export_screenshot()
-        assert all(key not in repr(w.render()) for w in app.screen.walk_children())
+        assert all(key not in repr(w.render()) for w in app.screen.query("*"))
 
 
 async def test_closing_without_copy_asks_once_more(tui_store: KeyStore) -> None:
@@ -228,7 +228,7 @@ async def test_database_down_is_a_notification(throwaway_postgres: ThrowawayPost
 
 
 async def test_markup_and_escapes_in_the_database_are_shown_literally(tui_store: KeyStore) -> None:
-    """A name holding Rich markup and an escape sequence (written around the rules) shows as text."""
+    """A name with Rich markup and an escape sequence (written around the rules) shows as text."""
     tui_store.create_key("alice", "plain", ["project"])
     with tui_store.engine.begin() as conn:
         conn.execute(text("UPDATE apikey_tui_key SET name = :n"), {"n": "[bold red]x\x1b[2J"})
