@@ -35,8 +35,8 @@ _SORT_KEYS: dict[str, Callable[[KeyInfo], Any]] = {
 
 
 def when(moment: datetime | None) -> str:
-    """A timestamp as the table shows it; blank when there is none (never used)."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M") if moment else ""
+    """A day as the table shows it (UTC), so five columns fit 80 terminal columns; blank if none."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%d") if moment else ""
 
 
 def row_cells(key: KeyInfo, *, with_owner: bool) -> list[Text]:

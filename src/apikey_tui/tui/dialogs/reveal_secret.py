@@ -79,7 +79,7 @@ class RevealSecretDialog(ModalScreen[None]):
             with Horizontal(classes="buttons"):
                 buttons = [
                     Button("Copy key (c)", variant="primary", id="copy"),
-                    Button("I have stored it (Enter)", id="done"),
+                    Button("Stored it (Enter)", id="done"),
                 ]
                 for button in buttons:
                     # A focused button would take Enter away from the acknowledgement binding.

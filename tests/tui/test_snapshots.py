@@ -1,0 +1,123 @@
+"""Snapshot tests: the app at 80x24 with fixed data, compared with SVGs kept in the repository.
+
+Set UPDATE_SNAPSHOTS=1 to rewrite them after an intended change (and look at the SVGs).
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+from textual.pilot import Pilot
+from textual.widgets import Input, SelectionList
+
+from apikey_tui.store import CreatedKey, KeyInfo, KeyStore
+from apikey_tui.tui.app import ApiKeysApp
+from apikey_tui.tui.dialogs.reveal_secret import RevealSecretDialog
+from tests.tui.test_app import settle
+
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+SIZE = (80, 24)
+# Not a key of any database: a made-up string of the key's shape, safe to keep in a picture.
+EXAMPLE_KEY = "akexampleexample00." + "x" * 52 + "aaaaaaa"
+
+
+def fixed_data(store: KeyStore) -> None:
+    """Three keys with fixed ids and times, so the pictures never change by themselves."""
+    for name, scopes in (("ci-deploy", ["project"]), ("model-client", ["project", "serving"])):
+        store.create_key("alice", name, scopes)
+    store.create_key("alice", "reports", ["project"])
+    with store.engine.begin() as conn:
+        for number, name in enumerate(("ci-deploy", "model-client", "reports")):
+            conn.execute(
+                text(
+                    "UPDATE apikey_tui_key SET public_id = :p, created_at = :c, last_used_at = :u"
+                    " WHERE name = :n"
+                ),
+                {
+                    "p": f"ak{number}example0000000"[:18],
+                    "c": datetime(2026, 11, 1 + number, 9, 30, tzinfo=UTC),
+                    "u": datetime(2026, 11, 20, 12, 0, tzinfo=UTC) if number == 1 else None,
+                    "n": name,
+                },
+            )
+
+
+def snapshot(app: ApiKeysApp, name: str) -> None:
+    """Compare the app's screen with snapshots/NAME.svg (or write it when updating)."""
+    picture = app.export_screenshot()
+    path = SNAPSHOTS / f"{name}.svg"
+    if os.environ.get("UPDATE_SNAPSHOTS") == "1" or not path.exists():
+        if os.environ.get("CI") and not path.exists():
+            pytest.fail(f"snapshot {path.name} is missing; run with UPDATE_SNAPSHOTS=1 locally")
+        SNAPSHOTS.mkdir(exist_ok=True)
+        path.write_text(picture)
+        return
+    if picture != path.read_text():
+        actual = path.with_suffix(".actual.svg")
+        actual.write_text(picture)
+        pytest.fail(f"{path.name} differs from the app's screen; see {actual}")
+
+
+def new_app(store: KeyStore) -> ApiKeysApp:
+    app = ApiKeysApp(store, owner="alice", database_label="sqlite:///keys.db", poll_seconds=60)
+    app.theme = "textual-dark"
+    return app
+
+
+async def run(store: KeyStore, name: str, steps: Any = None) -> None:
+    app = new_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        if steps is not None:
+            await steps(pilot)
+            await settle(pilot)
+        snapshot(app, name)
+
+
+async def test_empty_state(tui_store: KeyStore) -> None:
+    """The picture shows the header, the filter and 'No API keys for alice yet. Press n …'."""
+    await run(tui_store, "empty_state")
+
+
+async def test_table_with_keys(tui_store: KeyStore) -> None:
+    """The picture shows three keys sorted by name, one with a last-used time, and the footer."""
+    fixed_data(tui_store)
+    await run(tui_store, "table_with_keys")
+
+
+async def test_create_dialog_with_an_error(tui_store: KeyStore) -> None:
+    """The picture shows the create dialog with a taken name's inline error and Create disabled."""
+    fixed_data(tui_store)
+
+    async def steps(pilot: Pilot[Any]) -> None:
+        await pilot.press("n")
+        await pilot.pause()
+        pilot.app.screen.query_one("#name", Input).value = "ci-deploy"
+        pilot.app.screen.query_one("#scopes", SelectionList).select("project")
+
+    await run(tui_store, "create_dialog_error", steps)
+
+
+async def test_reveal(tui_store: KeyStore) -> None:
+    """The picture shows a made-up key on one line, the warning and the copy prompt."""
+    info = KeyInfo("alice", "ci-deploy", "akexampleexample00", ("project",), datetime.now(UTC))
+
+    async def steps(pilot: Pilot[Any]) -> None:
+        await pilot.app.push_screen(RevealSecretDialog(CreatedKey(info, EXAMPLE_KEY)))
+
+    await run(tui_store, "reveal", steps)
+
+
+async def test_delete_confirmation(tui_store: KeyStore) -> None:
+    """The picture shows the delete confirmation naming 'ci-deploy' of alice and its public id."""
+    fixed_data(tui_store)
+
+    async def steps(pilot: Pilot[Any]) -> None:
+        await pilot.press("d")
+
+    await run(tui_store, "delete_confirmation", steps)
