@@ -1,0 +1,104 @@
+"""End to end in a real terminal: tmux runs `apikey-tui`, keys are typed, the pane is read."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from apikey_tui import keyformat
+from apikey_tui.store import KeyStore
+from apikey_tui.verifier import Verifier
+
+KEY = re.compile(r"ak[a-z2-7]{16}\.[a-z2-7]{59}")
+
+
+class Tmux:
+    """A private tmux server (its own socket) with one 100x30 pane."""
+
+    def __init__(self, command: list[str], env: dict[str, str]) -> None:
+        tmux = shutil.which("tmux")
+        if tmux is None:
+            pytest.fail("tmux is not installed (.ci/run installs it)", pytrace=False)
+        self.base = [tmux, "-L", f"apikey-test-{uuid.uuid4().hex[:8]}"]
+        exports = " ".join(f"{k}={v}" for k, v in env.items())
+        shell = f"env {exports} {' '.join(command)}"
+        self.run("new-session", "-d", "-s", "e2e", "-x", "100", "-y", "30", shell)
+        self.run("set-option", "-t", "e2e", "remain-on-exit", "on")
+
+    def run(self, *args: str) -> str:
+        return subprocess.run(
+            [*self.base, *args], capture_output=True, text=True, check=True, timeout=20
+        ).stdout
+
+    def send(self, *keys: str) -> None:
+        for key in keys:
+            self.run("send-keys", "-t", "e2e", key)
+            time.sleep(0.15)
+
+    def screen(self) -> str:
+        return self.run("capture-pane", "-p", "-t", "e2e")
+
+    def wait_for(self, test: Callable[[str], bool], what: str, timeout: float = 20) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            screen = self.screen()
+            if test(screen):
+                return screen
+            time.sleep(0.2)
+        pytest.fail(f"waited {timeout}s for {what}; the pane shows:\n{self.screen()}")
+
+    def close(self) -> None:
+        subprocess.run([*self.base, "kill-server"], capture_output=True, check=False, timeout=20)
+
+
+@pytest.fixture
+def tmux_app(tmp_path: Path) -> Iterator[tuple[Tmux, str]]:
+    url = f"sqlite:///{tmp_path / 'keys.db'}"
+    KeyStore.open(url).close()
+    command = [sys.executable, "-m", "apikey_tui", "--owner", "alice"]
+    env = {"APIKEY_TUI_DATABASE_URL": url, "TERM": "xterm-256color", "PATH": os.environ["PATH"]}
+    tmux = Tmux(command, env)
+    yield tmux, url
+    tmux.close()
+
+
+def test_create_a_key_with_two_scopes_in_a_real_terminal(tmux_app: tuple[Tmux, str]) -> None:
+    """Typed keys create a key with two scopes; the revealed key works and is listed by the CLI."""
+    tmux, url = tmux_app
+    tmux.wait_for(lambda s: "No API keys for alice yet" in s, "the empty table")
+    tmux.send("n")
+    tmux.wait_for(lambda s: "New API key" in s, "the create dialog")
+    tmux.send("e2e-key", "Tab", "Space", "Down", "Space", "Tab", "Enter")
+    screen = tmux.wait_for(lambda s: KEY.search(s) is not None, "the one-time reveal")
+    match = KEY.search(screen)
+    assert match is not None
+    key = match.group(0)
+    keyformat.parse(key)
+    tmux.send("c", "Enter")
+    tmux.wait_for(lambda s: "e2e-key" in s and "project serving" in s, "the new row")
+    tmux.send("q")
+    tmux.wait_for(lambda s: "Pane is dead" in s or not s.strip(), "the app to exit", timeout=10)
+    history = tmux.run("capture-pane", "-p", "-S", "-", "-t", "e2e")
+    assert key not in history  # the alternate screen leaves no secret in the scrollback
+
+    listing = subprocess.run(
+        [sys.executable, "-m", "apikey_tui", "--database-url", url, "keys", "list",
+         "--owner", "alice", "--json"],
+        capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    [entry] = json.loads(listing.stdout)
+    assert entry["name"] == "e2e-key" and entry["scopes"] == ["project", "serving"]
+    assert entry["public_id"] == keyformat.parse(key).public_id
+    verifier = Verifier.from_url(url)
+    assert verifier.verify(f"ApiKey {key}", ["serving", "project"]).key_name == "e2e-key"
+    verifier.close()
