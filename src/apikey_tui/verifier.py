@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TypeVar
 
@@ -36,7 +36,7 @@ DEFAULT_REVOCATION_BOUND = 1.0  # seconds a PostgreSQL-backed cache entry is tru
 LAST_USED_INTERVAL = 60.0  # at most one last_used_at write per key per minute per process
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Caller:
     """Who is calling: the key's owner, name, public id and scopes."""
 
@@ -46,16 +46,23 @@ class Caller:
     scopes: frozenset[str]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Entry:
-    """A key this process has verified: a salted digest of it, never the key itself."""
+    """A key this process has verified: a salted digest of it, never the key itself.
+
+    `hash_tag` fingerprints the stored argon2 hash, to notice a recreated key cheaply.
+    """
 
     digest: bytes
     caller: Caller
-    stored_hash: str = field(repr=False)
+    hash_tag: bytes
     generation: int
     checked_at: float
     recorded_at: float = float("-inf")
+
+
+def _tag(secret_hash: str) -> bytes:
+    return hashlib.blake2b(secret_hash.encode(), digest_size=16).digest()
 
 
 class _FailureBudget:
@@ -149,9 +156,8 @@ class Verifier:
         return self._authorize(caller, required_scopes)
 
     def _authorize(self, caller: Caller, required: Collection[str]) -> Caller:
-        missing = [s for s in required if s not in caller.scopes]
-        if missing:
-            raise InsufficientScopeError(sorted(missing))
+        if required and not caller.scopes.issuperset(required):
+            raise InsufficientScopeError(sorted(set(required) - caller.scopes))
         return caller
 
     def _digest(self, credential: str) -> bytes:
@@ -162,7 +168,7 @@ class Verifier:
         if authorization is None:
             return None
         scheme, _, credential = authorization.strip(" \t").partition(" ")
-        if scheme.lower() != "apikey":
+        if scheme != "ApiKey" and scheme.lower() != "apikey":
             return None
         entry = self._entries.get(self._digest(credential.strip(" ")))
         if entry is None:
@@ -209,14 +215,14 @@ class Verifier:
             self._forget(parsed.public_id)
             raise InvalidKeyError()
         entry = self._entries.get(digest)
-        if entry is not None and entry.stored_hash == stored.secret_hash:
+        if entry is not None and entry.hash_tag == _tag(stored.secret_hash):
             # Known key, cache entry merely stale: the database still holds the same hash.
             entry.caller = self._caller(stored)
             entry.generation, entry.checked_at = generation, checked_at
             return entry.caller
         secret_hash = self._check_secret(parsed.public_id, parsed.secret, stored)
         self._forget(parsed.public_id)
-        entry = _Entry(digest, self._caller(stored), secret_hash, generation, checked_at)
+        entry = _Entry(digest, self._caller(stored), _tag(secret_hash), generation, checked_at)
         self._entries[digest] = entry
         self._by_id[parsed.public_id] = digest
         self._note_use(entry, checked_at)

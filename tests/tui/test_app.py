@@ -6,7 +6,7 @@ from typing import Any
 
 from sqlalchemy import text
 from textual.pilot import Pilot
-from textual.widgets import Button, DataTable, Input, SelectionList, Static
+from textual.widgets import Button, Input, SelectionList, Static
 
 from apikey_tui import keyformat
 from apikey_tui.store import KeyStore
@@ -15,6 +15,7 @@ from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.create_key import CreateKeyDialog
 from apikey_tui.tui.dialogs.help import HelpScreen
 from apikey_tui.tui.dialogs.reveal_secret import RevealSecretDialog
+from apikey_tui.tui.key_table import KeyTable
 from apikey_tui.tui.keys_screen import KeysScreen
 from apikey_tui.verifier import Verifier
 from tests.conftest import CHEAP
@@ -32,8 +33,8 @@ async def settle(pilot: Pilot[Any]) -> None:
 
 
 def table_rows(app: ApiKeysApp) -> list[list[str]]:
-    table = app.screen.query_one("#keys", DataTable)
-    return [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+    table = app.screen.query_one(KeyTable)
+    return [table.row_text(i) for i in range(len(table.rows))] if table.display else []
 
 
 def keys_screen(app: ApiKeysApp) -> KeysScreen:

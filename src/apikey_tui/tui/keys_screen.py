@@ -9,7 +9,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import Footer, Input, Static
 
 from apikey_tui.errors import ApiKeyError
 from apikey_tui.store import KeyInfo, ScopeInfo
@@ -17,7 +17,7 @@ from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.create_key import CreateKeyDialog, NewKeyRequest
 from apikey_tui.tui.dialogs.help import HelpScreen
 from apikey_tui.tui.dialogs.reveal_secret import RevealSecretDialog
-from apikey_tui.tui.key_table import COLUMNS, WINDOW, KeyView, columns, row_cells
+from apikey_tui.tui.key_table import COLUMNS, KeyTable, KeyView, column_widths, columns
 from apikey_tui.tui.messages import KeyCreated, KeyDeleted, KeysLoaded, StoreFailed
 from apikey_tui.tui.text import literal
 
@@ -45,7 +45,7 @@ class KeysScreen(Screen[None]):
         self.scopes: list[ScopeInfo] = []
         self._marker: tuple[object, ...] | None = None
         self._loaded = False
-        self._row_keys: list[KeyInfo] = []
+        self._widths: list[int] = []
 
     @property
     def keys_app(self) -> ApiKeysApp:
@@ -63,15 +63,13 @@ class KeysScreen(Screen[None]):
         yield Input(
             placeholder="/ filter by name, public id, scope or owner", id="filter", compact=True
         )
-        yield DataTable(id="keys", cursor_type="row", zebra_stripes=True)
+        yield KeyTable(id="keys")
         yield Static("Loading keys…", id="empty")
         yield Static("", id="status")
         yield Footer()
 
     def on_mount(self) -> None:
-        table = self.query_one("#keys", DataTable)
-        for column in columns(with_owner=self.keys_app.owner is None):
-            table.add_column(COLUMNS[column], key=column)
+        table = self.query_one(KeyTable)
         table.display = False
         table.focus()
         self.reload()
@@ -90,7 +88,8 @@ class KeysScreen(Screen[None]):
         except ApiKeyError as exc:
             self.post_message(StoreFailed(str(exc), while_loading=True))
             return
-        self.post_message(KeysLoaded(keys, scopes, marker))
+        widths = column_widths(keys, self.columns)  # here, not on the event loop
+        self.post_message(KeysLoaded(keys, scopes, marker, widths))
 
     @work(thread=True, exclusive=True, group="poll")
     def poll(self) -> None:
@@ -104,47 +103,41 @@ class KeysScreen(Screen[None]):
 
     def on_keys_loaded(self, message: KeysLoaded) -> None:
         self._marker, self._loaded = message.marker, True
-        self.scopes = message.scopes
+        self.scopes, self._widths = message.scopes, message.widths
         self.view.load(message.keys)
         self.show_keys()
 
+    @property
+    def columns(self) -> list[str]:
+        """The table's columns: an owner column only when showing every owner's keys."""
+        return columns(with_owner=self.keys_app.owner is None)
+
     def show_keys(self) -> None:
-        """Fill the table with the keys matching the filter, keeping the cursor on its key."""
-        table = self.query_one("#keys", DataTable)
+        """Show the keys matching the filter, keeping the cursor on its key."""
+        table = self.query_one(KeyTable)
         text = self.query_one("#filter", Input).value
         matching = self.view.matching(text)
-        selected = self.selected_key()
-        with_owner = self.keys_app.owner is None
-        table.clear()
-        table.add_rows(row_cells(k, with_owner=with_owner) for k in matching[:WINDOW])
-        self._row_keys = matching[:WINDOW]
-        if selected is not None and selected in self._row_keys:
-            table.move_cursor(row=self._row_keys.index(selected), animate=False)
+        table.sort_column, table.reverse = self.view.sort_column, self.view.reverse
+        table.show(matching, self.columns, self._widths, keep=table.selected)
         empty = self.query_one("#empty", Static)
         if not self.view.keys:
-            who = "anyone" if with_owner else self.keys_app.owner
+            who = "anyone" if self.keys_app.owner is None else self.keys_app.owner
             empty.update(literal(f"No API keys for {who} yet. Press n to create the first one."))
         elif not matching:
             empty.update(literal(f"No key matches {text!r}."))
         table.display, empty.display = bool(matching), not matching
-        self._show_status(len(matching))
-
-    def _show_status(self, matching: int) -> None:
         total = len(self.view.keys)
+        shown = (
+            f"{len(matching):,} of {total:,} keys" if len(matching) != total else f"{total:,} keys"
+        )
         arrow = "▼" if self.view.reverse else "▲"
-        shown = f"{matching:,} of {total:,} keys" if matching != total else f"{total:,} keys"
-        if matching > WINDOW:
-            shown += f", first {WINDOW:,} shown: type to narrow"
-        sort = f"sorted by {COLUMNS[self.view.sort_column].lower()} {arrow} · times in UTC"
-        self.query_one("#status", Static).update(f"{shown} · {sort}")
+        sort = f"sorted by {COLUMNS[self.view.sort_column].lower()} {arrow}"
+        self.query_one("#status", Static).update(f"{shown} · {sort} · dates in UTC")
 
     def selected_key(self) -> KeyInfo | None:
-        """The key under the table cursor, if any."""
-        table = self.query_one("#keys", DataTable)
-        rows = self._row_keys
-        if not table.display or not 0 <= table.cursor_row < len(rows):
-            return None
-        return rows[table.cursor_row]
+        """The key under the table cursor, if the table shows any."""
+        table = self.query_one(KeyTable)
+        return table.selected if table.display else None
 
     # --- filter and sort ----------------------------------------------------------------------
 
@@ -154,19 +147,19 @@ class KeysScreen(Screen[None]):
 
     @on(Input.Submitted, "#filter")
     def action_focus_table(self) -> None:
-        self.query_one("#keys", DataTable).focus()
+        self.query_one(KeyTable).focus()
 
     def action_focus_filter(self) -> None:
         self.query_one("#filter", Input).focus()
 
     def action_sort(self) -> None:
-        order = columns(with_owner=self.keys_app.owner is None)
+        order = self.columns
         self.view.sort_by(order[(order.index(self.view.sort_column) + 1) % len(order)])
         self.show_keys()
 
-    @on(DataTable.HeaderSelected)
-    def _header_clicked(self, event: DataTable.HeaderSelected) -> None:
-        self.view.sort_by(str(event.column_key.value))
+    @on(KeyTable.SortRequested)
+    def _header_clicked(self, event: KeyTable.SortRequested) -> None:
+        self.view.sort_by(event.column)
         self.show_keys()
 
     def action_reload(self) -> None:
@@ -215,7 +208,7 @@ class KeysScreen(Screen[None]):
         # The secret must live nowhere once the reveal is closed, the app's copy of the
         # clipboard included (Textual keeps what it copied; it has no public way to forget it).
         self.app._clipboard = ""
-        self.query_one("#keys", DataTable).focus()
+        self.query_one(KeyTable).focus()
 
     # --- delete and recreate ------------------------------------------------------------------
 

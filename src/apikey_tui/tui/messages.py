@@ -16,6 +16,7 @@ class KeysLoaded(Message):
     keys: list[KeyInfo]
     scopes: list[ScopeInfo]
     marker: tuple[object, ...]
+    widths: list[int]
 
 
 @dataclass

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import unicodedata
 
-from rich.text import Text
 from textual.content import Content
 
 
@@ -18,8 +17,3 @@ def visible(value: str) -> str:
 def literal(value: str) -> Content:
     """Content that shows value as typed: '[red]' stays '[red]'."""
     return Content(visible(value))
-
-
-def cell(value: str) -> Text:
-    """A DataTable cell that shows value as typed (DataTable parses plain str as markup)."""
-    return Text(visible(value), no_wrap=True, overflow="ellipsis")

@@ -1,0 +1,1 @@
+"""Benchmarks: run all with `python -m benchmarks.run`; results in benchmarks/RESULTS.md."""
