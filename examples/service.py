@@ -81,6 +81,7 @@ def _from_environment() -> Starlette:
     verifier = Verifier.from_url(
         resolve_database_url(None),
         revocation_bound=float(os.environ.get("APIKEY_TUI_REVOCATION_BOUND", "1.0")),
+        failure_burst=float(os.environ.get("APIKEY_TUI_FAILURE_BURST", "5")),
     )
     return build_app(verifier, with_baseline=os.environ.get("EXAMPLE_BASELINE") == "1")
 

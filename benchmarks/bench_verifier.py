@@ -1,0 +1,166 @@
+"""Verifier per check, warm and cold, on SQLite and PostgreSQL, against a floor and a peer."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import psycopg
+
+from apikey_tui.hashing import SecretHasher
+from apikey_tui.verifier import Verifier
+from benchmarks.bulk import fill
+
+POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+def per_call_us(call: Callable[[], object], batches: int = 200, size: int = 250) -> float:
+    """Median over batches of the mean microseconds per call (timer overhead amortised)."""
+    means = []
+    for _ in range(batches):
+        start = time.perf_counter_ns()
+        for _ in range(size):
+            call()
+        means.append((time.perf_counter_ns() - start) / size / 1000)
+    return statistics.median(means)
+
+
+@contextmanager
+def database(kind: str) -> Iterator[str]:
+    """A fresh SQLite file, or a fresh schema on the machine's PostgreSQL."""
+    if kind == "sqlite":
+        yield f"sqlite:///{tempfile.mkdtemp()}/keys.db"
+        return
+    schema = f"bench_{uuid.uuid4().hex[:8]}"
+    plain = POSTGRES.replace("+psycopg", "")
+    with psycopg.connect(plain, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    try:
+        yield f"{POSTGRES}?options=-csearch_path%3D{schema}"
+    finally:
+        with psycopg.connect(plain, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def checks(kind: str) -> dict[str, float]:
+    """Warm and cold check times with the real argon2 profile."""
+    with database(kind) as url:
+        keys = fill(url, 100, profile="key-secret-v1")
+        verifier = Verifier.from_url(url)
+        header = f"ApiKey {keys[0]}"
+        verifier.verify(header, ("project",))
+        warm = per_call_us(lambda: verifier.verify(header, ("project",)))
+        cold = []
+        for key in keys[1:]:
+            start = time.perf_counter()
+            verifier.verify(f"ApiKey {key}")
+            cold.append((time.perf_counter() - start) * 1000)
+        verifier.close()
+    return {"warm_us": warm, "cold_ms": statistics.median(cold)}
+
+
+def floor_us() -> float:
+    """The floor: SHA-256 of the key and one dict lookup, nothing else."""
+    key = "ak" + "a" * 16 + "." + "b" * 59
+    table = {hashlib.sha256(key.encode()).digest(): "caller"}
+    return per_call_us(lambda: table[hashlib.sha256(key.encode()).digest()])
+
+
+PEER = """
+import json, statistics, time
+import django
+from django.conf import settings
+settings.configure(
+    INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "rest_framework",
+                    "rest_framework_api_key"],
+    DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
+    USE_TZ=True,
+)
+django.setup()
+from django.core.management import call_command
+call_command("migrate", verbosity=0)
+from rest_framework_api_key.crypto import KeyGenerator
+from rest_framework_api_key.models import APIKey
+obj, key = APIKey.objects.create_key(name="bench")
+def per_call(call, batches=100, size=50):
+    means = []
+    for _ in range(batches):
+        start = time.perf_counter_ns()
+        for _ in range(size):
+            call()
+        means.append((time.perf_counter_ns() - start) / size / 1000)
+    return statistics.median(means)
+assert APIKey.objects.is_valid(key)
+generator = KeyGenerator()
+print(json.dumps({
+    "is_valid_us": per_call(lambda: APIKey.objects.is_valid(key)),
+    "crypto_only_us": per_call(lambda: generator.verify(key, obj.hashed_key), size=1000),
+}))
+"""
+
+
+def peer() -> dict[str, float]:
+    """djangorestframework-api-key's check (in its own process, for Django's settings)."""
+    result = subprocess.run(
+        [sys.executable, "-c", PEER], capture_output=True, text=True, check=True, timeout=300
+    )
+    data: dict[str, float] = json.loads(result.stdout)
+    return data
+
+
+def deep_size(roots: list[object]) -> int:
+    """Bytes of the objects reachable from roots, each counted once (slots and containers)."""
+    seen: set[int] = set()
+    stack = list(roots)
+    total = 0
+    while stack:
+        item = stack.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        total += sys.getsizeof(item)
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple | set | frozenset):
+            stack.extend(item)
+        else:
+            for cls in type(item).__mro__:
+                for slot in getattr(cls, "__slots__", ()):
+                    if hasattr(item, slot):
+                        stack.append(getattr(item, slot))
+    return total
+
+
+def cache_memory(count: int = 100_000) -> dict[str, float]:
+    """Bytes the verifier's cache holds for count distinct verified keys."""
+    with database("sqlite") as url:
+        keys = fill(url, count)
+        verifier = Verifier.from_url(url, hasher=SecretHasher("cheapest"))
+        for key in keys:
+            verifier.verify(f"ApiKey {key}")
+        assert verifier.cache_size() == count
+        size = deep_size([verifier._entries, verifier._by_id, verifier._scope_sets])
+        verifier.close()
+    return {"cache_mib_100k": size / 2**20, "cache_bytes_per_key": size / count}
+
+
+def main() -> None:
+    """Print one JSON object with every measurement."""
+    results: dict[str, object] = {"floor_us": floor_us(), "peer": peer()}
+    for kind in ("sqlite", "postgresql"):
+        results[kind] = checks(kind)
+    results.update(cache_memory())
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
