@@ -34,6 +34,7 @@ class Service:
 
     def __init__(self, database_url: str, revocation_bound: str = "1.0") -> None:
         self.port = _free_port()
+        self.output = ""
         env = {
             **os.environ,
             "APIKEY_TUI_DATABASE_URL": database_url,
@@ -52,7 +53,7 @@ class Service:
             except OSError:
                 time.sleep(0.1)
         self.stop()
-        raise RuntimeError("the example service did not start")
+        raise RuntimeError(f"the example service did not start:\n{self.output}")
 
     def call(
         self, method: str, path: str, key: str | None = None, body: bytes | None = None
@@ -72,6 +73,7 @@ class Service:
         self.process.terminate()
         self.process.wait(timeout=10)
         assert self.process.stdout is not None
+        self.output = self.process.stdout.read().decode(errors="replace")[-4000:]
         self.process.stdout.close()
 
 

@@ -211,6 +211,10 @@ class Verifier:
         credential = split_credentials(authorization)
         parsed = parse_key(credential)
         digest = self._digest(credential)
+        entry = self._entries.get(digest)
+        if entry is None and not self._budget.allows(parsed.public_id):
+            # A flood of wrong secrets for this id: refuse before the database and argon2.
+            raise InvalidKeyError()
         # Snapshot freshness before reading: a change committed during the read shows next time.
         generation = self._current_generation() if self._watch_path else self._generation
         checked_at = time.monotonic()
@@ -218,7 +222,6 @@ class Verifier:
         if stored is None:
             self._forget(parsed.public_id)
             raise InvalidKeyError()
-        entry = self._entries.get(digest)
         if entry is not None and entry.hash_tag == _tag(stored.secret_hash):
             # Known key, cache entry merely stale: the database still holds the same hash.
             entry.caller = self._caller(stored)

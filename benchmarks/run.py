@@ -1,0 +1,130 @@
+"""Run every benchmark and write benchmarks/RESULTS.md: `python -m benchmarks.run`."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+
+
+def run(module: str) -> Any:
+    """Run one benchmark module in its own process and return its JSON."""
+    print(f"running {module} …", file=sys.stderr, flush=True)
+    result = subprocess.run(
+        [sys.executable, "-m", f"benchmarks.{module}"],
+        capture_output=True, text=True, check=True, cwd=HERE.parent, timeout=3600,
+    )  # fmt: skip
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "**missed**"
+
+
+def render(h: Any, v: Any, s: Any, t: Any) -> str:
+    """The results page, every number with its baseline and target."""
+    floor, peer = v["floor_us"], v["peer"]["is_valid_us"]
+    lines = [
+        "# Benchmark results",
+        "",
+        f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {platform.machine()}, "
+        f"{os.cpu_count()} cores, Python {platform.python_version()}, one run of "
+        "`python -m benchmarks.run` (a shared, noisy machine: read ratios, not absolutes).",
+        "",
+        "## Verifier, per check (`bench_verifier.py`)",
+        "",
+        "| check | time | vs floor | vs peer | target |",
+        "|---|---|---|---|---|",
+    ]
+    for kind in ("sqlite", "postgresql"):
+        warm = v[kind]["warm_us"]
+        lines.append(
+            f"| warm (cached), {kind} | {warm:.2f} µs | {warm / floor:.1f}x | "
+            f"{peer / warm:.0f}x faster | <5 µs {verdict(warm < 5)}; ≤10x floor "
+            f"{verdict(warm <= 10 * floor)}; ≥20x faster than peer {verdict(peer / warm >= 20)} |"
+        )
+    for kind in ("sqlite", "postgresql"):
+        cold = v[kind]["cold_ms"]
+        lines.append(
+            f"| cold (argon2 `key-secret-v1` + lookup), {kind} | {cold:.2f} ms | | | once per key |"
+        )
+    lines += [
+        f"| floor: SHA-256 + dict lookup | {floor:.2f} µs | 1x | | |",
+        f"| peer: djangorestframework-api-key `APIKey.objects.is_valid` (SQLite) | "
+        f"{peer:.0f} µs | | 1x | |",
+        f"| peer, crypto only (`KeyGenerator.verify`, SHA-512, no lookup) | "
+        f"{v['peer']['crypto_only_us']:.2f} µs | | | |",
+        "",
+        "The peer's full check includes its database lookup, as every request of its users pays;"
+        " its crypto-only line is shown for honesty: our warm path does a freshness check the peer"
+        " does not (SQLite: 48 bytes of the WAL-index header; PostgreSQL: a clock read).",
+        "",
+        f"Cache memory with 100,000 distinct verified keys: **{v['cache_mib_100k']:.1f} MiB** "
+        f"({v['cache_bytes_per_key']:.0f} bytes per key; digests, callers and index, no key).",
+        "",
+        "## Example service under load (`bench_service.py`, wrk, 1 thread, 16 connections, 8 s)",
+        "",
+        "| endpoint | requests/s |",
+        "|---|---|",
+        f"| `POST /models/m/predict` with a valid key | {s['throughput']['rps_with_key']:.0f} |",
+        f"| same handler, no check (`/open/...`) | {s['throughput']['rps_without_check']:.0f} |",
+        "",
+        f"Verifier cost: **{s['throughput']['verifier_cost_pct']:.1f} %** of throughput "
+        f"(target under 10 %: {verdict(s['throughput']['verifier_cost_pct'] < 10)}).",
+        "",
+        "Flood of 20,000 distinct wrong secrets (valid checksums) for one real public id:",
+        "",
+        "| failure budget | requests/s served | server CPU per request |",
+        "|---|---|---|",
+        f"| on (burst 5, 1 argon2 try per second per key) | {s['flood_with_budget']['rps']:.0f} | "
+        f"{s['flood_with_budget']['server_cpu_ms_per_request']:.2f} ms |",
+        f"| off (every wrong secret runs argon2) | {s['flood_without_budget']['rps']:.0f} | "
+        f"{s['flood_without_budget']['server_cpu_ms_per_request']:.2f} ms |",
+        "",
+        "## Terminal app (`bench_tui.py`, headless, 120x40)",
+        "",
+        "| measure | result | target |",
+        "|---|---|---|",
+        f"| first paint, 10,000 keys | {t['first_paint_10000_s']:.2f} s | "
+        f"<1 s {verdict(t['first_paint_10000_s'] < 1)} |",
+        f"| first paint, 100,000 keys | {t['first_paint_100000_s']:.2f} s | (recorded) |",
+        f"| filter keystroke, 100,000 keys, median | "
+        f"{t['filter_keystroke_100000_median_ms']:.0f} ms | <100 ms "
+        f"{verdict(t['filter_keystroke_100000_median_ms'] < 100)} |",
+        f"| filter keystroke, 100,000 keys, worst of 16 | "
+        f"{t['filter_keystroke_100000_max_ms']:.0f} ms | (recorded) |",
+        "",
+        "A keystroke is timed from setting the filter to the end of the repaint, including about"
+        " 20 ms that Textual's test pilot itself spends waiting for the screen to settle.",
+        "",
+        "## Hashing (`bench_hashing.py`, one core)",
+        "",
+        "| profile | hash | verify | extra peak memory |",
+        "|---|---|---|---|",
+    ]
+    for profile, r in h.items():
+        lines.append(
+            f"| `{profile}` | {r['hash_ms']:.2f} ms | {r['verify_ms']:.2f} ms | "
+            f"{r['peak_mib']:.1f} MiB |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    """Run all benchmarks, write RESULTS.md and print it."""
+    page = render(
+        run("bench_hashing"), run("bench_verifier"), run("bench_service"), run("bench_tui")
+    )
+    (HERE / "RESULTS.md").write_text(page)
+    print(page)
+
+
+if __name__ == "__main__":
+    main()
