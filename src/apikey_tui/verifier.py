@@ -94,8 +94,8 @@ class Verifier:
 
     Argon2 runs at most once per key per process: a verified key is remembered by a salted
     SHA-256 digest. Revocation reaches the cache through a generation: on SQLite it moves
-    whenever `PRAGMA data_version` says another connection committed; on PostgreSQL a cached
-    entry is re-read from the database once it is older than `revocation_bound` seconds.
+    whenever a CommitWatch sees another connection commit; on PostgreSQL a cached entry is
+    re-read from the database once it is older than `revocation_bound` seconds.
     """
 
     def __init__(
