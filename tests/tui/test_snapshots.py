@@ -63,14 +63,14 @@ def snapshot(app: ApiKeysApp, name: str) -> None:
         pytest.fail(f"{path.name} differs from the app's screen; see {actual}")
 
 
-def new_app(store: KeyStore) -> ApiKeysApp:
+def new_app(store: KeyStore, theme: str) -> ApiKeysApp:
     app = ApiKeysApp(store, owner="alice", database_label="sqlite:///keys.db", poll_seconds=60)
-    app.theme = "textual-dark"
+    app.theme = theme
     return app
 
 
-async def run(store: KeyStore, name: str, steps: Any = None) -> None:
-    app = new_app(store)
+async def run(store: KeyStore, name: str, steps: Any = None, theme: str = "textual-dark") -> None:
+    app = new_app(store, theme)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         if steps is not None:
@@ -88,6 +88,12 @@ async def test_table_with_keys(tui_store: KeyStore) -> None:
     """The picture shows three keys sorted by name, one with a last-used time, and the footer."""
     fixed_data(tui_store)
     await run(tui_store, "table_with_keys")
+
+
+async def test_table_in_light_theme(tui_store: KeyStore) -> None:
+    """The picture shows the same table readable in the light theme (theme colours only)."""
+    fixed_data(tui_store)
+    await run(tui_store, "table_light_theme", theme="textual-light")
 
 
 async def test_create_dialog_with_an_error(tui_store: KeyStore) -> None:
