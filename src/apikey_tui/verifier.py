@@ -10,8 +10,7 @@ import sqlite3
 import sys
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TypeVar
@@ -312,14 +311,6 @@ class Verifier:
                 self._watch.close()
                 self._watch = None
         self.store.close()
-
-    @contextmanager
-    def running(self) -> Iterator[Verifier]:
-        """Use the verifier in a with-block (an app's lifespan) and close it afterwards."""
-        try:
-            yield self
-        finally:
-            self.close()
 
     def cache_size(self) -> int:
         """How many verified keys this process remembers (by digest)."""

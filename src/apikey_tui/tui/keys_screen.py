@@ -8,11 +8,12 @@ from typing import TYPE_CHECKING
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
 from apikey_tui.errors import ApiKeyError
-from apikey_tui.store import KeyInfo, ScopeInfo
+from apikey_tui.store import KeyInfo, KeyStore, ScopeInfo
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.create_key import CreateKeyDialog, NewKeyRequest
 from apikey_tui.tui.dialogs.help import HelpScreen
@@ -29,11 +30,11 @@ class KeysScreen(Screen[None]):
     """Lists keys and runs every store call in a thread worker, so the UI never freezes."""
 
     BINDINGS = [
-        Binding("n", "create", "New key"),
+        Binding("n", "create", "New"),
         Binding("d", "delete", "Delete"),
         Binding("r", "recreate", "Recreate"),
         Binding("slash", "focus_filter", "Filter"),
-        Binding("s", "sort", "Sort"),
+        Binding("s", "sort", "Sort", show=False),  # also a header click; listed in help
         Binding("f5", "reload", "Reload"),
         Binding("question_mark", "help", "Help"),
         Binding("escape", "focus_table", "Table", show=False),
@@ -186,17 +187,17 @@ class KeysScreen(Screen[None]):
 
     def _create_requested(self, request: NewKeyRequest | None) -> None:
         if request is not None:
-            self.create_key(request)
+            owner, name, scopes = request.owner, request.name, request.scopes
+            self.run_store(lambda store: KeyCreated(store.create_key(owner, name, scopes)))
 
     @work(thread=True, group="store")
-    def create_key(self, request: NewKeyRequest) -> None:
-        """Create the key (argon2 and the database) off the event loop."""
+    def run_store(self, operation: Callable[[KeyStore], Message]) -> None:
+        """Run one store call (argon2, the database) off the event loop; report as a message."""
         try:
-            created = self.keys_app.store.create_key(request.owner, request.name, request.scopes)
+            message = operation(self.keys_app.store)
         except ApiKeyError as exc:
-            self.post_message(StoreFailed(str(exc)))
-            return
-        self.post_message(KeyCreated(created))
+            message = StoreFailed(str(exc))
+        self.post_message(message)
 
     def on_key_created(self, message: KeyCreated) -> None:
         self.reload()
@@ -212,64 +213,46 @@ class KeysScreen(Screen[None]):
 
     # --- delete and recreate ------------------------------------------------------------------
 
-    def _target(self) -> KeyInfo | None:
+    def _confirm_then(
+        self, ask: Callable[[KeyInfo], ConfirmDialog], then: Callable[[KeyStore, KeyInfo], Message]
+    ) -> None:
+        """Ask about the selected key; on yes, run the store call in a worker."""
         key = self.selected_key()
         if key is None:
             self.notify("Select a key in the table first.", severity="warning")
-        return key
+            return
 
-    @staticmethod
-    def _confirmed(yes: bool | None, then: Callable[[KeyInfo], object], key: KeyInfo) -> None:
-        if yes:
-            then(key)
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.run_store(lambda store: then(store, key))
+
+        self.app.push_screen(ask(key), answered)
 
     def action_delete(self) -> None:
-        key = self._target()
-        if key is None:
-            return
-        dialog = ConfirmDialog(
-            f"Delete key {key.name!r} of {key.owner}?",
-            f"Public id {key.public_id}. Every service refuses this key as soon as it is "
-            "deleted. This cannot be undone.",
-            "Delete",
+        self._confirm_then(
+            lambda key: ConfirmDialog(
+                f"Delete key {key.name!r} of {key.owner}?",
+                f"Public id {key.public_id}. Every service refuses this key as soon as it is "
+                "deleted. This cannot be undone.",
+                "Delete",
+            ),
+            lambda store, key: KeyDeleted(store.delete_key(key.owner, key.name)),
         )
-        self.app.push_screen(dialog, lambda yes: self._confirmed(yes, self.delete_key, key))
-
-    @work(thread=True, group="store")
-    def delete_key(self, key: KeyInfo) -> None:
-        """Delete the key off the event loop."""
-        try:
-            deleted = self.keys_app.store.delete_key(key.owner, key.name)
-        except ApiKeyError as exc:
-            self.post_message(StoreFailed(str(exc)))
-            return
-        self.post_message(KeyDeleted(deleted))
 
     def on_key_deleted(self, message: KeyDeleted) -> None:
         self.notify(f"Deleted key {message.key.name!r} of {message.key.owner}.", markup=False)
         self.reload()
 
     def action_recreate(self) -> None:
-        key = self._target()
-        if key is None:
-            return
-        dialog = ConfirmDialog(
-            f"Recreate key {key.name!r} of {key.owner}?",
-            "For a stolen or leaked key. The old key stops working at once, for every "
-            "service; a new key with the same name and scopes is shown once.",
-            "Recreate",
+        self._confirm_then(
+            lambda key: ConfirmDialog(
+                f"Recreate key {key.name!r} of {key.owner}?",
+                "For a stolen or leaked key. The old key stops working at once, for every "
+                "service; a new key with the same name and scopes is shown once.",
+                "Recreate",
+            ),
+            lambda store, key: KeyCreated(store.recreate_key(key.owner, key.name), recreated=True),
         )
-        self.app.push_screen(dialog, lambda yes: self._confirmed(yes, self.recreate_key, key))
-
-    @work(thread=True, group="store")
-    def recreate_key(self, key: KeyInfo) -> None:
-        """Recreate the key off the event loop."""
-        try:
-            created = self.keys_app.store.recreate_key(key.owner, key.name)
-        except ApiKeyError as exc:
-            self.post_message(StoreFailed(str(exc)))
-            return
-        self.post_message(KeyCreated(created, recreated=True))
 
     def on_store_failed(self, message: StoreFailed) -> None:
         self.notify(message.reason, title="Not done", severity="error", markup=False)
