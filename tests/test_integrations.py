@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -161,3 +162,43 @@ def test_wsgi_middleware_in_flask(keys: tuple[Verifier, str, str]) -> None:
         client.get("/models/m/predict", headers={"Authorization": f"ApiKey {both}"}).text
         == "alice/both"
     )
+
+
+def test_wsgi_middleware_in_django(keys: tuple[Verifier, str, str]) -> None:
+    """Django's WSGI application behind the middleware answers 401/403/200 and sees the caller."""
+    import django
+    from django.conf import settings
+    from django.http import HttpRequest, HttpResponse
+    from django.urls import path
+    from werkzeug.test import Client
+
+    def who(request: HttpRequest) -> HttpResponse:
+        caller: Caller = request.META["apikey"]
+        return HttpResponse(f"{caller.owner}/{caller.key_name}")
+
+    if not settings.configured:
+        settings.configure(
+            ROOT_URLCONF=__name__, ALLOWED_HOSTS=["localhost"], SECRET_KEY="test-only", DEBUG=False
+        )
+        django.setup()
+    global urlpatterns
+    urlpatterns = [path("projects", who), path("models/m/predict", who)]
+    from django.core.wsgi import get_wsgi_application
+
+    verifier, project, both = keys
+    client = Client(ApiKeyWSGIMiddleware(get_wsgi_application(), verifier, RULES))
+    missing = client.get("/projects")
+    assert (
+        missing.status_code == 401 and missing.headers["WWW-Authenticate"] == 'ApiKey realm="api"'
+    )
+    auth = {"Authorization": f"ApiKey {project}"}
+    assert client.get("/projects", headers=auth).text == "alice/proj"
+    forbidden = client.get("/models/m/predict", headers=auth)
+    assert forbidden.status_code == 403
+    assert json.loads(forbidden.text)["missing_scopes"] == ["serving"]
+    assert client.get("/models/m/predict", headers={"Authorization": f"ApiKey {both}"}).text == (
+        "alice/both"
+    )
+
+
+urlpatterns: list[object] = []
