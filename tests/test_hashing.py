@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from apikey_tui.hashing import DEFAULT_PROFILE, PROFILES, SecretHasher
 
@@ -45,3 +47,13 @@ def test_unknown_profile_is_refused() -> None:
     """Asking for a profile that does not exist is a clear error."""
     with pytest.raises(ValueError, match="unknown hash profile"):
         SecretHasher("fast-please")
+
+
+@settings(max_examples=50)
+@given(st.text(min_size=1, max_size=80), st.text(min_size=1, max_size=80))
+def test_hash_round_trip_for_any_secret(secret: str, other: str) -> None:
+    """Any secret verifies against its own hash, and a different one never does."""
+    hasher = SecretHasher("cheapest")
+    stored = hasher.hash(secret)
+    assert hasher.verify(stored, secret)
+    assert hasher.verify(stored, other) == (other == secret)

@@ -225,6 +225,14 @@ async def test_database_down_is_a_notification(throwaway_postgres: ThrowawayPost
         assert all("\n" not in m for m in messages)
         assert isinstance(app.screen, KeysScreen)
         assert [r[0] for r in table_rows(app)] == ["k"]
+        await pilot.pause(0.5)  # a poll notices, and says so in the status line
+        await settle(pilot)
+        status = str(app.screen.query_one("#status", Static).render())
+        assert status.startswith("⚠ showing the last keys read: database unavailable")
+        throwaway_postgres.start()
+        await pilot.pause(0.8)
+        await settle(pilot)
+        assert str(app.screen.query_one("#status", Static).render()).startswith("1 key ·")
     store.close()
 
 

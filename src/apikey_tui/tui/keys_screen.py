@@ -19,7 +19,13 @@ from apikey_tui.tui.dialogs.create_key import CreateKeyDialog, NewKeyRequest
 from apikey_tui.tui.dialogs.help import HelpScreen
 from apikey_tui.tui.dialogs.reveal_secret import RevealSecretDialog
 from apikey_tui.tui.key_table import COLUMNS, KeyTable, KeyView, column_widths, columns
-from apikey_tui.tui.messages import KeyCreated, KeyDeleted, KeysLoaded, StoreFailed
+from apikey_tui.tui.messages import (
+    KeyCreated,
+    KeyDeleted,
+    KeysLoaded,
+    ReachabilityChanged,
+    StoreFailed,
+)
 from apikey_tui.tui.text import literal
 
 if TYPE_CHECKING:
@@ -47,6 +53,7 @@ class KeysScreen(Screen[None]):
         self._marker: tuple[object, ...] | None = None
         self._loaded = False
         self._widths: list[int] = []
+        self._unreachable: str | None = None  # why the database cannot be reached, if it cannot
 
     @property
     def keys_app(self) -> ApiKeysApp:
@@ -97,10 +104,19 @@ class KeysScreen(Screen[None]):
         """Reload when another admin, the CLI or a verifier changed something."""
         try:
             marker = self.keys_app.store.change_marker()
-        except ApiKeyError:
-            return  # the next action reports it; polling must not spam notifications
+        except ApiKeyError as exc:
+            # Said once in the status line, not as a notification every two seconds.
+            if self._unreachable is None:
+                self.post_message(ReachabilityChanged(str(exc)))
+            return
+        if self._unreachable is not None:
+            self.post_message(ReachabilityChanged(None))
         if self._loaded and marker != self._marker:
             self.reload()
+
+    def on_reachability_changed(self, message: ReachabilityChanged) -> None:
+        self._unreachable = message.reason
+        self.show_keys()
 
     def on_keys_loaded(self, message: KeysLoaded) -> None:
         self._marker, self._loaded = message.marker, True
@@ -128,12 +144,18 @@ class KeysScreen(Screen[None]):
             empty.update(literal(f"No key matches {text!r}."))
         table.display, empty.display = bool(matching), not matching
         total = len(self.view.keys)
-        shown = (
-            f"{len(matching):,} of {total:,} keys" if len(matching) != total else f"{total:,} keys"
-        )
+        noun = "key" if total == 1 else "keys"
+        shown = f"{len(matching):,} of {total:,} {noun}"
+        if len(matching) == total:
+            shown = f"{total:,} {noun}"
         arrow = "▼" if self.view.reverse else "▲"
         sort = f"sorted by {COLUMNS[self.view.sort_column].lower()} {arrow}"
-        self.query_one("#status", Static).update(f"{shown} · {sort} · dates in UTC")
+        status = self.query_one("#status", Static)
+        if self._unreachable is not None:
+            status.update(literal(f"⚠ showing the last keys read: {self._unreachable}"))
+        else:
+            status.update(f"{shown} · {sort} · dates in UTC")
+        status.set_class(self._unreachable is not None, "error")
 
     def selected_key(self) -> KeyInfo | None:
         """The key under the table cursor, if the table shows any."""

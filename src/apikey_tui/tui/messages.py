@@ -40,3 +40,10 @@ class StoreFailed(Message):
 
     reason: str
     while_loading: bool = False
+
+
+@dataclass
+class ReachabilityChanged(Message):
+    """Polling found the database unreachable (with the reason) or reachable again (None)."""
+
+    reason: str | None
