@@ -285,17 +285,15 @@ class KeyStore:
             for key_id, owner, name, public_id, created, used in rows
         ]
 
-    def _scopes_of(self, session: Session, key_ids: list[int]) -> dict[int | None, tuple[str, ...]]:
-        found: dict[int | None, list[str]] = {}
-        # Chunks keep the parameter count under SQLite's limit for very large listings.
-        for start in range(0, len(key_ids), 500):
-            chunk = key_ids[start : start + 500]
-            query = select(KeyScopeRow.key_id, KeyScopeRow.scope).where(
-                col(KeyScopeRow.key_id).in_(chunk)
-            )
-            for key_id, scope in session.exec(query.order_by(KeyScopeRow.scope)):
-                found.setdefault(key_id, []).append(scope)
-        return {k: tuple(v) for k, v in found.items()}
+    @staticmethod
+    def _read_info(session: Session, row: KeyRow) -> KeyInfo:
+        """The key of a row, with its scopes read in the same transaction."""
+        scopes = session.exec(
+            select(KeyScopeRow.scope)
+            .where(KeyScopeRow.key_id == row.id)
+            .order_by(KeyScopeRow.scope)
+        )
+        return KeyStore._info(row, scopes)
 
     @staticmethod
     def _info(row: KeyRow, scopes: Iterable[str]) -> KeyInfo:
@@ -314,13 +312,13 @@ class KeyStore:
         """Return one key of an owner by name."""
         with self._session() as session:
             row = self._row(session, owner, name)
-            return self._info(row, self._scopes_of(session, [row.id or 0]).get(row.id, ()))
+            return self._read_info(session, row)
 
     def delete_key(self, owner: str, name: str) -> KeyInfo:
         """Delete a key: from the commit on, no verifier accepts it."""
         with self._session(write=True) as session:
             row = self._row(session, owner, name, lock=True)
-            info = self._info(row, self._scopes_of(session, [row.id or 0]).get(row.id, ()))
+            info = self._read_info(session, row)
             session.delete(row)  # the key's scope rows go with it (ON DELETE CASCADE)
             self._record(session, "key.delete", info)
             session.commit()
@@ -337,7 +335,7 @@ class KeyStore:
             row.public_id, row.secret_hash = parts.public_id, secret_hash
             row.created_at, row.last_used_at = now, None
             session.add(row)
-            info = self._info(row, self._scopes_of(session, [row.id or 0]).get(row.id, ()))
+            info = self._read_info(session, row)
             self._record(session, "key.recreate", info, detail=f"replaces {old_public_id}")
             session.commit()
         return CreatedKey(info, plaintext)
@@ -374,8 +372,7 @@ class KeyStore:
             row = session.exec(select(KeyRow).where(KeyRow.public_id == public_id)).first()
             if row is None:
                 return None
-            scopes = self._scopes_of(session, [row.id or 0]).get(row.id, ())
-            return Credential(self._info(row, scopes), row.secret_hash)
+            return Credential(self._read_info(session, row), row.secret_hash)
 
     def replace_hash(self, public_id: str, old_hash: str, new_hash: str) -> None:
         """Store an upgraded hash, unless the key was recreated or deleted meanwhile."""
