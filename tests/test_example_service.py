@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -17,23 +16,16 @@ import pytest
 
 from apikey_tui.store import KeyStore
 from tests.conftest import CHEAP
-from tests.throwaway_postgres import ThrowawayPostgres
+from tests.throwaway_postgres import ThrowawayPostgres, free_port
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class Service:
     """examples/service.py under uvicorn on 127.0.0.1, in its own process."""
 
     def __init__(self, database_url: str, revocation_bound: str = "1.0") -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.output = ""
         env = {
             **os.environ,

@@ -11,7 +11,8 @@ import tempfile
 from pathlib import Path
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
@@ -26,7 +27,7 @@ class ThrowawayPostgres:
         if not found:
             raise RuntimeError("PostgreSQL server binaries (initdb, pg_ctl) are not installed")
         self.bin = Path(found[-1])
-        self.port = _free_port()
+        self.port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="apikey-pg-"))
         self.data = self.dir / "data"
         # initdb refuses to run as root; the server then runs as the 'postgres' user.
