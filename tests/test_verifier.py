@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -226,13 +228,16 @@ def test_database_down_is_503_never_a_pass(throwaway_postgres: ThrowawayPostgres
     checker.close()
 
 
-def test_sqlite_file_missing_is_503(tmp_path: object) -> None:
-    """A verifier pointed at a database without apikey-tui tables answers 503, not 500."""
-    checker = Verifier.from_url(f"sqlite:///{tmp_path}/empty.db")
+def test_missing_or_empty_sqlite_database_is_503(tmp_path: Path) -> None:
+    """A missing file (never created by the service) or one without tables answers 503."""
     _, key = keyformat.generate()
-    with pytest.raises(VerifierUnavailableError):
-        checker.verify(header(key))
-    checker.close()
+    sqlite3.connect(tmp_path / "empty.db").close()
+    for name in ("missing.db", "empty.db"):
+        checker = Verifier.from_url(f"sqlite:///{tmp_path / name}")
+        with pytest.raises(VerifierUnavailableError):
+            checker.verify(header(key))
+        checker.close()
+    assert not (tmp_path / "missing.db").exists()
 
 
 def test_importing_the_verifier_never_loads_textual_or_rich() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +19,7 @@ from sqlmodel import col
 from apikey_tui.config import mask_url
 from apikey_tui.errors import SchemaVersionError, StoreUnavailableError
 from apikey_tui.models import SCHEMA_VERSION, Base, SchemaInfo, ScopeRow
+from apikey_tui.sqlite_watch import existing_file_uri
 
 # Execution option that makes a SQLite transaction take the write lock at BEGIN: a
 # read-then-write transaction that starts deferred can fail with "database is locked" when
@@ -32,11 +34,15 @@ DEFAULT_SCOPES = {
 _SCHEMA_LOCK = 0x61706B74  # 'apkt': serialises schema creation between PostgreSQL clients
 
 
-def make_engine(url: str) -> Engine:
-    """Create an engine for a SQLite or PostgreSQL URL with the settings this package relies on."""
+def make_engine(url: str, *, create: bool = True) -> Engine:
+    """Create an engine for a SQLite or PostgreSQL URL with the settings this package relies on.
+
+    With create=False a missing SQLite file stays missing (connections fail instead): a service
+    must not create, as its own Unix user, the database its admins are meant to create.
+    """
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
-        return _sqlite_engine(url)
+        return _sqlite_engine(url, create=create)
     if parsed.drivername == "postgresql":  # plain postgresql:// means psycopg 3 here
         parsed = parsed.set(drivername="postgresql+psycopg")
     return create_engine(
@@ -47,17 +53,22 @@ def make_engine(url: str) -> Engine:
     )
 
 
-def _sqlite_engine(url: str) -> Engine:
+def _sqlite_engine(url: str, *, create: bool) -> Engine:
     database = make_url(url).database
     in_memory = not database or database == ":memory:"
-    if not in_memory:
+    options: dict[str, Any] = {
+        "connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, "check_same_thread": False}
+    }
+    if in_memory:
+        options["poolclass"] = StaticPool  # one connection, or each thread sees its own database
+    elif create:
         _create_private_file(Path(database))  # type: ignore[arg-type]
-    engine = create_engine(
-        url,
-        hide_parameters=True,
-        connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, "check_same_thread": False},
-        **({"poolclass": StaticPool} if in_memory else {}),
-    )
+    else:
+        uri = existing_file_uri(database)  # type: ignore[arg-type]
+        options["creator"] = lambda: sqlite3.connect(
+            uri, uri=True, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000, check_same_thread=False
+        )
+    engine = create_engine(url, hide_parameters=True, **options)
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:

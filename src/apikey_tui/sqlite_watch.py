@@ -6,12 +6,18 @@ import mmap
 import os
 import sqlite3
 import threading
+from pathlib import Path
 
 # The first copy of the WAL-index header (https://sqlite.org/walformat.html): every commit
 # changes it (iChange, mxFrame, salts, checksums), and it lives in the -shm file that SQLite
 # memory-maps for all its connections. Reading 48 shared bytes is what SQLite itself does to
 # answer PRAGMA data_version, minus ~3 microseconds of statement machinery.
 _HEADER = 48
+
+
+def existing_file_uri(path: str) -> str:
+    """A SQLite URI that opens path read-write but never creates it."""
+    return f"{Path(path).resolve().as_uri()}?mode=rw"
 
 
 class CommitWatch:
@@ -24,7 +30,9 @@ class CommitWatch:
 
     def __init__(self, path: str) -> None:
         self._lock = threading.Lock()
-        self._connection = sqlite3.connect(path, check_same_thread=False)
+        self._connection = sqlite3.connect(
+            existing_file_uri(path), uri=True, check_same_thread=False
+        )
         self._cursor = self._connection.cursor()
         # A read opens the WAL index, so the -shm file exists from here on.
         self._cursor.execute("PRAGMA data_version").fetchone()

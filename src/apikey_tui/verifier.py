@@ -137,7 +137,7 @@ class Verifier:
     @classmethod
     def from_url(cls, url: str, **options: object) -> Verifier:
         """Build a verifier on the database at url (no connection is made until the first check)."""
-        return cls(make_engine(url), **options)  # type: ignore[arg-type]
+        return cls(make_engine(url, create=False), **options)  # type: ignore[arg-type]
 
     # --- the request path ---------------------------------------------------------------------
 
