@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import sqlite3
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -238,6 +240,34 @@ def test_missing_or_empty_sqlite_database_is_503(tmp_path: Path) -> None:
             checker.verify(header(key))
         checker.close()
     assert not (tmp_path / "missing.db").exists()
+
+
+def _child_checks(url: str, key: str, done: Any) -> None:
+    checker = _SHARED[0]
+    caller = checker.verify(header(key))
+    checker.flush()
+    done.put((caller.key_name, checker._flusher is None or checker._flusher.is_alive()))
+
+
+_SHARED: list[Verifier] = []
+
+
+def test_a_forked_worker_gets_its_own_threads_and_connections(sqlite_url: str) -> None:
+    """A verifier used before a fork still checks keys and records use in the forked child."""
+    store = KeyStore.open(sqlite_url, hasher=CHEAP)
+    key = store.create_key("alice", "demo", ["project"]).plaintext
+    checker = Verifier.from_url(sqlite_url, hasher=CHEAP)
+    checker.verify(header(key))  # the parent starts its writer thread and opens its watch
+    _SHARED[:] = [checker]
+    context = multiprocessing.get_context("fork")
+    done = context.Queue()
+    child = context.Process(target=_child_checks, args=(sqlite_url, key, done))
+    child.start()
+    name, writer_ok = done.get(timeout=30)
+    child.join(timeout=30)
+    assert (name, writer_ok, child.exitcode) == ("demo", True, 0)
+    checker.close()
+    store.close()
 
 
 def test_importing_the_verifier_never_loads_textual_or_rich() -> None:

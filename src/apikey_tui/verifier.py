@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import os
 import secrets
 import sqlite3
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -133,6 +135,16 @@ class Verifier:
         self._pending_lock = threading.Lock()
         self._flusher: threading.Thread | None = None
         self._closed = threading.Event()
+        # Pre-forking servers (gunicorn --preload) build the verifier before forking workers:
+        # threads, SQLite handles and pooled connections must not cross a fork.
+        after_fork = weakref.WeakMethod(self._after_fork)
+        os.register_at_fork(after_in_child=lambda: (method := after_fork()) and method())
+
+    def _after_fork(self) -> None:
+        self._flusher = None
+        self._watch, self._watch_lock = None, threading.Lock()
+        self._pending_lock = threading.Lock()
+        self.store.engine.dispose(close=False)
 
     @classmethod
     def from_url(cls, url: str, **options: object) -> Verifier:
