@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,15 @@ class CountingHasher(SecretHasher):
     def verify(self, stored_hash: str, secret: str) -> bool:
         assert self.calls is not None
         self.calls.append(1)
+        return super().verify(stored_hash, secret)
+
+
+@dataclass(frozen=True)
+class SlowHasher(CountingHasher):
+    """Counts like CountingHasher, and takes 50 ms per check so that requests overlap."""
+
+    def verify(self, stored_hash: str, secret: str) -> bool:
+        time.sleep(0.05)
         return super().verify(stored_hash, secret)
 
 
@@ -113,6 +123,18 @@ def test_argon2_runs_once_per_key(
     checker.verify(header(second))
     assert counting.calls is not None and len(counting.calls) == 2
     assert checker.cache_size() == 2
+    checker.close()
+
+
+def test_concurrent_first_requests_run_argon2_once(store: KeyStore, database_url: str) -> None:
+    """Eight threads presenting one new key at the same moment cost a single argon2 check."""
+    slow = SlowHasher("cheapest", calls=[])
+    checker = Verifier.from_url(database_url, hasher=slow, argon2_concurrency=8)
+    key = store.create_key("alice", "demo", ["project"]).plaintext
+    with ThreadPoolExecutor(8) as pool:
+        names = list(pool.map(lambda _: checker.verify(header(key)).key_name, range(8)))
+    assert names == ["demo"] * 8
+    assert slow.calls is not None and len(slow.calls) == 1
     checker.close()
 
 

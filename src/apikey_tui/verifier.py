@@ -29,6 +29,7 @@ from apikey_tui.errors import (
     VerifierUnavailableError,
 )
 from apikey_tui.hashing import SecretHasher
+from apikey_tui.keyformat import ParsedKey
 from apikey_tui.sqlite_watch import CommitWatch
 from apikey_tui.store import Actor, Credential, KeyStore
 
@@ -121,6 +122,7 @@ class Verifier:
         self._entries: dict[bytes, _Entry] = {}
         self._by_id: dict[str, bytes] = {}
         self._scope_sets: dict[frozenset[str], frozenset[str]] = {}
+        self._key_locks: dict[str, threading.Lock] = {}
         self._budget = _FailureBudget(failure_burst, failures_per_second)
         self._argon2 = threading.BoundedSemaphore(argon2_concurrency)
         self._generation = 0
@@ -144,6 +146,7 @@ class Verifier:
         self._flusher = None
         self._watch, self._watch_lock = None, threading.Lock()
         self._pending_lock = threading.Lock()
+        self._key_locks = {}  # a lock held by a thread that did not survive the fork stays held
         self.store.engine.dispose(close=False)
 
     @classmethod
@@ -222,10 +225,18 @@ class Verifier:
         credential = split_credentials(authorization)
         parsed = parse_key(credential)
         digest = self._digest(credential)
-        entry = self._entries.get(digest)
-        if entry is None and not self._budget.allows(parsed.public_id):
+        if digest not in self._entries and not self._budget.allows(parsed.public_id):
             # A flood of wrong secrets for this id: refuse before the database and argon2.
             raise InvalidKeyError()
+        # One thread per key at a time: twenty requests arriving together with a new key cost
+        # one argon2 run, and the others find the entry it left.
+        with self._key_locks.setdefault(parsed.public_id, threading.Lock()):
+            caller = self._warm(authorization)
+            if caller is not None:
+                return caller
+            return self._check_and_remember(parsed, digest, self._entries.get(digest))
+
+    def _check_and_remember(self, parsed: ParsedKey, digest: bytes, entry: _Entry | None) -> Caller:
         # Snapshot freshness before reading: a change committed during the read shows next time.
         generation = self._current_generation() if self._watch_path else self._generation
         checked_at = time.monotonic()
