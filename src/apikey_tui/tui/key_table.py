@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
+from rich.style import Style
 from textual import events
 from textual.binding import Binding, BindingType
 from textual.geometry import Size
@@ -156,11 +157,11 @@ class KeyTable(ScrollView, can_focus=True):
         return format_line(labels, self.widths)
 
     def render_line(self, y: int) -> Strip:
-        width = self.size.width
+        width, (left, top) = self.size.width, self.scroll_offset
         if y == 0:
             style = self.get_component_rich_style("key-table--header")
-            return Strip([Segment(self._header(), style)]).adjust_cell_length(width, style)
-        index = self.scroll_offset.y + y - 1
+            return self._line(self._header(), style, left, width)
+        index = top + y - 1
         base = self.rich_style
         if index >= len(self.rows):
             return Strip.blank(width, base)
@@ -170,7 +171,13 @@ class KeyTable(ScrollView, can_focus=True):
         elif index % 2 == 0:
             style = base + self.get_component_rich_style("key-table--even")
         line = format_line(row_cells(self.rows[index], self.columns), self.widths)
-        return Strip([Segment(line, style)]).adjust_cell_length(width, style)
+        return self._line(line, style, left, width)
+
+    @staticmethod
+    def _line(text: str, style: Style, left: int, width: int) -> Strip:
+        """One line scrolled `left` columns sideways (narrow terminals) and padded to width."""
+        strip = Strip([Segment(text, style)])
+        return strip.crop(left, left + width).adjust_cell_length(width, style)
 
     def watch_cursor_row(self) -> None:
         self._scroll_cursor_into_view()
@@ -193,7 +200,7 @@ class KeyTable(ScrollView, can_focus=True):
 
     def on_click(self, event: events.Click) -> None:
         if event.y == 0:
-            x = 1
+            x = 1 - self.scroll_offset.x
             for column, width in zip(self.columns, self.widths, strict=True):
                 if x <= event.x < x + width + len(_GAP):
                     self.post_message(self.SortRequested(column))
