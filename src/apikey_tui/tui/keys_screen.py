@@ -50,8 +50,7 @@ class KeysScreen(Screen[None]):
         super().__init__()
         self.view = KeyView()
         self.scopes: list[ScopeInfo] = []
-        self._marker: tuple[object, ...] | None = None
-        self._loaded = False
+        self._marker: tuple[object, ...] | None = None  # None until the first load
         self._widths: list[int] = []
         self._unreachable: str | None = None  # why the database cannot be reached, if it cannot
 
@@ -111,7 +110,7 @@ class KeysScreen(Screen[None]):
             return
         if self._unreachable is not None:
             self.post_message(ReachabilityChanged(None))
-        if self._loaded and marker != self._marker:
+        if self._marker is not None and marker != self._marker:
             self.reload()
 
     def on_reachability_changed(self, message: ReachabilityChanged) -> None:
@@ -119,7 +118,7 @@ class KeysScreen(Screen[None]):
         self.show_keys()
 
     def on_keys_loaded(self, message: KeysLoaded) -> None:
-        self._marker, self._loaded = message.marker, True
+        self._marker = message.marker
         self.scopes, self._widths = message.scopes, message.widths
         self.view.load(message.keys)
         self.show_keys()
@@ -279,7 +278,7 @@ class KeysScreen(Screen[None]):
     def on_store_failed(self, message: StoreFailed) -> None:
         self.notify(message.reason, title="Not done", severity="error", markup=False)
         if message.while_loading:
-            if not self._loaded:
+            if self._marker is None:
                 empty = self.query_one("#empty", Static)
                 empty.update(literal(f"Could not load keys: {message.reason}. Press F5 to retry."))
         else:
