@@ -102,6 +102,8 @@ def throughput(url: str, key: str, pairs: int = 6) -> dict[str, float]:
         "rps_with_key": statistics.median(r for r, _ in runs["checked"]),
         "rps_without_check": statistics.median(r for r, _ in runs["unchecked"]),
         "verifier_cost_pct": statistics.median((1 - c[0] / u[0]) * 100 for c, u in pairs_),
+        "pair_cost_min_pct": min((1 - c[0] / u[0]) * 100 for c, u in pairs_),
+        "pair_cost_max_pct": max((1 - c[0] / u[0]) * 100 for c, u in pairs_),
         "cpu_ms_with_key": statistics.median(c for _, c in runs["checked"]),
         "cpu_ms_without_check": statistics.median(c for _, c in runs["unchecked"]),
         "verifier_cpu_cost_pct": statistics.median((c[1] / u[1] - 1) * 100 for c, u in pairs_),
