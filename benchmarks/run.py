@@ -35,9 +35,10 @@ def render(h: Any, v: Any, s: Any, t: Any) -> str:
     lines = [
         "# Benchmark results",
         "",
-        f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {platform.machine()}, "
-        f"{os.cpu_count()} cores, Python {platform.python_version()}, one run of "
-        "`python -m benchmarks.run` (a shared, noisy machine: read ratios, not absolutes).",
+        f"Rendered {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {platform.machine()}, "
+        f"{os.cpu_count()} cores, Python {platform.python_version()}, from the latest run of each"
+        " benchmark (`results.json`); every ratio comes from one run of one benchmark. The"
+        " machine is shared and noisy: read ratios, not absolutes.",
         "",
         "## Verifier, per check (`bench_verifier.py`)",
         "",
