@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 
 class ApiKeyError(Exception):
     """Base of every error this package raises on purpose; its message is one line for humans."""
@@ -101,6 +103,11 @@ class AuthError(ApiKeyError):
         if challenge:
             headers.append(("www-authenticate", challenge))
         return headers
+
+    def response(self, realm: str) -> tuple[int, list[tuple[str, str]], bytes]:
+        """Status, headers (content length included) and body, ready for any framework."""
+        body = json.dumps(self.problem()).encode()
+        return self.status, [*self.http_headers(realm), ("content-length", str(len(body)))], body
 
 
 class MissingKeyError(AuthError):

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
 from apikey_tui.errors import AuthError, MalformedHeaderError
-from apikey_tui.integrations.routes import Route, RouteScopes
-from apikey_tui.verifier import Verifier
+from apikey_tui.integrations.routes import RouteGuard
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -27,29 +25,17 @@ def authorization_header(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
 
 async def send_problem(send: Send, error: AuthError, realm: str) -> None:
     """Answer with the error's status, headers and application/problem+json body."""
-    body = json.dumps(error.problem()).encode()
-    headers = [(k.encode(), v.encode()) for k, v in error.http_headers(realm)]
-    headers.append((b"content-length", str(len(body)).encode()))
-    await send({"type": "http.response.start", "status": error.status, "headers": headers})
+    status, headers, body = error.response(realm)
+    encoded = [(k.encode(), v.encode()) for k, v in headers]
+    await send({"type": "http.response.start", "status": status, "headers": encoded})
     await send({"type": "http.response.body", "body": body})
 
 
-class ApiKeyMiddleware:
+class ApiKeyMiddleware(RouteGuard[ASGIApp]):
     """Check every HTTP request's key against the route's scopes before the app sees it.
 
     The caller lands in `scope["state"]["apikey"]` (Starlette: `request.state.apikey`).
     """
-
-    def __init__(
-        self,
-        app: ASGIApp,
-        verifier: Verifier,
-        routes: Iterable[Route] = (),
-        default_scopes: Iterable[str] = (),
-    ) -> None:
-        self.app = app
-        self.verifier = verifier
-        self.rules = RouteScopes(routes, default_scopes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

@@ -7,7 +7,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.params import Depends
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 
 from apikey_tui.errors import AuthError, MalformedHeaderError
 from apikey_tui.verifier import Caller, Verifier
@@ -24,11 +24,10 @@ class ApiKeyAuth:
     def install(self, app: FastAPI) -> None:
         """Register the handler that turns a failed check into its RFC 9457 response."""
 
-        async def handle(request: Request, exc: Exception) -> JSONResponse:
+        async def handle(request: Request, exc: Exception) -> Response:
             assert isinstance(exc, AuthError)
-            headers = dict(exc.http_headers(self.verifier.realm))
-            media_type = headers.pop("content-type")
-            return JSONResponse(exc.problem(), exc.status, headers, media_type=media_type)
+            status, headers, body = exc.response(self.verifier.realm)
+            return Response(body, status, dict(headers))
 
         app.add_exception_handler(AuthError, handle)
 

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from apikey_tui.names import parse_scopes
+from apikey_tui.verifier import Verifier
+
+AppT = TypeVar("AppT")
 
 
 @dataclass(frozen=True)
@@ -54,3 +58,18 @@ class RouteScopes:
             if candidate.matches(method, path):
                 return None if candidate.public else candidate.scopes
         return self.default_scopes
+
+
+class RouteGuard(Generic[AppT]):
+    """What every middleware holds: the wrapped app, the verifier and the route rules."""
+
+    def __init__(
+        self,
+        app: AppT,
+        verifier: Verifier,
+        routes: Iterable[Route] = (),
+        default_scopes: Iterable[str] = (),
+    ) -> None:
+        self.app = app
+        self.verifier = verifier
+        self.rules = RouteScopes(routes, default_scopes)

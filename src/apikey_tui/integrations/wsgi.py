@@ -2,35 +2,22 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from apikey_tui.errors import AuthError
-from apikey_tui.integrations.routes import Route, RouteScopes
-from apikey_tui.verifier import Verifier
+from apikey_tui.integrations.routes import RouteGuard
 
 if TYPE_CHECKING:
-    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
+    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment  # noqa: F401
 
 
-class ApiKeyWSGIMiddleware:
+class ApiKeyWSGIMiddleware(RouteGuard["WSGIApplication"]):
     """Check every request's key against the route's scopes; the caller lands in environ["apikey"].
 
     Django: wrap `get_wsgi_application()`.
     Flask: `app.wsgi_app = ApiKeyWSGIMiddleware(app.wsgi_app, verifier, routes)`.
     """
-
-    def __init__(
-        self,
-        app: WSGIApplication,
-        verifier: Verifier,
-        routes: Iterable[Route] = (),
-        default_scopes: Iterable[str] = (),
-    ) -> None:
-        self.app = app
-        self.verifier = verifier
-        self.rules = RouteScopes(routes, default_scopes)
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", "")
@@ -39,12 +26,8 @@ class ApiKeyWSGIMiddleware:
             try:
                 caller = self.verifier.verify(environ.get("HTTP_AUTHORIZATION"), required)
             except AuthError as error:
-                body = json.dumps(error.problem()).encode()
-                headers = [
-                    *error.http_headers(self.verifier.realm),
-                    ("content-length", str(len(body))),
-                ]
-                start_response(f"{error.status} {error.title}", headers)
+                status, headers, body = error.response(self.verifier.realm)
+                start_response(f"{status} {error.title}", headers)
                 return [body]
             environ["apikey"] = caller
         return self.app(environ, start_response)
