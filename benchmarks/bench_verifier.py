@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import psycopg
 
@@ -75,7 +76,7 @@ def floor_us() -> float:
 
 
 PEER = """
-import json, statistics, time
+import json
 import django
 from django.conf import settings
 settings.configure(
@@ -89,20 +90,13 @@ from django.core.management import call_command
 call_command("migrate", verbosity=0)
 from rest_framework_api_key.crypto import KeyGenerator
 from rest_framework_api_key.models import APIKey
+from benchmarks.bench_verifier import per_call_us  # the same timer as ours
 obj, key = APIKey.objects.create_key(name="bench")
-def per_call(call, batches=100, size=50):
-    means = []
-    for _ in range(batches):
-        start = time.perf_counter_ns()
-        for _ in range(size):
-            call()
-        means.append((time.perf_counter_ns() - start) / size / 1000)
-    return statistics.median(means)
 assert APIKey.objects.is_valid(key)
 generator = KeyGenerator()
 print(json.dumps({
-    "is_valid_us": per_call(lambda: APIKey.objects.is_valid(key)),
-    "crypto_only_us": per_call(lambda: generator.verify(key, obj.hashed_key), size=1000),
+    "is_valid_us": per_call_us(lambda: APIKey.objects.is_valid(key), batches=100, size=50),
+    "crypto_only_us": per_call_us(lambda: generator.verify(key, obj.hashed_key)),
 }))
 """
 
@@ -110,8 +104,9 @@ print(json.dumps({
 def peer() -> dict[str, float]:
     """djangorestframework-api-key's check (in its own process, for Django's settings)."""
     result = subprocess.run(
-        [sys.executable, "-c", PEER], capture_output=True, text=True, check=True, timeout=300
-    )
+        [sys.executable, "-c", PEER],
+        capture_output=True, text=True, check=True, timeout=300, cwd=Path(__file__).parent.parent,
+    )  # fmt: skip
     data: dict[str, float] = json.loads(result.stdout)
     return data
 
