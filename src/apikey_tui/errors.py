@@ -169,3 +169,35 @@ class VerifierUnavailableError(AuthError):
 
     def http_headers(self, realm: str) -> list[tuple[str, str]]:
         return [*super().http_headers(realm), ("retry-after", "5")]
+
+
+class UnsafePathError(AuthError):
+    """A request path not in normal form (dot segments, encoded '/', '.' or '\\', controls): 400.
+
+    No key makes such a path safe to match against route rules, so no challenge is sent.
+    """
+
+    status = 400
+    title = "Bad Request"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "the request path is not in normal form: dot segments, an encoded '/', '.' or '\\', "
+            "backslashes and control characters are refused"
+        )
+
+    def challenge(self, realm: str) -> str | None:
+        return None
+
+
+class NoRouteRuleError(AuthError):
+    """No route rule covers the path and the middleware refuses unmatched paths: 403."""
+
+    status = 403
+    title = "Forbidden"
+
+    def __init__(self) -> None:
+        super().__init__("no access rule covers this path")
+
+    def challenge(self, realm: str) -> str | None:
+        return None
