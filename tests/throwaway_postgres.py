@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -66,7 +67,43 @@ class ThrowawayPostgres:
 
     def stop(self) -> None:
         """Stop the server at once (immediate mode)."""
+        self.thaw()  # a stopped process cannot act on pg_ctl's signal
         self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+
+    def _processes(self) -> list[int]:
+        """This server's postmaster and its children (backends, background workers)."""
+        try:
+            postmaster = int((self.data / "postmaster.pid").read_text().split()[0])
+        except (OSError, IndexError, ValueError):
+            return []
+        children = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                # "pid (comm) state ppid ...": comm may hold spaces, so split after the last ')'.
+                ppid = int(stat.read_text().rpartition(")")[2].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            if ppid == postmaster:
+                children.append(int(stat.parent.name))
+        return [postmaster, *children]
+
+    def freeze(self) -> None:
+        """SIGSTOP the server and every backend: it keeps its sockets but never answers."""
+        # The postmaster first, so it forks nothing new; then the children it has.
+        for _ in range(2):
+            for pid in self._processes():
+                try:
+                    os.kill(pid, signal.SIGSTOP)
+                except ProcessLookupError:
+                    pass
+
+    def thaw(self) -> None:
+        """SIGCONT whatever freeze() stopped; harmless on a server that is not frozen."""
+        for pid in reversed(self._processes()):
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
 
     def cleanup(self) -> None:
         """Stop the server if it runs and remove its folder."""
