@@ -1,17 +1,23 @@
-"""Tests of engine settings, schema creation and the schema version check."""
+"""Tests of engine settings, schema creation by the migrations and the schema version check."""
 
 from __future__ import annotations
 
 import stat
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
 from sqlalchemy import text
 from sqlmodel import SQLModel
 
 from apikey_tui.db import ensure_schema, make_engine
 from apikey_tui.errors import SchemaVersionError, StoreUnavailableError
-from apikey_tui.models import Base
+from apikey_tui.migrations import VERSION_TABLE, is_ours, revision_of
+from apikey_tui.models import SCHEMA_VERSION, Base
+from apikey_tui.schema import alembic_config, head_revision
 
 
 def test_sqlite_file_is_created_owner_only(tmp_path: Path) -> None:
@@ -40,26 +46,95 @@ def test_tables_live_on_the_package_metadata_only() -> None:
 
 
 def test_fresh_database_gets_default_scopes_and_version(database_url: str) -> None:
-    """A fresh database gets the schema version and the 'project' and 'serving' scopes."""
+    """A fresh database is built by the migrations: version 2, 'project' and 'serving' scopes."""
     engine = make_engine(database_url)
     ensure_schema(engine)
     ensure_schema(engine)  # opening twice is harmless
     with engine.connect() as conn:
         version = conn.execute(text("SELECT value FROM apikey_tui_meta")).scalar()
+        revision = conn.execute(text("SELECT version_num FROM apikey_tui_alembic_version")).all()
         scopes = conn.execute(text("SELECT name FROM apikey_tui_scope ORDER BY name")).scalars()
-        assert (version, list(scopes)) == ("1", ["project", "serving"])
+        assert (version, revision, list(scopes)) == ("2", [("0002",)], ["project", "serving"])
     engine.dispose()
 
 
-def test_unknown_schema_version_is_refused(database_url: str) -> None:
-    """A database from a newer release is refused with a message that says to upgrade."""
+def test_shipped_migrations_end_at_this_releases_schema_version() -> None:
+    """The newest shipped Alembic revision is the schema version the models describe."""
+    assert head_revision() == revision_of(SCHEMA_VERSION) == "0002"
+
+
+def test_migrations_build_exactly_the_models(database_url: str) -> None:
+    """Alembic's autogenerate finds no difference between a fresh database and the models."""
+    engine = make_engine(database_url)
+    ensure_schema(engine)
+    with engine.connect() as conn:
+        context = MigrationContext.configure(
+            conn, opts={"include_name": is_ours, "version_table": VERSION_TABLE}
+        )
+        assert compare_metadata(context, Base.metadata) == []
+    engine.dispose()
+
+
+@pytest.mark.parametrize(
+    ("revision", "message"),
+    [
+        ("0003", r"schema version 3, newer than this release .*\(2\): upgrade apikey-tui"),
+        ("f00dcafe", r"revision 'f00dcafe', which this release .* does not know"),
+    ],
+)
+def test_newer_schema_version_is_refused(database_url: str, revision: str, message: str) -> None:
+    """A database stamped by a newer release is refused by admins and verifiers alike."""
     engine = make_engine(database_url)
     ensure_schema(engine)
     with engine.begin() as conn:
-        conn.execute(text("UPDATE apikey_tui_meta SET value = '99'"))
-    with pytest.raises(SchemaVersionError, match=r"version '99'.*upgrade"):
+        conn.execute(
+            text("UPDATE apikey_tui_alembic_version SET version_num = :r"), {"r": revision}
+        )
+    for create in (True, False):
+        with pytest.raises(SchemaVersionError, match=message):
+            ensure_schema(engine, create=create)
+    engine.dispose()
+
+
+def test_older_schema_is_refused_with_the_upgrade_command(database_url: str) -> None:
+    """A version-1 database is neither used nor upgraded by opening it: it names `db upgrade`."""
+    engine = make_engine(database_url)
+    with engine.begin() as conn:
+        command.upgrade(alembic_config(conn), "0001")
+    for create in (True, False):
+        with pytest.raises(SchemaVersionError, match=r"version 1; .* `apikey-tui db upgrade`"):
+            ensure_schema(engine, create=create)
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT version_num FROM apikey_tui_alembic_version")).all() == [
+            ("0001",)
+        ]
+    engine.dispose()
+
+
+def test_tables_without_a_version_are_refused(database_url: str) -> None:
+    """apikey-tui tables with no version row and no Alembic table are refused, not guessed at."""
+    engine = make_engine(database_url)
+    ensure_schema(engine)
+    with engine.begin() as conn:
+        conn.execute(text("DROP TABLE apikey_tui_alembic_version"))
+        conn.execute(text("DELETE FROM apikey_tui_meta"))
+    with pytest.raises(SchemaVersionError, match="no schema version"):
         ensure_schema(engine)
     engine.dispose()
+
+
+def test_concurrent_openers_create_the_schema_once(postgres_url: str) -> None:
+    """Four PostgreSQL clients opening an empty database at once queue on the schema lock."""
+    engines = [make_engine(postgres_url) for _ in range(4)]
+    with ThreadPoolExecutor(len(engines)) as pool:
+        list(pool.map(ensure_schema, engines))
+    with engines[0].connect() as conn:
+        assert conn.execute(text("SELECT version_num FROM apikey_tui_alembic_version")).all() == [
+            ("0002",)
+        ]
+        assert conn.execute(text("SELECT count(*) FROM apikey_tui_scope")).scalar() == 2
+    for engine in engines:
+        engine.dispose()
 
 
 def test_missing_schema_is_not_created_when_asked_not_to(database_url: str) -> None:

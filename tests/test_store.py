@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from apikey_tui import keyformat
 from apikey_tui.errors import (
@@ -18,6 +19,7 @@ from apikey_tui.errors import (
     StoreUnavailableError,
     UnknownScopeError,
 )
+from apikey_tui.hashing import fingerprint
 from apikey_tui.store import KeyStore
 from tests.conftest import CHEAP
 from tests.throwaway_postgres import ThrowawayPostgres
@@ -135,6 +137,62 @@ def test_recreate_replaces_id_and_secret_and_keeps_name_and_scopes(store: KeySto
     assert _count_keys(store) == 1
     with pytest.raises(KeyNotFoundError):
         store.recreate_key("alice", "ghost")
+
+
+def test_create_and_recreate_store_the_secrets_fingerprint(store: KeyStore) -> None:
+    """Create and recreate store the keyed fingerprint of the new secret, hidden from repr."""
+    created = keyformat.parse(store.create_key("alice", "demo", ["project"]).plaintext)
+    first = store.credential(created.public_id)
+    assert first is not None and first.fingerprint == fingerprint(*_id_and_secret(created))
+    recreated = keyformat.parse(store.recreate_key("alice", "demo").plaintext)
+    second = store.credential(recreated.public_id)
+    assert second is not None and second.fingerprint == fingerprint(*_id_and_secret(recreated))
+    assert second.fingerprint not in repr(second) and second.secret_hash not in repr(second)
+
+
+def _id_and_secret(parts: keyformat.ParsedKey) -> tuple[str, str]:
+    return parts.public_id, parts.secret
+
+
+def test_credential_is_one_select_with_the_scopes(store: KeyStore) -> None:
+    """credential() reads the key and its scopes in one SELECT, and None for an unknown id."""
+    info = store.create_key("alice", "demo", ["serving", "project"]).info
+    statements: list[str] = []
+
+    def count(*args: Any) -> None:
+        statements.append(str(args[2]))
+
+    event.listen(store.engine, "before_cursor_execute", count)
+    try:
+        credential = store.credential(info.public_id)
+        missing = store.credential("ak" + "a" * 16)
+    finally:
+        event.remove(store.engine, "before_cursor_execute", count)
+    assert credential is not None and missing is None
+    assert credential.info == info
+    queries = [s for s in statements if "apikey_tui" in s]
+    assert len(queries) == 2 and all(q.startswith("SELECT") for q in queries)
+
+
+def test_key_fingerprints_lists_every_key_or_those_created_since(store: KeyStore) -> None:
+    """key_fingerprints gives (id, fingerprint, created) of all keys, or of those created since."""
+    first = store.create_key("alice", "one", ["project"])
+    second = store.create_key("bob", "two", ["project"])
+    with store.engine.begin() as conn:  # a key made before schema version 2 has none
+        conn.execute(
+            text("UPDATE apikey_tui_key SET fingerprint = NULL WHERE public_id = :p"),
+            {"p": first.info.public_id},
+        )
+    everything = sorted(store.key_fingerprints())
+    expected_second = (
+        second.info.public_id,
+        fingerprint(second.info.public_id, keyformat.parse(second.plaintext).secret),
+        second.info.created_at,
+    )
+    assert everything == sorted(
+        [(first.info.public_id, None, first.info.created_at), expected_second]
+    )
+    assert store.key_fingerprints(second.info.created_at) == [expected_second]
 
 
 def test_set_key_scopes_replaces_them(store: KeyStore) -> None:

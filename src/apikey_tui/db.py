@@ -9,16 +9,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, inspect, select, text
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.pool import StaticPool
-from sqlmodel import col
 
+from apikey_tui import schema
 from apikey_tui.config import mask_url
-from apikey_tui.errors import SchemaVersionError, StoreUnavailableError
-from apikey_tui.models import SCHEMA_VERSION, Base, SchemaInfo, ScopeRow
+from apikey_tui.errors import StoreUnavailableError
 from apikey_tui.sqlite_watch import existing_file_uri
 
 # Execution option that makes a SQLite transaction take the write lock at BEGIN: a
@@ -27,11 +26,7 @@ from apikey_tui.sqlite_watch import existing_file_uri
 WRITE = {"apikey_tui_write": True}
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 POSTGRES_CONNECT_TIMEOUT_S = 5
-DEFAULT_SCOPES = {
-    "project": "Project API: read and manage the project's resources",
-    "serving": "Model serving API: call served models (together with 'project')",
-}
-_SCHEMA_LOCK = 0x61706B74  # 'apkt': serialises schema creation between PostgreSQL clients
+_SCHEMA_LOCK = 0x61706B74  # 'apkt': serialises schema changes between PostgreSQL clients
 
 
 def make_engine(url: str, *, create: bool = True) -> Engine:
@@ -120,37 +115,25 @@ def _reason(exc: Exception) -> str:
 
 
 def ensure_schema(engine: Engine, *, create: bool = True) -> None:
-    """Create the tables in an empty database, or check that an existing one is of our version."""
+    """Create the tables in an empty database, or check that an existing one is of our version.
+
+    An older or newer database raises SchemaVersionError (`apikey_tui.schema` says why);
+    only `upgrade_schema` changes an existing schema.
+    """
+    with _schema_transaction(engine) as conn:
+        schema.ensure(conn, create=create)
+
+
+def upgrade_schema(engine: Engine) -> tuple[int | None, int]:
+    """Upgrade the database in place, in one transaction; return (version before, after)."""
+    with _schema_transaction(engine) as conn:
+        return schema.upgrade(conn)
+
+
+@contextmanager
+def _schema_transaction(engine: Engine) -> Iterator[Connection]:
     with database_errors(engine), engine.execution_options(**WRITE).begin() as conn:
         if conn.dialect.name == "postgresql":
+            # Concurrent openers queue here: one creates or upgrades, the others then see it.
             conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _SCHEMA_LOCK})
-        tables = set(inspect(conn).get_table_names())
-        if SchemaInfo.__tablename__ in tables:
-            _check_version(conn)
-            return
-        if tables & set(Base.metadata.tables):
-            raise SchemaVersionError("the database holds apikey-tui tables but no schema version")
-        if not create:
-            raise SchemaVersionError(
-                "the database has no apikey-tui tables yet; open it once with apikey-tui"
-            )
-        Base.metadata.create_all(conn)
-        conn.execute(
-            SchemaInfo.__table__.insert(),  # type: ignore[attr-defined]
-            [{"key": "schema_version", "value": str(SCHEMA_VERSION)}],
-        )
-        conn.execute(
-            ScopeRow.__table__.insert(),  # type: ignore[attr-defined]
-            [{"name": name, "description": desc} for name, desc in DEFAULT_SCOPES.items()],
-        )
-
-
-def _check_version(conn: Connection) -> None:
-    found = conn.execute(
-        select(col(SchemaInfo.value)).where(col(SchemaInfo.key) == "schema_version")
-    ).scalar_one_or_none()
-    if found != str(SCHEMA_VERSION):
-        raise SchemaVersionError(
-            f"the database has schema version {found!r}; this release of apikey-tui "
-            f"understands version {SCHEMA_VERSION}: upgrade apikey-tui"
-        )
+        yield conn

@@ -10,7 +10,9 @@ from sqlalchemy.orm import registry
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
-SCHEMA_VERSION = 1
+# The schema this release reads and writes: Alembic revision f"{SCHEMA_VERSION:04d}" in
+# apikey_tui/migrations, which also builds every new database (a test holds the two equal).
+SCHEMA_VERSION = 2
 
 
 class Base(SQLModel, registry=registry()):
@@ -59,7 +61,11 @@ class ScopeRow(Base, table=True):
 
 
 class KeyRow(Base, table=True):
-    """An API key: who it stands in for, its name, public id and the argon2id hash of its secret."""
+    """An API key: who it stands in for, its name, public id and the argon2id hash of its secret.
+
+    fingerprint is `hashing.fingerprint` of the secret, which the verifier compares before
+    argon2; keys made before schema version 2 have none (their secrets were never stored).
+    """
 
     __tablename__ = "apikey_tui_key"
     __table_args__ = (UniqueConstraint("owner", "name", name="uq_apikey_tui_key_owner_name"),)
@@ -68,7 +74,8 @@ class KeyRow(Base, table=True):
     name: str = Field(max_length=64)
     public_id: str = Field(max_length=32, unique=True)
     secret_hash: str = Field(max_length=255, repr=False)
-    created_at: datetime = _timestamp()
+    fingerprint: str | None = Field(default=None, max_length=16, repr=False)
+    created_at: datetime = _timestamp(index=True)  # the verifier reads keys created since
     last_used_at: datetime | None = _timestamp(nullable=True)
 
 

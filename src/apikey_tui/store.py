@@ -25,7 +25,7 @@ from apikey_tui.errors import (
     ScopeNotFoundError,
     UnknownScopeError,
 )
-from apikey_tui.hashing import SecretHasher
+from apikey_tui.hashing import SecretHasher, fingerprint
 from apikey_tui.models import EventRow, KeyRow, KeyScopeRow, ScopeRow
 from apikey_tui.names import (
     check_description,
@@ -82,10 +82,14 @@ class CreatedKey:
 
 @dataclass(frozen=True)
 class Credential:
-    """A key with its stored argon2id hash, for the verifier; the hash never shows in a repr."""
+    """A key with its stored argon2id hash and secret fingerprint, for the verifier.
+
+    Neither shows in a repr. fingerprint is None for keys made before schema version 2.
+    """
 
     info: KeyInfo
     secret_hash: str = field(repr=False)
+    fingerprint: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -202,6 +206,7 @@ class KeyStore:
             name=name,
             public_id=parts.public_id,
             secret_hash=secret_hash,
+            fingerprint=fingerprint(parts.public_id, parts.secret),
             created_at=now,
         )
         with self._session(write=True) as session:
@@ -328,11 +333,13 @@ class KeyStore:
         """Replace a stolen key's id and secret in one transaction; same owner, name, scopes."""
         parts, plaintext = keyformat.generate()
         secret_hash = self.hasher.hash(parts.secret)
+        secret_fingerprint = fingerprint(parts.public_id, parts.secret)
         now = _now()
         with self._session(write=True) as session:
             row = self._row(session, owner, name, lock=True)
             old_public_id = row.public_id
             row.public_id, row.secret_hash = parts.public_id, secret_hash
+            row.fingerprint = secret_fingerprint
             row.created_at, row.last_used_at = now, None
             session.add(row)
             info = self._read_info(session, row)
@@ -367,12 +374,48 @@ class KeyStore:
     # --- the verifier's view ------------------------------------------------------------------
 
     def credential(self, public_id: str) -> Credential | None:
-        """Return the key with this public id and its hash, or None."""
-        with self._session() as session:
-            row = session.exec(select(KeyRow).where(KeyRow.public_id == public_id)).first()
-            if row is None:
-                return None
-            return Credential(self._read_info(session, row), row.secret_hash)
+        """Return the key with this public id, its hash and fingerprint, or None.
+
+        One SELECT joining the scopes: a cold check costs one round trip.
+        """
+        key, scope = KeyRow.__table__, KeyScopeRow.__table__  # type: ignore[attr-defined]
+        query = (
+            sa_select(
+                key.c.owner,
+                key.c.name,
+                key.c.secret_hash,
+                key.c.fingerprint,
+                key.c.created_at,
+                key.c.last_used_at,
+                scope.c.scope,
+            )
+            .select_from(key.outerjoin(scope, scope.c.key_id == key.c.id))
+            .where(key.c.public_id == public_id)
+            .order_by(scope.c.scope)
+        )
+        with database_errors(self.engine), self.engine.connect() as conn:
+            rows = conn.execute(query).all()
+        if not rows:
+            return None
+        owner, name, secret_hash, secret_fingerprint, created, used, _ = rows[0]
+        scopes = tuple(row.scope for row in rows if row.scope is not None)
+        info = KeyInfo(owner, name, public_id, scopes, created, used)
+        return Credential(info, secret_hash, secret_fingerprint)
+
+    def key_fingerprints(
+        self, created_since: datetime | None = None
+    ) -> list[tuple[str, str | None, datetime]]:
+        """(public id, fingerprint, created at) of every key, or of those created since a time.
+
+        One query of plain columns (the created_at index serves the second form); fingerprint
+        is None for keys made before schema version 2.
+        """
+        key = KeyRow.__table__  # type: ignore[attr-defined]
+        query = sa_select(key.c.public_id, key.c.fingerprint, key.c.created_at)
+        if created_since is not None:
+            query = query.where(key.c.created_at >= created_since)
+        with database_errors(self.engine), self.engine.connect() as conn:
+            return [(public_id, fp, created) for public_id, fp, created in conn.execute(query)]
 
     def replace_hash(self, public_id: str, old_hash: str, new_hash: str) -> None:
         """Store an upgraded hash, unless the key was recreated or deleted meanwhile."""

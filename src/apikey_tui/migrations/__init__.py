@@ -1,0 +1,39 @@
+"""Alembic migrations of apikey-tui's own tables, shipped inside the package.
+
+Schema version n is the Alembic revision ``f"{n:04d}"`` in ``versions/``; `apikey_tui.schema`
+runs them. Alembic keeps its bookkeeping in ``apikey_tui_alembic_version``, so a service's own
+Alembic history (``alembic_version``) in the same database is never read or touched, and the
+migrations create and alter only ``apikey_tui_*`` tables.
+
+A new revision, made against a database at the current head::
+
+    alembic -c src/apikey_tui/migrations/alembic.ini -x url=sqlite:////tmp/head.db \\
+        revision --autogenerate --rev-id 0003 -m "what changes"
+
+then write it out by hand where autogenerate guesses (types from `apikey_tui.models` become
+plain SQLAlchemy types: a migration never imports the models it outlives), use
+``op.batch_alter_table`` for SQLite, set the meta row ``schema_version`` to the new number and
+raise `apikey_tui.models.SCHEMA_VERSION` to match.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+LOCATION = Path(__file__).parent
+VERSION_TABLE = "apikey_tui_alembic_version"
+TABLE_PREFIX = "apikey_tui_"
+
+
+def revision_of(version: int) -> str:
+    """The Alembic revision id of a schema version."""
+    return f"{version:04d}"
+
+
+def is_ours(name: str | None, type_: str, parent_names: object) -> bool:
+    """Autogenerate's include_name hook: look only at apikey-tui's tables, never a service's."""
+    if type_ == "schema":
+        return name is None  # the connection's own schema (its search_path), no other
+    if type_ == "table":
+        return name is not None and name.startswith(TABLE_PREFIX)
+    return True

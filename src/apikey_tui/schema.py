@@ -1,0 +1,125 @@
+"""Which schema version a database has, and bringing it to this release's with Alembic.
+
+Schema version n is Alembic revision ``f"{n:04d}"`` (`apikey_tui.migrations`). Version 1 is the
+schema of release 0.1.0, which recorded its version only in the meta row and kept no Alembic
+table: such a database is stamped with revision 0001 before it is upgraded.
+
+Who upgrades: `apikey-tui db upgrade` alone. Admin commands create a fresh database at the
+newest version but refuse an older one (services must be upgraded together with it), and a
+verifier never changes the schema. A database from a newer release is refused, never touched.
+
+Everything here runs on a connection the caller holds inside one transaction (`db.py` begins
+it, takes PostgreSQL's schema lock and turns driver errors into the typed tree): an upgrade
+commits whole or not at all.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+
+from alembic import command
+from alembic.config import Config
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, column, inspect, select, table
+
+from apikey_tui.errors import SchemaVersionError
+from apikey_tui.migrations import LOCATION, TABLE_PREFIX, VERSION_TABLE, revision_of
+from apikey_tui.models import SCHEMA_VERSION, SchemaInfo
+
+UPGRADE_HINT = "run `apikey-tui db upgrade`"
+_REVISION = re.compile(r"\d{4}")
+_META = SchemaInfo.__tablename__
+_version_table = table(VERSION_TABLE, column("version_num"))
+_meta_table = table(_META, column("key"), column("value"))
+
+
+def found_version(conn: Connection) -> int | None:
+    """The schema version of the database, or None when it holds no apikey-tui table yet.
+
+    Reads the catalog and one row; the verifier calls it too, so it needs no Alembic.
+    """
+    tables = {t for t in inspect(conn).get_table_names() if t.startswith(TABLE_PREFIX)}
+    if not tables:
+        return None
+    if VERSION_TABLE in tables:
+        revisions = list(conn.execute(select(_version_table.c.version_num)).scalars())
+        if len(revisions) == 1 and _REVISION.fullmatch(str(revisions[0])):
+            return int(revisions[0])
+        raise SchemaVersionError(
+            f"the database's apikey-tui schema is at revision {', '.join(map(repr, revisions))}, "
+            f"which this release (schema version {SCHEMA_VERSION}) does not know: "
+            "it was made by a newer release; upgrade apikey-tui"
+        )
+    if _META in tables:  # release 0.1.0 kept no Alembic table
+        value = conn.execute(
+            select(_meta_table.c.value).where(_meta_table.c.key == "schema_version")
+        ).scalar_one_or_none()
+        if value is not None and value.isdigit():
+            return int(value)
+    raise SchemaVersionError("the database holds apikey-tui tables but no schema version")
+
+
+def check(found: int | None, *, create: bool) -> None:
+    """Refuse a database of another version than this release's, saying what to do."""
+    if found == SCHEMA_VERSION or (found is None and create):
+        return
+    if found is None:
+        raise SchemaVersionError(
+            "the database has no apikey-tui tables yet; open it once with apikey-tui"
+        )
+    if found < SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"the database has schema version {found}; this release of apikey-tui needs "
+            f"version {SCHEMA_VERSION}: {UPGRADE_HINT} (and upgrade the services with it)"
+        )
+    raise SchemaVersionError(
+        f"the database has schema version {found}, newer than this release of apikey-tui "
+        f"understands ({SCHEMA_VERSION}): upgrade apikey-tui"
+    )
+
+
+def ensure(conn: Connection, *, create: bool) -> None:
+    """Create the tables at this release's version in an empty database (if create), or
+    check that an existing database is at exactly this release's version."""
+    found = found_version(conn)
+    check(found, create=create)
+    if found is None:
+        command.upgrade(alembic_config(conn), revision_of(SCHEMA_VERSION))
+
+
+def upgrade(conn: Connection) -> tuple[int | None, int]:
+    """Bring the database to this release's version; return (version before, version after).
+
+    An empty database is created; a newer one is refused before anything is written.
+    """
+    found = found_version(conn)
+    if found is not None and found > SCHEMA_VERSION:
+        check(found, create=False)
+    if found == SCHEMA_VERSION:
+        return found, found
+    config = alembic_config(conn)
+    if found is not None and not inspect(conn).has_table(VERSION_TABLE):
+        command.stamp(config, revision_of(found))  # a 0.1.0 database: no Alembic table yet
+    command.upgrade(config, revision_of(SCHEMA_VERSION))
+    return found, SCHEMA_VERSION
+
+
+def head_revision() -> str | None:
+    """The newest revision among the shipped migrations (a test holds it to SCHEMA_VERSION)."""
+    return _scripts().get_current_head()
+
+
+def alembic_config(conn: Connection | None = None) -> Config:
+    """An Alembic configuration of the shipped migrations, run on this connection."""
+    config = Config()
+    config.set_main_option("script_location", str(LOCATION))
+    config.set_main_option("path_separator", "os")
+    if conn is not None:
+        config.attributes["connection"] = conn
+    return config
+
+
+@cache
+def _scripts() -> ScriptDirectory:
+    return ScriptDirectory.from_config(alembic_config())
