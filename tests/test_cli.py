@@ -13,6 +13,9 @@ import pytest
 
 from apikey_tui import keyformat
 from apikey_tui.cli import main
+from apikey_tui.store import KeyStore
+from tests.conftest import ACTOR, CHEAP
+from tests.throwaway_postgres import ThrowawayPostgres
 
 
 def run(capsys: pytest.CaptureFixture[str], url: str, *args: str) -> tuple[int, str, str]:
@@ -166,3 +169,61 @@ def test_installed_command_and_module_work_end_to_end(tmp_path: Path) -> None:
     data = b"".join(p.read_bytes() for p in tmp_path.glob("k.db*"))
     secret = keyformat.parse(key).secret
     assert key.encode() not in data and secret[:12].encode() not in data
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "mysql://admin:pw@db.example/keys",
+        "http://db.example/keys",
+        "postgresql://admin:pw@db.example:notaport/keys",
+        "postgresql://admin:pw@db.example:99999/keys",
+        "postgresql+asyncpg://admin:pw@db.example/keys",
+        "sqlite://keys.db",
+        "",
+    ],
+)
+def test_unusable_database_url_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], url: str
+) -> None:
+    """A URL that is not SQLite or PostgreSQL, or has a bad port, exits 2 with one line."""
+    code, out, err = run(capsys, url, "keys", "list")
+    assert (code, out) == (2, "")
+    assert err.startswith("apikey-tui: ") and err.count("\n") == 1, err
+    assert "pw" not in err
+
+
+def test_unusable_url_from_the_environment_gives_no_traceback(tmp_path: Path) -> None:
+    """The installed command with a MySQL URL in the environment prints one line, exit 2."""
+    env = {**os.environ, "APIKEY_TUI_DATABASE_URL": "mysql://admin@db.example/keys"}
+    done = subprocess.run(
+        [sys.executable, "-m", "apikey_tui", "keys", "list"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert "sqlite:///PATH or postgresql://" in done.stderr
+
+
+def test_frozen_postgres_gives_one_line_exit_1(throwaway_postgres: ThrowawayPostgres) -> None:
+    """Against a PostgreSQL that stopped answering (SIGSTOP), `keys list` gives up with one
+    line and exit 1 instead of hanging (the subprocess timeout is only a generous backstop)."""
+    KeyStore.open(throwaway_postgres.url, hasher=CHEAP, actor=ACTOR).close()
+    throwaway_postgres.freeze()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "apikey_tui", "keys", "list", "--all"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "APIKEY_TUI_DATABASE_URL": throwaway_postgres.url},
+            timeout=120,
+        )
+    finally:
+        throwaway_postgres.thaw()
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert "database unavailable" in done.stderr

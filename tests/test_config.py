@@ -7,10 +7,11 @@ import pytest
 from apikey_tui.config import (
     default_database_path,
     mask_url,
+    parse_database_url,
     resolve_database_url,
     ssh_client_address,
 )
-from apikey_tui.errors import InvalidInputError
+from apikey_tui.errors import DatabaseUrlError, InvalidInputError
 
 
 def test_flag_beats_environment_beats_default() -> None:
@@ -45,3 +46,77 @@ def test_ssh_client_address_comes_from_the_environment() -> None:
     """The SSH client address is the first field of SSH_CLIENT, or None outside SSH."""
     assert ssh_client_address({"SSH_CLIENT": "198.51.100.4 52144 22"}) == "198.51.100.4"
     assert ssh_client_address({}) is None
+
+
+@pytest.mark.parametrize(
+    ("url", "driver"),
+    [
+        ("sqlite:///keys.db", "sqlite"),
+        ("sqlite:////srv/apikeys/keys.db", "sqlite"),
+        ("sqlite://", "sqlite"),
+        ("postgresql://svc@db.example:5432/keys", "postgresql+psycopg"),
+        ("postgresql+psycopg://svc:pw@db.example/keys", "postgresql+psycopg"),
+    ],
+)
+def test_sqlite_and_postgresql_urls_are_accepted(url: str, driver: str) -> None:
+    """SQLite and PostgreSQL URLs parse, and plain postgresql:// means psycopg 3."""
+    assert parse_database_url(url).drivername == driver
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("mysql://u:pw@db/keys", "scheme 'mysql' is not supported"),
+        ("http://example.com/keys", "scheme 'http' is not supported"),
+        ("postgresql+asyncpg://u@db/keys", "scheme 'postgresql+asyncpg' is not supported"),
+        ("postgresql+psycopg2://u@db/keys", "scheme 'postgresql+psycopg2' is not supported"),
+        ("sqlite+nodriver:///keys.db", "scheme 'sqlite+nodriver' is not supported"),
+        ("postgresql://u:pw@db:notaport/keys", "port must be a number from 1 to 65535"),
+        ("postgresql://u@db:99999/keys", "port must be a number from 1 to 65535"),
+        ("postgresql://u@db:0/keys", "port must be a number from 1 to 65535"),
+        ("sqlite://keys.db", "a SQLite URL has no host"),
+        ("", "the database URL is empty"),
+        ("sqlite:///keys.db\nx", "control character"),
+        ("sqlite:///k\x00.db", "control character"),
+        ("sqlite:///k\ud800.db", "not valid UTF-8"),
+        ("postgresql://u@db/k\udcff", "not valid UTF-8"),  # a non-UTF-8 byte from argv
+        ("::nonsense::", "not a valid URL"),
+    ],
+)
+def test_unusable_urls_are_one_line_database_url_errors(url: str, reason: str) -> None:
+    """Each URL this package cannot use raises DatabaseUrlError: one line, no password."""
+    with pytest.raises(DatabaseUrlError) as info:
+        parse_database_url(url)
+    message = str(info.value)
+    assert reason in message and "\n" not in message and "pw" not in message
+    assert isinstance(info.value, InvalidInputError)
+
+
+def test_unsupported_scheme_names_what_is_supported() -> None:
+    """Refusing a scheme names the two URL forms that work."""
+    with pytest.raises(DatabaseUrlError, match=r"use sqlite:///PATH or postgresql://"):
+        resolve_database_url("mysql://u@db/keys", {})
+
+
+def test_odd_text_in_flag_or_environment_is_refused_not_crashed() -> None:
+    """A lone surrogate in --database-url or the environment is a DatabaseUrlError."""
+    with pytest.raises(DatabaseUrlError, match="UTF-8"):
+        resolve_database_url("sqlite:///\ud800.db", {})
+    with pytest.raises(DatabaseUrlError, match="UTF-8"):
+        resolve_database_url(None, {"APIKEY_TUI_DATABASE_URL": "sqlite:///\udcff.db"})
+
+
+def test_empty_flag_is_refused_but_empty_environment_means_unset() -> None:
+    """--database-url '' is refused; an empty $APIKEY_TUI_DATABASE_URL falls back to the default."""
+    with pytest.raises(DatabaseUrlError, match="empty"):
+        resolve_database_url("", {"XDG_DATA_HOME": "/data"})
+    env = {"APIKEY_TUI_DATABASE_URL": "", "XDG_DATA_HOME": "/data"}
+    assert resolve_database_url(None, env) == "sqlite:////data/apikey-tui/keys.db"
+
+
+@pytest.mark.parametrize(
+    "url", ["postgresql://u\ud800:pw@db/keys", "postgresql://u:pw@db:notaport/keys", "::x::"]
+)
+def test_mask_url_never_raises(url: str) -> None:
+    """mask_url shows a placeholder for a URL it cannot parse, never raising, never the password."""
+    assert mask_url(url) == "(invalid database URL)"

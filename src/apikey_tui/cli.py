@@ -10,7 +10,7 @@ from typing import Any, TextIO
 
 from apikey_tui import __version__
 from apikey_tui.config import current_user, resolve_database_url
-from apikey_tui.errors import ApiKeyError
+from apikey_tui.errors import ApiKeyError, DatabaseUrlError
 from apikey_tui.store import CreatedKey, KeyInfo, KeyStore
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
@@ -133,6 +133,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run(store, args, owner)
         finally:
             store.close()
+    except DatabaseUrlError as exc:  # a URL we cannot use is a usage error, like a bad option
+        print(f"apikey-tui: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except ApiKeyError as exc:
         print(f"apikey-tui: {exc}", file=sys.stderr)
         return EXIT_REFUSED

@@ -7,12 +7,20 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
-from apikey_tui.errors import InvalidInputError
+from apikey_tui.errors import DatabaseUrlError
 
 DATABASE_URL_ENV = "APIKEY_TUI_DATABASE_URL"
+SUPPORTED_URLS = "sqlite:///PATH or postgresql://USER@HOST:PORT/DBNAME"
+# The schemes this package accepts, and the driver each one means (psycopg 3 for PostgreSQL).
+_DRIVERS = {
+    "sqlite": "sqlite",
+    "sqlite+pysqlite": "sqlite",
+    "postgresql": "postgresql+psycopg",
+    "postgresql+psycopg": "postgresql+psycopg",
+}
 
 
 def default_database_path(env: Mapping[str, str] | None = None) -> Path:
@@ -23,21 +31,64 @@ def default_database_path(env: Mapping[str, str] | None = None) -> Path:
 
 
 def resolve_database_url(flag: str | None, env: Mapping[str, str] | None = None) -> str:
-    """Pick the URL: --database-url, else $APIKEY_TUI_DATABASE_URL, else the default file."""
+    """Pick the URL: --database-url, else $APIKEY_TUI_DATABASE_URL, else the default file.
+
+    An empty environment variable counts as unset; an empty --database-url is refused, since it
+    is almost always a script expanding a variable that is not set. Raises DatabaseUrlError
+    for any URL parse_database_url refuses.
+    """
     env = os.environ if env is None else env
-    url = flag or env.get(DATABASE_URL_ENV) or f"sqlite:///{default_database_path(env)}"
-    try:
-        make_url(url)
-    except ArgumentError:
-        raise InvalidInputError("the database URL is not a valid SQLAlchemy URL") from None
+    if flag is not None:
+        url = flag
+    else:
+        url = env.get(DATABASE_URL_ENV) or f"sqlite:///{default_database_path(env)}"
+    parse_database_url(url)
     return url
 
 
+def parse_database_url(url: str) -> URL:
+    """Parse a URL this package can use, with PostgreSQL's driver made explicit (psycopg 3).
+
+    Raises DatabaseUrlError, with one line that never echoes the URL (it may hold a password),
+    for an empty or unparsable URL, text that is not UTF-8 or holds control characters, a
+    scheme other than SQLite or PostgreSQL with psycopg, a port outside 1-65535, or a SQLite
+    URL with a host (`sqlite://keys.db` would silently mean an in-memory database).
+    """
+    if not url:
+        raise DatabaseUrlError(f"the database URL is empty; use {SUPPORTED_URLS}")
+    try:
+        url.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate, or bytes that were not UTF-8 (surrogateescape)
+        raise DatabaseUrlError("the database URL is not valid UTF-8 text") from None
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in url):
+        raise DatabaseUrlError("the database URL holds a control character")
+    try:
+        parsed = make_url(url)
+    except ValueError:  # SQLAlchemy's int() of a port that is not a number
+        raise DatabaseUrlError("the database URL's port must be a number from 1 to 65535") from None
+    except ArgumentError:
+        raise DatabaseUrlError(
+            f"the database URL is not a valid URL; use {SUPPORTED_URLS}"
+        ) from None
+    driver = _DRIVERS.get(parsed.drivername)
+    if driver is None:
+        raise DatabaseUrlError(
+            f"database URL scheme {parsed.drivername[:40]!r} is not supported; use {SUPPORTED_URLS}"
+        )
+    if parsed.port is not None and not 1 <= parsed.port <= 65535:
+        raise DatabaseUrlError("the database URL's port must be a number from 1 to 65535")
+    if driver == "sqlite" and (parsed.host or parsed.port or parsed.username or parsed.password):
+        raise DatabaseUrlError(
+            "a SQLite URL has no host: use sqlite:///relative/path or sqlite:////absolute/path"
+        )
+    return parsed.set(drivername=driver)
+
+
 def mask_url(url: str) -> str:
-    """Return the URL with any password replaced by ***, safe to show and log."""
+    """Return the URL with any password replaced by ***, safe to show and log; never raises."""
     try:
         return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
+    except (ArgumentError, ValueError):  # ValueError: a bad port, a lone surrogate
         return "(invalid database URL)"
 
 

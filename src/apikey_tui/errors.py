@@ -63,8 +63,24 @@ class ScopeInUseError(ApiKeyError):
         super().__init__(f"scope {name!r} is still held by: {shown}")
 
 
+class DatabaseUrlError(InvalidInputError):
+    """The database URL cannot be used: unparsable, not SQLite or PostgreSQL, or a bad port."""
+
+
 class StoreUnavailableError(ApiKeyError):
-    """The database could not be reached or answered with an operational error."""
+    """The database could not be reached, or it failed an operation for a reason of its own.
+
+    Every SQLAlchemy and driver error becomes this class or a subclass (`db.database_errors`),
+    so a service answers 503 and the CLI prints one line, never a traceback.
+    """
+
+
+class DatabasePermissionError(StoreUnavailableError):
+    """The database role (or the Unix user, for a SQLite file) lacks a privilege it needs."""
+
+
+class DatabaseCorruptError(StoreUnavailableError):
+    """The database file is damaged or is not a SQLite database; the server reported corruption."""
 
 
 class SchemaVersionError(ApiKeyError):
