@@ -4,20 +4,26 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, text
-from sqlalchemy.engine import Connection, make_url
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.engine import URL, Connection
+from sqlalchemy.exc import SQLAlchemyError, StatementError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.pool import StaticPool
 
 from apikey_tui import schema
-from apikey_tui.config import mask_url
-from apikey_tui.errors import StoreUnavailableError
+from apikey_tui.config import mask_url, parse_database_url
+from apikey_tui.errors import (
+    DatabaseCorruptError,
+    DatabasePermissionError,
+    DatabaseUrlError,
+    StoreUnavailableError,
+)
 from apikey_tui.sqlite_watch import existing_file_uri
 
 # Execution option that makes a SQLite transaction take the write lock at BEGIN: a
@@ -25,7 +31,30 @@ from apikey_tui.sqlite_watch import existing_file_uri
 # another writer got in between, and the busy timeout cannot help it.
 WRITE = {"apikey_tui_write": True}
 SQLITE_BUSY_TIMEOUT_MS = 10_000
-POSTGRES_CONNECT_TIMEOUT_S = 5
+# A PostgreSQL server that stops answering costs a caller at most about 2 s per step, never a
+# hang: connecting (per address tried; 2 s is libpq's minimum), and waiting for a pooled
+# connection when every one is in use. A connection whose sent data stays unacknowledged for
+# 2 s (the host or the network is gone) is dropped, and TCP keepalive notices a vanished server
+# behind an idle pooled connection within about 12 s. A server that is alive but frozen still
+# acknowledges TCP, so a query in flight is bounded by the caller (the verifier's deadline).
+# A setting given in the URL's query (e.g. ?connect_timeout=10) wins over these.
+POSTGRES_CONNECT_TIMEOUT_S = 2
+POSTGRES_POOL_TIMEOUT_S = 2
+POSTGRES_TCP_USER_TIMEOUT_MS = 2_000
+POSTGRES_KEEPALIVES = {
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+}
+# SQLite result codes (the low byte of an extended code) and PostgreSQL SQLSTATEs that get a
+# clearer error than "database unavailable".
+_SQLITE_CORRUPT = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
+_SQLITE_DENIED = {3, 8, 23}  # SQLITE_PERM, SQLITE_READONLY, SQLITE_AUTH
+_POSTGRES_CORRUPT = {"XX001", "XX002"}  # data_corrupted, index_corrupted
+# insufficient_privilege; invalid_schema_name, which is what a role without USAGE on the
+# schema in its search_path meets when it looks for (or creates) the tables.
+_POSTGRES_DENIED = {"42501", "3F000"}
 _SCHEMA_LOCK = 0x61706B74  # 'apkt': serialises schema changes between PostgreSQL clients
 
 
@@ -34,22 +63,35 @@ def make_engine(url: str, *, create: bool = True) -> Engine:
 
     With create=False a missing SQLite file stays missing (connections fail instead): a service
     must not create, as its own Unix user, the database its admins are meant to create.
+    Only SQLite and PostgreSQL with psycopg 3 are accepted; any other URL raises
+    DatabaseUrlError (`config.parse_database_url`) before anything is created or connected.
     """
-    parsed = make_url(url)
+    parsed = parse_database_url(url)  # plain postgresql:// comes back as postgresql+psycopg
     if parsed.get_backend_name() == "sqlite":
-        return _sqlite_engine(url, create=create)
-    if parsed.drivername == "postgresql":  # plain postgresql:// means psycopg 3 here
-        parsed = parsed.set(drivername="postgresql+psycopg")
-    return create_engine(
-        parsed,
-        hide_parameters=True,  # bound parameters (hashes) never reach an exception message
-        pool_pre_ping=True,  # a restarted server costs one reconnect, not an error
-        connect_args={"connect_timeout": POSTGRES_CONNECT_TIMEOUT_S},
-    )
+        return _sqlite_engine(parsed, create=create)
+    return _postgres_engine(parsed)
 
 
-def _sqlite_engine(url: str, *, create: bool) -> Engine:
-    database = make_url(url).database
+def _postgres_engine(url: URL) -> Engine:
+    bounds: dict[str, Any] = {
+        "connect_timeout": POSTGRES_CONNECT_TIMEOUT_S,
+        "tcp_user_timeout": POSTGRES_TCP_USER_TIMEOUT_MS,
+        **POSTGRES_KEEPALIVES,
+    }
+    try:
+        return create_engine(
+            url,
+            hide_parameters=True,  # bound parameters (hashes) never reach an exception message
+            pool_pre_ping=True,  # a restarted server costs one reconnect, not an error
+            pool_timeout=POSTGRES_POOL_TIMEOUT_S,
+            connect_args={k: v for k, v in bounds.items() if k not in url.query},
+        )
+    except ImportError:  # the [postgres] extra is not installed
+        raise DatabaseUrlError("PostgreSQL needs psycopg 3: install apikey-tui[postgres]") from None
+
+
+def _sqlite_engine(url: URL, *, create: bool) -> Engine:
+    database = url.database
     in_memory = not database or database == ":memory:"
     options: dict[str, Any] = {
         "connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, "check_same_thread": False}
@@ -86,9 +128,9 @@ def _sqlite_engine(url: str, *, create: bool) -> Engine:
 
 def _create_private_file(path: Path) -> None:
     """Create the SQLite file owner-only (0600) if it does not exist yet, and its folder 0700."""
-    if path.exists():
-        return
     try:
+        if path.exists():  # may itself fail, e.g. on a folder this user may not search
+            return
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
     except FileExistsError:
@@ -99,19 +141,66 @@ def _create_private_file(path: Path) -> None:
 
 @contextmanager
 def database_errors(engine: Engine) -> Iterator[None]:
-    """Turn connection-level database failures into one-line StoreUnavailableError."""
+    """Turn every SQLAlchemy or driver error into StoreUnavailableError or one of its subclasses.
+
+    The one place that does it: wrap every use of an engine or a raw connection in it. The
+    message is one line naming the masked URL and the driver's reason; never the statement,
+    its parameters, or a value the database echoes back. Other exceptions pass unchanged.
+    """
     try:
         yield
-    except (OperationalError, InterfaceError, PoolTimeoutError) as exc:
-        raise StoreUnavailableError(
-            f"database unavailable ({mask_url(str(engine.url))}): {_reason(exc)}"
-        ) from None
+    except Exception as exc:
+        if not isinstance(exc, _driver_errors()):
+            raise
+        raise _store_error(exc, mask_url(str(engine.url))) from None
+
+
+def _driver_errors() -> tuple[type[Exception], ...]:
+    # psycopg is optional and imported only by a PostgreSQL engine: when it is not loaded, none
+    # of its errors can exist, and a SQLite-only process never pays for importing it.
+    psycopg_error = getattr(sys.modules.get("psycopg"), "Error", None)
+    found: tuple[type[Exception], ...] = (SQLAlchemyError, sqlite3.Error)
+    return found if psycopg_error is None else (*found, psycopg_error)
+
+
+def _store_error(exc: Exception, where: str) -> StoreUnavailableError:
+    origin = exc.orig if isinstance(exc, StatementError) and exc.orig is not None else exc
+    code = getattr(origin, "sqlite_errorcode", None)
+    sqlite_code = code & 0xFF if isinstance(code, int) else None
+    sqlstate = str(getattr(origin, "sqlstate", None) or "")
+    if sqlite_code in _SQLITE_CORRUPT:
+        message = "the database file is damaged or is not a SQLite database"
+        return DatabaseCorruptError(f"{message} ({where}): {_reason(exc)}")
+    if sqlstate in _POSTGRES_CORRUPT:
+        message = "the database server reports damaged data"
+        return DatabaseCorruptError(f"{message} ({where}): {_reason(exc)}")
+    if sqlite_code in _SQLITE_DENIED:
+        message = "this user may not write the database file"
+        return DatabasePermissionError(f"{message} ({where}): {_reason(exc)}")
+    if sqlstate in _POSTGRES_DENIED:
+        message = "the database role lacks a privilege apikey-tui needs"
+        return DatabasePermissionError(f"{message} ({where}): {_reason(exc)}")
+    if sqlstate.startswith("22"):
+        # A data exception's text may quote the offending value: name its kind instead.
+        return StoreUnavailableError(
+            f"the database refused a value ({where}): {type(origin).__name__}"
+        )
+    if sqlstate.startswith("23") or sqlite_code == 19:  # SQLITE_CONSTRAINT
+        # The store turns the constraint failures it expects into their own errors first.
+        return StoreUnavailableError(f"the database refused a change ({where}): {_reason(exc)}")
+    # PEP 249 gives every driver the same class names, so raw driver errors sort alike.
+    lost = {cls.__name__ for cls in type(origin).__mro__} & {"OperationalError", "InterfaceError"}
+    if lost or isinstance(exc, PoolTimeoutError):
+        return StoreUnavailableError(f"database unavailable ({where}): {_reason(exc)}")
+    return StoreUnavailableError(f"database error ({where}): {_reason(exc)}")
 
 
 def _reason(exc: Exception) -> str:
-    origin = exc.orig if isinstance(exc, DBAPIError) else exc
+    """The first line of the driver's message (not SQLAlchemy's, which adds the statement)."""
+    origin = exc.orig if isinstance(exc, StatementError) and exc.orig is not None else exc
     lines = [line.strip() for line in str(origin).splitlines() if line.strip()]
-    return (lines[0] if lines else type(origin).__name__)[:200]
+    first = lines[0] if lines else type(origin).__name__
+    return "".join(c if c.isprintable() else "?" for c in first)[:200]
 
 
 def ensure_schema(engine: Engine, *, create: bool = True) -> None:
