@@ -1,0 +1,222 @@
+"""WebSocket handshakes and other ASGI scope types through the middleware and FastAPI."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.routing import WebSocketRoute
+from starlette.testclient import WebSocketDenialResponse
+from starlette.websockets import WebSocket
+
+from apikey_tui.integrations.asgi import ApiKeyMiddleware, Message, Receive, Scope, Send
+from apikey_tui.integrations.fastapi import ApiKeyAuth
+from apikey_tui.integrations.routes import route
+from apikey_tui.store import KeyStore
+from apikey_tui.verifier import Caller, Verifier
+from tests.conftest import CHEAP
+
+RULES = [route("/health", public=True), route("/ws", "serving", "project")]
+
+
+@pytest.fixture
+def keys(sqlite_url: str) -> Iterator[tuple[Verifier, str, str]]:
+    """A verifier plus a 'project'-only key and a 'project'+'serving' key."""
+    store = KeyStore.open(sqlite_url, hasher=CHEAP)
+    project = store.create_key("alice", "proj", ["project"]).plaintext
+    both = store.create_key("alice", "both", ["project", "serving"]).plaintext
+    store.close()
+    verifier = Verifier.from_url(sqlite_url, hasher=CHEAP)
+    yield verifier, project, both
+    verifier.close()
+
+
+def websocket_scope(path: str, key: str | None = None, *, denial: bool = False) -> Scope:
+    """An ASGI websocket scope; `denial` offers the websocket.http.response extension."""
+    headers = [(b"host", b"testserver")]
+    if key is not None:
+        headers.append((b"authorization", f"ApiKey {key}".encode()))
+    scope: Scope = {
+        "type": "websocket", "asgi": {"version": "3.0"}, "http_version": "1.1", "scheme": "ws",
+        "path": path, "raw_path": path.encode(), "root_path": "", "query_string": b"",
+        "headers": headers, "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 80),
+        "subprotocols": [], "state": {},
+    }  # fmt: skip
+    if denial:
+        scope["extensions"] = {"websocket.http.response": {}}
+    return scope
+
+
+async def exchange(app: Any, scope: Scope) -> list[Message]:
+    """Run one ASGI connection whose client sends the opening message and then leaves."""
+    opening = {"type": "websocket.connect"} if scope["type"] == "websocket" else {}
+    inbox: list[Message] = [opening]
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        return inbox.pop(0) if inbox else {"type": "websocket.disconnect", "code": 1000}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    return sent
+
+
+class Recorder:
+    """An ASGI app that only records the scopes it is handed."""
+
+    def __init__(self) -> None:
+        self.seen: list[Scope] = []
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.seen.append(scope)
+
+
+def guarded(verifier: Verifier) -> ApiKeyMiddleware:
+    """The middleware around a Recorder, with the WebSocket rules."""
+    return ApiKeyMiddleware(Recorder(), verifier, RULES)
+
+
+async def test_websocket_without_denial_extension_is_closed_with_1008(
+    keys: tuple[Verifier, str, str],
+) -> None:
+    """A server without the denial extension gets a close 1008 and the app never runs."""
+    verifier, project, _both = keys
+    middleware = guarded(verifier)
+    for key in (None, project, "not-a-key"):
+        sent = await exchange(middleware, websocket_scope("/ws/echo", key))
+        assert sent == [{"type": "websocket.close", "code": 1008}], key
+    assert isinstance(middleware.app, Recorder) and middleware.app.seen == []
+
+
+async def test_websocket_denial_is_the_http_problem_answer(
+    keys: tuple[Verifier, str, str],
+) -> None:
+    """With the extension the refusal is the same status, headers and body as over HTTP."""
+    verifier, project, _both = keys
+    sent = await exchange(guarded(verifier), websocket_scope("/ws/echo", project, denial=True))
+    assert [m["type"] for m in sent] == [
+        "websocket.http.response.start",
+        "websocket.http.response.body",
+    ]
+    headers = dict(sent[0]["headers"])
+    assert sent[0]["status"] == 403
+    assert headers[b"www-authenticate"].startswith(
+        b'ApiKey realm="api", error="insufficient_scope"'
+    )
+    assert headers[b"content-type"] == b"application/problem+json"
+    assert json.loads(sent[1]["body"])["missing_scopes"] == ["serving"]
+
+
+async def test_websocket_caller_lands_in_the_scope_state(keys: tuple[Verifier, str, str]) -> None:
+    """An accepted WebSocket carries the caller in scope["state"]["apikey"], like HTTP."""
+    verifier, _project, both = keys
+    middleware = guarded(verifier)
+    await exchange(middleware, websocket_scope("/ws/echo", both))
+    assert isinstance(middleware.app, Recorder)
+    (seen,) = middleware.app.seen
+    assert seen["state"]["apikey"].key_name == "both"
+    public = websocket_scope("/health")
+    del public["state"]  # a server without lifespan state
+    await exchange(middleware, public)
+    assert "apikey" not in middleware.app.seen[-1].get("state", {})
+
+
+def test_websocket_caller_reaches_a_starlette_endpoint(keys: tuple[Verifier, str, str]) -> None:
+    """Starlette's `websocket.state.apikey` is the caller the middleware checked."""
+    verifier, _project, both = keys
+
+    async def echo(websocket: WebSocket) -> None:
+        caller: Caller = websocket.state.apikey
+        await websocket.accept()
+        await websocket.send_text(f"{caller.owner}/{caller.key_name}")
+        await websocket.close()
+
+    app = Starlette(
+        routes=[WebSocketRoute("/ws/echo", echo)],
+        middleware=[Middleware(ApiKeyMiddleware, verifier=verifier, routes=RULES)],
+    )
+    with TestClient(app) as client:
+        headers = {"Authorization": f"ApiKey {both}"}
+        with client.websocket_connect("/ws/echo", headers=headers) as websocket:
+            assert websocket.receive_text() == "alice/both"
+
+
+async def test_unknown_scope_type_is_refused_with_one_warning(
+    keys: tuple[Verifier, str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A scope type the middleware cannot check never reaches the app and logs one warning."""
+    verifier, _project, _both = keys
+    middleware = guarded(verifier)
+    with caplog.at_level(logging.WARNING, logger="apikey_tui.integrations.asgi"):
+        sent = await exchange(middleware, {"type": "webtransport", "path": "/ws/echo"})
+    assert sent == []
+    assert isinstance(middleware.app, Recorder) and middleware.app.seen == []
+    assert [r.getMessage() for r in caplog.records] == [
+        "apikey-tui refused an ASGI scope of unknown type 'webtransport'"
+    ]
+
+
+async def test_lifespan_passes_through(keys: tuple[Verifier, str, str]) -> None:
+    """The lifespan scope reaches the app untouched, so startup and shutdown still run."""
+    verifier, _project, _both = keys
+    middleware = guarded(verifier)
+    await exchange(middleware, {"type": "lifespan", "asgi": {"version": "3.0"}})
+    assert isinstance(middleware.app, Recorder)
+    assert [s["type"] for s in middleware.app.seen] == ["lifespan"]
+
+
+def fastapi_app(verifier: Verifier) -> FastAPI:
+    """A FastAPI app whose WebSocket route depends on ApiKeyAuth."""
+    app = FastAPI()
+    auth = ApiKeyAuth(verifier)
+    auth.install(app)
+
+    @app.websocket("/ws/echo")
+    async def echo(
+        websocket: WebSocket,
+        caller: Caller = auth.require("serving", "project"),  # noqa: B008
+    ) -> None:
+        await websocket.accept()
+        await websocket.send_text(f"{caller.owner}/{caller.key_name}")
+        await websocket.close()
+
+    return app
+
+
+def test_fastapi_dependency_on_a_websocket_route(keys: tuple[Verifier, str, str]) -> None:
+    """The FastAPI dependency works on WebSocket routes and denies before accept."""
+    verifier, project, both = keys
+    with TestClient(fastapi_app(verifier)) as client:
+        with pytest.raises(WebSocketDenialResponse) as missing:
+            with client.websocket_connect("/ws/echo"):
+                pass
+        assert missing.value.status_code == 401
+        assert missing.value.headers["www-authenticate"] == 'ApiKey realm="api"'
+        with pytest.raises(WebSocketDenialResponse) as forbidden:
+            with client.websocket_connect(
+                "/ws/echo", headers={"Authorization": f"ApiKey {project}"}
+            ):
+                pass
+        assert forbidden.value.status_code == 403
+        assert forbidden.value.json()["missing_scopes"] == ["serving"]
+        headers = {"Authorization": f"ApiKey {both}"}
+        with client.websocket_connect("/ws/echo", headers=headers) as websocket:
+            assert websocket.receive_text() == "alice/both"
+
+
+async def test_fastapi_websocket_without_denial_extension_is_closed_with_1008(
+    keys: tuple[Verifier, str, str],
+) -> None:
+    """FastAPI's handler closes with 1008 where the server cannot send a denial response."""
+    verifier, _project, _both = keys
+    sent = await exchange(fastapi_app(verifier), websocket_scope("/ws/echo"))
+    assert [(m["type"], m.get("code")) for m in sent] == [("websocket.close", 1008)]
