@@ -2,21 +2,40 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, Literal, TypeVar
 
+from apikey_tui.errors import NoRouteRuleError, UnsafePathError
 from apikey_tui.names import parse_scopes
 from apikey_tui.verifier import Verifier
 
 AppT = TypeVar("AppT")
+Unmatched = Literal["key", "deny"]
+
+# A rule path is a literal prefix of RFC 3986 path characters without "%" and "*": what a rule
+# says is exactly what it matches, so a placeholder, a wildcard or an encoding (which would
+# silently never match) fails at start-up instead.
+_RULE_PATH = re.compile(r"/|(?:/[A-Za-z0-9\-._~!$&'()+,;=:@]+)+/?")
+_DOT_SEGMENT = re.compile(r"/\.\.?(?:/|\Z)")
+# RFC 9110 method token (tchar), upper-cased.
+_METHOD = re.compile(r"[A-Z0-9!#$%&'*+.^_`|~-]+")
+# What a server's decoding can leave in a path that the app, a proxy or a file lookup might
+# read differently from us: dot segments, a "/", "." or "\" still percent-encoded, backslashes,
+# and C0/DEL control characters. (C1 is allowed: a WSGI PATH_INFO carries UTF-8 bytes as latin-1.)
+_UNSAFE_PATH = re.compile(r"[\x00-\x1f\x7f\\]|%(?:2[ef]|5c)|/\.\.?(?:/|\Z)", re.IGNORECASE)
+_REPEATED_SLASHES = re.compile(r"/{2,}")
+# The table key of a rule that names no methods; a real method is never empty.
+_ANY_METHOD = ""
 
 
 @dataclass(frozen=True)
 class Route:
     """Requests whose path is `path` or lies below it (and whose method matches) need `scopes`.
 
-    `public=True` lets requests through without a key (health checks, docs).
+    `public=True` lets requests through without a key (health checks, docs). A rule for GET also
+    covers HEAD, which frameworks answer with the GET handler.
     """
 
     path: str
@@ -24,18 +43,32 @@ class Route:
     methods: frozenset[str] | None = None
     public: bool = False
 
-    def matches(self, method: str, path: str) -> bool:
-        """Tell whether a request falls under this route (whole path segments only)."""
-        if self.methods is not None and method.upper() not in self.methods:
-            return False
-        prefix = self.path.rstrip("/")
-        return path == self.path or path == prefix or path.startswith(prefix + "/")
+    def __post_init__(self) -> None:
+        if not _RULE_PATH.fullmatch(self.path) or _DOT_SEGMENT.search(self.path):
+            raise ValueError(
+                f"route path {self.path!r} is not a literal path: it must start with '/' and "
+                "hold only letters, digits and -._~!$&'()+,;=:@ with no empty, '.' or '..' "
+                "segment (no {placeholders}, * or %: a rule covers every path below it)"
+            )
+        if self.methods is not None and (
+            not self.methods or not all(_METHOD.fullmatch(m) for m in self.methods)
+        ):
+            raise ValueError(
+                f"route {self.path!r}: methods must be a non-empty list of upper-case HTTP "
+                f"methods, got {sorted(self.methods)!r}"
+            )
+        if self.public and self.scopes:
+            raise ValueError(f"route {self.path!r} cannot be public and need scopes")
+        # "/models/" and "/models" cover the same whole segments.
+        object.__setattr__(self, "path", self.path.rstrip("/") or "/")
 
 
 def route(
     path: str, *scopes: str, methods: Iterable[str] | None = None, public: bool = False
 ) -> Route:
-    """Build a Route, checking scope names and upper-casing methods."""
+    """Build a Route, checking the path, the scope names and the methods (ValueError if bad)."""
+    if isinstance(methods, str):
+        raise ValueError(f"route {path!r}: methods must be a list, like methods=[{methods!r}]")
     return Route(
         path,
         parse_scopes(scopes),
@@ -45,23 +78,109 @@ def route(
 
 
 class RouteScopes:
-    """Find the most specific route for a request; unmatched requests need a key of any scope."""
+    """Find the most specific rule for a request: the longest rule path on whole segments.
 
-    def __init__(self, routes: Iterable[Route], default_scopes: Iterable[str] = ()) -> None:
-        # Longest path first, routes naming methods before those that do not.
-        self.routes = sorted(routes, key=lambda r: (-len(r.path), r.methods is None))
-        self.default_scopes = parse_scopes(default_scopes)
+    At one path, a rule naming the request's method wins over one naming none. A path no rule
+    covers needs a key holding `default_scopes` (`unmatched="key"`, the default) or is refused
+    with 403 (`unmatched="deny"`).
+    """
+
+    def __init__(
+        self,
+        routes: Iterable[Route],
+        default_scopes: Iterable[str] = (),
+        *,
+        unmatched: Unmatched = "key",
+    ) -> None:
+        if unmatched not in ("key", "deny"):
+            raise ValueError(f"unmatched must be 'key' or 'deny', not {unmatched!r}")
+        defaults = parse_scopes(default_scopes)
+        if unmatched == "deny" and defaults:
+            raise ValueError(
+                "default_scopes apply to unmatched paths, which unmatched='deny' refuses"
+            )
+        self._fallback = Route("/", defaults) if unmatched == "key" else None
+        self._table: dict[str, dict[str, Route]] = {}
+        for rule in routes:
+            entry = self._table.setdefault(rule.path, {})
+            for method in sorted(rule.methods) if rule.methods is not None else [_ANY_METHOD]:
+                if method in entry:
+                    shown = method or "any method"
+                    raise ValueError(f"two routes for {shown} on {rule.path!r}")
+                entry[method] = rule
+        for entry in self._table.values():
+            if "GET" in entry:
+                entry.setdefault("HEAD", entry["GET"])
+        # Prefixes longer than every rule path cannot match: the lookup skips them, so a request
+        # path of any length costs at most one step per segment of the longest rule.
+        self._longest = max(map(len, self._table), default=1)
 
     def required(self, method: str, path: str) -> tuple[str, ...] | None:
-        """The scopes a request needs, or None when it needs no key at all."""
-        for candidate in self.routes:
-            if candidate.matches(method, path):
-                return None if candidate.public else candidate.scopes
-        return self.default_scopes
+        """The scopes a request needs, or None when it needs no key at all.
+
+        `path` is relative to where the middleware is mounted. Raises UnsafePathError (400) for
+        a path not in normal form and NoRouteRuleError (403) for an unmatched path when
+        unmatched="deny".
+        """
+        method = method.upper()
+        if (
+            "//" in path
+            or "/." in path
+            or "%" in path
+            or "\\" in path
+            or not (path.startswith("/") and path.isascii() and path.isprintable())
+        ):
+            return self._required_unusual(method, path)
+        return self._need(self._lookup(method, path))
+
+    def _required_unusual(self, method: str, path: str) -> tuple[str, ...] | None:
+        """The slow path: refuse what is not in normal form; repeated slashes need both readings."""
+        if not path:
+            path = "/"  # the mount point itself (a WSGI PATH_INFO or Starlette route path of "")
+        if not path.startswith("/") or _UNSAFE_PATH.search(path):
+            raise UnsafePathError()
+        need = self._need(self._lookup(method, path))
+        merged = _REPEATED_SLASHES.sub("/", path)
+        if merged == path:
+            return need
+        # Werkzeug merges repeated slashes before routing and Starlette does not: the request
+        # must pass the rules of both readings, whichever one the app acts on.
+        other = self._need(self._lookup(method, merged))
+        if need is None or other is None:
+            return other if need is None else need
+        return tuple(sorted({*need, *other}))
+
+    def _lookup(self, method: str, path: str) -> Route | None:
+        """The rule of the longest rule path that is `path` or a whole-segment prefix of it."""
+        table = self._table
+        if len(path) > self._longest:
+            cut = path.rfind("/", 0, self._longest + 1)
+            path = path[:cut] if cut > 0 else "/"
+        while True:
+            entry = table.get(path)
+            if entry is not None:
+                rule = entry.get(method) or entry.get(_ANY_METHOD)
+                if rule is not None:
+                    return rule
+            if path == "/":
+                return self._fallback
+            cut = path.rfind("/")
+            path = path[:cut] if cut > 0 else "/"
+
+    @staticmethod
+    def _need(rule: Route | None) -> tuple[str, ...] | None:
+        """What a rule asks of a request; no rule at all (unmatched="deny") is a refusal."""
+        if rule is None:
+            raise NoRouteRuleError()
+        return None if rule.public else rule.scopes
 
 
 class RouteGuard(Generic[AppT]):
-    """What every middleware holds: the wrapped app, the verifier and the route rules."""
+    """What every middleware holds: the wrapped app, the verifier and the route rules.
+
+    Rule paths are relative to where the middleware is installed: below a mount point
+    (Starlette `Mount`, ASGI `root_path`, WSGI `SCRIPT_NAME`) they omit the mount's prefix.
+    """
 
     def __init__(
         self,
@@ -69,7 +188,9 @@ class RouteGuard(Generic[AppT]):
         verifier: Verifier,
         routes: Iterable[Route] = (),
         default_scopes: Iterable[str] = (),
+        *,
+        unmatched: Unmatched = "key",
     ) -> None:
         self.app = app
         self.verifier = verifier
-        self.rules = RouteScopes(routes, default_scopes)
+        self.rules = RouteScopes(routes, default_scopes, unmatched=unmatched)

@@ -15,19 +15,20 @@ if TYPE_CHECKING:
 class ApiKeyWSGIMiddleware(RouteGuard["WSGIApplication"]):
     """Check every request's key against the route's scopes; the caller lands in environ["apikey"].
 
+    Rules match PATH_INFO, the path below the mount point (SCRIPT_NAME).
     Django: wrap `get_wsgi_application()`.
     Flask: `app.wsgi_app = ApiKeyWSGIMiddleware(app.wsgi_app, verifier, routes)`.
     """
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
-        path = environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", "")
-        required = self.rules.required(environ["REQUEST_METHOD"], path)
-        if required is not None:
-            try:
-                caller = self.verifier.verify(environ.get("HTTP_AUTHORIZATION"), required)
-            except AuthError as error:
-                status, headers, body = error.response(self.verifier.realm)
-                start_response(f"{status} {error.title}", headers)
-                return [body]
-            environ["apikey"] = caller
+        try:
+            required = self.rules.required(environ["REQUEST_METHOD"], environ.get("PATH_INFO", ""))
+            if required is not None:
+                environ["apikey"] = self.verifier.verify(
+                    environ.get("HTTP_AUTHORIZATION"), required
+                )
+        except AuthError as error:
+            status, headers, body = error.response(self.verifier.realm)
+            start_response(f"{status} {error.title}", headers)
+            return [body]
         return self.app(environ, start_response)
