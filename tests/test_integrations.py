@@ -42,6 +42,11 @@ def keys(sqlite_url: str) -> Iterator[tuple[Verifier, str, str]]:
     verifier.close()
 
 
+def wrong_key(key: str) -> str:
+    """The key with its last character replaced by a different one: never the key itself."""
+    return key[:-1] + ("b" if key[-1] == "a" else "a")
+
+
 def _check_protocol(client: TestClient, project: str, both: str) -> None:
     def auth(key: str) -> dict[str, str]:
         return {"Authorization": f"ApiKey {key}"}
@@ -55,9 +60,16 @@ def _check_protocol(client: TestClient, project: str, both: str) -> None:
     forbidden = client.get("/models/m/predict", headers=auth(project))
     assert forbidden.status_code == 403 and forbidden.json()["missing_scopes"] == ["serving"]
     assert client.get("/models/m/predict", headers=auth(both)).text == "alice/both"
-    bad = client.get("/projects", headers=auth(both[:-1] + "q"))
+    bad = client.get("/projects", headers=auth(wrong_key(both)))
     assert bad.status_code == 401 and 'error="invalid_token"' in bad.headers["www-authenticate"]
     assert both[10:40] not in bad.text
+
+
+def test_wrong_key_always_differs_from_the_key() -> None:
+    """The "bad key" helper changes the key for every last character (once 'q' kept it equal)."""
+    for last in "abcdefghijklmnopqrstuvwxyz234567":
+        key = "ak" + "x" * 16 + "." + "y" * 58 + last
+        assert wrong_key(key) != key and len(wrong_key(key)) == len(key)
 
 
 def test_route_scopes_pick_the_most_specific_route() -> None:
