@@ -129,7 +129,7 @@ def test_argon2_runs_once_per_key(
 def test_concurrent_first_requests_run_argon2_once(store: KeyStore, database_url: str) -> None:
     """Eight threads presenting one new key at the same moment cost a single argon2 check."""
     slow = SlowHasher("cheapest", calls=[])
-    checker = Verifier.from_url(database_url, hasher=slow, argon2_concurrency=8)
+    checker = Verifier.from_url(database_url, hasher=slow, check_workers=8)
     key = store.create_key("alice", "demo", ["project"]).plaintext
     with ThreadPoolExecutor(8) as pool:
         names = list(pool.map(lambda _: checker.verify(header(key)).key_name, range(8)))
@@ -216,11 +216,11 @@ def test_last_used_is_recorded_off_the_request_path(store: KeyStore, verifier: V
     verifier.verify(header(key))
     verifier.verify(header(key))
     assert store.get_key("alice", "demo").last_used_at is None  # nothing written yet
-    assert len(verifier._pending) == 1
+    assert len(verifier._usage.pending) == 1
     verifier.flush()
     assert store.get_key("alice", "demo").last_used_at is not None
     verifier.verify(header(key))
-    assert verifier._pending == {}  # within the minute: no new write queued
+    assert verifier._usage.pending == {}  # within the minute: no new write queued
 
 
 def test_verify_async_gives_the_same_answers(store: KeyStore, verifier: Verifier) -> None:
@@ -268,7 +268,7 @@ def _child_checks(url: str, key: str, done: Any) -> None:
     checker = _SHARED[0]
     caller = checker.verify(header(key))
     checker.flush()
-    done.put((caller.key_name, checker._flusher is None or checker._flusher.is_alive()))
+    done.put((caller.key_name, checker._usage.running))
 
 
 _SHARED: list[Verifier] = []

@@ -1,0 +1,300 @@
+"""The service-facing verifier: check `Authorization: ApiKey <key>` and the scopes it grants."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import secrets
+import sys
+import time
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine, event
+
+from apikey_tui import forksafety
+from apikey_tui.authorization import parse_key, split_credentials
+from apikey_tui.db import ensure_schema, make_engine
+from apikey_tui.errors import (
+    InsufficientScopeError,
+    InvalidKeyError,
+    SchemaVersionError,
+    StoreUnavailableError,
+    VerifierUnavailableError,
+)
+from apikey_tui.hashing import SecretHasher
+from apikey_tui.keyformat import ParsedKey
+from apikey_tui.store import Actor, Credential, KeyStore
+from apikey_tui.verifier.freshness import freshness_for
+from apikey_tui.verifier.guard import CheckGate, FailureBudget, KnownKeys, Verdict
+from apikey_tui.verifier.port import CredentialSource
+from apikey_tui.verifier.usage import UsageWriter
+
+__all__ = ["Caller", "Verifier"]
+
+log = logging.getLogger("apikey_tui.verifier")
+
+DEFAULT_REVOCATION_BOUND = 1.0  # seconds a PostgreSQL-backed cache entry is trusted unchecked
+DEFAULT_CHECK_TIMEOUT = 2.0  # seconds a request waits for the database before 503
+LAST_USED_INTERVAL = 60.0  # at most one last_used_at write per key per minute per process
+_REFRESH = object()  # the CheckGate key of an index refresh: one at a time, shared
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who is calling: the key's owner, name, public id and scopes."""
+
+    owner: str
+    key_name: str
+    public_id: str
+    scopes: frozenset[str]
+
+
+@dataclass(slots=True)
+class _Entry:
+    """A key this process has verified: a salted digest of it, never the key itself.
+
+    `hash_tag` fingerprints the stored argon2 hash, to notice a recreated key cheaply.
+    """
+
+    caller: Caller
+    hash_tag: bytes
+    generation: int
+    recorded_at: float = float("-inf")
+
+
+def _tag(secret_hash: str) -> bytes:
+    return hashlib.blake2b(secret_hash.encode(), digest_size=16).digest()
+
+
+class Verifier:
+    """Checks API keys against the admins' database; thread-safe, one per service process.
+
+    A request is answered from memory when it can be: a verified key is remembered by a salted
+    SHA-256 digest (argon2 runs at most once per key per process), and an index of every key's
+    public id and secret fingerprint refuses unknown ids and wrong secrets without a query.
+    Everything else (database reads, argon2) runs in a CheckGate with a deadline.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        realm: str = "api",
+        hasher: SecretHasher | None = None,
+        revocation_bound: float = DEFAULT_REVOCATION_BOUND,
+        check_timeout: float = DEFAULT_CHECK_TIMEOUT,
+        check_workers: int = 4,
+        max_pending_checks: int = 64,
+        failure_burst: float = 5,
+        failures_per_second: float = 1,
+        flush_interval: float = 5.0,
+    ) -> None:
+        if revocation_bound < 0:
+            raise ValueError("revocation_bound must be 0 (always ask) or more seconds")
+        self.realm = realm
+        self._engine = engine
+        store = KeyStore(engine, hasher=hasher, actor=Actor("verifier"))
+        self._source: CredentialSource = store
+        self._hasher = store.hasher
+        self._freshness = freshness_for(engine, revocation_bound)
+        self._known = KnownKeys(self._source, self._freshness)
+        self._gate = CheckGate(check_workers, check_timeout, max_pending_checks)
+        self._budget = FailureBudget(failure_burst, failures_per_second)
+        self._usage = UsageWriter(self._source.record_use, flush_interval)
+        self._salt = secrets.token_bytes(32)
+        self._entries: dict[bytes, _Entry] = {}
+        self._by_id: dict[str, bytes] = {}
+        self._scope_sets: dict[frozenset[str], frozenset[str]] = {}
+        self._ready = False
+        self._rehash_refused = False
+        self._connections: dict[int, Any] = {}
+        event.listen(engine, "connect", self._on_connect)
+        event.listen(engine, "close", self._on_close)
+        event.listen(engine, "close_detached", self._on_close)
+        forksafety.reset_in_child(self._after_fork)
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> Verifier:
+        """Build a verifier on the database at url (no connection is made until the first check)."""
+        return cls(make_engine(url, create=False), **options)
+
+    # --- the request path ---------------------------------------------------------------------
+
+    def verify(self, authorization: str | None, required_scopes: Collection[str] = ()) -> Caller:
+        """Return the caller, or raise an AuthError that knows its HTTP answer."""
+        credential = split_credentials(authorization)
+        digest = self._digest(credential)
+        caller = self._warm(digest)
+        if caller is None:
+            deadline = time.monotonic() + self._gate.timeout
+            parsed = parse_key(credential)
+            if self._known.verdict(parsed.public_id, parsed.secret) is Verdict.STALE:
+                self._gate.wait(self._gate.submit(_REFRESH, self._refresh), deadline)
+            self._precheck(parsed)
+            work = self._gate.submit(digest, lambda: self._check(parsed, digest))
+            caller = self._gate.wait(work, deadline)
+        return self._authorize(caller, required_scopes)
+
+    async def verify_async(
+        self, authorization: str | None, required_scopes: Collection[str] = ()
+    ) -> Caller:
+        """Like verify; database and argon2 work never blocks the event loop."""
+        credential = split_credentials(authorization)
+        digest = self._digest(credential)
+        caller = self._warm(digest)
+        if caller is None:
+            deadline = time.monotonic() + self._gate.timeout
+            parsed = parse_key(credential)
+            if self._known.verdict(parsed.public_id, parsed.secret) is Verdict.STALE:
+                await self._gate.wait_async(self._gate.submit(_REFRESH, self._refresh), deadline)
+            self._precheck(parsed)
+            work = self._gate.submit(digest, lambda: self._check(parsed, digest))
+            caller = await self._gate.wait_async(work, deadline)
+        return self._authorize(caller, required_scopes)
+
+    def _digest(self, credential: str) -> bytes:
+        # split_credentials let only token68 characters through, so this encodes.
+        return hashlib.sha256(self._salt + credential.encode()).digest()
+
+    def _warm(self, digest: bytes) -> Caller | None:
+        """The cached path: one dict lookup and one freshness test, no query, no lock."""
+        entry = self._entries.get(digest)
+        if entry is None or entry.generation != self._freshness.generation():
+            return None
+        now = time.monotonic()
+        if now - entry.recorded_at >= LAST_USED_INTERVAL:
+            entry.recorded_at = now
+            self._usage.note(entry.caller.public_id)
+        return entry.caller
+
+    def _authorize(self, caller: Caller, required: Collection[str]) -> Caller:
+        if required and not caller.scopes.issuperset(required):
+            raise InsufficientScopeError(sorted(set(required) - caller.scopes))
+        return caller
+
+    def _precheck(self, parsed: ParsedKey) -> None:
+        """Refuse from memory what the index already knows is wrong: no query, no argon2."""
+        verdict = self._known.verdict(parsed.public_id, parsed.secret, refreshed=True)
+        if verdict is Verdict.UNKNOWN or verdict is Verdict.WRONG:
+            raise InvalidKeyError()
+        if verdict is Verdict.LEGACY and not self._budget.allows(parsed.public_id):
+            raise InvalidKeyError()
+
+    # --- in a CheckGate thread ----------------------------------------------------------------
+
+    def _ensure_ready(self) -> None:
+        if self._ready:
+            return
+        try:
+            ensure_schema(self._engine, create=False)
+        except (StoreUnavailableError, SchemaVersionError) as exc:
+            log.warning("API keys cannot be checked: %s", exc)
+            raise VerifierUnavailableError() from None
+        self._ready = True
+
+    def _refresh(self) -> None:
+        self._ensure_ready()
+        try:
+            self._known.refresh()
+        except StoreUnavailableError as exc:
+            log.warning("API keys cannot be checked: %s", exc)
+            raise VerifierUnavailableError() from None
+
+    def _check(self, parsed: ParsedKey, digest: bytes) -> Caller:
+        """Read the key; run argon2 only when this exact key was never verified here."""
+        self._ensure_ready()
+        generation = self._freshness.generation()  # before reading: later commits show next
+        try:
+            stored = self._source.credential(parsed.public_id)
+        except StoreUnavailableError as exc:
+            log.warning("API keys cannot be checked: %s", exc)
+            raise VerifierUnavailableError() from None
+        if stored is None:
+            self._forget(parsed.public_id)
+            self._known.forget(parsed.public_id)
+            raise InvalidKeyError()
+        entry = self._entries.get(digest)
+        tag = _tag(stored.secret_hash)
+        if entry is not None and entry.hash_tag == tag:
+            # Known key, cache entry merely stale: the database still holds the same hash.
+            entry.caller, entry.generation = self._caller(stored), generation
+            return entry.caller
+        if not self._hasher.verify(stored.secret_hash, parsed.secret):
+            if stored.fingerprint is None:
+                self._budget.spend(parsed.public_id)
+            raise InvalidKeyError()
+        if self._hasher.needs_rehash(stored.secret_hash):
+            tag = self._upgrade_hash(parsed, stored)
+        self._forget(parsed.public_id)
+        entry = _Entry(self._caller(stored), tag, generation, time.monotonic())
+        self._entries[digest] = entry
+        self._by_id[parsed.public_id] = digest
+        self._usage.note(parsed.public_id)
+        return entry.caller
+
+    def _upgrade_hash(self, parsed: ParsedKey, stored: Credential) -> bytes:
+        """Store the secret hashed with today's profile; skipped (logged once) if not allowed."""
+        upgraded = self._hasher.hash(parsed.secret)
+        try:
+            self._source.replace_hash(parsed.public_id, stored.secret_hash, upgraded)
+        except StoreUnavailableError as exc:
+            if not self._rehash_refused:
+                log.warning("API key hash upgrade skipped (the key still works): %s", exc)
+            self._rehash_refused = True
+            return _tag(stored.secret_hash)
+        return _tag(upgraded)
+
+    def _forget(self, public_id: str) -> None:
+        digest = self._by_id.pop(public_id, None)
+        if digest is not None:
+            self._entries.pop(digest, None)
+
+    def _caller(self, stored: Credential) -> Caller:
+        info = stored.info
+        scopes = frozenset(info.scopes)
+        # Many keys share a few scope sets and owners: one object each saves ~250 bytes a key.
+        scopes = self._scope_sets.setdefault(scopes, scopes)
+        return Caller(sys.intern(info.owner), info.name, info.public_id, scopes)
+
+    # --- resources ----------------------------------------------------------------------------
+
+    def _on_connect(self, dbapi_connection: Any, _record: Any) -> None:
+        self._connections[id(dbapi_connection)] = dbapi_connection
+
+    def _on_close(self, dbapi_connection: Any, _record: Any = None) -> None:
+        self._connections.pop(id(dbapi_connection), None)
+
+    def _after_fork(self) -> None:
+        """In a forked child: drop the parent's threads, locks, caches and connections."""
+        self._gate.reset()
+        self._usage.reset()
+        self._known.reset()
+        self._budget.reset()
+        self._entries, self._by_id = {}, {}
+        # Inherited connections are parked, never closed or used (see forksafety._parked).
+        forksafety.park(list(self._connections.values()))
+        self._connections = {}
+        self._engine.dispose(close=False)
+
+    def flush(self) -> None:
+        """Write pending last-used times now (also done every flush_interval seconds)."""
+        self._usage.flush()
+
+    def close(self) -> None:
+        """Flush last-used times, stop the background threads and release connections.
+
+        The process's SQLite commit watch stays open on purpose (see sqlite_watch.CommitWatch).
+        """
+        self._gate.close()
+        self._usage.close()
+        self._engine.dispose()
+
+    def cache_size(self) -> int:
+        """How many verified keys this process remembers (by digest)."""
+        return len(self._entries)
+
+    def known_keys(self) -> int:
+        """How many public ids the key index holds."""
+        return len(self._known)

@@ -1,0 +1,201 @@
+"""What a flood can buy: checks off the request path with a deadline, and cheap refusals."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import hmac
+import logging
+import threading
+import time
+from collections.abc import Callable, Hashable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from datetime import datetime, timedelta
+from typing import TypeVar
+
+from apikey_tui.errors import VerifierUnavailableError
+from apikey_tui.hashing import fingerprint
+from apikey_tui.verifier.freshness import Freshness
+from apikey_tui.verifier.port import CredentialSource
+
+log = logging.getLogger("apikey_tui.verifier")
+T = TypeVar("T")
+
+
+class CheckGate:
+    """Runs database and argon2 work in a few threads; a request waits for it at most `timeout`.
+
+    Work is keyed: requests that need the same work (the same presented key, the same index
+    refresh) share one run. At most `max_pending` runs are queued or running; beyond that, and
+    past the deadline, the answer is 503 at once. A database that stops answering therefore
+    costs a request at most `timeout` seconds and the process at most `workers` stuck threads.
+    """
+
+    def __init__(self, workers: int, timeout: float, max_pending: int) -> None:
+        if workers < 1 or timeout <= 0 or max_pending < workers:
+            raise ValueError("need workers >= 1, timeout > 0 and max_pending >= workers")
+        self.workers, self.timeout, self.max_pending = workers, timeout, max_pending
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget threads and runs (after a fork they belong to the parent); make no thread yet."""
+        self._executor: ThreadPoolExecutor | None = None
+        self._pending: dict[Hashable, Future[object]] = {}
+        self._lock = threading.Lock()
+
+    def submit(self, key: Hashable, work: Callable[[], T]) -> Future[T]:
+        """Start work (or join the run already under way for key); 503 when the queue is full."""
+        with self._lock:
+            running = self._pending.get(key)
+            if running is not None:
+                return running  # type: ignore[return-value]
+            if len(self._pending) >= self.max_pending:
+                raise VerifierUnavailableError()
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(self.workers, "apikey-tui-check")
+            future = self._executor.submit(work)
+            self._pending[key] = future  # type: ignore[assignment]
+        future.add_done_callback(lambda done: self._finished(key, done))  # type: ignore[arg-type]
+        return future
+
+    def _finished(self, key: Hashable, done: Future[object]) -> None:
+        with self._lock:
+            if self._pending.get(key) is done:
+                del self._pending[key]
+
+    def wait(self, future: Future[T], deadline: float) -> T:
+        """The result of the work, or 503 when the deadline passes first."""
+        try:
+            return future.result(timeout=max(0.0, deadline - time.monotonic()))
+        except FutureTimeout:
+            log.warning(
+                "API key check gave up after %.1f s: the database is not answering", self.timeout
+            )
+            raise VerifierUnavailableError() from None
+
+    async def wait_async(self, future: Future[T], deadline: float) -> T:
+        """Like wait, without blocking the event loop."""
+        try:
+            return await asyncio.wait_for(
+                asyncio.shield(asyncio.wrap_future(future)), max(0.0, deadline - time.monotonic())
+            )
+        except TimeoutError:
+            log.warning(
+                "API key check gave up after %.1f s: the database is not answering", self.timeout
+            )
+            raise VerifierUnavailableError() from None
+
+    def close(self) -> None:
+        """Let running work finish in the background; start no more."""
+        with self._lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
+
+
+class Verdict(enum.Enum):
+    """What the key index says about a presented key, before any query or argon2."""
+
+    STALE = "the index may be out of date: refresh it, then ask again"
+    UNKNOWN = "no key has this public id"
+    WRONG = "the secret's fingerprint does not match"
+    MATCH = "the fingerprint matches: almost surely the right secret"
+    LEGACY = "a key made before fingerprints: only argon2 can tell"
+
+
+class KnownKeys:
+    """Public id -> fingerprint of every key, so unknown ids and wrong secrets cost no query.
+
+    Read in full on first use and every FULL_RELOAD seconds (which also forgets deleted keys,
+    so memory follows the number of keys, never the traffic); in between, when the freshness
+    generation moved, only keys created since the newest one seen (minus CLOCK_SLACK, for hosts
+    whose clocks disagree and transactions that commit late) are read. A key the index does not
+    hold yet is never refused while the index is stale: the caller refreshes it first.
+    """
+
+    FULL_RELOAD = 600.0
+    CLOCK_SLACK = timedelta(hours=1)
+
+    def __init__(self, source: CredentialSource, freshness: Freshness) -> None:
+        self._source, self._freshness = source, freshness
+        self._fingerprints: dict[str, str | None] = {}
+        self._generation: int | None = None
+        self._newest: datetime | None = None
+        self._loaded_at = float("-inf")
+        self._lock = threading.Lock()
+
+    def verdict(self, public_id: str, secret: str, *, refreshed: bool = False) -> Verdict:
+        """Judge a presented key by the index; STALE means refresh() and ask again."""
+        if public_id not in self._fingerprints:
+            if refreshed or self._generation == self._freshness.generation():
+                return Verdict.UNKNOWN
+            return Verdict.STALE
+        stored = self._fingerprints.get(public_id)
+        if stored is None:
+            return Verdict.LEGACY
+        if hmac.compare_digest(stored, fingerprint(public_id, secret)):
+            return Verdict.MATCH
+        return Verdict.WRONG
+
+    def refresh(self) -> None:
+        """Bring the index up to date with the database (one query)."""
+        with self._lock:
+            generation = self._freshness.generation()  # before reading: later commits show next
+            if generation == self._generation:
+                return
+            now = time.monotonic()
+            if self._newest is None or now - self._loaded_at >= self.FULL_RELOAD:
+                rows = self._source.key_fingerprints(None)
+                self._fingerprints = {}
+                self._loaded_at = now
+            else:
+                rows = self._source.key_fingerprints(self._newest - self.CLOCK_SLACK)
+            for public_id, stored, created_at in rows:
+                self._fingerprints[public_id] = stored
+                if self._newest is None or created_at > self._newest:
+                    self._newest = created_at
+            self._generation = generation
+
+    def forget(self, public_id: str) -> None:
+        """Drop a key the database no longer has."""
+        self._fingerprints.pop(public_id, None)
+
+    def reset(self) -> None:
+        """After a fork: a new lock, and a full reload at the next refresh."""
+        self._lock = threading.Lock()
+        self._generation, self._newest = None, None
+
+    def __len__(self) -> int:
+        return len(self._fingerprints)
+
+
+class FailureBudget:
+    """Keys made before fingerprints: a token bucket per public id bounds argon2 on wrong secrets.
+
+    Only ids the index knows get a bucket, so its size follows the number of such keys.
+    """
+
+    def __init__(self, burst: float, per_second: float) -> None:
+        self.burst, self.per_second = burst, per_second
+        self._buckets: dict[str, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    def _level(self, public_id: str, now: float) -> float:
+        tokens, since = self._buckets.get(public_id, (self.burst, now))
+        return min(self.burst, tokens + (now - since) * self.per_second)
+
+    def allows(self, public_id: str) -> bool:
+        """Whether one more argon2 run for this id is within budget."""
+        with self._lock:
+            return self._level(public_id, time.monotonic()) >= 1.0
+
+    def spend(self, public_id: str) -> None:
+        """Record one failed argon2 run for this id."""
+        with self._lock:
+            now = time.monotonic()
+            self._buckets[public_id] = (self._level(public_id, now) - 1.0, now)
+
+    def reset(self) -> None:
+        """After a fork: a new lock."""
+        self._lock = threading.Lock()

@@ -1,0 +1,223 @@
+"""Attacks on the verifier: wrong-secret and forged-id floods, a frozen database, odd input."""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import event, text
+
+from apikey_tui import keyformat
+from apikey_tui.errors import (
+    AuthError,
+    InvalidKeyError,
+    StoreUnavailableError,
+    VerifierUnavailableError,
+)
+from apikey_tui.store import KeyStore
+from apikey_tui.verifier import Verifier
+from apikey_tui.verifier.usage import UsageWriter
+from tests.conftest import CHEAP
+from tests.test_verifier import CountingHasher, header
+from tests.throwaway_postgres import ThrowawayPostgres
+
+
+def forged(public_id: str | None = None) -> str:
+    """A well-formed key with a valid (public) checksum: what an attacker can make at will."""
+    random = base64.b32encode(os.urandom(45)).decode().lower()
+    body = f"{public_id or 'ak' + random[:16]}.{random[16:68]}"
+    return body + keyformat.checksum(body)
+
+
+def count_queries(checker: Verifier) -> list[str]:
+    """Record every SQL statement the verifier's engine sends from now on."""
+    seen: list[str] = []
+
+    def note(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        seen.append(statement)
+
+    event.listen(checker._engine, "before_cursor_execute", note)
+    return seen
+
+
+@pytest.fixture
+def counting() -> CountingHasher:
+    return CountingHasher("cheapest", calls=[])
+
+
+@pytest.fixture
+def checker(database_url: str, store: KeyStore, counting: CountingHasher) -> Iterator[Verifier]:
+    """A verifier with default options on the same database as `store`."""
+    verifier = Verifier.from_url(database_url, hasher=counting)
+    yield verifier
+    verifier.close()
+
+
+def test_owner_gets_in_on_the_first_try_during_a_wrong_secret_flood(
+    store: KeyStore, checker: Verifier, counting: CountingHasher
+) -> None:
+    """500 wrong secrets for a fresh key's public id never hold up the right secret."""
+    created = store.create_key("alice", "fresh", ["project"])
+    for _ in range(500):
+        with pytest.raises(InvalidKeyError):
+            checker.verify(header(forged(created.info.public_id)))
+    assert checker.verify(header(created.plaintext)).key_name == "fresh"
+    assert counting.calls == [1]  # argon2 ran for the right secret only
+
+
+def test_wrong_secrets_and_unknown_ids_cost_no_query_and_no_argon2(
+    store: KeyStore, checker: Verifier, counting: CountingHasher
+) -> None:
+    """Once the key index is loaded, wrong secrets and forged ids are refused from memory."""
+    created = store.create_key("alice", "demo", ["project"])
+    checker.verify(header(created.plaintext))
+    queries = count_queries(checker)
+    start = time.monotonic()
+    for n in range(1000):
+        with pytest.raises(InvalidKeyError):
+            checker.verify(header(forged(created.info.public_id if n % 2 else None)))
+    elapsed = time.monotonic() - start
+    # SQLite: no commit, no query at all. PostgreSQL: one index refresh per revocation bound.
+    assert len(queries) <= 2 * (int(elapsed) + 1)
+    assert counting.calls == [1]
+
+
+def test_a_key_created_after_the_index_was_loaded_is_accepted(
+    store: KeyStore, checker: Verifier
+) -> None:
+    """The index never refuses a new key for being new: a changed database refreshes it."""
+    first = store.create_key("alice", "one", ["project"]).plaintext
+    checker.verify(header(first))
+    second = store.create_key("alice", "two", ["project"]).plaintext
+    deadline = time.monotonic() + 5  # PostgreSQL: within the revocation bound (1 s)
+    while True:
+        try:
+            assert checker.verify(header(second)).key_name == "two"
+            break
+        except InvalidKeyError:
+            assert "sqlite" not in str(checker._engine.url)  # SQLite knows at once
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def test_keys_without_a_fingerprint_still_work_within_the_failure_budget(
+    store: KeyStore, checker: Verifier, counting: CountingHasher
+) -> None:
+    """A key made before fingerprints verifies; wrong secrets for it buy bounded argon2."""
+    created = store.create_key("alice", "legacy", ["project"])
+    with store.engine.begin() as conn:
+        conn.execute(text("UPDATE apikey_tui_key SET fingerprint = NULL"))
+    assert checker.verify(header(created.plaintext)).key_name == "legacy"
+    start = time.monotonic()
+    for _ in range(100):
+        with pytest.raises(InvalidKeyError):
+            checker.verify(header(forged(created.info.public_id)))
+    elapsed = time.monotonic() - start
+    assert counting.calls is not None and len(counting.calls) <= 1 + 5 + int(elapsed) + 1
+
+
+@pytest.mark.slow
+def test_half_a_million_forged_ids_do_not_grow_memory(sqlite_url: str) -> None:
+    """500,000 forged well-formed keys with unknown ids grow the process by less than 10 MiB."""
+    store = KeyStore.open(sqlite_url, hasher=CHEAP)
+    real = store.create_key("alice", "demo", ["project"]).plaintext
+    checker = Verifier.from_url(sqlite_url, hasher=CHEAP)
+    checker.verify(header(real))
+    for _ in range(20_000):  # warm up allocator pools before measuring
+        try:
+            checker.verify(header(forged()))
+        except InvalidKeyError:
+            pass
+    before = _rss()
+    for _ in range(500_000):
+        try:
+            checker.verify(header(forged()))
+        except InvalidKeyError:
+            pass
+    grown = _rss() - before
+    checker.close()
+    store.close()
+    assert grown < 10 * 2**20, f"RSS grew by {grown / 2**20:.1f} MiB"
+
+
+def _rss() -> int:
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.slow
+def test_a_frozen_postgres_gives_503_within_the_check_timeout(
+    throwaway_postgres: ThrowawayPostgres,
+) -> None:
+    """With every server process stopped (SIGSTOP), checks answer 503 instead of hanging."""
+    store = KeyStore.open(throwaway_postgres.url, hasher=CHEAP)
+    key = store.create_key("alice", "demo", ["project"]).plaintext
+    store.close()
+    checker = Verifier.from_url(throwaway_postgres.url, hasher=CHEAP, revocation_bound=0)
+    checker.verify(header(key))
+    outcomes: list[tuple[int, float] | str] = []
+
+    def check() -> None:
+        started = time.monotonic()
+        try:
+            checker.verify(header(key))
+            outcomes.append("passed")
+        except VerifierUnavailableError as error:
+            outcomes.append((error.status, time.monotonic() - started))
+
+    throwaway_postgres.freeze()
+    try:
+        worker = threading.Thread(target=check, daemon=True)
+        worker.start()
+        worker.join(timeout=30)  # a hang detector, not a timing assertion
+        assert outcomes and isinstance(outcomes[0], tuple), "the check hung or let it through"
+        status, seconds = outcomes[0]
+        print(f"503 after {seconds:.2f} s")
+        assert status == 503
+    finally:
+        throwaway_postgres.thaw()
+    checker.close()
+
+
+def test_a_lone_surrogate_in_the_header_is_a_malformed_request(
+    store: KeyStore, checker: Verifier
+) -> None:
+    """A header holding a lone surrogate is 400, never a UnicodeEncodeError (a 500)."""
+    for value in ("ApiKey \ud800", "ApiKey ak\udcff" + "a" * 70, "\ud800 key"):
+        with pytest.raises(AuthError) as info:
+            checker.verify(value)
+        assert info.value.status in (400, 401)
+
+
+def test_the_last_used_writer_survives_a_failing_database(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A write that fails is logged once, kept, and written when the database answers again."""
+    written: list[Mapping[str, datetime]] = []
+    failures = [StoreUnavailableError("permission denied for table apikey_tui_key")] * 3
+
+    def record(used: Mapping[str, datetime]) -> None:
+        if failures:
+            raise failures.pop()
+        written.append(dict(used))
+
+    writer = UsageWriter(record, interval=3600)
+    with caplog.at_level(logging.WARNING, logger="apikey_tui.verifier"):
+        writer.note("akaaaaaaaaaaaaaaaa")
+        for _ in range(3):
+            writer.flush()
+        writer.note("akbbbbbbbbbbbbbbbb")
+        writer.flush()
+    assert len(written) == 1 and set(written[0]) == {"akaaaaaaaaaaaaaaaa", "akbbbbbbbbbbbbbbbb"}
+    assert writer.running
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len([w for w in warnings if "cannot record" in w]) == 1
+    writer.close()
