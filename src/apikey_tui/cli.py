@@ -10,7 +10,9 @@ from typing import Any, TextIO
 
 from apikey_tui import __version__
 from apikey_tui.config import current_user, resolve_database_url
-from apikey_tui.errors import ApiKeyError, DatabaseUrlError
+from apikey_tui.db import database_errors, ensure_schema, make_engine, upgrade_schema
+from apikey_tui.errors import ApiKeyError, DatabaseUrlError, InvalidInputError
+from apikey_tui.schema import check_role_name, excess_privileges, role_exists, verifier_grants
 from apikey_tui.store import CreatedKey, KeyInfo, KeyStore
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
@@ -51,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--all", action="store_true", default=argparse.SUPPRESS, help="all owners' keys"
     )
-    commands = parser.add_subparsers(dest="command", metavar="{keys,scopes,events}")
+    commands = parser.add_subparsers(dest="command", metavar="{keys,scopes,events,db}")
 
     keys = commands.add_parser("keys", help="create, list, show, delete and recreate keys")
     key_commands = keys.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -96,6 +98,20 @@ def build_parser() -> argparse.ArgumentParser:
     events = commands.add_parser("events", parents=[common], help="the audit trail, newest first")
     events.add_argument("--limit", type=_positive, default=50)
     events.set_defaults(run=_events)
+
+    database = commands.add_parser("db", help="the database: schema upgrades, verifier privileges")
+    db_commands = database.add_subparsers(dest="action", metavar="ACTION", required=True)
+    db_commands.add_parser(
+        "upgrade", parents=[common], help="upgrade the schema in place (upgrade services with it)"
+    ).set_defaults(run_db=_db_upgrade)
+    grant = db_commands.add_parser(
+        "grant-verifier",
+        parents=[common],
+        help="print the PostgreSQL grants a service's verifier role needs (and no more)",
+    )
+    grant.add_argument("role", help="the PostgreSQL role the service connects as")
+    grant.add_argument("--apply", action="store_true", help="run the grants now, as the owner")
+    grant.set_defaults(run_db=_db_grant_verifier)
     return parser
 
 
@@ -127,6 +143,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         owner = getattr(args, "owner", None) or current_user()
         if args.command is None:
             return _open_app(url, owner, all_owners=getattr(args, "all", False))
+        if args.command == "db":  # works on a database of any version: opens no store
+            run_db: Callable[[str, argparse.Namespace], int] = args.run_db
+            return run_db(url, args)
         run: Callable[[KeyStore, argparse.Namespace, str], int] = args.run
         store = KeyStore.open(url)
         try:
@@ -248,6 +267,70 @@ def _events(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
     ]
     header = ["WHEN (UTC)", "ACTION", "KEY/SCOPE", "PUBLIC ID", "BY", "DETAIL"]
     return _emit(args, [e.to_json() for e in events], lambda out: _print_rows(header, rows, out))
+
+
+def _db_upgrade(url: str, args: argparse.Namespace) -> int:
+    engine = make_engine(url)
+    try:
+        before, after = upgrade_schema(engine)
+    finally:
+        engine.dispose()
+    if before is None:
+        message = f"Created the apikey-tui tables at schema version {after}."
+    elif before == after:
+        message = f"The database is already at schema version {after}."
+    else:
+        message = f"Upgraded the database from schema version {before} to {after}."
+    print(message, file=sys.stderr)
+    if before is not None and before < after:
+        print(
+            "Verifiers of older releases now refuse this database (HTTP 503) until their "
+            "services run this release too.",
+            file=sys.stderr,
+        )
+    return _emit(args, {"from_version": before, "to_version": after}, lambda out: None)
+
+
+SQLITE_PRIVILEGES = (
+    "SQLite has no roles: file access is all-or-nothing, and whoever may write the database "
+    "file (as a verifier must) has admin rights over every owner's keys; use PostgreSQL to "
+    "give services less"
+)
+
+
+def _db_grant_verifier(url: str, args: argparse.Namespace) -> int:
+    engine = make_engine(url, create=False)
+    try:
+        if engine.dialect.name != "postgresql":
+            raise InvalidInputError(SQLITE_PRIVILEGES)
+        check_role_name(args.role)
+        ensure_schema(engine, create=False)  # the grants name this release's tables
+        with database_errors(engine), engine.begin() as conn:
+            statements = verifier_grants(conn, args.role)
+            exists = role_exists(conn, args.role)
+            if args.apply and not exists:
+                raise InvalidInputError(
+                    f"no PostgreSQL role named {args.role!r}: create it first "
+                    "(CREATE ROLE ... LOGIN), then grant"
+                )
+            for statement in statements if args.apply else ():
+                conn.exec_driver_sql(statement)
+            excess = excess_privileges(conn, args.role) if exists else []
+    finally:
+        engine.dispose()
+    if args.apply:
+        print(f"Granted to {args.role} what a verifier needs:", file=sys.stderr)
+    else:
+        print("Run these as the owner of the apikey-tui tables (or add --apply):", file=sys.stderr)
+    if excess:
+        print(
+            f"warning: {args.role} can also make writes a verifier never needs, which would let "
+            f"a compromised service plant keys or hide its tracks: {'; '.join(excess)}. "
+            "Revoke them.",
+            file=sys.stderr,
+        )
+    data = {"role": args.role, "statements": statements, "applied": args.apply, "excess": excess}
+    return _emit(args, data, lambda out: print(*(f"{s};" for s in statements), sep="\n", file=out))
 
 
 def _print_keys(keys: list[KeyInfo], out: TextIO, *, with_owner: bool) -> None:

@@ -16,14 +16,15 @@ commits whole or not at all.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from functools import cache
 
 from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, column, inspect, select, table
+from sqlalchemy import Connection, column, inspect, select, table, text
 
-from apikey_tui.errors import SchemaVersionError
+from apikey_tui.errors import InvalidInputError, SchemaVersionError
 from apikey_tui.migrations import LOCATION, TABLE_PREFIX, VERSION_TABLE, revision_of
 from apikey_tui.models import SCHEMA_VERSION, SchemaInfo
 
@@ -71,7 +72,7 @@ def check(found: int | None, *, create: bool) -> None:
     if found < SCHEMA_VERSION:
         raise SchemaVersionError(
             f"the database has schema version {found}; this release of apikey-tui needs "
-            f"version {SCHEMA_VERSION}: {UPGRADE_HINT} (and upgrade the services with it)"
+            f"version {SCHEMA_VERSION}: {UPGRADE_HINT}"
         )
     raise SchemaVersionError(
         f"the database has schema version {found}, newer than this release of apikey-tui "
@@ -123,3 +124,84 @@ def alembic_config(conn: Connection | None = None) -> Config:
 @cache
 def _scripts() -> ScriptDirectory:
     return ScriptDirectory.from_config(alembic_config())
+
+
+# --- least privilege for verifiers (PostgreSQL) -----------------------------------------------
+
+# What a verifier reads: keys, their scopes, and what the version check reads. Its only write is
+# last_used_at. Nothing here lets a compromised service plant a key, a hash or a fingerprint,
+# change scopes, or hide its tracks in the audit trail.
+VERIFIER_READS = ("apikey_tui_key", "apikey_tui_key_scope", _META, VERSION_TABLE)
+VERIFIER_UPDATES = ("apikey_tui_key", ("last_used_at",))
+_ROLE = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,62}")
+# Names that GRANT reads as something else even when quoted ("public" is everyone).
+_NOT_A_ROLE = {"public", "none", "current_user", "current_role", "session_user"}
+_WRITES = ("INSERT", "DELETE", "TRUNCATE", "TRIGGER")  # UPDATE: column by column
+
+
+def check_role_name(role: str) -> None:
+    """Refuse a role name that is not a plain PostgreSQL identifier or that means another role."""
+    if not _ROLE.fullmatch(role) or role.lower() in _NOT_A_ROLE or role.startswith("pg_"):
+        raise InvalidInputError(
+            f"role name {role!r} is not allowed: 1-63 letters, digits, '_' or '-', "
+            "starting with a letter or '_' (not PUBLIC, a pg_ role or CURRENT_USER)"
+        )
+
+
+def verifier_grants(conn: Connection, role: str) -> list[str]:
+    """The GRANT statements a verifier's PostgreSQL role needs on the connection's schema."""
+    check_role_name(role)
+    quote = conn.dialect.identifier_preparer.quote
+    schema = conn.execute(text("SELECT current_schema()")).scalar_one()
+    table_name = _qualified(conn)
+    key, columns = VERIFIER_UPDATES
+    return [
+        f"GRANT USAGE ON SCHEMA {quote(schema)} TO {quote(role)}",
+        f"GRANT SELECT ON TABLE {', '.join(map(table_name, VERIFIER_READS))} TO {quote(role)}",
+        f"GRANT UPDATE ({', '.join(map(quote, columns))}) ON TABLE {table_name(key)} "
+        f"TO {quote(role)}",
+    ]
+
+
+def role_exists(conn: Connection, role: str) -> bool:
+    """Whether a PostgreSQL role of exactly this name exists."""
+    query = text("SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = :role")
+    return conn.execute(query, {"role": role}).first() is not None
+
+
+def excess_privileges(conn: Connection, role: str) -> list[str]:
+    """Writes a role can make on apikey-tui's tables beyond a verifier's, one entry per table
+    (ownership counts): each would let a compromised service plant keys or cover its tracks."""
+    superuser = conn.execute(
+        text("SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = :role"), {"role": role}
+    ).scalar_one_or_none()
+    if superuser:
+        return ["it is a superuser, which may do anything"]
+    table_name = _qualified(conn)
+    key, allowed = VERIFIER_UPDATES
+    found: list[str] = []
+
+    def holds(function: str, table: str, what: str) -> bool:
+        arguments = {"role": role, "table": table_name(table), "what": what}
+        return bool(conn.execute(text(f"SELECT {function}"), arguments).scalar_one())
+
+    for name in sorted(t for t in inspect(conn).get_table_names() if t.startswith(TABLE_PREFIX)):
+        rights = [p for p in _WRITES if holds("has_table_privilege(:role, :table, :what)", name, p)]
+        columns = [c["name"] for c in inspect(conn).get_columns(name)]
+        updatable = [
+            c
+            for c in columns
+            if not (name == key and c in allowed)
+            and holds("has_column_privilege(:role, :table, :what, 'UPDATE')", name, c)
+        ]
+        if updatable:
+            rights.append(f"UPDATE ({', '.join(updatable)})")
+        if rights:
+            found.append(f"{', '.join(rights)} on {name}")
+    return found
+
+
+def _qualified(conn: Connection) -> Callable[[str], str]:
+    quote = conn.dialect.identifier_preparer.quote
+    schema = conn.execute(text("SELECT current_schema()")).scalar_one()
+    return lambda name: f"{quote(schema)}.{quote(name)}"

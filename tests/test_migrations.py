@@ -1,0 +1,316 @@
+"""Databases made by apikey-tui 0.1.0 (tests/fixtures/make_v1.py) upgraded in place with Alembic.
+
+Each test runs on the SQLite file and on the PostgreSQL dump, loaded into the test's own schema.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from alembic import command
+from sqlalchemy import Connection, inspect, text
+
+from apikey_tui import keyformat
+from apikey_tui.cli import main
+from apikey_tui.db import ensure_schema, make_engine, upgrade_schema
+from apikey_tui.errors import InvalidKeyError, SchemaVersionError, VerifierUnavailableError
+from apikey_tui.hashing import fingerprint
+from apikey_tui.schema import alembic_config
+from apikey_tui.store import KeyStore
+from apikey_tui.verifier import Verifier
+from tests.conftest import ACTOR, CHEAP
+
+FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURE_SCHEMA = "apikey_tui_v1_fixture"  # the schema make_v1.py dumped
+
+
+@dataclass(frozen=True)
+class OldDatabase:
+    """A database made by 0.1.0, and what make_v1.py recorded about its keys."""
+
+    url: str
+    story: dict[str, Any]
+
+    def keys(self, state: str) -> list[dict[str, Any]]:
+        """The fixture's keys in one state: live, deleted or recreated."""
+        return [k for k in self.story["keys"] if k["state"] == state]
+
+
+def load_postgres_dump(url: str) -> None:
+    """Load v1.postgres.sql into the (empty, existing) schema that url's search_path names."""
+    schema = re.search(r"search_path%3D(\w+)", url)
+    assert schema is not None
+    statements = [
+        line.replace(FIXTURE_SCHEMA, schema.group(1))
+        for line in (FIXTURES / "v1.postgres.sql").read_text().splitlines()
+        # psql's meta-commands (\restrict) and the schema itself, which the test already made
+        if not line.startswith("\\") and line != f"CREATE SCHEMA {FIXTURE_SCHEMA};"
+    ]
+    libpq = url.replace("postgresql+psycopg://", "postgresql://").split("?")[0]
+    with psycopg.connect(libpq) as conn:
+        conn.execute("\n".join(statements).encode())
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def old_database(request: pytest.FixtureRequest, tmp_path: Path) -> OldDatabase:
+    """A copy of the 0.1.0 SQLite file, or the 0.1.0 PostgreSQL dump in a fresh schema."""
+    if request.param == "sqlite":
+        path = tmp_path / "keys.db"
+        shutil.copyfile(FIXTURES / "v1.sqlite", path)
+        path.chmod(0o600)
+        url, story_file = f"sqlite:///{path}", "v1.sqlite.json"
+    else:
+        url, story_file = request.getfixturevalue("postgres_url"), "v1.postgres.json"
+        load_postgres_dump(url)
+    return OldDatabase(url, json.loads((FIXTURES / story_file).read_text()))
+
+
+@pytest.fixture
+def verifier_of(old_database: OldDatabase) -> Iterator[list[Verifier]]:
+    """Verifiers made in a test, closed after it."""
+    made: list[Verifier] = []
+    yield made
+    for verifier in made:
+        verifier.close()
+
+
+def _cli(capsys: pytest.CaptureFixture[str], url: str, *args: str) -> tuple[int, str, str]:
+    code = main(["--database-url", url, *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _rows(url: str, query: str) -> list[tuple[Any, ...]]:
+    engine = make_engine(url, create=False)
+    try:
+        with engine.connect() as conn:
+            return [tuple(row) for row in conn.execute(text(query))]
+    finally:
+        engine.dispose()
+
+
+def _shape(conn: Connection) -> dict[str, Any]:
+    """Every apikey-tui table's columns, keys, constraints and indexes, as reflected."""
+    found = inspect(conn)
+    shape: dict[str, Any] = {}
+    for name in sorted(found.get_table_names()):
+        if not name.startswith("apikey_tui_") or name == "apikey_tui_alembic_version":
+            continue
+        shape[name] = {
+            "columns": [
+                (c["name"], repr(c["type"]), c["nullable"], c.get("default"))
+                for c in found.get_columns(name)
+            ],
+            "primary_key": found.get_pk_constraint(name)["constrained_columns"],
+            "foreign_keys": sorted(
+                (f["constrained_columns"], f["referred_table"], f["options"].get("ondelete"))
+                for f in found.get_foreign_keys(name)
+            ),
+            "unique": sorted(
+                (u["name"] or "", u["column_names"]) for u in found.get_unique_constraints(name)
+            ),
+            "indexes": sorted(
+                (i["name"] or "", i["column_names"], i["unique"]) for i in found.get_indexes(name)
+            ),
+        }
+    return shape
+
+
+def test_revision_0001_is_exactly_the_schema_0_1_0_made(
+    old_database: OldDatabase, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Migration 0001 on an empty database builds the very tables 0.1.0's create_all built."""
+    if old_database.url.startswith("sqlite"):
+        empty_url = f"sqlite:///{tmp_path / 'empty.db'}"
+    else:
+        postgres_server: str = request.getfixturevalue("postgres_server")
+        empty_url = old_database.url.replace("search_path%3D", "search_path%3De_")
+        schema = empty_url.rsplit("%3D", 1)[1]
+        _psql(postgres_server, f"CREATE SCHEMA {schema}")
+    old, empty = make_engine(old_database.url), make_engine(empty_url)
+    try:
+        with empty.begin() as conn:
+            command.upgrade(alembic_config(conn), "0001")
+        with old.connect() as made_by_0_1_0, empty.connect() as made_by_0001:
+            assert _shape(made_by_0001) == _shape(made_by_0_1_0)
+            assert made_by_0001.execute(text("SELECT * FROM apikey_tui_meta")).all() == [
+                ("schema_version", "1")
+            ]
+    finally:
+        old.dispose()
+        empty.dispose()
+        if not empty_url.startswith("sqlite"):
+            _psql(postgres_server, f"DROP SCHEMA {schema} CASCADE")
+
+
+def _psql(server: str, statement: str) -> None:
+    with psycopg.connect(server.replace("postgresql+psycopg://", "postgresql://")) as conn:
+        conn.execute(statement.encode())
+
+
+def test_upgrade_keeps_every_key_working_and_every_old_key_refused(
+    old_database: OldDatabase,
+    verifier_of: list[Verifier],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """After `db upgrade` live keys verify with their scopes; deleted and recreated stay refused."""
+    code, _, err = _cli(capsys, old_database.url, "db", "upgrade")
+    assert code == 0 and "Upgraded the database from schema version 1 to 2." in err
+    verifier = Verifier.from_url(old_database.url)
+    verifier_of.append(verifier)
+    for key in old_database.keys("live"):
+        caller = verifier.verify("ApiKey " + key["key"], key["scopes"])
+        assert (caller.owner, caller.key_name, sorted(caller.scopes)) == (
+            key["owner"],
+            key["name"],
+            key["scopes"],
+        )
+    for key in old_database.keys("deleted") + old_database.keys("recreated"):
+        with pytest.raises(InvalidKeyError):
+            verifier.verify("ApiKey " + key["key"])
+    assert _rows(old_database.url, "SELECT value FROM apikey_tui_meta") == [("2",)]
+
+
+def test_upgrade_keeps_events_and_usage_and_fingerprints_only_new_keys(
+    old_database: OldDatabase, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Events and last-used times survive; old keys have no fingerprint, new keys do."""
+    events_query = "SELECT id, at, action, owner, key_name, public_id, detail FROM apikey_tui_event"
+    events_before = _rows(old_database.url, events_query)
+    used_before = _rows(old_database.url, "SELECT public_id, last_used_at FROM apikey_tui_key")
+    assert len(events_before) == old_database.story["events"]
+    assert main(["--database-url", old_database.url, "db", "upgrade"]) == 0
+    assert _rows(old_database.url, events_query) == events_before
+    assert _rows(old_database.url, "SELECT public_id, last_used_at FROM apikey_tui_key") == (
+        used_before
+    )
+    store = KeyStore.open(old_database.url, hasher=CHEAP, actor=ACTOR)
+    try:
+        new = keyformat.parse(store.create_key("alice", "after-upgrade", ["project"]).plaintext)
+        fingerprints = {public_id: fp for public_id, fp, _ in store.key_fingerprints()}
+        assert store.events(limit=1)[0].action == "key.create"
+    finally:
+        store.close()
+    assert fingerprints.pop(new.public_id) == fingerprint(new.public_id, new.secret)
+    assert sorted(fingerprints.values(), key=str) == [None] * len(old_database.keys("live"))
+
+
+def test_second_upgrade_says_it_is_already_done(
+    old_database: OldDatabase, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Running `db upgrade` on an upgraded database changes nothing and says so."""
+    assert _cli(capsys, old_database.url, "db", "upgrade")[0] == 0
+    code, out, err = _cli(capsys, old_database.url, "db", "upgrade", "--json")
+    assert code == 0 and "already at schema version 2" in err
+    assert json.loads(out) == {"from_version": 2, "to_version": 2}
+
+
+def test_admin_commands_refuse_an_old_database_with_one_line(
+    old_database: OldDatabase, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """keys and scopes commands on a 0.1.0 database say to run `db upgrade`, and change nothing."""
+    for args in (["keys", "list", "--all"], ["keys", "create", "x", "--scope", "project"]):
+        code, out, err = _cli(capsys, old_database.url, *args)
+        assert (code, out) == (1, "")
+        assert err.count("\n") == 1 and "run `apikey-tui db upgrade`" in err
+        assert "schema version 1" in err
+    assert _rows(old_database.url, "SELECT value FROM apikey_tui_meta") == [("1",)]
+    engine = make_engine(old_database.url, create=False)
+    try:
+        with engine.connect() as conn:
+            assert not inspect(conn).has_table("apikey_tui_alembic_version")
+    finally:
+        engine.dispose()
+
+
+def test_verifier_on_an_old_database_answers_503_and_logs_one_line(
+    old_database: OldDatabase,
+    verifier_of: list[Verifier],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A verifier never upgrades: on a 0.1.0 database it is unavailable, saying why once."""
+    verifier = Verifier.from_url(old_database.url)
+    verifier_of.append(verifier)
+    [live, *_] = old_database.keys("live")
+    with caplog.at_level(logging.WARNING), pytest.raises(VerifierUnavailableError) as info:
+        verifier.verify("ApiKey " + live["key"])
+    assert info.value.status == 503
+    [line] = [r.getMessage() for r in caplog.records if "db upgrade" in r.getMessage()]
+    assert "schema version 1" in line and "\n" not in line
+    engine = make_engine(old_database.url, create=False)
+    with pytest.raises(SchemaVersionError, match="db upgrade"):
+        ensure_schema(engine, create=False)
+    engine.dispose()
+    assert _rows(old_database.url, "SELECT value FROM apikey_tui_meta") == [("1",)]
+
+
+def test_a_services_own_alembic_history_is_never_touched(
+    old_database: OldDatabase, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A service's alembic_version table and its own tables survive our upgrade unchanged."""
+    engine = make_engine(old_database.url)
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE alembic_version (version_num VARCHAR(32) PRIMARY KEY)"))
+        conn.execute(text("INSERT INTO alembic_version VALUES ('svc_0042')"))
+        conn.execute(text("CREATE TABLE orders (id INTEGER PRIMARY KEY, item VARCHAR(20))"))
+        conn.execute(text("INSERT INTO orders VALUES (1, 'tea')"))
+    engine.dispose()
+    assert _cli(capsys, old_database.url, "db", "upgrade")[0] == 0
+    assert _rows(old_database.url, "SELECT * FROM alembic_version") == [("svc_0042",)]
+    assert _rows(old_database.url, "SELECT * FROM orders") == [(1, "tea")]
+    assert _rows(old_database.url, "SELECT * FROM apikey_tui_alembic_version") == [("0002",)]
+
+
+def test_upgrade_refuses_a_database_from_a_newer_release(
+    old_database: OldDatabase, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`db upgrade` on a database stamped with an unknown revision refuses and writes nothing."""
+    assert main(["--database-url", old_database.url, "db", "upgrade"]) == 0
+    engine = make_engine(old_database.url)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE apikey_tui_alembic_version SET version_num = '0003'"))
+    engine.dispose()
+    capsys.readouterr()
+    code, _, err = _cli(capsys, old_database.url, "db", "upgrade")
+    assert code == 1 and "newer than this release" in err and err.count("\n") == 1
+    assert _rows(old_database.url, "SELECT * FROM apikey_tui_alembic_version") == [("0003",)]
+
+
+def test_downgrade_to_0001_gives_back_the_0_1_0_schema(old_database: OldDatabase) -> None:
+    """Revision 0002 undone leaves the 0.1.0 schema and schema_version 1, keys and scopes kept."""
+    engine = make_engine(old_database.url)
+    try:
+        with engine.connect() as conn:
+            before = _shape(conn)
+        upgrade_schema(engine)
+        with engine.begin() as conn:
+            command.downgrade(alembic_config(conn), "0001")
+        with engine.connect() as conn:
+            assert _shape(conn) == before
+            assert conn.execute(text("SELECT value FROM apikey_tui_meta")).all() == [("1",)]
+            assert conn.execute(text("SELECT count(*) FROM apikey_tui_key_scope")).scalar() == 7
+    finally:
+        engine.dispose()
+
+
+def test_concurrent_upgrades_on_postgres_upgrade_once(postgres_url: str) -> None:
+    """Two `db upgrade`s racing on one PostgreSQL database: one upgrades, the other finds it."""
+    load_postgres_dump(postgres_url)
+    engines = [make_engine(postgres_url) for _ in range(2)]
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            results = sorted(pool.map(upgrade_schema, engines), key=str)
+    finally:
+        for engine in engines:
+            engine.dispose()
+    assert results == [(1, 2), (2, 2)]

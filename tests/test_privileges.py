@@ -1,0 +1,199 @@
+"""Least privilege for services: `apikey-tui db grant-verifier` on the real PostgreSQL.
+
+Each test makes its own LOGIN role (trust auth, as the test server is set up) and drops it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import psycopg
+import pytest
+from psycopg import errors
+from sqlalchemy.engine import make_url
+
+from apikey_tui.cli import main
+from apikey_tui.hashing import SecretHasher
+from apikey_tui.store import KeyStore
+from apikey_tui.verifier import Verifier
+from tests.conftest import ACTOR, CHEAP
+
+
+def _libpq(url: str) -> str:
+    return url.replace("postgresql+psycopg://", "postgresql://")
+
+
+@pytest.fixture
+def role(postgres_url: str) -> Iterator[str]:
+    """A fresh LOGIN role with no rights, dropped (with whatever it was granted) afterwards."""
+    name = f"verifier_{uuid.uuid4().hex[:10]}"
+    server = _libpq(postgres_url).split("?")[0]
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {name} LOGIN".encode())
+    yield name
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f"DROP OWNED BY {name}".encode())  # the grants, in this database
+        conn.execute(f"DROP ROLE {name}".encode())
+
+
+@pytest.fixture
+def admin_store(postgres_url: str) -> Iterator[KeyStore]:
+    """The admins' store on the test's schema (the cheapest hash profile)."""
+    store = KeyStore.open(postgres_url, hasher=CHEAP, actor=ACTOR)
+    yield store
+    store.close()
+
+
+def _as(role: str, url: str) -> str:
+    """The same database and schema, connecting as another role (trust auth, no password)."""
+    return make_url(url).set(username=role, password=None).render_as_string(hide_password=False)
+
+
+def _grant(capsys: pytest.CaptureFixture[str], url: str, role: str) -> tuple[int, str, str]:
+    code = main(["--database-url", url, "db", "grant-verifier", role, "--apply"])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_granted_role_verifies_and_records_use(
+    postgres_url: str, role: str, admin_store: KeyStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A role given only the printed grants verifies a key and writes its last-used time."""
+    created = admin_store.create_key("alice", "svc", ["project"])
+    code, out, err = _grant(capsys, postgres_url, role)
+    assert code == 0 and "Granted to" in err and "warning" not in err
+    assert out.count("GRANT ") == 3 and "UPDATE (last_used_at) ON TABLE" in out
+    verifier = Verifier.from_url(_as(role, postgres_url), hasher=CHEAP)
+    try:
+        caller = verifier.verify("ApiKey " + created.plaintext, ["project"])
+        assert (caller.owner, caller.key_name) == ("alice", "svc")
+        verifier.flush()
+    finally:
+        verifier.close()
+    used = admin_store.get_key("alice", "svc").last_used_at
+    assert used is not None and used <= datetime.now(UTC)
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "INSERT INTO apikey_tui_key (owner, name, public_id, secret_hash, created_at)"
+        " VALUES ('mallory', 'planted', 'akplanted', 'x', now())",
+        "UPDATE apikey_tui_key SET secret_hash = 'x'",
+        "UPDATE apikey_tui_key SET fingerprint = '0000000000000000'",
+        "INSERT INTO apikey_tui_key_scope (key_id, scope) SELECT id, 'serving' FROM apikey_tui_key",
+        "DELETE FROM apikey_tui_event",
+    ],
+)
+def test_granted_role_cannot_plant_keys_or_hashes(
+    postgres_url: str,
+    role: str,
+    admin_store: KeyStore,
+    capsys: pytest.CaptureFixture[str],
+    statement: str,
+) -> None:
+    """The verifier role cannot add a key, change a hash, fingerprint or scope, or erase events."""
+    admin_store.create_key("alice", "svc", ["project"])
+    assert _grant(capsys, postgres_url, role)[0] == 0
+    with (
+        psycopg.connect(_libpq(_as(role, postgres_url))) as conn,
+        pytest.raises(errors.InsufficientPrivilege),
+    ):
+        conn.execute(statement.encode())
+
+
+def test_granted_role_skips_a_needed_hash_upgrade_and_still_verifies(
+    postgres_url: str, role: str, admin_store: KeyStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A key hashed with an older profile verifies under the role; the hash stays as it was."""
+    created = admin_store.create_key("alice", "old-hash", ["project"])  # the cheapest profile
+    before = admin_store.credential(created.info.public_id)
+    assert _grant(capsys, postgres_url, role)[0] == 0
+    verifier = Verifier.from_url(_as(role, postgres_url), hasher=SecretHasher("key-secret-v1"))
+    try:
+        assert verifier.verify("ApiKey " + created.plaintext).key_name == "old-hash"
+    finally:
+        verifier.close()
+    after = admin_store.credential(created.info.public_id)
+    assert before is not None and after is not None and after.secret_hash == before.secret_hash
+
+
+def test_grant_without_apply_prints_the_sql_and_changes_nothing(
+    postgres_url: str, role: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --apply the grants are printed for a DBA, quoted, and the role gets nothing."""
+    KeyStore.open(postgres_url, hasher=CHEAP).close()
+    schema = postgres_url.rsplit("%3D", 1)[1]
+    assert main(["--database-url", postgres_url, "db", "grant-verifier", role]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines() == [
+        f"GRANT USAGE ON SCHEMA {schema} TO {role};",
+        f"GRANT SELECT ON TABLE {schema}.apikey_tui_key, {schema}.apikey_tui_key_scope, "
+        f"{schema}.apikey_tui_meta, {schema}.apikey_tui_alembic_version TO {role};",
+        f"GRANT UPDATE (last_used_at) ON TABLE {schema}.apikey_tui_key TO {role};",
+    ]
+    with (
+        psycopg.connect(_libpq(_as(role, postgres_url))) as conn,
+        pytest.raises(errors.InsufficientPrivilege),
+    ):
+        conn.execute(f"SELECT count(*) FROM {schema}.apikey_tui_key".encode())  # noqa: S608
+
+
+def test_role_with_more_rights_than_a_verifier_is_warned_about(
+    postgres_url: str, role: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A role that can already insert keys is named in a warning after the grants."""
+    KeyStore.open(postgres_url, hasher=CHEAP).close()
+    with psycopg.connect(_libpq(postgres_url)) as conn:
+        conn.execute(f"GRANT INSERT, UPDATE ON apikey_tui_key TO {role}".encode())
+    code, _, err = _grant(capsys, postgres_url, role)
+    assert code == 0
+    [warning] = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert "INSERT, UPDATE (id, owner, name, public_id, secret_hash" in warning
+    assert "on apikey_tui_key" in warning and "Revoke them" in warning
+
+
+@pytest.mark.parametrize(
+    "name", ["public", "PUBLIC", "pg_read_all_data", "svc; DROP TABLE x", 'a"b', "", "x" * 64]
+)
+def test_role_names_that_are_not_plain_identifiers_are_refused(
+    postgres_url: str, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    """PUBLIC, pg_ roles and anything not a plain identifier are refused with one line."""
+    KeyStore.open(postgres_url, hasher=CHEAP).close()
+    code = main(["--database-url", postgres_url, "db", "grant-verifier", name, "--apply"])
+    out, err = capsys.readouterr()
+    assert (code, out) == (1, "") and "is not allowed" in err and err.count("\n") == 1
+
+
+def test_missing_role_is_refused_before_any_grant(
+    postgres_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--apply for a role that does not exist says to create it first."""
+    KeyStore.open(postgres_url, hasher=CHEAP).close()
+    ghost = f"ghost_{uuid.uuid4().hex[:8]}"
+    code = main(["--database-url", postgres_url, "db", "grant-verifier", ghost, "--apply"])
+    out, err = capsys.readouterr()
+    assert (code, out) == (1, "") and "create it first" in err
+
+
+def test_sqlite_says_file_access_is_all_or_nothing(
+    sqlite_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On SQLite the command explains in one line that file write access means admin rights."""
+    KeyStore.open(sqlite_url, hasher=CHEAP).close()
+    code = main(["--database-url", sqlite_url, "db", "grant-verifier", "svc"])
+    out, err = capsys.readouterr()
+    assert (code, out) == (1, "") and err.count("\n") == 1
+    assert "all-or-nothing" in err and "admin rights over every owner's keys" in err
+
+
+def test_grants_need_this_releases_schema(
+    postgres_url: str, role: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On a database that is not at this release's schema the command says what to do first."""
+    code = main(["--database-url", postgres_url, "db", "grant-verifier", role])
+    out, err = capsys.readouterr()
+    assert (code, out) == (1, "") and "no apikey-tui tables yet" in err
