@@ -17,6 +17,7 @@ _parked: list[Any] = []
 
 def reset_in_child(callback: Callable[[], None]) -> None:
     """Call callback in every forked child; a bound method is held weakly, so objects can die."""
+    _resets[:] = [e for e in _resets if not isinstance(e, weakref.WeakMethod) or e() is not None]
     if hasattr(callback, "__self__"):
         _resets.append(weakref.WeakMethod(callback))
     else:

@@ -6,10 +6,11 @@ import asyncio
 import enum
 import hmac
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Hashable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import datetime, timedelta
 from typing import TypeVar
@@ -30,6 +31,7 @@ class CheckGate:
     refresh) share one run. At most `max_pending` runs are queued or running; beyond that, and
     past the deadline, the answer is 503 at once. A database that stops answering therefore
     costs a request at most `timeout` seconds and the process at most `workers` stuck threads.
+    The threads are daemons (unlike a ThreadPoolExecutor's): a stuck one never holds up exit.
     """
 
     def __init__(self, workers: int, timeout: float, max_pending: int) -> None:
@@ -40,9 +42,20 @@ class CheckGate:
 
     def reset(self) -> None:
         """Forget threads and runs (after a fork they belong to the parent); make no thread yet."""
-        self._executor: ThreadPoolExecutor | None = None
+        self._queue: queue.SimpleQueue[tuple[Future[object], Callable[[], object]] | None]
+        self._queue = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
         self._pending: dict[Hashable, Future[object]] = {}
         self._lock = threading.Lock()
+
+    def _work(self) -> None:
+        while (item := self._queue.get()) is not None:
+            future, work = item
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(work())
+                except BaseException as exc:  # the waiting request re-raises it
+                    future.set_exception(exc)
 
     def submit(self, key: Hashable, work: Callable[[], T]) -> Future[T]:
         """Start work (or join the run already under way for key); 503 when the queue is full."""
@@ -52,9 +65,12 @@ class CheckGate:
                 return running  # type: ignore[return-value]
             if len(self._pending) >= self.max_pending:
                 raise VerifierUnavailableError()
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(self.workers, "apikey-tui-check")
-            future = self._executor.submit(work)
+            if len(self._threads) < min(self.workers, len(self._pending) + 1):
+                thread = threading.Thread(target=self._work, name="apikey-tui-check", daemon=True)
+                thread.start()
+                self._threads.append(thread)
+            future: Future[T] = Future()
+            self._queue.put((future, work))  # type: ignore[arg-type]
             self._pending[key] = future  # type: ignore[assignment]
         future.add_done_callback(lambda done: self._finished(key, done))  # type: ignore[arg-type]
         return future
@@ -87,11 +103,11 @@ class CheckGate:
             raise VerifierUnavailableError() from None
 
     def close(self) -> None:
-        """Let running work finish in the background; start no more."""
+        """Let running work finish in the background, then let the threads end."""
         with self._lock:
-            executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=False, cancel_futures=True)
+            for _ in self._threads:
+                self._queue.put(None)
+            self._threads = []
 
 
 class Verdict(enum.Enum):
