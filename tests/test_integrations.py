@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route as HttpRoute
 
+from apikey_tui.errors import AuthError
 from apikey_tui.integrations.asgi import ApiKeyMiddleware
 from apikey_tui.integrations.fastapi import ApiKeyAuth
 from apikey_tui.integrations.routes import RouteScopes, route
@@ -111,6 +112,58 @@ def test_asgi_middleware_in_starlette(keys: tuple[Verifier, str, str]) -> None:
         _check_protocol(client, project, both)
         two = client.get("/projects", headers=[("Authorization", f"ApiKey {project}")] * 2)
         assert two.status_code == 400
+
+
+def test_cors_outside_the_middleware_answers_preflights_and_labels_refusals(
+    keys: tuple[Verifier, str, str],
+) -> None:
+    """CORS outside ours answers a keyless preflight and adds its headers to our 401 (README)."""
+    from starlette.middleware.cors import CORSMiddleware
+
+    verifier, project, _both = keys
+    reached: list[str] = []
+
+    async def projects(request: Request) -> PlainTextResponse:
+        reached.append(request.method)
+        return PlainTextResponse("ok")
+
+    app = Starlette(
+        routes=[HttpRoute("/projects", projects, methods=["GET", "OPTIONS"])],
+        middleware=[
+            Middleware(CORSMiddleware, allow_origins=["https://app.example"], allow_headers=["*"]),
+            Middleware(ApiKeyMiddleware, verifier=verifier, routes=RULES, unmatched="deny"),
+        ],
+    )
+    origin = {"Origin": "https://app.example"}
+    with TestClient(app) as client:
+        preflight = client.options(
+            "/projects",
+            headers={**origin, "Access-Control-Request-Method": "GET",
+                     "Access-Control-Request-Headers": "authorization"},
+        )  # fmt: skip
+        assert preflight.status_code == 200
+        assert preflight.headers["access-control-allow-origin"] == "https://app.example"
+        refused = client.get("/projects", headers=origin)
+        assert refused.status_code == 401
+        assert refused.headers["access-control-allow-origin"] == "https://app.example"
+        assert client.options("/projects", headers=origin).status_code == 401  # not a preflight
+        assert reached == []
+        assert (
+            client.get("/projects", headers={**origin, "Authorization": f"ApiKey {project}"}).text
+            == "ok"
+        )
+
+
+def test_route_answer_cache_stays_bounded() -> None:
+    """Long paths and refusals are not cached, and distinct paths stop at the cache's bound."""
+    rules = RouteScopes([route("/models", "serving")])
+    assert rules.required("GET", "/models/" + "x" * 300) == ("serving",)
+    with pytest.raises(AuthError):
+        rules.required("GET", "/models/..")
+    assert rules._cached.cache_info().currsize == 0
+    for n in range(5000):
+        assert rules.required("GET", f"/models/{n}") == ("serving",)
+    assert rules._cached.cache_info().currsize == 2048
 
 
 def test_fastapi_dependency(keys: tuple[Verifier, str, str]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -28,6 +29,11 @@ _UNSAFE_PATH = re.compile(r"[\x00-\x1f\x7f\\]|%(?:2[ef]|5c)|/\.\.?(?:/|\Z)", re.
 _REPEATED_SLASHES = re.compile(r"/{2,}")
 # The table key of a rule that names no methods; a real method is never empty.
 _ANY_METHOD = ""
+# Answers for recent (method, path) pairs are kept, so a hot route costs one dict lookup. The
+# client chooses paths: the cache is bounded in entries and in key length (a few MiB at most
+# whatever the traffic), and churning it only costs the churner cache misses.
+_CACHED_REQUESTS = 2048
+_CACHED_KEY_LENGTH = 256
 
 
 @dataclass(frozen=True)
@@ -114,6 +120,8 @@ class RouteScopes:
         # Prefixes longer than every rule path cannot match: the lookup skips them, so a request
         # path of any length costs at most one step per segment of the longest rule.
         self._longest = max(map(len, self._table), default=1)
+        # Refusals are exceptions, which the cache never keeps: a path it refuses is re-checked.
+        self._cached = functools.lru_cache(maxsize=_CACHED_REQUESTS)(self._resolve)
 
     def required(self, method: str, path: str) -> tuple[str, ...] | None:
         """The scopes a request needs, or None when it needs no key at all.
@@ -122,6 +130,12 @@ class RouteScopes:
         a path not in normal form and NoRouteRuleError (403) for an unmatched path when
         unmatched="deny".
         """
+        if len(path) + len(method) <= _CACHED_KEY_LENGTH:
+            return self._cached(method, path)
+        return self._resolve(method, path)
+
+    def _resolve(self, method: str, path: str) -> tuple[str, ...] | None:
+        """`required` without the cache."""
         method = method.upper()
         if (
             "//" in path
