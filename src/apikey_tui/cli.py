@@ -284,8 +284,8 @@ def _db_upgrade(url: str, args: argparse.Namespace) -> int:
     print(message, file=sys.stderr)
     if before is not None and before < after:
         print(
-            "Verifiers of older releases now refuse this database (HTTP 503) until their "
-            "services run this release too.",
+            "Services on an older release now answer 503 from their next start, until they "
+            "run this release too.",
             file=sys.stderr,
         )
     return _emit(args, {"from_version": before, "to_version": after}, lambda out: None)
