@@ -227,3 +227,30 @@ def test_frozen_postgres_gives_one_line_exit_1(throwaway_postgres: ThrowawayPost
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert "database unavailable" in done.stderr
+
+
+@pytest.mark.parametrize("owner", ["", "bad owner", "\x1b[31mroot"])
+def test_empty_or_invalid_owner_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], sqlite_url: str, owner: str
+) -> None:
+    """`keys delete ci --owner ""` (or an invalid owner) exits 2 with one line, deleting nothing."""
+    assert run(capsys, sqlite_url, "keys", "create", "ci", "--scope", "project")[0] == 0
+    with pytest.raises(SystemExit) as info:
+        main(["--database-url", sqlite_url, "keys", "delete", "ci", "--owner", owner])
+    out, err = capsys.readouterr()
+    assert (info.value.code, out) == (2, "")
+    assert err.count("\n") == 1 and "owner" in err and "\x1b" not in err
+    assert run(capsys, sqlite_url, "keys", "show", "ci", "--json")[0] == 0
+
+
+def test_app_refuses_an_empty_owner_before_opening(sqlite_url: str) -> None:
+    """The app's own `--owner ""` is a usage error (exit 2, one line) before anything opens."""
+    done = subprocess.run(
+        [sys.executable, "-m", "apikey_tui", "--database-url", sqlite_url, "--owner", ""],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.count("\n") == 1 and "owner is required" in done.stderr

@@ -6,12 +6,13 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 from apikey_tui import __version__
 from apikey_tui.config import current_user, resolve_database_url
 from apikey_tui.db import database_errors, ensure_schema, make_engine, upgrade_schema
 from apikey_tui.errors import ApiKeyError, DatabaseUrlError, InvalidInputError
+from apikey_tui.names import check_owner
 from apikey_tui.schema import check_role_name, excess_privileges, role_exists, verifier_grants
 from apikey_tui.store import CreatedKey, KeyInfo, KeyStore
 
@@ -22,10 +23,25 @@ ONCE_WARNING = (
 )
 
 
-def _common() -> argparse.ArgumentParser:
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line on stderr (exit 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see --help)\n")
+
+
+def _owner(text: str) -> str:
+    # Checked while parsing: `--owner "$UNSET"` must not silently mean "me".
+    try:
+        return check_owner(text)
+    except InvalidInputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _common() -> _Parser:
     # SUPPRESS lets the same options stand before or after the subcommand without the
     # subparser's defaults overwriting what was given before it.
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument(
         "--database-url",
         default=argparse.SUPPRESS,
@@ -34,6 +50,7 @@ def _common() -> argparse.ArgumentParser:
     )
     common.add_argument(
         "--owner",
+        type=_owner,
         default=argparse.SUPPRESS,
         help="the user the keys stand in for (default: your login name)",
     )
@@ -44,7 +61,7 @@ def _common() -> argparse.ArgumentParser:
 def build_parser() -> argparse.ArgumentParser:
     """Build the argument parser for every subcommand."""
     common = _common()
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="apikey-tui",
         parents=[common],
         description="Manage API keys. With no subcommand, open the terminal app.",
