@@ -10,10 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 from apikey_tui import keyformat
 from apikey_tui.cli import main
-from apikey_tui.store import KeyStore
+from apikey_tui.store import Actor, KeyStore
 from tests.conftest import ACTOR, CHEAP
 from tests.throwaway_postgres import ThrowawayPostgres
 
@@ -254,3 +255,46 @@ def test_app_refuses_an_empty_owner_before_opening(sqlite_url: str) -> None:
     )
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr.count("\n") == 1 and "owner is required" in done.stderr
+
+
+EVIL = "\x1b]0;pwned\x07\x1b[2J\u202e"
+
+
+def test_output_escapes_control_characters_from_the_database(
+    capsys: pytest.CaptureFixture[str], sqlite_url: str
+) -> None:
+    """An owner, actor or address holding escape sequences is printed escaped, never raw."""
+    store = KeyStore.open(sqlite_url, hasher=CHEAP, actor=Actor(f"ops{EVIL}", f"10.0.0.1{EVIL}"))
+    try:
+        store.create_key("alice", "demo", ["project"])
+        with store.engine.begin() as conn:  # a database written by something other than us
+            conn.execute(sa.text("UPDATE apikey_tui_key SET owner = :o"), {"o": f"bob{EVIL}"})
+    finally:
+        store.close()
+    outputs = [
+        run(capsys, sqlite_url, "keys", "list", "--all"),
+        run(capsys, sqlite_url, "events"),
+        run(capsys, sqlite_url, "scopes", "remove", "project"),  # names the keys holding it
+    ]
+    assert [code for code, _, _ in outputs] == [0, 0, 1]
+    for _, out, err in outputs:
+        assert not any(c in out + err for c in "\x1b\x07\u202e")
+    assert "bob\\x1b]0;pwned\\x07" in outputs[0][1] and "ops\\x1b" in outputs[1][1]
+    assert "\\u202e" in outputs[2][2]
+
+
+@pytest.mark.parametrize("login", ["\x1b[31mroot", "a" * 65])
+def test_unusable_login_name_acts_as_uid(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    database_url: str,
+    login: str,
+) -> None:
+    """A $LOGNAME that is not a valid owner name is replaced by uid-<uid> as owner and actor."""
+    monkeypatch.setenv("LOGNAME", login)
+    monkeypatch.setenv("USER", login)
+    code, _, err = run(capsys, database_url, "keys", "create", "ci", "--scope", "project")
+    assert code == 0, err
+    _, out, _ = run(capsys, database_url, "events", "--json")
+    [event] = json.loads(out)
+    assert event["actor"] == event["owner"] == f"uid-{os.getuid()}"

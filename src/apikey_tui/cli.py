@@ -12,7 +12,7 @@ from apikey_tui import __version__
 from apikey_tui.config import current_user, resolve_database_url
 from apikey_tui.db import database_errors, ensure_schema, make_engine, upgrade_schema
 from apikey_tui.errors import ApiKeyError, DatabaseUrlError, InvalidInputError
-from apikey_tui.names import check_owner
+from apikey_tui.names import check_owner, printable
 from apikey_tui.schema import check_role_name, excess_privileges, role_exists, verifier_grants
 from apikey_tui.store import CreatedKey, KeyInfo, KeyStore
 
@@ -170,10 +170,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             store.close()
     except DatabaseUrlError as exc:  # a URL we cannot use is a usage error, like a bad option
-        print(f"apikey-tui: {exc}", file=sys.stderr)
+        print(f"apikey-tui: {printable(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
-    except ApiKeyError as exc:
-        print(f"apikey-tui: {exc}", file=sys.stderr)
+    except ApiKeyError as exc:  # may quote database content: shown escaped, never obeyed
+        print(f"apikey-tui: {printable(str(exc))}", file=sys.stderr)
         return EXIT_REFUSED
     except KeyboardInterrupt:
         return 130
@@ -199,7 +199,7 @@ def _show_created(args: argparse.Namespace, created: CreatedKey, verb: str) -> i
     info = created.info
     # Everything but the key goes to stderr, so `KEY=$(apikey-tui keys create ...)` just works.
     print(
-        f"{verb} key {info.name!r} for {info.owner} ({info.public_id}), "
+        f"{verb} key {info.name!r} for {printable(info.owner)} ({info.public_id}), "
         f"scopes: {', '.join(info.scopes)}.\n{ONCE_WARNING}",
         file=sys.stderr,
     )
@@ -237,7 +237,9 @@ def _keys_show(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
 
 def _keys_delete(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
     info = store.delete_key(owner, args.name)
-    print(f"Deleted key {info.name!r} of {info.owner} ({info.public_id}).", file=sys.stderr)
+    print(
+        f"Deleted key {info.name!r} of {printable(info.owner)} ({info.public_id}).", file=sys.stderr
+    )
     return _emit(args, info.to_json(), lambda out: None)
 
 
@@ -373,6 +375,9 @@ def _print_keys(keys: list[KeyInfo], out: TextIO, *, with_owner: bool) -> None:
 
 
 def _print_rows(header: list[str], rows: list[list[str]], out: TextIO) -> None:
+    # Database content is printed with control and format characters escaped (JSON escapes its
+    # own): an owner, actor or detail must never move the cursor or recolour the terminal.
+    rows = [[printable(cell) for cell in row] for row in rows]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip(), file=out)

@@ -10,7 +10,8 @@ from pathlib import Path
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
-from apikey_tui.errors import DatabaseUrlError
+from apikey_tui.errors import DatabaseUrlError, InvalidInputError
+from apikey_tui.names import check_owner
 
 DATABASE_URL_ENV = "APIKEY_TUI_DATABASE_URL"
 SUPPORTED_URLS = "sqlite:///PATH or postgresql://USER@HOST:PORT/DBNAME"
@@ -93,10 +94,14 @@ def mask_url(url: str) -> str:
 
 
 def current_user() -> str:
-    """Return the OS login name of whoever runs the tool."""
+    """Return the OS login name of whoever runs the tool, or uid-<uid> if it is not usable.
+
+    getpass reads $LOGNAME (and $USER ...) first, unchecked: a name that is not a valid
+    owner (an escape sequence, more than 64 characters) is replaced by uid-<uid>.
+    """
     try:
-        return getpass.getuser()
-    except (KeyError, OSError):  # a container user without a passwd entry
+        return check_owner(getpass.getuser())
+    except (KeyError, OSError, InvalidInputError):  # KeyError/OSError: no passwd entry
         return f"uid-{os.getuid()}"
 
 

@@ -69,6 +69,17 @@ def check_description(text: str) -> str:
     return text
 
 
+def printable(text: str) -> str:
+    """Return text with control and format characters shown as escapes such as \\x1b.
+
+    For database content printed to a terminal: an owner, detail or actor holding an escape
+    sequence is shown, never obeyed.
+    """
+    if all(unicodedata.category(ch)[0] != "C" for ch in text):
+        return text
+    return "".join(ch if unicodedata.category(ch)[0] != "C" else ascii(ch)[1:-1] for ch in text)
+
+
 def parse_scopes(values: Iterable[str]) -> tuple[str, ...]:
     """Split 'a,b' / 'a b' entries, check each name, and return them sorted without repeats."""
     names = {part for value in values for part in re.split(r"[,\s]+", value) if part}
