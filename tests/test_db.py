@@ -13,7 +13,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import text
 from sqlmodel import SQLModel
 
-from apikey_tui.db import ensure_schema, make_engine
+from apikey_tui.db import WRITE, ensure_schema, make_engine
 from apikey_tui.errors import SchemaVersionError, StoreUnavailableError
 from apikey_tui.migrations import VERSION_TABLE, is_ours, revision_of
 from apikey_tui.models import SCHEMA_VERSION, Base
@@ -121,6 +121,18 @@ def test_tables_without_a_version_are_refused(database_url: str) -> None:
     with pytest.raises(SchemaVersionError, match="no schema version"):
         ensure_schema(engine)
     engine.dispose()
+
+
+def test_verifier_check_does_not_queue_for_the_sqlite_write_lock(sqlite_url: str) -> None:
+    """ensure_schema(create=False) only reads: it passes while an admin holds the write lock."""
+    admin = make_engine(sqlite_url)
+    ensure_schema(admin)
+    service = make_engine(sqlite_url, create=False)
+    with admin.execution_options(**WRITE).begin() as writing:
+        writing.execute(text("UPDATE apikey_tui_scope SET description = 'busy'"))
+        ensure_schema(service, create=False)  # would wait out the busy timeout, then fail
+    service.dispose()
+    admin.dispose()
 
 
 def test_concurrent_openers_create_the_schema_once(postgres_url: str) -> None:

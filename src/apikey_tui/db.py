@@ -209,19 +209,23 @@ def ensure_schema(engine: Engine, *, create: bool = True) -> None:
     An older or newer database raises SchemaVersionError (`apikey_tui.schema` says why);
     only `upgrade_schema` changes an existing schema.
     """
-    with _schema_transaction(engine) as conn:
+    # A check that may not create only reads: it need not queue for SQLite's write lock.
+    with _schema_transaction(engine, write=create) as conn:
         schema.ensure(conn, create=create)
 
 
 def upgrade_schema(engine: Engine) -> tuple[int | None, int]:
     """Upgrade the database in place, in one transaction; return (version before, after)."""
-    with _schema_transaction(engine) as conn:
+    with _schema_transaction(engine, write=True) as conn:
         return schema.upgrade(conn)
 
 
 @contextmanager
-def _schema_transaction(engine: Engine) -> Iterator[Connection]:
-    with database_errors(engine), engine.execution_options(**WRITE).begin() as conn:
+def _schema_transaction(engine: Engine, *, write: bool) -> Iterator[Connection]:
+    with (
+        database_errors(engine),
+        engine.execution_options(**(WRITE if write else {})).begin() as conn,
+    ):
         if conn.dialect.name == "postgresql":
             # Concurrent openers queue here: one creates or upgrades, the others then see it.
             conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _SCHEMA_LOCK})

@@ -2,27 +2,24 @@
 
 Revision ID: ${up_revision}
 Revises: ${down_revision | comma,n}
-Create Date: ${create_date}
-
 """
-from typing import Sequence, Union
 
-from alembic import op
+from __future__ import annotations
+
 import sqlalchemy as sa
+from alembic import op
 ${imports if imports else ""}
-
-# revision identifiers, used by Alembic.
-revision: str = ${repr(up_revision)}
-down_revision: Union[str, Sequence[str], None] = ${repr(down_revision)}
-branch_labels: Union[str, Sequence[str], None] = ${repr(branch_labels)}
-depends_on: Union[str, Sequence[str], None] = ${repr(depends_on)}
+revision = ${repr(up_revision)}
+down_revision: str | None = ${repr(down_revision)}
+branch_labels: str | None = ${repr(branch_labels)}
+depends_on: str | None = ${repr(depends_on)}
 
 
 def upgrade() -> None:
-    """Upgrade schema."""
+    """Say what this version adds, and why."""
     ${upgrades if upgrades else "pass"}
 
 
 def downgrade() -> None:
-    """Downgrade schema."""
+    """Undo upgrade(), saying what is lost."""
     ${downgrades if downgrades else "pass"}
