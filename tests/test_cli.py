@@ -72,7 +72,6 @@ def test_create_json_carries_the_key_and_its_fields(
     [
         (["keys", "create", "demo", "--scope", "project"], "already has a key named 'demo'"),
         (["keys", "create", "other", "--scope", "nope"], "unknown scope 'nope'"),
-        (["keys", "create", "other"], "needs at least one scope"),
         (
             ["keys", "create", "bad name", "--scope", "project"],
             "key name 'bad name' is not allowed",
@@ -298,3 +297,57 @@ def test_unusable_login_name_acts_as_uid(
     _, out, _ = run(capsys, database_url, "events", "--json")
     [event] = json.loads(out)
     assert event["actor"] == event["owner"] == f"uid-{os.getuid()}"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["events", "--limit", "9223372036854775808"],
+        ["events", "--limit", "10001"],
+        ["keys", "create", "ci"],
+        ["keys", "set-scopes", "ci"],
+    ],
+)
+def test_out_of_range_limit_and_missing_scope_are_usage_errors(
+    capsys: pytest.CaptureFixture[str], sqlite_url: str, args: list[str]
+) -> None:
+    """A huge --limit or a key command without --scope exits 2 with one line, doing nothing."""
+    assert run(capsys, sqlite_url, "keys", "create", "ci", "--scope", "project")[0] == 0
+    with pytest.raises(SystemExit) as info:
+        main(["--database-url", sqlite_url, *args])
+    out, err = capsys.readouterr()
+    assert (info.value.code, out) == (2, "") and err.count("\n") == 1, err
+    _, listing, _ = run(capsys, sqlite_url, "keys", "show", "ci", "--json")
+    assert json.loads(listing)["scopes"] == ["project"]
+
+
+def test_non_utf8_argument_is_a_usage_error(tmp_path: Path) -> None:
+    """An argument that is not UTF-8 (surrogateescape'd argv) gives one line and exit 2."""
+    done = subprocess.run(
+        [sys.executable, "-m", "apikey_tui", "keys", "show", b"ci\xff"],
+        capture_output=True,
+        env={**os.environ, "APIKEY_TUI_DATABASE_URL": f"sqlite:///{tmp_path / 'k.db'}"},
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout) == (2, b"")
+    assert done.stderr == b"apikey-tui: an argument is not valid UTF-8 text\n"
+
+
+def test_reader_closing_the_pipe_ends_quietly(tmp_path: Path) -> None:
+    """`keys list | head` style: a reader that closes the pipe early gets no traceback."""
+    url = f"sqlite:///{tmp_path / 'k.db'}"
+    store = KeyStore.open(url, hasher=CHEAP, actor=ACTOR)
+    try:
+        store.create_key("alice", "demo", ["project"])
+    finally:
+        store.close()
+    child = subprocess.Popen(
+        [sys.executable, "-m", "apikey_tui", "keys", "list", "--all"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "APIKEY_TUI_DATABASE_URL": url},
+    )
+    assert child.stdout is not None
+    child.stdout.close()  # before the child has even imported its modules: its write fails
+    _, err = child.communicate(timeout=60)
+    assert (child.returncode, err) == (141, b"")

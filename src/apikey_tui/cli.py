@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TextIO
@@ -17,6 +18,8 @@ from apikey_tui.schema import check_role_name, excess_privileges, role_exists, v
 from apikey_tui.store import CreatedKey, KeyInfo, KeyStore
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a tool that the signal ended would report
+EVENTS_LIMIT_MAX = 10_000
 ONCE_WARNING = (
     "This key is shown once. Store it like a password; it cannot be recovered. "
     "If it is lost or stolen, recreate it."
@@ -113,7 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
     remove.set_defaults(run=_scopes_remove)
 
     events = commands.add_parser("events", parents=[common], help="the audit trail, newest first")
-    events.add_argument("--limit", type=_positive, default=50)
+    events.add_argument(
+        "--limit", type=_limit, default=50, help=f"at most this many (1-{EVENTS_LIMIT_MAX})"
+    )
     events.set_defaults(run=_events)
 
     database = commands.add_parser("db", help="the database: schema upgrades, verifier privileges")
@@ -137,24 +142,52 @@ def _scope_option(parser: argparse.ArgumentParser) -> None:
         "--scope",
         action="append",
         default=[],
+        required=True,  # none at all is a usage error (2); an unknown one is refused (1)
         metavar="SCOPE",
         help="an API the key may reach; repeat it or separate with commas (at least one)",
     )
 
 
-def _positive(text: str) -> int:
+def _limit(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
         value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    if not 1 <= value <= EVENTS_LIMIT_MAX:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number from 1 to {EVENTS_LIMIT_MAX}, got {text[:30]!a}"
+        )
     return value
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # bytes that were not UTF-8, kept as lone surrogates
+        return False
+    return True
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code (0 done, 1 refused, 2 usage)."""
-    args = build_parser().parse_args(argv)
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    if not all(_is_utf8(argument) for argument in arguments):
+        print("apikey-tui: an argument is not valid UTF-8 text", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        code = _main(arguments)
+        sys.stdout.flush()  # a reader that went away shows here, not at interpreter exit
+    except BrokenPipeError:
+        # `keys list | head`: stop quietly. As the Python docs advise, point stdout at devnull
+        # so that the flush at exit cannot fail a second time.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    return code
+
+
+def _main(arguments: list[str]) -> int:
+    args = build_parser().parse_args(arguments)
     try:
         url = resolve_database_url(getattr(args, "database_url", None))
         owner = getattr(args, "owner", None) or current_user()
