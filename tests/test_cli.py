@@ -351,3 +351,16 @@ def test_reader_closing_the_pipe_ends_quietly(tmp_path: Path) -> None:
     child.stdout.close()  # before the child has even imported its modules: its write fails
     _, err = child.communicate(timeout=60)
     assert (child.returncode, err) == (141, b"")
+
+
+def test_app_without_a_terminal_says_so_and_exits_2(sqlite_url: str) -> None:
+    """The app with stdin from /dev/null and stdout a pipe says it needs a terminal, exit 2."""
+    done = subprocess.run(
+        [sys.executable, "-m", "apikey_tui", "--database-url", sqlite_url],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,  # only a backstop: before the fix the app waited until killed
+    )
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.count("\n") == 1 and "needs a terminal" in done.stderr

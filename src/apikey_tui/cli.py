@@ -213,6 +213,13 @@ def _main(arguments: list[str]) -> int:
 
 
 def _open_app(url: str, owner: str, *, all_owners: bool) -> int:
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):  # else it waits forever for keys
+        print(
+            "apikey-tui: the terminal app needs a terminal on stdin and stdout; "
+            "scripts use the subcommands (see --help)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     # Imported here so that scripts and services never pay for the terminal framework.
     from apikey_tui.tui.app import run_app
 
