@@ -364,3 +364,20 @@ def test_app_without_a_terminal_says_so_and_exits_2(sqlite_url: str) -> None:
     )
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr.count("\n") == 1 and "needs a terminal" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "args", [["keys", "list"], ["keys", "show", "ci"], ["scopes", "list"], ["events"]]
+)
+def test_read_only_commands_never_create_a_database(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, args: list[str]
+) -> None:
+    """A read-only command on a missing SQLite file says so in one line (exit 1), creating none."""
+    url = f"sqlite:///{tmp_path / 'typo' / 'keys.db'}"
+    code, out, err = run(capsys, url, *args)
+    assert (code, out) == (1, "")
+    assert err == (
+        f"apikey-tui: no database at {tmp_path / 'typo' / 'keys.db'}; "
+        "create a key or run apikey-tui once to create it\n"
+    )
+    assert list(tmp_path.iterdir()) == []

@@ -10,9 +10,14 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TextIO
 
 from apikey_tui import __version__
-from apikey_tui.config import current_user, resolve_database_url
+from apikey_tui.config import current_user, parse_database_url, resolve_database_url
 from apikey_tui.db import database_errors, ensure_schema, make_engine, upgrade_schema
-from apikey_tui.errors import ApiKeyError, DatabaseUrlError, InvalidInputError
+from apikey_tui.errors import (
+    ApiKeyError,
+    DatabaseUrlError,
+    InvalidInputError,
+    StoreUnavailableError,
+)
 from apikey_tui.names import check_owner, printable
 from apikey_tui.schema import check_role_name, excess_privileges, role_exists, verifier_grants
 from apikey_tui.store import CreatedKey, KeyInfo, KeyStore
@@ -197,7 +202,7 @@ def _main(arguments: list[str]) -> int:
             run_db: Callable[[str, argparse.Namespace], int] = args.run_db
             return run_db(url, args)
         run: Callable[[KeyStore, argparse.Namespace, str], int] = args.run
-        store = KeyStore.open(url)
+        store = _open_store(url, create=run not in (_keys_list, _keys_show, _scopes_list, _events))
         try:
             return run(store, args, owner)
         finally:
@@ -210,6 +215,26 @@ def _main(arguments: list[str]) -> int:
         return EXIT_REFUSED
     except KeyboardInterrupt:
         return 130
+
+
+def _open_store(url: str, *, create: bool) -> KeyStore:
+    """Open the store; a read-only command (create=False) never creates the database."""
+    if create:
+        return KeyStore.open(url)
+    parsed = parse_database_url(url)
+    path = parsed.database
+    if parsed.get_backend_name() == "sqlite" and path and path != ":memory:":
+        if not os.path.exists(path):  # a mistyped path must not become a new, empty database
+            raise StoreUnavailableError(
+                f"no database at {path}; create a key or run apikey-tui once to create it"
+            )
+    engine = make_engine(url, create=False)
+    try:
+        ensure_schema(engine, create=False)
+    except BaseException:
+        engine.dispose()
+        raise
+    return KeyStore(engine)
 
 
 def _open_app(url: str, owner: str, *, all_owners: bool) -> int:
