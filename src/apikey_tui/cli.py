@@ -218,16 +218,19 @@ def _main(arguments: list[str]) -> int:
 
 
 def _open_store(url: str, *, create: bool) -> KeyStore:
-    """Open the store; a read-only command (create=False) never creates the database."""
-    if create:
-        return KeyStore.open(url)
+    """Open the store; a read-only command (create=False) never creates a SQLite database.
+
+    PostgreSQL opens as before: there a missing database is an error of the server, and the
+    schema check without create reports a role lacking USAGE on the schema as "no tables".
+    """
     parsed = parse_database_url(url)
     path = parsed.database
-    if parsed.get_backend_name() == "sqlite" and path and path != ":memory:":
-        if not os.path.exists(path):  # a mistyped path must not become a new, empty database
-            raise StoreUnavailableError(
-                f"no database at {path}; create a key or run apikey-tui once to create it"
-            )
+    if create or parsed.get_backend_name() != "sqlite" or not path or path == ":memory:":
+        return KeyStore.open(url)
+    if not os.path.exists(path):  # a mistyped path must not become a new, empty database
+        raise StoreUnavailableError(
+            f"no database at {path}; create a key or run apikey-tui once to create it"
+        )
     engine = make_engine(url, create=False)
     try:
         ensure_schema(engine, create=False)
