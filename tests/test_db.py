@@ -111,15 +111,23 @@ def test_older_schema_is_refused_with_the_upgrade_command(database_url: str) -> 
     engine.dispose()
 
 
-def test_tables_without_a_version_are_refused(database_url: str) -> None:
-    """apikey-tui tables with no version row and no Alembic table are refused, not guessed at."""
+@pytest.mark.parametrize(
+    "emptied",
+    [
+        ["DROP TABLE apikey_tui_alembic_version", "DELETE FROM apikey_tui_meta"],
+        ["DELETE FROM apikey_tui_alembic_version"],
+    ],
+)
+def test_tables_without_a_version_are_refused(database_url: str, emptied: list[str]) -> None:
+    """apikey-tui tables without a revision or version row are refused, never guessed at."""
     engine = make_engine(database_url)
     ensure_schema(engine)
     with engine.begin() as conn:
-        conn.execute(text("DROP TABLE apikey_tui_alembic_version"))
-        conn.execute(text("DELETE FROM apikey_tui_meta"))
-    with pytest.raises(SchemaVersionError, match="no schema version"):
-        ensure_schema(engine)
+        for statement in emptied:
+            conn.execute(text(statement))
+    for create in (True, False):
+        with pytest.raises(SchemaVersionError, match="but no schema version"):
+            ensure_schema(engine, create=create)
     engine.dispose()
 
 

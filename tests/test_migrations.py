@@ -287,7 +287,7 @@ def test_upgrade_refuses_a_database_from_a_newer_release(
 
 
 def test_downgrade_to_0001_gives_back_the_0_1_0_schema(old_database: OldDatabase) -> None:
-    """Revision 0002 undone leaves the 0.1.0 schema and schema_version 1, keys and scopes kept."""
+    """Undoing 0002 leaves the 0.1.0 schema, version 1, keys and scopes; upgrading again works."""
     engine = make_engine(old_database.url)
     try:
         with engine.connect() as conn:
@@ -299,6 +299,7 @@ def test_downgrade_to_0001_gives_back_the_0_1_0_schema(old_database: OldDatabase
             assert _shape(conn) == before
             assert conn.execute(text("SELECT value FROM apikey_tui_meta")).all() == [("1",)]
             assert conn.execute(text("SELECT count(*) FROM apikey_tui_key_scope")).scalar() == 7
+        assert upgrade_schema(engine) == (1, 2)  # and up again, from Alembic's own 0001
     finally:
         engine.dispose()
 

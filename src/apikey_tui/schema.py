@@ -47,6 +47,8 @@ def found_version(conn: Connection) -> int | None:
         revisions = list(conn.execute(select(_version_table.c.version_num)).scalars())
         if len(revisions) == 1 and _REVISION.fullmatch(str(revisions[0])):
             return int(revisions[0])
+        if not revisions:
+            raise SchemaVersionError("the database holds apikey-tui tables but no schema version")
         raise SchemaVersionError(
             f"the database's apikey-tui schema is at revision {', '.join(map(repr, revisions))}, "
             f"which this release (schema version {SCHEMA_VERSION}) does not know: "
