@@ -154,8 +154,8 @@ def verifier_grants(conn: Connection, role: str) -> list[str]:
     """The GRANT statements a verifier's PostgreSQL role needs on the connection's schema."""
     check_role_name(role)
     quote = conn.dialect.identifier_preparer.quote
-    schema = conn.execute(text("SELECT current_schema()")).scalar_one()
-    table_name = _qualified(conn)
+    schema = _current_schema(conn)
+    table_name = _qualified(conn, schema)
     key, columns = VERIFIER_UPDATES
     return [
         f"GRANT USAGE ON SCHEMA {quote(schema)} TO {quote(role)}",
@@ -179,12 +179,12 @@ def excess_privileges(conn: Connection, role: str) -> list[str]:
     ).scalar_one_or_none()
     if superuser:
         return ["it is a superuser, which may do anything"]
-    table_name = _qualified(conn)
+    table_name = _qualified(conn, _current_schema(conn))
     key, allowed = VERIFIER_UPDATES
     found: list[str] = []
 
-    def holds(function: str, table: str, what: str) -> bool:
-        arguments = {"role": role, "table": table_name(table), "what": what}
+    def holds(function: str, on: str, what: str) -> bool:
+        arguments = {"role": role, "table": table_name(on), "what": what}
         return bool(conn.execute(text(f"SELECT {function}"), arguments).scalar_one())
 
     for name in sorted(t for t in inspect(conn).get_table_names() if t.startswith(TABLE_PREFIX)):
@@ -203,7 +203,13 @@ def excess_privileges(conn: Connection, role: str) -> list[str]:
     return found
 
 
-def _qualified(conn: Connection) -> Callable[[str], str]:
+def _current_schema(conn: Connection) -> str:
+    schema: str | None = conn.execute(text("SELECT current_schema()")).scalar_one()
+    if schema is None:  # the search_path names no schema that exists
+        raise SchemaVersionError("the connection's search_path names no existing schema")
+    return schema
+
+
+def _qualified(conn: Connection, schema: str) -> Callable[[str], str]:
     quote = conn.dialect.identifier_preparer.quote
-    schema = conn.execute(text("SELECT current_schema()")).scalar_one()
     return lambda name: f"{quote(schema)}.{quote(name)}"
