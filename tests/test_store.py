@@ -301,3 +301,20 @@ def test_database_going_down_is_a_store_unavailable_error(
     throwaway_postgres.start()
     assert [k.name for k in store.list_keys()] == ["demo"]  # and it recovers by itself
     store.close()
+
+
+def test_delete_and_recreate_refuse_a_key_recreated_since_it_was_read(store: KeyStore) -> None:
+    """With expected_public_id, delete and recreate refuse a key whose id changed, doing nothing."""
+    from apikey_tui.errors import KeyChangedError
+
+    chosen = store.create_key("alice", "demo", ["project"]).info
+    now = store.recreate_key("alice", "demo").info
+    events = len(store.events())
+    with pytest.raises(KeyChangedError, match=r"changed meanwhile.*nothing was done"):
+        store.delete_key("alice", "demo", expected_public_id=chosen.public_id)
+    with pytest.raises(KeyChangedError):
+        store.recreate_key("alice", "demo", expected_public_id=chosen.public_id)
+    with pytest.raises(KeyChangedError):
+        store.set_key_scopes("alice", "demo", ["serving"], expected_public_id=chosen.public_id)
+    assert store.get_key("alice", "demo") == now and len(store.events()) == events
+    assert store.delete_key("alice", "demo", expected_public_id=now.public_id) == now

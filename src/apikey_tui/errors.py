@@ -38,6 +38,15 @@ class KeyNotFoundError(ApiKeyError):
         super().__init__(f"{owner} has no key named {name!r}")
 
 
+class KeyChangedError(ApiKeyError):
+    """The key was recreated (its public id changed) after the admin chose it; nothing was done."""
+
+    def __init__(self, owner: str, name: str) -> None:
+        super().__init__(
+            f"key {name!r} of {owner} changed meanwhile (it was recreated); nothing was done"
+        )
+
+
 class DuplicateScopeError(ApiKeyError):
     """The scope catalog already holds this scope."""
 

@@ -20,6 +20,7 @@ from apikey_tui.errors import (
     DuplicateKeyNameError,
     DuplicateScopeError,
     InvalidInputError,
+    KeyChangedError,
     KeyNotFoundError,
     ScopeInUseError,
     ScopeNotFoundError,
@@ -306,11 +307,21 @@ class KeyStore:
             row.owner, row.name, row.public_id, tuple(scopes), row.created_at, row.last_used_at
         )
 
-    def _row(self, session: Session, owner: str, name: str, *, lock: bool = False) -> KeyRow:
+    def _row(
+        self,
+        session: Session,
+        owner: str,
+        name: str,
+        *,
+        lock: bool = False,
+        expected_public_id: str | None = None,
+    ) -> KeyRow:
         query = select(KeyRow).where(KeyRow.owner == owner, KeyRow.name == name)
         row = session.exec(query.with_for_update() if lock else query).first()
         if row is None:
             raise KeyNotFoundError(owner, name)
+        if expected_public_id is not None and row.public_id != expected_public_id:
+            raise KeyChangedError(owner, name)
         return row
 
     def get_key(self, owner: str, name: str) -> KeyInfo:
@@ -319,24 +330,35 @@ class KeyStore:
             row = self._row(session, owner, name)
             return self._read_info(session, row)
 
-    def delete_key(self, owner: str, name: str) -> KeyInfo:
-        """Delete a key: from the commit on, no verifier accepts it."""
+    def delete_key(
+        self, owner: str, name: str, *, expected_public_id: str | None = None
+    ) -> KeyInfo:
+        """Delete a key: from the commit on, no verifier accepts it.
+
+        With expected_public_id, refuse (KeyChangedError) if the key was recreated since the
+        caller read it: a confirmation names one key, and only that one may be deleted.
+        """
         with self._session(write=True) as session:
-            row = self._row(session, owner, name, lock=True)
+            row = self._row(session, owner, name, lock=True, expected_public_id=expected_public_id)
             info = self._read_info(session, row)
             session.delete(row)  # the key's scope rows go with it (ON DELETE CASCADE)
             self._record(session, "key.delete", info)
             session.commit()
         return info
 
-    def recreate_key(self, owner: str, name: str) -> CreatedKey:
-        """Replace a stolen key's id and secret in one transaction; same owner, name, scopes."""
+    def recreate_key(
+        self, owner: str, name: str, *, expected_public_id: str | None = None
+    ) -> CreatedKey:
+        """Replace a stolen key's id and secret in one transaction; same owner, name, scopes.
+
+        With expected_public_id, refuse (KeyChangedError) if the key was recreated meanwhile.
+        """
         parts, plaintext = keyformat.generate()
         secret_hash = self.hasher.hash(parts.secret)
         secret_fingerprint = fingerprint(parts.public_id, parts.secret)
         now = _now()
         with self._session(write=True) as session:
-            row = self._row(session, owner, name, lock=True)
+            row = self._row(session, owner, name, lock=True, expected_public_id=expected_public_id)
             old_public_id = row.public_id
             row.public_id, row.secret_hash = parts.public_id, secret_hash
             row.fingerprint = secret_fingerprint
@@ -347,11 +369,21 @@ class KeyStore:
             session.commit()
         return CreatedKey(info, plaintext)
 
-    def set_key_scopes(self, owner: str, name: str, scopes: Iterable[str]) -> KeyInfo:
-        """Replace the scopes a key holds; verifiers see the change like a deletion."""
+    def set_key_scopes(
+        self,
+        owner: str,
+        name: str,
+        scopes: Iterable[str],
+        *,
+        expected_public_id: str | None = None,
+    ) -> KeyInfo:
+        """Replace the scopes a key holds; verifiers see the change like a deletion.
+
+        With expected_public_id, refuse (KeyChangedError) if the key was recreated meanwhile.
+        """
         wanted = self._wanted_scopes(scopes)
         with self._session(write=True) as session:
-            row = self._row(session, owner, name, lock=True)
+            row = self._row(session, owner, name, lock=True, expected_public_id=expected_public_id)
             self._check_catalog(session, wanted)
             assert row.id is not None
             session.exec(delete(KeyScopeRow).where(col(KeyScopeRow.key_id) == row.id))

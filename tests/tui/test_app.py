@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import text
@@ -331,3 +332,67 @@ async def test_masked_password_in_header(postgres_url: str) -> None:
         context = str(app.screen.query_one("#context", Static).render())
         assert "s3cret" not in context and "postgres:***@" in context
     store.close()
+
+
+async def test_selection_follows_the_key_when_its_row_changes(tui_store: KeyStore) -> None:
+    """A use recorded for the selected key refreshes its row; the cursor and d stay on that key."""
+    for name in ("aaa", "bbb", "ccc"):
+        tui_store.create_key("alice", name, ["project"])
+    chosen = tui_store.get_key("alice", "bbb")
+    app = make_app(tui_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("down")
+        table = app.screen.query_one(KeyTable)
+        assert table.selected is not None and table.selected.name == "bbb"
+        tui_store.record_use({chosen.public_id: datetime.now(UTC)})
+        await pilot.pause(0.6)
+        await settle(pilot)
+        assert table.selected is not None and table.selected.last_used_at is not None
+        assert table.selected.name == "bbb"
+        await pilot.press("d")
+        confirm = app.screen
+        assert isinstance(confirm, ConfirmDialog)
+        assert str(confirm.query_one(".dialog-title", Static).render()) == (
+            "Delete key 'bbb' of alice?"
+        )
+        assert chosen.public_id in str(confirm.query_one(".dialog-body", Static).render())
+        await pilot.press("y")
+        await settle(pilot)
+    assert [k.name for k in tui_store.list_keys("alice")] == ["aaa", "ccc"]
+
+
+async def test_a_key_recreated_while_confirming_is_not_deleted(tui_store: KeyStore) -> None:
+    """If the confirmed key is recreated before y, the app says so and deletes nothing."""
+    tui_store.create_key("alice", "busy", ["project"])
+    app = make_app(tui_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("d")
+        assert isinstance(app.screen, ConfirmDialog)
+        recreated = tui_store.recreate_key("alice", "busy").info
+        await pilot.press("y")
+        await settle(pilot)
+        messages = [n.message for n in app._notifications]
+        assert any("changed meanwhile" in m and "nothing was done" in m for m in messages)
+        assert isinstance(app.screen, KeysScreen)
+    assert tui_store.get_key("alice", "busy") == recreated
+
+
+async def test_a_key_deleted_while_confirming_recreate_is_not_recreated(
+    tui_store: KeyStore,
+) -> None:
+    """If the key is deleted (and a new one of that name made) before y, recreate does nothing."""
+    tui_store.create_key("alice", "twin", ["project"])
+    app = make_app(tui_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("r")
+        assert isinstance(app.screen, ConfirmDialog)
+        tui_store.delete_key("alice", "twin")
+        await pilot.press("y")
+        await settle(pilot)
+        messages = [n.message for n in app._notifications]
+        assert any("deleted meanwhile; nothing was done" in m for m in messages)
+        assert not any(isinstance(s, RevealSecretDialog) for s in app.screen_stack)
+    assert tui_store.list_keys("alice") == []

@@ -102,3 +102,51 @@ def test_create_a_key_with_two_scopes_in_a_real_terminal(tmux_app: tuple[Tmux, s
     verifier = Verifier.from_url(url)
     assert verifier.verify(f"ApiKey {key}", ["serving", "project"]).key_name == "e2e-key"
     verifier.close()
+
+
+USE_ONE_KEY = """
+import sys
+from apikey_tui.verifier import Verifier
+verifier = Verifier.from_url(sys.argv[1])
+print(verifier.verify("ApiKey " + sys.stdin.read().strip()).key_name)
+verifier.flush()
+verifier.close()
+"""
+
+
+def _line_of(screen: str, name: str) -> str:
+    return next((line for line in screen.splitlines() if f" {name} " in line), "")
+
+
+def test_d_deletes_the_selected_key_after_a_service_used_it(tmp_path: Path) -> None:
+    """A service records use of the selected key; d then names that key, and y deletes it."""
+    url = f"sqlite:///{tmp_path / 'keys.db'}"
+    store = KeyStore.open(url)
+    names = ("aa", "bb", "cc")
+    plaintexts = {n: store.create_key("alice", n, ["project"]).plaintext for n in names}
+    store.close()
+    command = [sys.executable, "-m", "apikey_tui", "--owner", "alice"]
+    env = {"APIKEY_TUI_DATABASE_URL": url, "TERM": "xterm-256color", "PATH": os.environ["PATH"]}
+    tmux = Tmux(command, env)
+    try:
+        before = tmux.wait_for(lambda s: " cc " in s, "the three keys")
+        tmux.send("Down")  # the cursor moves from aa to bb
+        used = subprocess.run(
+            [sys.executable, "-c", USE_ONE_KEY, url], input=plaintexts["bb"],
+            capture_output=True, text=True, check=True, timeout=60,
+        )  # fmt: skip
+        assert used.stdout.strip() == "bb"
+        # The app polls the change marker and redraws bb's row with its last-used time.
+        tmux.wait_for(lambda s: _line_of(s, "bb") != _line_of(before, "bb"), "bb's new row")
+        tmux.send("d")
+        screen = tmux.wait_for(lambda s: "Delete key" in s, "the delete confirmation")
+        assert "Delete key 'bb' of alice?" in screen
+        tmux.send("y")
+        tmux.wait_for(lambda s: " bb " not in s and "Deleted key 'bb'" in s, "bb to go")
+    finally:
+        tmux.close()
+    store = KeyStore.open(url)
+    try:
+        assert [k.name for k in store.list_keys("alice")] == ["aa", "cc"]
+    finally:
+        store.close()

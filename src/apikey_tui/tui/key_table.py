@@ -133,11 +133,18 @@ class KeyTable(ScrollView, can_focus=True):
     def show(
         self, rows: list[KeyInfo], columns: list[str], widths: list[int], keep: KeyInfo | None
     ) -> None:
-        """Replace the rows; the cursor stays on `keep` if it is still among them."""
+        """Replace the rows; the cursor follows `keep` by identity (owner and name).
+
+        A refresh brings new values for the same key (last used, scopes, a recreated id), so
+        equality would lose it; if the key is gone, the cursor stays on the same line.
+        """
+        index = self.cursor_row
+        if keep is not None:
+            wanted = (keep.owner, keep.name)
+            index = next((i for i, k in enumerate(rows) if (k.owner, k.name) == wanted), index)
         self.rows, self.columns, self.widths = rows, columns, widths
         width = cell_len(format_line([""] * len(columns), widths)) + 1
         self.virtual_size = Size(width, len(rows) + 1)
-        index = rows.index(keep) if keep is not None and keep in rows else 0
         self.cursor_row = min(index, max(len(rows) - 1, 0))
         self._scroll_cursor_into_view()
         self.refresh()

@@ -12,7 +12,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
-from apikey_tui.errors import ApiKeyError
+from apikey_tui.errors import ApiKeyError, KeyNotFoundError
 from apikey_tui.store import KeyInfo, KeyStore, ScopeInfo
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.create_key import CreateKeyDialog, NewKeyRequest
@@ -237,15 +237,25 @@ class KeysScreen(Screen[None]):
     def _confirm_then(
         self, ask: Callable[[KeyInfo], ConfirmDialog], then: Callable[[KeyStore, KeyInfo], Message]
     ) -> None:
-        """Ask about the selected key; on yes, run the store call in a worker."""
+        """Ask about the selected key; on yes, run the store call in a worker.
+
+        The question names owner, name and public id, and the store call passes that public id
+        back: if the key was recreated or deleted while the dialog was open, nothing is done.
+        """
         key = self.selected_key()
         if key is None:
             self.notify("Select a key in the table first.", severity="warning")
             return
 
+        def operation(store: KeyStore) -> Message:
+            try:
+                return then(store, key)
+            except KeyNotFoundError as exc:
+                raise ApiKeyError(f"{exc}: it was deleted meanwhile; nothing was done") from None
+
         def answered(yes: bool | None) -> None:
             if yes:
-                self.run_store(lambda store: then(store, key))
+                self.run_store(operation)
 
         self.app.push_screen(ask(key), answered)
 
@@ -257,7 +267,9 @@ class KeysScreen(Screen[None]):
                 "deleted. This cannot be undone.",
                 "Delete",
             ),
-            lambda store, key: KeyDeleted(store.delete_key(key.owner, key.name)),
+            lambda store, key: KeyDeleted(
+                store.delete_key(key.owner, key.name, expected_public_id=key.public_id)
+            ),
         )
 
     def on_key_deleted(self, message: KeyDeleted) -> None:
@@ -268,11 +280,15 @@ class KeysScreen(Screen[None]):
         self._confirm_then(
             lambda key: ConfirmDialog(
                 f"Recreate key {key.name!r} of {key.owner}?",
-                "For a stolen or leaked key. The old key stops working at once, for every "
-                "service; a new key with the same name and scopes is shown once.",
+                f"Public id {key.public_id}. For a stolen or leaked key. The old key stops "
+                "working at once, for every service; a new key with the same name and scopes "
+                "is shown once.",
                 "Recreate",
             ),
-            lambda store, key: KeyCreated(store.recreate_key(key.owner, key.name), recreated=True),
+            lambda store, key: KeyCreated(
+                store.recreate_key(key.owner, key.name, expected_public_id=key.public_id),
+                recreated=True,
+            ),
         )
 
     def on_store_failed(self, message: StoreFailed) -> None:
