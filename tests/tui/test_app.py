@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import text
 from textual.pilot import Pilot
 from textual.widgets import Button, Input, SelectionList, Static
@@ -396,3 +399,73 @@ async def test_a_key_deleted_while_confirming_recreate_is_not_recreated(
         assert any("deleted meanwhile; nothing was done" in m for m in messages)
         assert not any(isinstance(s, RevealSecretDialog) for s in app.screen_stack)
     assert tui_store.list_keys("alice") == []
+
+
+def _fake_tmux(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, setting: str) -> None:
+    """Run as if inside tmux, with a tmux whose set-clipboard option is setting."""
+    tmux = tmp_path / "bin" / "tmux"
+    tmux.parent.mkdir()
+    tmux.write_text(f"#!/bin/sh\necho {setting}\n")
+    tmux.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmux.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("TMUX", "/tmp/tmux-test/default,1,0")
+    monkeypatch.delenv("SSH_CONNECTION", raising=False)
+    monkeypatch.delenv("SSH_CLIENT", raising=False)
+
+
+@pytest.mark.parametrize("setting", ["external", "off"])
+async def test_copy_dropped_by_tmux_says_not_copied(
+    tui_store: KeyStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, setting: str
+) -> None:
+    """Under tmux without set-clipboard on, c says only that the key was not copied, and why."""
+    _fake_tmux(tmp_path, monkeypatch, setting)
+    app = make_app(tui_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await open_create(pilot, "k", ["project"])
+        await pilot.press("enter")
+        await settle(pilot)
+        reveal = app.screen
+        assert isinstance(reveal, RevealSecretDialog)
+        await pilot.press("c")
+        note = str(reveal.query_one("#copy-status", Static).render())
+        assert note.startswith("Not copied: tmux") and "set-clipboard on" in note
+        assert "Copied" not in note and "Sent" not in note
+        await pilot.press("enter")  # a copy that cannot arrive does not count as a copy
+        assert app.screen is reveal
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"TMUX": "x"}, "Sent through tmux"),
+        ({"SSH_CONNECTION": "10.0.0.1 5 10.0.0.2 22"}, "Sent over SSH"),
+        ({}, "Sent to your terminal's clipboard"),
+    ],
+)
+async def test_copy_note_says_one_thing_where_the_copy_can_arrive(
+    tui_store: KeyStore,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    env: dict[str, str],
+    expected: str,
+) -> None:
+    """Where the copy can arrive, c says where it was sent, never 'copied' or 'not copied'."""
+    _fake_tmux(tmp_path, monkeypatch, "on")
+    monkeypatch.delenv("TMUX")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    app = make_app(tui_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await open_create(pilot, "k", ["project"])
+        await pilot.press("enter")
+        await settle(pilot)
+        reveal = app.screen
+        assert isinstance(reveal, RevealSecretDialog)
+        await pilot.press("c")
+        note = str(reveal.query_one("#copy-status", Static).render())
+        assert note.startswith(expected)
+        assert "copied" not in note.lower() and "did not" not in note
+        await pilot.press("enter")
+        assert isinstance(app.screen, KeysScreen)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Mapping
+from typing import NamedTuple
 
 from textual import on
 from textual.app import ComposeResult
@@ -25,28 +26,60 @@ NOT_COPIED = (
 )
 
 
-def copy_note(env: Mapping[str, str] | None = None) -> str:
-    """Say where an OSC 52 copy goes from here: there is no success signal, so be specific."""
+class CopyNote(NamedTuple):
+    """What the dialog can truthfully say about an OSC 52 copy, and whether it can arrive."""
+
+    text: str
+    can_arrive: bool  # False when we know the copy was dropped on the way (tmux)
+
+
+def _tmux_set_clipboard() -> str:
+    try:
+        return subprocess.run(
+            ["tmux", "show-options", "-gv", "set-clipboard"],
+            capture_output=True, text=True, timeout=2, check=False,
+        ).stdout.strip() or "unknown"  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+
+
+def copy_note(env: Mapping[str, str] | None = None) -> CopyNote:
+    """Say where an OSC 52 copy goes from here: there is no success signal, so say one true thing.
+
+    Never "copied" when it may not have been: OSC 52 only asks the terminal to set its clipboard.
+    """
     env = os.environ if env is None else env
     if env.get("TMUX"):
-        try:
-            setting = subprocess.run(
-                ["tmux", "show-options", "-gv", "set-clipboard"],
-                capture_output=True, text=True, timeout=2, check=False,
-            ).stdout.strip()  # fmt: skip
-        except (OSError, subprocess.TimeoutExpired):
-            setting = "unknown"
-        if setting != "on":
-            return (
-                f"tmux has set-clipboard {setting!r}, so the copy probably did not reach your "
-                "terminal. Run 'tmux set -g set-clipboard on' or select the key with the mouse."
+        setting = _tmux_set_clipboard()
+        if setting == "on":
+            return CopyNote(
+                "Sent through tmux to your terminal's clipboard (OSC 52); tmux also keeps it "
+                "in its paste buffer on this machine. Paste once to check it arrived.",
+                can_arrive=True,
             )
-        return "Copied through tmux to your terminal (it also stays in tmux's paste buffer here)."
-    if env.get("SSH_CONNECTION") or env.get("SSH_CLIENT"):
-        return (
-            "Copied over SSH to your own computer's clipboard (OSC 52), if your terminal allows it."
+        if setting in ("external", "off"):
+            return CopyNote(
+                f"Not copied: tmux (set-clipboard {setting}) drops clipboard requests from "
+                "programs. Run 'tmux set -g set-clipboard on' and press c again, or select "
+                "the key with the mouse.",
+                can_arrive=False,
+            )
+        return CopyNote(
+            "Sent through tmux (OSC 52), whose set-clipboard setting could not be read: "
+            "paste once to check it arrived.",
+            can_arrive=True,
         )
-    return "Copied to your terminal's clipboard (OSC 52), if your terminal allows it."
+    if env.get("SSH_CONNECTION") or env.get("SSH_CLIENT"):
+        return CopyNote(
+            "Sent over SSH to the clipboard of the terminal you sit at (OSC 52). Paste once to "
+            "check it arrived: some terminals refuse clipboard requests.",
+            can_arrive=True,
+        )
+    return CopyNote(
+        "Sent to your terminal's clipboard (OSC 52). Paste once to check it arrived: some "
+        "terminals refuse clipboard requests.",
+        can_arrive=True,
+    )
 
 
 class RevealSecretDialog(ModalScreen[None]):
@@ -89,10 +122,13 @@ class RevealSecretDialog(ModalScreen[None]):
     @on(Button.Pressed, "#copy")
     def action_copy(self) -> None:
         self.app.copy_to_clipboard(self._created.plaintext)
-        self._copied = True
-        # Confirmed inside the dialog: a toast would cover the key.
-        self.query_one("#copy-status", Static).update(f"Copied. {copy_note()}")
-        self.query_one("#copy-status", Static).remove_class("error")
+        note = copy_note()
+        # A copy that cannot arrive does not count: closing still asks once more.
+        self._copied = self._copied or note.can_arrive
+        # Said inside the dialog: a toast would cover the key.
+        status = self.query_one("#copy-status", Static)
+        status.update(note.text)
+        status.set_class(not note.can_arrive, "error")
 
     @on(Button.Pressed, "#done")
     def action_done(self) -> None:
