@@ -15,6 +15,7 @@ from textual.widgets import Button, Input, SelectionList, Static
 from apikey_tui import keyformat
 from apikey_tui.store import KeyStore
 from apikey_tui.tui.app import ApiKeysApp
+from apikey_tui.tui.context_line import ContextLine, fit_context, short_database
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.create_key import CreateKeyDialog
 from apikey_tui.tui.dialogs.help import HelpScreen
@@ -275,7 +276,7 @@ async def test_filter_narrows_and_sort_reorders(tui_store: KeyStore) -> None:
         await pilot.click("#keys", offset=(2, 0))  # the Name header, already sorted: reverse
         assert [r[0] for r in table_rows(app)] == ["zeta", "deploy-b", "deploy-a", "alpha"]
         await pilot.press("s")  # next column: public id
-        assert keys_screen(app).view.sort_column == "public_id"
+        assert keys_screen(app).query_one(KeyTable).sort_column == "public_id"
 
 
 async def test_changes_from_elsewhere_appear_without_restart(tui_store: KeyStore) -> None:
@@ -316,8 +317,8 @@ async def test_help_palette_and_header(tui_store: KeyStore) -> None:
     app = make_app(tui_store)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        context = str(app.screen.query_one("#context", Static).render())
-        assert "owner: alice" in context and tui_store.label in context
+        context = app.screen.query_one("#context", ContextLine).text
+        assert "owner: alice" in context and short_database(tui_store.label) in context
         titles = {c.title for c in app.get_system_commands(app.screen)}
         assert {"Create key", "Delete key", "Recreate key", "Filter keys", "Help"} <= titles
         await pilot.press("question_mark")
@@ -330,9 +331,9 @@ async def test_masked_password_in_header(postgres_url: str) -> None:
     """A database URL with a password is shown masked in the header."""
     store = KeyStore.open(postgres_url.replace("postgres@", "postgres:s3cret@"), hasher=CHEAP)
     app = make_app(store)
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=(160, 30)) as pilot:
         await settle(pilot)
-        context = str(app.screen.query_one("#context", Static).render())
+        context = app.screen.query_one("#context", ContextLine).text
         assert "s3cret" not in context and "postgres:***@" in context
     store.close()
 
@@ -469,3 +470,45 @@ async def test_copy_note_says_one_thing_where_the_copy_can_arrive(
         assert "copied" not in note.lower() and "did not" not in note
         await pilot.press("enter")
         assert isinstance(app.screen, KeysScreen)
+
+
+def top_line(app: ApiKeysApp) -> str:
+    """The first line of the screen as the terminal shows it."""
+    return app.screen._compositor.render_strips()[0].text
+
+
+@pytest.mark.parametrize("width", [40, 70, 80, 96])
+async def test_the_top_line_names_the_database_at_any_width(
+    tui_store: KeyStore, width: int
+) -> None:
+    """Below the width of the full URL the top line still names the database file and owner."""
+    app = make_app(tui_store)
+    async with app.run_test(size=(width, 24)) as pilot:
+        await settle(pilot)
+        line = top_line(app)
+        assert "keys.db" in line and "alice" in line
+        assert len(tui_store.label) + 30 > width  # the full label cannot fit here
+
+
+async def test_the_top_line_shows_the_full_database_when_it_fits(tui_store: KeyStore) -> None:
+    """At a width that holds the full (masked) URL, the top line shows it whole."""
+    app = make_app(tui_store)
+    async with app.run_test(size=(len(tui_store.label) + 40, 24)) as pilot:
+        await settle(pilot)
+        assert f"database: {tui_store.label}" in top_line(app)
+
+
+def test_database_labels_shorten_to_host_and_database_or_file_name() -> None:
+    """PostgreSQL shortens to host[:port]/db, SQLite to the file name; the forms fit in order."""
+    assert short_database("postgresql+psycopg://admin:***@db.example.com/keys") == (
+        "db.example.com/keys"
+    )
+    assert short_database("postgresql+psycopg://admin@db:5433/keys") == "db:5433/keys"
+    assert short_database("sqlite:////var/lib/apikey-tui/prod-keys.db") == "prod-keys.db"
+    label = "postgresql+psycopg://admin:***@db.example.com/keys"
+    assert fit_context("API keys · owner: alice", label, 200).endswith(f"database: {label}")
+    assert fit_context("API keys · owner: alice", label, 80) == (
+        "API keys · owner: alice · database: db.example.com/keys"
+    )
+    narrow = fit_context("API keys · owner: alice", label, 30)
+    assert len(narrow) == 30 and narrow.startswith("db: db.example.com/keys")

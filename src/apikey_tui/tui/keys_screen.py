@@ -14,6 +14,7 @@ from textual.widgets import Footer, Input, Static
 
 from apikey_tui.errors import ApiKeyError, KeyNotFoundError
 from apikey_tui.store import KeyInfo, KeyStore, ScopeInfo
+from apikey_tui.tui.context_line import ContextLine
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.create_key import CreateKeyDialog, NewKeyRequest
 from apikey_tui.tui.dialogs.help import HelpScreen
@@ -66,7 +67,7 @@ class KeysScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         app = self.keys_app
         owner = "all owners" if app.owner is None else f"owner: {app.owner}"
-        yield Static(literal(f"API keys · {owner} · database: {app.database_label}"), id="context")
+        yield ContextLine(f"API keys · {owner}", app.database_label)
         yield Input(
             placeholder="/ filter by name, public id, scope or owner", id="filter", compact=True
         )
