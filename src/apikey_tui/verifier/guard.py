@@ -161,16 +161,18 @@ class KnownKeys:
             if generation == self._generation:
                 return
             now = time.monotonic()
-            if self._newest is None or now - self._loaded_at >= self.FULL_RELOAD:
-                rows = self._source.key_fingerprints(None)
-                self._fingerprints = {}
-                self._loaded_at = now
-            else:
-                rows = self._source.key_fingerprints(self._newest - self.CLOCK_SLACK)
+            full = self._newest is None or now - self._loaded_at >= self.FULL_RELOAD
+            since = None if full or self._newest is None else self._newest - self.CLOCK_SLACK
+            rows = self._source.key_fingerprints(since)
+            # Requests read the index without a lock: a full reload fills a new dict and swaps
+            # it in whole, so no request ever sees a half-filled index and refuses a real key.
+            index = {} if full else self._fingerprints
             for public_id, stored, created_at in rows:
-                self._fingerprints[public_id] = stored
+                index[public_id] = stored
                 if self._newest is None or created_at > self._newest:
                     self._newest = created_at
+            if full:
+                self._fingerprints, self._loaded_at = index, now
             self._generation = generation
 
     def forget(self, public_id: str) -> None:
