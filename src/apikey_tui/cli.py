@@ -7,11 +7,12 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
+# Only the standard library and two small modules at import time: `--help`, `--version` and
+# usage errors must cost about what starting Python costs. SQLAlchemy, SQLModel and Alembic are
+# imported by the commands that use a database, inside the functions below.
 from apikey_tui import __version__
-from apikey_tui.config import current_user, parse_database_url, resolve_database_url
-from apikey_tui.db import database_errors, ensure_schema, make_engine, upgrade_schema
 from apikey_tui.errors import (
     ApiKeyError,
     DatabaseUrlError,
@@ -19,8 +20,9 @@ from apikey_tui.errors import (
     StoreUnavailableError,
 )
 from apikey_tui.names import check_owner, printable
-from apikey_tui.schema import check_role_name, excess_privileges, role_exists, verifier_grants
-from apikey_tui.store import CreatedKey, KeyInfo, KeyStore
+
+if TYPE_CHECKING:
+    from apikey_tui.store import CreatedKey, KeyInfo, KeyStore
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a tool that the signal ended would report
@@ -193,6 +195,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(arguments: list[str]) -> int:
     args = build_parser().parse_args(arguments)
+    from apikey_tui.config import current_user, resolve_database_url  # SQLAlchemy: see above
+
     try:
         url = resolve_database_url(getattr(args, "database_url", None))
         owner = getattr(args, "owner", None) or current_user()
@@ -223,6 +227,10 @@ def _open_store(url: str, *, create: bool) -> KeyStore:
     PostgreSQL opens as before: there a missing database is an error of the server, and the
     schema check without create reports a role lacking USAGE on the schema as "no tables".
     """
+    from apikey_tui.config import parse_database_url
+    from apikey_tui.db import ensure_schema, make_engine
+    from apikey_tui.store import KeyStore
+
     parsed = parse_database_url(url)
     path = parsed.database
     if create or parsed.get_backend_name() != "sqlite" or not path or path == ":memory:":
@@ -357,6 +365,8 @@ def _events(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
 
 
 def _db_upgrade(url: str, args: argparse.Namespace) -> int:
+    from apikey_tui.db import make_engine, upgrade_schema
+
     engine = make_engine(url)
     try:
         before, after = upgrade_schema(engine)
@@ -386,6 +396,9 @@ SQLITE_PRIVILEGES = (
 
 
 def _db_grant_verifier(url: str, args: argparse.Namespace) -> int:
+    from apikey_tui.db import database_errors, ensure_schema, make_engine
+    from apikey_tui.schema import check_role_name, excess_privileges, role_exists, verifier_grants
+
     engine = make_engine(url, create=False)
     try:
         if engine.dialect.name != "postgresql":
