@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+import sqlite3
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, bindparam, func, or_, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Table,
+    and_,
+    bindparam,
+    false,
+    func,
+    literal_column,
+    or_,
+    true,
+    update,
+)
 from sqlalchemy import select as sa_select
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, delete, select
@@ -24,6 +37,7 @@ from apikey_tui.errors import (
     KeyNotFoundError,
     ScopeInUseError,
     ScopeNotFoundError,
+    StoreUnavailableError,
     UnknownScopeError,
 )
 from apikey_tui.hashing import SecretHasher, fingerprint
@@ -134,6 +148,104 @@ class Event:
             "actor": self.actor,
             "actor_address": self.actor_address,
         }
+
+
+Cancel = Callable[[], bool]
+SORTS = ("owner", "name", "public_id", "created", "last_used")
+
+
+class QueryCancelled(Exception):
+    """The caller cancelled a read (a newer keystroke made it stale); nothing to report."""
+
+
+@dataclass(frozen=True)
+class KeyQuery:
+    """Which keys a view shows, in which order: filtered and sorted by the database.
+
+    owner None means every owner; text matches owner, name, public id or a scope's name
+    (case-insensitive); sort is one of SORTS, ties broken so that the order is total.
+    """
+
+    owner: str | None = None
+    text: str = ""
+    sort: str = "name"
+    reverse: bool = False
+
+    def __post_init__(self) -> None:
+        if self.sort not in SORTS:
+            raise ValueError(f"unknown sort {self.sort!r}; one of {', '.join(SORTS)}")
+
+
+_KEY_TABLE: Table = KeyRow.__table__  # type: ignore[attr-defined]
+_SCOPE_TABLE: Table = KeyScopeRow.__table__  # type: ignore[attr-defined]
+
+
+def _sort_columns(query: KeyQuery) -> list[str]:
+    """The columns of query's order, most significant first; the last makes it total."""
+    return {
+        # With one owner (fixed by the WHERE), the unique (owner, name) index gives the order.
+        "owner": ["name"] if query.owner is not None else ["owner", "name"],
+        "name": ["name"] if query.owner is not None else ["name", "owner"],
+        "public_id": ["public_id"],
+        # (owner, name) is unique: it breaks ties, and any key's row says where it stands.
+        "created": ["created_at", "owner", "name"],
+        "last_used": ["last_used_at", "owner", "name"],  # never used counts as the oldest
+    }[query.sort]
+
+
+def _order(query: KeyQuery, *, reverse: bool) -> list[Any]:
+    terms = []
+    for name in _sort_columns(query):
+        column = _KEY_TABLE.c[name]
+        term = column.desc() if reverse else column.asc()
+        if name == "last_used_at":  # the same place on SQLite and PostgreSQL
+            term = term.nulls_last() if reverse else term.nulls_first()
+        terms.append(term)
+    return terms
+
+
+def _values(key: KeyInfo) -> dict[str, Any]:
+    return {
+        "owner": key.owner,
+        "name": key.name,
+        "public_id": key.public_id,
+        "created_at": key.created_at,
+        "last_used_at": key.last_used_at,
+    }
+
+
+def _before(query: KeyQuery, values: Mapping[str, Any], *, reverse: bool | None = None) -> Any:
+    """Rows that come before a row with these values in query's order (reverse: after it)."""
+    names = _sort_columns(query)
+    backwards = query.reverse if reverse is None else reverse
+    alternatives = []
+    for i, name in enumerate(names):
+        equal = [_equal(n, values[n]) for n in names[:i]]
+        alternatives.append(and_(*equal, _less(name, values[name], backwards)))
+    first, value = _KEY_TABLE.c[names[0]], values[names[0]]
+    if value is None:
+        return or_(*alternatives)
+    # Implied by the alternatives, but spelled out so that the planner seeks in the index of
+    # the order's first column instead of scanning it.
+    bound = first >= value if backwards else first <= value
+    if names[0] == "last_used_at" and not backwards:
+        bound = or_(first.is_(None), bound)
+    return and_(bound, or_(*alternatives))
+
+
+def _equal(name: str, value: Any) -> Any:
+    column = _KEY_TABLE.c[name]
+    return column.is_(None) if value is None else column == value
+
+
+def _less(name: str, value: Any, reverse: bool) -> Any:
+    """Strictly before value in this column's direction (never used is the oldest last use)."""
+    column = _KEY_TABLE.c[name]
+    if name != "last_used_at":
+        return column > value if reverse else column < value
+    if not reverse:  # NULL first, then rising
+        return false() if value is None else or_(column.is_(None), column < value)
+    return column.is_not(None) if value is None else column > value  # falling, NULL last
 
 
 def _now() -> datetime:
@@ -290,6 +402,171 @@ class KeyStore:
             KeyInfo(owner, name, public_id, tuple(scopes.get(key_id, ())), created, used)
             for key_id, owner, name, public_id, created, used in rows
         ]
+
+    # --- the table's window: sorted and filtered in the database -------------------------------
+
+    def count_keys(self, query: KeyQuery, *, cancelled: Cancel | None = None) -> int:
+        """How many keys match query (for the scrollbar and the status line)."""
+        key = _KEY_TABLE
+        statement = sa_select(func.count()).select_from(key).where(*self._matching(query))
+        with self._reading(cancelled) as conn:
+            return int(conn.execute(statement).scalar_one())
+
+    def key_window(
+        self,
+        query: KeyQuery,
+        offset: int,
+        limit: int,
+        *,
+        total: int | None = None,
+        after: KeyInfo | None = None,
+        before: KeyInfo | None = None,
+        cancelled: Cancel | None = None,
+    ) -> list[KeyInfo]:
+        """Keys offset … offset + limit - 1 of query's order, scopes included.
+
+        Only these rows are read: at a million keys the first screen costs a millisecond when
+        an index gives the order. Given total, a window in the far half is read from the other
+        end (OFFSET walks the rows it skips), so the last page costs as little as the first.
+        Given the key just before the window (after=) or just after it (before=), offset is
+        ignored and the window starts from that key through the index (keyset paging): the
+        cost of scrolling does not grow with the depth.
+        """
+        offset, limit = max(offset, 0), max(limit, 0)
+        flipped = before is not None or (
+            after is None and total is not None and offset > total // 2
+        )
+        anchor: list[Any] = []
+        if after is not None:
+            offset, anchor = 0, [_before(query, _values(after), reverse=not query.reverse)]
+        elif before is not None:
+            offset, anchor = 0, [_before(query, _values(before))]
+        elif flipped:
+            assert total is not None
+            end = min(offset + limit, total)
+            offset, limit = total - end, max(end - offset, 0)
+        key = _KEY_TABLE
+        hint = bool(anchor) or (total is not None and total > 5000)
+        statement = (
+            sa_select(
+                key.c.id,
+                key.c.owner,
+                key.c.name,
+                key.c.public_id,
+                key.c.created_at,
+                key.c.last_used_at,
+            )
+            .where(*self._matching(query, hint_order=hint), *anchor)
+            .order_by(*_order(query, reverse=query.reverse != flipped))
+            .offset(offset)
+            .limit(limit)
+        )
+        with self._reading(cancelled) as conn:
+            rows = list(conn.execute(statement).all())
+            if flipped:
+                rows.reverse()
+            scopes: dict[int, list[str]] = {}
+            if rows:
+                scope = _SCOPE_TABLE
+                for key_id, name in conn.execute(
+                    sa_select(scope.c.key_id, scope.c.scope)
+                    .where(scope.c.key_id.in_([r.id for r in rows]))
+                    .order_by(scope.c.key_id, scope.c.scope)
+                ):
+                    scopes.setdefault(key_id, []).append(name)
+        return [
+            KeyInfo(r.owner, r.name, r.public_id, tuple(scopes.get(r.id, ())), r.created_at,
+                    r.last_used_at)
+            for r in rows
+        ]  # fmt: skip
+
+    def key_position(
+        self, query: KeyQuery, owner: str, name: str, *, cancelled: Cancel | None = None
+    ) -> int | None:
+        """Where the key (owner, name) stands in query's order, or None if it does not match.
+
+        One count of the keys before it (an index range where the order has an index), so a
+        selection can follow its key through a reload without reading the rows before it.
+        """
+        key = _KEY_TABLE
+        with self._reading(cancelled) as conn:
+            found = conn.execute(
+                sa_select(key.c.id, key.c.public_id, key.c.created_at, key.c.last_used_at).where(
+                    key.c.owner == owner, key.c.name == name, *self._matching(query)
+                )
+            ).first()
+            if found is None:
+                return None
+            values = {
+                "owner": owner,
+                "name": name,
+                "public_id": found.public_id,
+                "created_at": found.created_at,
+                "last_used_at": found.last_used_at,
+            }
+            before = _before(query, values)
+            statement = (
+                sa_select(func.count()).select_from(key).where(*self._matching(query), before)
+            )
+            return int(conn.execute(statement).scalar_one())
+
+    def _matching(self, query: KeyQuery, *, hint_order: bool = False) -> list[Any]:
+        """WHERE terms: the owner, and the text in owner, name, public id or a scope's name."""
+        key, sqlite = _KEY_TABLE, self.engine.dialect.name == "sqlite"
+        terms: list[Any] = []
+        if query.owner is not None:
+            if sqlite and hint_order and query.sort not in ("owner", "name"):
+                # SQLite keeps no statistics unless ANALYZE ran, so it would read all of a big
+                # owner's keys through the owner index and sort them; a unary + stops it from
+                # using that index, and the order's own index streams the first rows at once.
+                terms.append(literal_column(f"+{key.name}.owner") == query.owner)
+            else:
+                terms.append(key.c.owner == query.owner)
+        needle = query.text.strip()
+        if needle:
+            pattern = _like(needle)
+
+            # Names, owners, ids and scopes are ASCII; SQLite's LIKE ignores ASCII case already,
+            # and lower() around every column would double the cost of a scan.
+            def contains(column: Any) -> Any:
+                if sqlite:
+                    return column.like(pattern, escape="\\")
+                return column.ilike(pattern, escape="\\")
+
+            found = [contains(key.c.name), contains(key.c.public_id)]
+            if query.owner is None:
+                found.append(contains(key.c.owner))
+            elif needle.lower() in query.owner.lower():
+                found.append(true())
+            scope_names = [s.name for s in self.list_scopes() if needle.lower() in s.name]
+            if scope_names:
+                scope = _SCOPE_TABLE
+                found.append(
+                    sa_select(scope.c.key_id)
+                    .where(scope.c.key_id == key.c.id, scope.c.scope.in_(scope_names))
+                    .exists()
+                )
+            terms.append(or_(*found))
+        return terms
+
+    @contextmanager
+    def _reading(self, cancelled: Cancel | None) -> Iterator[Connection]:
+        """A read connection; on SQLite a query stops within milliseconds once cancelled()."""
+        try:
+            with database_errors(self.engine), self.engine.connect() as conn:
+                raw = conn.connection.driver_connection
+                if cancelled is None or not isinstance(raw, sqlite3.Connection):
+                    yield conn
+                    return
+                raw.set_progress_handler(lambda: 1 if cancelled() else 0, 20_000)
+                try:
+                    yield conn
+                finally:
+                    raw.set_progress_handler(None, 0)
+        except StoreUnavailableError:
+            if cancelled is not None and cancelled():
+                raise QueryCancelled from None
+            raise
 
     @staticmethod
     def _read_info(session: Session, row: KeyRow) -> KeyInfo:
