@@ -512,3 +512,54 @@ def test_database_labels_shorten_to_host_and_database_or_file_name() -> None:
     )
     narrow = fit_context("API keys · owner: alice", label, 30)
     assert len(narrow) == 30 and narrow.startswith("db: db.example.com/keys")
+
+
+EIGHT_SCOPES = {
+    "audit": "read the audit trail of every project",
+    "billing": "read invoices and usage reports",
+    "datasets": "read and write datasets, including uploads of large files",
+    "registry": "push and pull images in the container registry",
+    "secrets": "read the secrets a project's pipelines use",
+    "webhooks": "create and remove webhooks",
+}
+
+
+def add_eight_scopes(store: KeyStore) -> None:
+    """Grow the catalog (project, serving) to eight scopes with long descriptions."""
+    for name, description in EIGHT_SCOPES.items():
+        store.add_scope(name, description)
+    assert len(store.list_scopes()) == 8
+
+
+def on_screen(app: ApiKeysApp, selector: str) -> bool:
+    """Whether every widget matching selector lies wholly inside the terminal."""
+    screen = app.screen.region
+    widgets = list(app.screen.query(selector))
+    return bool(widgets) and all(screen.contains_region(w.region) for w in widgets)
+
+
+@pytest.mark.parametrize("owner", ["alice", None])
+async def test_create_dialog_with_eight_scopes_fits_80x24(
+    tui_store: KeyStore, owner: str | None
+) -> None:
+    """At 80x24 with eight scopes the create dialog's buttons are on screen, and it still works."""
+    add_eight_scopes(tui_store)
+    app = make_app(tui_store, owner=owner)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        dialog = await open_create(pilot, "eight", ["webhooks"])
+        assert on_screen(app, ".dialog") and on_screen(app, "Button")
+        assert on_screen(app, "#name")
+        await pilot.click("#create")
+        await settle(pilot)
+        assert isinstance(app.screen, RevealSecretDialog) and on_screen(app, "Button")
+        assert not dialog.is_attached
+        await pilot.press("c", "enter")
+        await settle(pilot)
+        await pilot.press("d")
+        assert isinstance(app.screen, ConfirmDialog) and on_screen(app, "Button")
+        await pilot.press("escape")
+        await pilot.press("r")
+        assert isinstance(app.screen, ConfirmDialog) and on_screen(app, "Button")
+    owner_of_key = owner or app.default_owner
+    assert tui_store.get_key(owner_of_key, "eight").scopes == ("webhooks",)

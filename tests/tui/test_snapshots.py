@@ -18,7 +18,7 @@ from textual.widgets import Input, SelectionList
 from apikey_tui.store import CreatedKey, KeyInfo, KeyStore
 from apikey_tui.tui.app import ApiKeysApp
 from apikey_tui.tui.dialogs.reveal_secret import RevealSecretDialog
-from tests.tui.test_app import settle
+from tests.tui.test_app import add_eight_scopes, settle
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 SIZE = (80, 24)
@@ -127,3 +127,17 @@ async def test_delete_confirmation(tui_store: KeyStore) -> None:
         await pilot.press("d")
 
     await run(tui_store, "delete_confirmation", steps)
+
+
+async def test_create_dialog_with_eight_scopes(tui_store: KeyStore) -> None:
+    """The picture shows the create dialog at 80x24 with eight scopes and both buttons visible."""
+    fixed_data(tui_store)
+    add_eight_scopes(tui_store)
+
+    async def steps(pilot: Pilot[Any]) -> None:
+        await pilot.press("n")
+        await pilot.pause()
+        pilot.app.screen.query_one("#name", Input).value = "model-upload"
+        pilot.app.screen.query_one("#scopes", SelectionList).select("datasets")
+
+    await run(tui_store, "create_dialog_eight_scopes", steps)

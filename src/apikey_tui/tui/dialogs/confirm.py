@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
@@ -26,7 +26,8 @@ class ConfirmDialog(ModalScreen[bool]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog danger"):
             yield Static(literal(self._title), classes="dialog-title")
-            yield Static(literal(self._body), classes="dialog-body")
+            with VerticalScroll(classes="dialog-scroll"):
+                yield Static(literal(self._body), classes="dialog-body")
             with Horizontal(classes="buttons"):
                 yield Button(self._confirm_label, variant="error", id="confirm")
                 yield Button("Cancel", id="cancel")

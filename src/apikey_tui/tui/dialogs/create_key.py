@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, SelectionList, Static
 from textual.widgets.selection_list import Selection
@@ -47,23 +47,33 @@ class CreateKeyDialog(ModalScreen[NewKeyRequest | None]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield Static("New API key", classes="dialog-title")
-            if self._ask_owner:
+            # Scrolls when the terminal is short; the buttons below stay on screen.
+            with VerticalScroll(classes="dialog-scroll"):
+                if self._ask_owner:
+                    yield Input(
+                        self._owner,
+                        placeholder="owner (the user the key stands in for)",
+                        id="owner",
+                        compact=True,
+                    )
+                else:
+                    yield Static(literal(f"Owner: {self._owner}"), classes="dim")
                 yield Input(
-                    self._owner, placeholder="owner (the user the key stands in for)", id="owner"
+                    placeholder="a unique name, e.g. ci-deploy",
+                    id="name",
+                    max_length=64,
+                    compact=True,
                 )
-            else:
-                yield Static(literal(f"Owner: {self._owner}"), classes="dim")
-            yield Input(placeholder="a unique name, e.g. ci-deploy", id="name", max_length=64)
-            yield Static("", id="name-error", classes="error")
-            yield Static("Scope: select only the APIs this key needs", classes="label")
-            yield SelectionList[str](
-                *(
-                    Selection(literal(f"{s.name}  {s.description}".rstrip()), s.name)
-                    for s in self._scopes
-                ),
-                id="scopes",
-            )
-            yield Static("", id="scope-error", classes="error")
+                yield Static("", id="name-error", classes="error")
+                yield Static("Scope: select only the APIs this key needs", classes="label")
+                yield SelectionList[str](
+                    *(
+                        Selection(literal(f"{s.name}  {s.description}".rstrip()), s.name)
+                        for s in self._scopes
+                    ),
+                    id="scopes",
+                )
+                yield Static("", id="scope-error", classes="error")
             with Horizontal(classes="buttons"):
                 yield Button("Create", variant="primary", id="create", disabled=True)
                 yield Button("Cancel", id="cancel")
