@@ -1,79 +1,43 @@
-"""The example service under load (wrk on 127.0.0.1): verifier cost and a wrong-secret flood."""
+"""The example service under load (wrk on 127.0.0.1): verifier cost and wrong-secret floods."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
-import re
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
 
-from tests.test_example_service import Service
+from sqlalchemy import text
 
-from apikey_tui import keyformat
+from apikey_tui.db import make_engine
 from apikey_tui.store import KeyStore
 from apikey_tui.verifier import Verifier
+from benchmarks.servers import Server, database, wrk
 
 SECONDS = 5
-CONNECTIONS = 16
 LUA_POST = """
 wrk.method = "POST"
 wrk.body = "{{}}"
 wrk.headers["Content-Type"] = "application/json"
 {auth}
 """
-LUA_FLOOD = """
-keys = {{ {keys} }}
-i = 0
-request = function()
-  i = i + 1
-  local key = keys[(i % #keys) + 1]
-  local headers = {{["Authorization"] = "ApiKey " .. key, ["Content-Type"] = "application/json"}}
-  return wrk.format("POST", "/models/m/predict", headers, "{{}}")
-end
-"""
+FORGE = (Path(__file__).resolve().parent / "forge.lua").read_text()
 
 
-def _wrk(port: int, path: str, lua: str) -> float:
-    """Requests per second that wrk measured over SECONDS with one thread."""
-    wrk = shutil.which("wrk")
-    if wrk is None:
-        raise SystemExit("wrk is needed: apt-get install wrk")
-    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
-        script.write(lua)
-    result = subprocess.run(
-        [wrk, "-t1", f"-c{CONNECTIONS}", f"-d{SECONDS}s", "-s", script.name,
-         f"http://127.0.0.1:{port}{path}"],
-        capture_output=True, text=True, check=True, timeout=SECONDS + 60,
-    )  # fmt: skip
-    os.unlink(script.name)
-    match = re.search(r"Requests/sec:\s+([\d.]+)", result.stdout)
-    assert match is not None, result.stdout
-    if "Non-2xx" in result.stdout and "flood" not in lua:
-        raise RuntimeError(f"unexpected errors under load:\n{result.stdout}")
-    return float(match.group(1))
+def _service(url: str, **env: str) -> Server:
+    """The example service (benchmarks.apps.example) with its unchecked `/open` copy."""
+    return Server("example", {"APIKEY_TUI_DATABASE_URL": url, "EXAMPLE_BASELINE": "1", **env})
 
 
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _load(service: Service, path: str, lua: str) -> tuple[float, float]:
+def _load(service: Server, path: str, lua: str) -> tuple[float, float]:
     """(requests/s, server CPU milliseconds per request) of one wrk run."""
-    cpu = _cpu_seconds(service.process.pid)
-    start = time.monotonic()
-    rps = _wrk(service.port, path, lua)
-    elapsed = time.monotonic() - start
-    return rps, (_cpu_seconds(service.process.pid) - cpu) * 1000 / (rps * elapsed)
+    load = wrk(service, path, SECONDS, lua=lua)
+    return load.rps, load.cpu_ms_per_request
 
 
 def throughput(url: str, key: str, pairs: int = 6) -> dict[str, float]:
@@ -83,8 +47,7 @@ def throughput(url: str, key: str, pairs: int = 6) -> dict[str, float]:
     back-to-back pairs, in alternating order, and each cost is the median of per-pair costs.
     Server CPU per request drifts less than requests/s and is reported beside it.
     """
-    os.environ["EXAMPLE_BASELINE"] = "1"
-    service = Service(url)
+    service = _service(url)
     auth = f'wrk.headers["Authorization"] = "ApiKey {key}"'
     paths = {
         "checked": ("/models/m/predict", LUA_POST.format(auth=auth)),
@@ -170,32 +133,41 @@ def in_process_us(url: str, key: str, requests: int = 1000, rounds: int = 31) ->
 
 
 def flood(url: str, public_id: str, burst: str) -> dict[str, float]:
-    """A flood of distinct wrong secrets for a real public id: requests/s and CPU per request."""
-    os.environ["APIKEY_TUI_FAILURE_BURST"] = burst
-    service = Service(url)
-    wrong = [keyformat.generate(public_id)[1] for _ in range(20_000)]
-    lua = "-- flood\n" + LUA_FLOOD.format(keys=", ".join(f'"{k}"' for k in wrong))
-    try:
-        rps, cpu_ms = _load(service, "/models/m/predict", lua)
-    finally:
-        service.stop()
-        del os.environ["APIKEY_TUI_FAILURE_BURST"]
-    return {"rps": rps, "server_cpu_ms_per_request": cpu_ms}
+    """Distinct wrong secrets (valid checksums, forge.lua) for a real public id, for SECONDS."""
+    with _service(url, APIKEY_TUI_FAILURE_BURST=burst) as service:
+        load = wrk(service, "/projects", SECONDS, lua=FORGE, args=(public_id,), expect_2xx=False)
+        assert "STATUS" in load.stdout and " 503=0 other=0" in load.stdout, load.stdout
+    return {"rps": load.rps, "server_cpu_ms_per_request": load.cpu_ms_per_request}
+
+
+def without_fingerprint(url: str, public_id: str) -> None:
+    """Make a key look like one created before schema version 2 (no stored fingerprint)."""
+    engine = make_engine(url, create=False)
+    with engine.begin() as conn:
+        conn.execute(
+            text("UPDATE apikey_tui_key SET fingerprint = NULL WHERE public_id = :id"),
+            {"id": public_id},
+        )
+    engine.dispose()
 
 
 def main() -> None:
     """Print one JSON object with every measurement."""
-    url = f"sqlite:///{tempfile.mkdtemp()}/keys.db"
-    store = KeyStore.open(url)  # the real argon2 profile
-    created = store.create_key("bench", "load", ["serving", "project"])
-    store.close()
-    results: dict[str, object] = {"throughput": throughput(url, created.plaintext)}
-    app = results["in_process"] = in_process_us(url, created.plaintext)
-    # What the check adds to one request, as a share of one request's whole time under wrk.
-    per_request_us = 1e6 / results["throughput"]["rps_without_check"]  # type: ignore[index]
-    results["verifier_share_pct"] = app["app_us_added"] / per_request_us * 100
-    results["flood_with_budget"] = flood(url, created.info.public_id, "5")
-    results["flood_without_budget"] = flood(url, created.info.public_id, "1e12")
+    with database("sqlite") as url:
+        store = KeyStore.open(url)  # the real argon2 profile
+        created = store.create_key("bench", "load", ["serving", "project"])
+        store.close()
+        results: dict[str, object] = {"throughput": throughput(url, created.plaintext)}
+        app = results["in_process"] = in_process_us(url, created.plaintext)
+        # The tight-loop figure: what the check adds in-process, as a share of one request's
+        # whole time under wrk. Not what a server pays (see bench_middleware).
+        per_request_us = 1e6 / results["throughput"]["rps_without_check"]  # type: ignore[index]
+        results["verifier_share_pct"] = app["app_us_added"] / per_request_us * 100
+        public_id = created.info.public_id
+        results["flood_fingerprinted"] = flood(url, public_id, "5")
+        without_fingerprint(url, public_id)
+        results["flood_with_budget"] = flood(url, public_id, "5")
+        results["flood_without_budget"] = flood(url, public_id, "1e12")
     print(json.dumps(results))
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import func, insert, select
+from sqlalchemy import func, insert, select, text
 
 from apikey_tui import keyformat
 from apikey_tui.hashing import SecretHasher
@@ -41,5 +41,13 @@ def fill(url: str, count: int, *, profile: str = "cheapest", owner: str = "bench
             conn.execute(insert(KeyRow), rows[chunk : chunk + 5000])
         for chunk in range(0, len(scopes), 10000):
             conn.execute(insert(KeyScopeRow), scopes[chunk : chunk + 10000])
+        if conn.dialect.name == "postgresql" and count:
+            # Explicit ids do not move PostgreSQL's sequence: move it, or the next key the store
+            # creates would collide with these.
+            table = KeyRow.__tablename__
+            conn.execute(
+                text(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), :last)"),
+                {"last": first + count - 1},
+            )
     store.close()
     return keys

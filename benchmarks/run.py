@@ -28,7 +28,189 @@ def verdict(ok: bool) -> str:
     return "met" if ok else "**missed**"
 
 
-def render(h: Any, v: Any, s: Any, t: Any) -> str:
+def spread(r: Any, what: str) -> str:
+    """A paired ratio: its median and the range of the pairs."""
+    return (
+        f"{r[f'{what}_ratio_median']:.3f} ({r[f'{what}_ratio_min']:.2f} to "
+        f"{r[f'{what}_ratio_max']:.2f})"
+    )
+
+
+STEPS = {
+    "route_rules": "route rule lookup (`RouteScopes.required`)",
+    "header": "finding the Authorization header (`authorization_header`)",
+    "split": "splitting `ApiKey <key>` (`split_credentials`, one regex)",
+    "digest": "salted SHA-256 of the key (`Verifier._digest`)",
+    "warm": "cache lookup, freshness and last-used test (`Verifier._warm`)",
+    "authorize": "scope test (`Verifier._authorize`)",
+}
+
+
+def middleware_section(m: Any) -> list[str]:
+    """In-server cost of the ASGI middleware and the FastAPI dependency."""
+    if m is None:
+        return []
+    sm, fd, ins, prof = (
+        m["starlette_middleware"],
+        m["fastapi_dependency"],
+        m["in_server"],
+        m["profile"],
+    )
+    cost = (1 - sm["rps_ratio_median"]) * 100
+    share = ins["check_p50_us"] / sm["cpu_us_baseline"] * 100
+    ip = m.get("in_process")
+    dep_added = ip["dependency_added_us"] if ip is not None else 0.0
+    lines = [
+        "## Inside a running server: ASGI middleware, FastAPI dependency (`bench_middleware.py`)",
+        "",
+        "Two uvicorn servers (one worker each; SQLite key database) run side by side and wrk (1"
+        f" thread, 16 connections) loads them in {sm['pairs']} adjacent pairs of"
+        f" {sm['seconds_per_run']:.0f}-second runs, alternating which goes first. Every request to"
+        " either server carries the same valid, already cached key, so the check is the only"
+        " difference. A ratio is subject / baseline within one pair: shown as the median of the"
+        " pairs and, in brackets, the lowest and highest pair.",
+        "",
+        "| subject vs baseline | requests/s | ratio of requests/s | server CPU per request |"
+        " ratio of CPU per request | target |",
+        "|---|---|---|---|---|---|",
+        f"| minimal Starlette app (one plain-text route) with `ApiKeyMiddleware` vs the same app"
+        f" without it | {sm['rps_subject']:.0f} vs {sm['rps_baseline']:.0f} |"
+        f" {spread(sm, 'rps')} | {sm['cpu_us_subject']:.0f} vs {sm['cpu_us_baseline']:.0f} µs |"
+        f" {spread(sm, 'cpu')} | costs ≤ 3 %: {verdict(cost <= 3 and share <= 3)}"
+        f" (requests/s {cost:.1f} %, timed span {share:.1f} % of the app's CPU) |",
+        f'| FastAPI `ApiKeyAuth(verifier).require("project")` vs a hand-written dependency'
+        " (SHA-256 of the key, one dict lookup, a scope test) |"
+        f" {fd['rps_subject']:.0f} vs {fd['rps_baseline']:.0f} | {spread(fd, 'rps')} |"
+        f" {fd['cpu_us_subject']:.0f} vs {fd['cpu_us_baseline']:.0f} µs | {spread(fd, 'cpu')} |"
+        f" at least as fast: {verdict(fd['rps_ratio_median'] >= 1 and dep_added <= 0)}"
+        f" ({dep_added:+.1f} µs per request without a server) |",
+        "",
+        "The target is judged on both measures: a paired wrk median alone cannot resolve 3 % on"
+        " this shared 2-core machine (wrk, the server and other people's test runs share it;"
+        " single pairs land on either side of 1), while the timed span below is steady from run"
+        " to run.",
+        "",
+        "**The middleware's own work, timed inside the server** (a timestamp in an outer ASGI"
+        " layer and another at the app's entry, alternating with a path that skips the"
+        f" middleware to subtract the timers): **{ins['check_p50_us']:.1f} µs** median per"
+        f" request ({ins['check_p10_us']:.1f} µs at the 10th percentile), against"
+        f" {sm['cpu_us_baseline']:.0f} µs of server CPU per request for the bare app:"
+        f" {share:.1f} % of it. The same warm check takes 1 to 2 µs in a tight loop"
+        " (`bench_verifier.py`).",
+        "",
+        "Where those microseconds go: each step replaced in turn by a constant answer"
+        " (`apps.starlette_knockout`, one server per variant, 5 rounds of 3-second wrk runs in"
+        " alternating order). A step's cost is the span with it minus the span without it, at"
+        " the 10th percentile: requests that were not preempted, the only figure steady enough"
+        " to split a few microseconds (medians move by ±1 µs between runs here).",
+        "",
+        "| step | cost (10th percentile) |",
+        "|---|---|",
+    ]
+    for step, label in STEPS.items():
+        lines.append(f"| {label} | {prof['step_cost_p10_us'][step]:.1f} µs |")
+    lines += [
+        "| what is left with every step constant (two coroutine calls, scope and state work),"
+        f" timers subtracted | {prof['span_p10_us']['everything'] - ins['control_p10_us']:.1f} µs"
+        " |",
+        f"| the whole span, every step in place (median: {prof['span_p50_us']['none']:.1f} µs) |"
+        f" {prof['span_p10_us']['none']:.1f} µs |",
+        "",
+    ]
+    if ip is not None:
+        lines += [
+            "Without a server (the ASGI apps called in a loop, 31 alternating rounds): the"
+            f" middleware adds {ip['middleware_added_us']:.1f} µs to the Starlette app"
+            f" ({ip['starlette_checked_us']:.1f} vs {ip['starlette_plain_us']:.1f} µs) and the"
+            f" library's FastAPI dependency costs {ip['dependency_added_us']:.1f} µs more than the"
+            f" hand-written one ({ip['fastapi_library_us']:.1f} vs"
+            f" {ip['fastapi_handwritten_us']:.1f} µs).",
+            "",
+        ]
+    return lines
+
+
+def floods_section(f: Any) -> list[str]:
+    """Forged keys against the example service: unknown ids, and the owner's first try."""
+    if f is None:
+        return []
+    lines = [
+        "## Floods of forged keys (`bench_floods.py`, example service, wrk + `forge.lua`)",
+        "",
+        "Every request carries a different forged key with a valid checksum (CRC-32 computed in"
+        " Lua; the benchmark parses wrk's sample keys to check it), on `GET /projects`. The"
+        " database holds 1,000 other keys. Baseline: the same server answering one valid,"
+        " cached key.",
+        "",
+        "**Unknown ids** (a random public id per request), three floods back to back:",
+        "",
+        "| database | forged ids | requests/s (vs a valid key) | server CPU per request |"
+        " RSS before → after each flood | SQL statements |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, label in (
+        ("unknown_ids_sqlite", "SQLite"),
+        ("unknown_ids_postgresql", "PostgreSQL, `revocation_bound` 1 s (default)"),
+        ("unknown_ids_postgresql_bound0", "PostgreSQL, `revocation_bound=0`"),
+    ):
+        u = f.get(name)
+        if u is None:
+            continue
+        rss = " → ".join(f"{x:.1f}" for x in u["rss_mib"])
+        lines.append(
+            f"| {label} | {u['forged_ids']:,} (all 401) | {u['flood_rps_median']:.0f}"
+            f" ({u['flood_rps_median'] / u['valid_key_rps']:.2f}x) |"
+            f" {u['flood_cpu_us_median']:.0f} µs | {rss} MiB (+{u['rss_growth_mib']:.1f}) |"
+            f" {u['sql_statements']} ({u['sql_statements_per_1000_forged']:.1f} per 1,000) |"
+        )
+    lines += [
+        "",
+        "SQL statements are counted on the verifier's engine (SQLAlchemy `before_cursor_execute`)"
+        " over the floods; they are the key index's refreshes (and last-used writes), not one per"
+        " forged id. With `revocation_bound=0` every check may ask the database, and concurrent"
+        " requests share one index refresh.",
+        "",
+        "**The owner's first try under a wrong-secret flood** (wrk: a new random secret per"
+        " request for one real public id, 16 connections). *Steady*: one flood all along on"
+        " another key's id, while each trial creates (odd trials: recreates) a key with the CLI"
+        " and sends its first request at once. *Aimed*: each trial's flood targets the new key's"
+        " own id from right after it is made; the first request comes 0.3 s into the flood.",
+        "",
+        "| database | scenario | first try succeeded | first-try latency, median (max) |"
+        " flood requests/s | server CPU per flood request |",
+        "|---|---|---|---|---|---|",
+    ]
+    for kind, label in (("sqlite", "SQLite"), ("postgresql", "PostgreSQL")):
+        o = f.get(f"first_try_{kind}")
+        if o is None:
+            continue
+        st, ai, alone = o["steady"], o["aimed"], o["flood_alone"]
+        lines += [
+            f"| {label} | steady | {st['first_try_ok']} of {st['trials']} |"
+            f" {st['first_try_ms_median']:.0f} ms ({st['first_try_ms_max']:.0f} ms) |"
+            f" {st['flood']['rps']:.0f} | {st['flood']['cpu_us_per_request']:.0f} µs |",
+            f"| {label} | aimed | {ai['first_try_ok']} of {ai['trials']} |"
+            f" {ai['first_try_ms_median']:.0f} ms ({ai['first_try_ms_max']:.0f} ms) |"
+            f" {ai['flood_rps_median']:.0f} | {ai['flood_cpu_us_median']:.0f} µs |",
+            f"| {label} | flood alone, vs a valid cached key | | |"
+            f" {alone['rps']:.0f} vs {o['valid_key_rps']:.0f}"
+            f" ({alone['rps'] / o['valid_key_rps']:.2f}x) |"
+            f" {alone['cpu_us_per_request']:.0f} vs {o['valid_key_cpu_us']:.0f} µs |",
+        ]
+    lines += [
+        "",
+        "A first try's latency includes the key index noticing the new key, one query and one"
+        " argon2 check, while the flood keeps both cores busy (wrk and the server). The steady"
+        " flood's rate is lower because the CLI runs beside it. The valid-key baselines of"
+        " this section are single runs a few seconds apart from the floods, not pairs: their"
+        " requests/s ratios carry the machine's noise (±30 % here); server CPU per request is"
+        " the steadier comparison.",
+        "",
+    ]
+    return lines
+
+
+def render(h: Any, v: Any, s: Any, m: Any, f: Any, t: Any) -> str:
     """The results page, every number with its baseline and target."""
     floor, peer = v["floor_us"], v["peer"]["is_valid_us"]
     tp, ip = s["throughput"], s["in_process"]
@@ -69,7 +251,14 @@ def render(h: Any, v: Any, s: Any, t: Any) -> str:
         " does not (SQLite: 48 bytes of the WAL-index header; PostgreSQL: a clock read).",
         "",
         f"Cache memory with 100,000 distinct verified keys: **{v['cache_mib_100k']:.1f} MiB** "
-        f"({v['cache_bytes_per_key']:.0f} bytes per key; digests, callers and index, no key).",
+        f"({v['cache_bytes_per_key']:.0f} bytes per key; digests, callers and their index by"
+        " public id, no key)"
+        + (
+            f"; the key index (public id and fingerprint of every key in the database, held"
+            f" whatever the traffic) adds **{v['index_mib_100k']:.1f} MiB** for 100,000 keys."
+            if "index_mib_100k" in v
+            else "."
+        ),
         "",
         "## Example service under load (`bench_service.py`, wrk, 1 thread, 16 connections)",
         "",
@@ -80,27 +269,36 @@ def render(h: Any, v: Any, s: Any, t: Any) -> str:
         f"| same handler, no check (`/open/...`) | {tp['rps_without_check']:.0f} | "
         f"{tp['cpu_ms_without_check'] * 1000:.0f} µs | {ip['app_us_without_check']:.1f} µs |",
         "",
-        f"Verifier cost: **{s['verifier_share_pct']:.1f} %** of a request's time (target under"
-        f" 10 % of throughput: {verdict(s['verifier_share_pct'] < 10)}): the median of"
-        f" {ip['app_us_added']:.1f} µs that the middleware and the check add per request,"
-        " measured in-process in 31 adjacent, order-alternating pairs (no server or network"
-        " noise), over one request's whole time under wrk.",
+        f"In a tight in-process loop (31 adjacent, order-alternating pairs, no server) the"
+        f" middleware and the check add {ip['app_us_added']:.1f} µs per request, which would be"
+        f" {s['verifier_share_pct']:.1f} % of a request's time under wrk. **That is not what a"
+        " server pays**: inside uvicorn the same work takes several times longer (cold caches,"
+        " the allocator, the event loop); the in-server figures are in the next section.",
         "",
-        "Measured directly with wrk, the difference also holds parsing the longer request (its"
-        " Authorization header) and is blurred by this machine's noise: the median of six"
-        f" back-to-back pairs was {tp['verifier_cost_pct']:.1f} % of requests/s and"
-        f" {tp['verifier_cpu_cost_pct']:.1f} % of server CPU per request, single pairs ranging"
-        f" from {tp['pair_cost_min_pct']:.1f} % to {tp['pair_cost_max_pct']:.1f} %.",
+        "Measured directly with wrk (the unchecked run also sends no Authorization header), the"
+        f" median of six back-to-back pairs was {tp['verifier_cost_pct']:.1f} % of requests/s"
+        f" and {tp['verifier_cpu_cost_pct']:.1f} % of server CPU per request, single pairs"
+        f" ranging from {tp['pair_cost_min_pct']:.1f} % to {tp['pair_cost_max_pct']:.1f} %.",
         "",
-        "Flood of 20,000 distinct wrong secrets (valid checksums) for one real public id:",
+        "Flood of distinct wrong secrets (valid checksums, `forge.lua`) for one real public id,"
+        " `GET /projects`:",
         "",
-        "| failure budget | requests/s served | server CPU per request |",
+        "| the flooded key | requests/s served | server CPU per request |",
         "|---|---|---|",
-        f"| on (burst 5, 1 argon2 try per second per key) | {s['flood_with_budget']['rps']:.0f} | "
-        f"{s['flood_with_budget']['server_cpu_ms_per_request']:.2f} ms |",
-        f"| off (every wrong secret runs argon2) | {s['flood_without_budget']['rps']:.0f} | "
-        f"{s['flood_without_budget']['server_cpu_ms_per_request']:.2f} ms |",
-        "",
+    ]
+    floods = [
+        ("flood_fingerprinted", "has a fingerprint (schema 2): refused from memory"),
+        ("flood_with_budget", "made before fingerprints, failure budget on (burst 5, 1 argon2/s)"),
+        ("flood_without_budget", "made before fingerprints, budget off (argon2 every time)"),
+    ]
+    for name, label in floods:
+        if name in s:
+            lines.append(
+                f"| {label} | {s[name]['rps']:.0f} | "
+                f"{s[name]['server_cpu_ms_per_request']:.2f} ms |"
+            )
+    lines += ["", *middleware_section(m), *floods_section(f)]
+    lines += [
         "## Terminal app (`bench_tui.py`, headless, 120x40)",
         "",
         "| measure | result | target |",
@@ -132,7 +330,14 @@ def render(h: Any, v: Any, s: Any, t: Any) -> str:
     return "\n".join(lines) + "\n"
 
 
-MODULES = ("bench_hashing", "bench_verifier", "bench_service", "bench_tui")
+MODULES = (
+    "bench_hashing",
+    "bench_verifier",
+    "bench_service",
+    "bench_middleware",
+    "bench_floods",
+    "bench_tui",
+)
 
 
 def main() -> None:
@@ -152,7 +357,7 @@ def main() -> None:
     for module in wanted:
         results[module] = run(module)
     stored.write_text(json.dumps(results, indent=2) + "\n")
-    page = render(*(results[m] for m in MODULES))
+    page = render(*(results.get(m) for m in MODULES))
     (HERE / "RESULTS.md").write_text(page)
     print(page)
 
