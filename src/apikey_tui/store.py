@@ -120,6 +120,15 @@ class ScopeInfo:
 
 
 @dataclass(frozen=True)
+class ScopeUsage:
+    """A catalog scope, its description and how many keys hold it."""
+
+    name: str
+    description: str
+    keys: int
+
+
+@dataclass(frozen=True)
 class Event:
     """One line of the audit trail."""
 
@@ -246,6 +255,15 @@ def _less(name: str, value: Any, reverse: bool) -> Any:
     if not reverse:  # NULL first, then rising
         return false() if value is None else or_(column.is_(None), column < value)
     return column.is_not(None) if value is None else column > value  # falling, NULL last
+
+
+@dataclass(frozen=True)
+class KeyDetail:
+    """One key, who created or last recreated it (that event), and its events, newest first."""
+
+    info: KeyInfo
+    origin: Event | None
+    events: tuple[Event, ...]
 
 
 def _now() -> datetime:
@@ -764,6 +782,18 @@ class KeyStore:
             rows = session.exec(select(ScopeRow).order_by(ScopeRow.name))
             return [ScopeInfo(r.name, r.description) for r in rows]
 
+    def scope_usage(self) -> list[ScopeUsage]:
+        """Return the scope catalog, sorted by name, with how many keys hold each scope."""
+        holders = func.count(col(KeyScopeRow.key_id))
+        query = (
+            sa_select(col(ScopeRow.name), col(ScopeRow.description), holders)
+            .outerjoin(KeyScopeRow, col(KeyScopeRow.scope) == col(ScopeRow.name))
+            .group_by(col(ScopeRow.name), col(ScopeRow.description))
+            .order_by(col(ScopeRow.name))
+        )
+        with self._session() as session:
+            return [ScopeUsage(n, d, count) for n, d, count in session.execute(query)]
+
     def add_scope(self, name: str, description: str = "") -> ScopeInfo:
         """Add a scope to the catalog."""
         check_scope_name(name)
@@ -835,22 +865,58 @@ class KeyStore:
             )
         )
 
-    def events(self, limit: int = 50) -> list[Event]:
-        """Return the newest events first."""
-        with self._session() as session:
-            rows = session.exec(select(EventRow).order_by(col(EventRow.id).desc()).limit(limit))
-            return [
-                Event(
-                    r.id or 0,
-                    r.at,
-                    r.action,
-                    r.owner,
-                    r.key_name,
-                    r.public_id,
-                    r.scope,
-                    r.detail,
-                    r.actor,
-                    r.actor_address,
+    def events(
+        self, limit: int = 50, *, key: str = "", actor: str = "", action: str = ""
+    ) -> list[Event]:
+        """Return the newest events first, optionally only those whose key (owner, name or
+        public id), actor or action contains the given text (case-insensitive)."""
+        conditions: list[Any] = []
+        filters: list[tuple[str, tuple[Any, ...]]] = [
+            (key, (EventRow.owner, EventRow.key_name, EventRow.public_id)),
+            (actor, (EventRow.actor, EventRow.actor_address)),
+            (action, (EventRow.action,)),
+        ]
+        for text, columns in filters:
+            if text.strip():
+                pattern = _like(text.strip().lower())
+                conditions.append(
+                    or_(*(func.lower(col(c)).like(pattern, escape="\\") for c in columns))
                 )
-                for r in rows
-            ]
+        query = select(EventRow).where(*conditions).order_by(col(EventRow.id).desc())
+        with self._session() as session:
+            return [self._event(r) for r in session.exec(query.limit(limit))]
+
+    @staticmethod
+    def _event(r: EventRow) -> Event:
+        return Event(
+            r.id or 0,
+            r.at,
+            r.action,
+            r.owner,
+            r.key_name,
+            r.public_id,
+            r.scope,
+            r.detail,
+            r.actor,
+            r.actor_address,
+        )
+
+    def key_detail(self, owner: str, name: str, limit: int = 100) -> KeyDetail:
+        """Return a key, the event that created or last recreated it, and its newest events.
+
+        Events are matched by owner and name, so a key deleted and created again under the same
+        name shares its history with the earlier one.
+        """
+        mine = (EventRow.owner == owner, EventRow.key_name == name)
+        newest = col(EventRow.id).desc()
+        with self._session() as session:
+            info = self._read_info(session, self._row(session, owner, name))
+            origin = session.exec(
+                select(EventRow)
+                .where(*mine, col(EventRow.action).in_(("key.create", "key.recreate")))
+                .order_by(newest)
+                .limit(1)
+            ).first()
+            rows = session.exec(select(EventRow).where(*mine).order_by(newest).limit(limit))
+            events = tuple(self._event(r) for r in rows)
+        return KeyDetail(info, self._event(origin) if origin else None, events)

@@ -9,7 +9,10 @@ from textual.screen import Screen
 
 from apikey_tui.config import current_user
 from apikey_tui.store import KeyStore
+from apikey_tui.tui.dialogs.switch_owner import OwnerChoice, SwitchOwnerDialog
 from apikey_tui.tui.keys_screen import KeysScreen
+from apikey_tui.tui.screens.audit_trail import AuditTrailScreen
+from apikey_tui.tui.screens.scope_catalog import ScopeCatalogScreen
 
 
 class ApiKeysApp(App[None]):
@@ -37,6 +40,25 @@ class ApiKeysApp(App[None]):
     def on_mount(self) -> None:
         self.push_screen(KeysScreen())
 
+    def action_scope_catalog(self) -> None:
+        """Show the scope catalog: descriptions, how many keys hold each scope; add, remove."""
+        self.push_screen(ScopeCatalogScreen())
+
+    def action_audit_trail(self) -> None:
+        """Show the audit trail, newest first, filterable and live."""
+        self.push_screen(AuditTrailScreen())
+
+    def action_switch_owner(self) -> None:
+        """Ask whose keys to show (one owner or all) and show them, without restarting."""
+
+        def chosen(choice: OwnerChoice | None) -> None:
+            if choice is not None:
+                self.owner = choice.owner
+                # A fresh key screen: its top line, columns and reads all follow the new owner.
+                self.switch_screen(KeysScreen())
+
+        self.push_screen(SwitchOwnerDialog(self.owner, self.default_owner), chosen)
+
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         if isinstance(screen, KeysScreen):
@@ -50,6 +72,18 @@ class ApiKeysApp(App[None]):
             yield SystemCommand("Sort keys", "Sort by the next column", s.action_sort)
             yield SystemCommand("Reload keys", "Read the database now", s.action_reload)
             yield SystemCommand("Help", "Keys, actions and security rules", s.action_help)
+            yield SystemCommand("Key details", "The selected key in full", s.action_details)
+            yield SystemCommand(
+                "Scope catalog",
+                "Scopes, their keys; add, describe, remove",
+                self.action_scope_catalog,
+            )
+            yield SystemCommand(
+                "Audit trail", "Every change, newest first", self.action_audit_trail
+            )
+            yield SystemCommand(
+                "Switch owner", "One owner's keys, or every owner's", self.action_switch_owner
+            )
 
 
 def run_app(database_url: str, *, owner: str | None) -> int:

@@ -27,6 +27,7 @@ from apikey_tui.tui.messages import (
     ReachabilityChanged,
     StoreFailed,
 )
+from apikey_tui.tui.screens.key_detail import KeyDetailScreen
 from apikey_tui.tui.text import literal
 
 if TYPE_CHECKING:
@@ -44,6 +45,11 @@ class KeysScreen(Screen[None]):
         Binding("s", "sort", "Sort", show=False),  # also a header click; listed in help
         Binding("f5", "reload", "Reload"),
         Binding("question_mark", "help", "Help"),
+        # Not in the footer, which is full at 80 columns: help and the palette list them.
+        Binding("enter", "details", "Details", show=False),
+        Binding("c", "app.scope_catalog", "Scopes", show=False),
+        Binding("a", "app.audit_trail", "Audit trail", show=False),
+        Binding("o", "app.switch_owner", "Owner", show=False),
         Binding("escape", "focus_table", "Table", show=False),
     ]
 
@@ -191,6 +197,13 @@ class KeysScreen(Screen[None]):
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen())
 
+    def action_details(self) -> None:
+        key = self.selected_key()
+        if key is None:
+            self.notify("Select a key in the table first.", severity="warning")
+        else:
+            self.app.push_screen(KeyDetailScreen(key, self))
+
     # --- create -------------------------------------------------------------------------------
 
     def action_create(self) -> None:
@@ -236,14 +249,17 @@ class KeysScreen(Screen[None]):
     # --- delete and recreate ------------------------------------------------------------------
 
     def _confirm_then(
-        self, ask: Callable[[KeyInfo], ConfirmDialog], then: Callable[[KeyStore, KeyInfo], Message]
+        self,
+        ask: Callable[[KeyInfo], ConfirmDialog],
+        then: Callable[[KeyStore, KeyInfo], Message],
+        key: KeyInfo | None = None,
     ) -> None:
         """Ask about the selected key; on yes, run the store call in a worker.
 
         The question names owner, name and public id, and the store call passes that public id
         back: if the key was recreated or deleted while the dialog was open, nothing is done.
         """
-        key = self.selected_key()
+        key = self.selected_key() if key is None else key  # a key's detail view passes its own
         if key is None:
             self.notify("Select a key in the table first.", severity="warning")
             return
@@ -260,7 +276,7 @@ class KeysScreen(Screen[None]):
 
         self.app.push_screen(ask(key), answered)
 
-    def action_delete(self) -> None:
+    def action_delete(self, key: KeyInfo | None = None) -> None:
         self._confirm_then(
             lambda key: ConfirmDialog(
                 f"Delete key {key.name!r} of {key.owner}?",
@@ -271,13 +287,14 @@ class KeysScreen(Screen[None]):
             lambda store, key: KeyDeleted(
                 store.delete_key(key.owner, key.name, expected_public_id=key.public_id)
             ),
+            key,
         )
 
     def on_key_deleted(self, message: KeyDeleted) -> None:
         self.notify(f"Deleted key {message.key.name!r} of {message.key.owner}.", markup=False)
         self.reload()
 
-    def action_recreate(self) -> None:
+    def action_recreate(self, key: KeyInfo | None = None) -> None:
         self._confirm_then(
             lambda key: ConfirmDialog(
                 f"Recreate key {key.name!r} of {key.owner}?",
@@ -290,6 +307,7 @@ class KeysScreen(Screen[None]):
                 store.recreate_key(key.owner, key.name, expected_public_id=key.public_id),
                 recreated=True,
             ),
+            key,
         )
 
     def on_store_failed(self, message: StoreFailed) -> None:

@@ -47,3 +47,46 @@ class ReachabilityChanged(Message):
     """Polling found the database unreachable (with the reason) or reachable again (None)."""
 
     reason: str | None
+
+
+# --- the detail, scope catalog and audit trail views -----------------------------------------
+
+
+@dataclass
+class ViewRead(Message):
+    """A view's data was read from the store, at the given change marker."""
+
+    marker: tuple[object, ...]
+    data: object
+    generation: int
+
+
+@dataclass
+class KeyVanished(Message):
+    """The key a detail view shows no longer exists."""
+
+    owner: str
+    name: str
+
+
+@dataclass
+class KeyRescoped(Message):
+    """A key's scopes were replaced."""
+
+    key: KeyInfo
+
+
+@dataclass
+class CatalogChanged(Message):
+    """A scope was added, described or removed; note says which, for the admin."""
+
+    note: str
+
+
+@dataclass
+class ScopeRemovalRefused(Message):
+    """The catalog refused to remove a scope that keys still hold."""
+
+    scope: str
+    holders: list[str]
+    reason: str

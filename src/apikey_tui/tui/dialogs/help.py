@@ -23,6 +23,11 @@ both `serving` and `project`.
 | `/` | filter the table; `Escape` goes back to the table |
 | `s` | sort by the next column (or click a column header) |
 | `F5` | reload now (changes from elsewhere also appear within seconds) |
+| `Enter` | the key in full; there `e` edits its scopes, `r` and `d` as above |
+| `c` | scope catalog: `n` add, `e` describe, `d` remove a scope |
+| `a` | audit trail, newest first, live; `/` filters by key, actor, action |
+| `o` | switch owner, or show all owners |
+| `Escape` | back from a view; in a dialog, cancel |
 | `Ctrl+P` | command palette: every action, and the theme (light or dark) |
 | `?` | this help |
 | `q` | quit |

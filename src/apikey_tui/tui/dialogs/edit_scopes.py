@@ -1,0 +1,86 @@
+"""The edit-scopes dialog: a key's scopes as a multi-select; dismisses with the new set or None."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, SelectionList, Static
+from textual.widgets.selection_list import Selection
+
+from apikey_tui.store import KeyInfo, ScopeInfo
+from apikey_tui.tui.text import literal
+
+
+@dataclass(frozen=True)
+class ScopeChange:
+    """The scopes the admin chose for a key; the caller confirms and does the change."""
+
+    key: KeyInfo
+    scopes: tuple[str, ...]
+
+    @property
+    def added(self) -> tuple[str, ...]:
+        return tuple(s for s in self.scopes if s not in self.key.scopes)
+
+    @property
+    def removed(self) -> tuple[str, ...]:
+        return tuple(s for s in self.key.scopes if s not in self.scopes)
+
+
+class EditScopesDialog(ModalScreen[ScopeChange | None]):
+    """Save is enabled only when some scope is chosen and the choice differs from today's."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, key: KeyInfo, catalog: list[ScopeInfo]) -> None:
+        super().__init__()
+        self._key, self._catalog = key, catalog
+
+    def compose(self) -> ComposeResult:
+        key = self._key
+        with Vertical(classes="dialog"):
+            yield Static(
+                literal(f"Scopes of key {key.name!r} of {key.owner}"), classes="dialog-title"
+            )
+            yield Static("Select only the APIs this key needs (Space toggles)", classes="label")
+            yield SelectionList[str](
+                *(
+                    Selection(
+                        literal(f"{s.name}  {s.description}".rstrip()), s.name, s.name in key.scopes
+                    )
+                    for s in self._catalog
+                ),
+                id="scopes",
+            )
+            yield Static("", id="scope-error", classes="error")
+            with Horizontal(classes="buttons"):
+                yield Button("Save", variant="primary", id="save", disabled=True)
+                yield Button("Cancel", id="cancel")
+
+    def on_mount(self) -> None:
+        self.query_one("#scopes", SelectionList).focus()
+
+    def _chosen(self) -> tuple[str, ...]:
+        return tuple(sorted(self.query_one("#scopes", SelectionList).selected))
+
+    @on(SelectionList.SelectedChanged)
+    def _revalidate(self) -> None:
+        chosen = self._chosen()
+        problem = "" if chosen else "select at least one scope"
+        self.query_one("#scope-error", Static).update(problem)
+        self.query_one("#save", Button).disabled = not chosen or chosen == self._key.scopes
+
+    @on(Button.Pressed, "#save")
+    def _save(self) -> None:
+        chosen = self._chosen()
+        if chosen and chosen != self._key.scopes:
+            self.dismiss(ScopeChange(self._key, chosen))
+
+    @on(Button.Pressed, "#cancel")
+    def action_cancel(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,212 @@
+"""One key in full: who made it, what it may reach, when it was used, and what happened to it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.content import Content
+from textual.message import Message
+from textual.widgets import DataTable, Footer, Static
+
+from apikey_tui.errors import ApiKeyError, KeyNotFoundError
+from apikey_tui.store import Event, KeyDetail, KeyInfo, KeyStore, ScopeInfo
+from apikey_tui.tui import times
+from apikey_tui.tui.dialogs.confirm import ConfirmDialog
+from apikey_tui.tui.dialogs.edit_scopes import EditScopesDialog, ScopeChange
+from apikey_tui.tui.messages import KeyRescoped, KeyVanished
+from apikey_tui.tui.screens.live import LiveScreen
+from apikey_tui.tui.text import literal, visible
+from apikey_tui.tui.times import absolute, minute, relative, relative_and_absolute
+
+if TYPE_CHECKING:
+    from apikey_tui.tui.keys_screen import KeysScreen
+
+_LABEL = 13
+
+
+def actor_text(event: Event) -> str:
+    """Who acted, with the SSH client address when there was one."""
+    return event.actor + (f" ({event.actor_address})" if event.actor_address else "")
+
+
+def event_cells(event: Event, detail_width: int = 200) -> list[Text]:
+    """When, action, actor and detail of one event, shown literally (never as markup)."""
+    detail = event.detail
+    if len(detail) > detail_width:
+        detail = detail[: max(detail_width - 1, 0)] + "…"
+    cells = (minute(event.at), event.action, actor_text(event), detail)
+    return [Text(visible(v)) for v in cells]
+
+
+class KeyDetailScreen(LiveScreen[tuple[KeyDetail, list[ScopeInfo]]]):
+    """Enter on a key opens this; e edits its scopes, r and d act as in the table."""
+
+    BINDINGS = [
+        Binding("e", "edit_scopes", "Edit scopes"),
+        Binding("r", "recreate", "Recreate"),
+        Binding("d", "delete", "Delete"),
+    ]
+
+    def __init__(self, key: KeyInfo, keys_screen: KeysScreen) -> None:
+        super().__init__()
+        self.key = key
+        self.detail: KeyDetail | None = None
+        self.catalog: list[ScopeInfo] = []
+        self._keys_screen = keys_screen
+        self._asked_delete = False  # the admin pressed d here: the table reports the deletion
+        self._gone = False
+
+    def compose(self) -> ComposeResult:
+        key = self.key
+        yield self.context_line(f"Key {key.name} · owner: {key.owner}")
+        with VerticalScroll(id="detail-top"):
+            yield Static("Loading…", id="detail-fields")
+            yield Static("Scopes", classes="section")
+            yield VerticalScroll(id="detail-scopes")
+        yield Static("Events, newest first (times in UTC)", classes="section")
+        table: DataTable[Text] = DataTable(id="key-events", cursor_type="row", zebra_stripes=True)
+        table.add_columns("When", "Action", "Actor", "Detail")
+        yield table
+        yield Static("", id="status")
+        yield Footer()
+
+    # --- reading ------------------------------------------------------------------------------
+
+    def read_store(self, store: KeyStore) -> tuple[KeyDetail, list[ScopeInfo]]:
+        return store.key_detail(self.key.owner, self.key.name), store.list_scopes()
+
+    def read_failed(self, error: ApiKeyError) -> Message:
+        if isinstance(error, KeyNotFoundError):
+            return KeyVanished(self.key.owner, self.key.name)
+        return super().read_failed(error)
+
+    def show(self, data: tuple[KeyDetail, list[ScopeInfo]]) -> None:
+        self.detail, self.catalog = data
+        info, now = self.detail.info, times.utc_now()  # looked up now: tests fix the clock
+        origin = self.detail.origin
+        if origin is None:
+            made = ("Created by", "unknown (no event recorded)")
+        else:
+            label = "Recreated by" if origin.action == "key.recreate" else "Created by"
+            made = (label, f"{actor_text(origin)} · {relative(origin.at, now)}")
+        rows = [
+            ("Owner", info.owner),
+            ("Name", info.name),
+            ("Public id", info.public_id),
+            ("Created", absolute(info.created_at, seconds=True)),
+            ("Last used", relative_and_absolute(info.last_used_at, now)),
+            made,
+        ]
+        fields = Content("\n").join(
+            Content.assemble((label.ljust(_LABEL), "bold"), visible(value)) for label, value in rows
+        )
+        self.query_one("#detail-fields", Static).update(fields)
+        self._show_scopes(info)
+        table = self.query_one("#key-events", DataTable)
+        row = table.cursor_row
+        table.clear()
+        events = self.detail.events
+        action_width = max((len(e.action) for e in events), default=6)
+        actor_width = max((len(actor_text(e)) for e in events), default=5)
+        used = len("2026-11-01 09:30") + action_width + actor_width + 2 * 4  # cell padding
+        for event in events:
+            table.add_row(*event_cells(event, max(self.size.width - used, 12)), key=str(event.id))
+        if self.detail.events:
+            table.move_cursor(row=min(row, len(self.detail.events) - 1))
+        self.show_status()
+
+    def _show_scopes(self, info: KeyInfo) -> None:
+        descriptions = {s.name: s.description for s in self.catalog}
+        box = self.query_one("#detail-scopes", VerticalScroll)
+        box.remove_children()
+        width = max((len(s) for s in info.scopes), default=0) + 2
+        lines = []
+        for scope in info.scopes:
+            name = Static(literal(scope), classes="scope-name")
+            name.styles.width = width
+            lines.append(
+                Horizontal(name, Static(literal(descriptions.get(scope, "")), classes="scope-text"))
+            )
+        box.mount_all(lines)
+
+    def status_text(self) -> str:
+        if self._gone:
+            return "This key no longer exists."
+        count = len(self.detail.events) if self.detail else 0
+        return f"{count} event{'s' if count != 1 else ''} of this key"
+
+    def on_key_vanished(self, message: KeyVanished) -> None:
+        message.stop()
+        self._gone = True
+        self.show_status()
+        if not self._asked_delete:
+            self.notify(
+                f"Key {message.name!r} of {message.owner} no longer exists.",
+                severity="warning",
+                markup=False,
+            )
+        if self.is_active:
+            self.dismiss(None)
+
+    def on_screen_resume(self) -> None:
+        if self._gone:
+            self.dismiss(None)  # deleted while a dialog was open over this view
+
+    # --- actions ------------------------------------------------------------------------------
+
+    def _current(self) -> KeyInfo | None:
+        if self._gone or self.detail is None:
+            self.notify("The key is not loaded (yet).", severity="warning")
+            return None
+        return self.detail.info
+
+    def action_edit_scopes(self) -> None:
+        key = self._current()
+        if key is not None:
+            self.app.push_screen(EditScopesDialog(key, self.catalog), self._scopes_chosen)
+
+    def _scopes_chosen(self, change: ScopeChange | None) -> None:
+        if change is None:
+            return
+        key = change.key
+        added = ", ".join(change.added) or "none"
+        removed = ", ".join(change.removed) or "none"
+        dialog = ConfirmDialog(
+            f"Change the scopes of key {key.name!r} of {key.owner}?",
+            f"Adds: {added}. Removes: {removed}. Services see the new scopes at once: a "
+            "request that needs a removed scope is refused.",
+            "Change scopes",
+        )
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.run_store(
+                    lambda store: KeyRescoped(
+                        store.set_key_scopes(key.owner, key.name, change.scopes)
+                    )
+                )
+
+        self.app.push_screen(dialog, answered)
+
+    def on_key_rescoped(self, message: KeyRescoped) -> None:
+        message.stop()
+        scopes = " ".join(message.key.scopes)
+        self.notify(
+            f"Key {message.key.name!r} of {message.key.owner} now has: {scopes}.", markup=False
+        )
+        self.reload()
+
+    def action_recreate(self) -> None:
+        key = self._current()
+        if key is not None:
+            self._keys_screen.action_recreate(key)
+
+    def action_delete(self) -> None:
+        key = self._current()
+        if key is not None:
+            self._asked_delete = True
+            self._keys_screen.action_delete(key)

@@ -1,0 +1,162 @@
+"""LiveScreen: a view that reads the store off the event loop and reads again on any change.
+
+It polls the same cheap change marker as the key table (newest event, newest use), so what
+another admin, the CLI or a verifier does appears within the app's poll interval.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Generic, TypeVar, cast
+
+from textual import work
+from textual.binding import Binding
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Static
+
+from apikey_tui.errors import ApiKeyError
+from apikey_tui.store import KeyStore
+from apikey_tui.tui.context_line import ContextLine
+from apikey_tui.tui.dialogs.help import HelpScreen
+from apikey_tui.tui.messages import ReachabilityChanged, StoreFailed, ViewRead
+from apikey_tui.tui.text import literal
+
+if TYPE_CHECKING:
+    from apikey_tui.tui.app import ApiKeysApp
+
+T = TypeVar("T")
+
+
+class LiveScreen(Screen[None], Generic[T]):
+    """Subclasses say what to read (read_store) and how to show it (show)."""
+
+    BINDINGS = [
+        Binding("escape", "back", "Back"),
+        Binding("f5", "reload", "Reload", show=False),
+        Binding("question_mark", "help", "Help"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._marker: tuple[object, ...] | None = None  # None until the first read
+        self._generation = 0  # the newest read asked for; older answers are dropped
+        self._unreachable: str | None = None
+
+    @property
+    def keys_app(self) -> ApiKeysApp:
+        from apikey_tui.tui.app import ApiKeysApp
+
+        assert isinstance(self.app, ApiKeysApp)
+        return self.app
+
+    def on_mount(self) -> None:
+        self.reload()
+        self.set_interval(self.keys_app.poll_seconds, self.poll)
+
+    # --- what subclasses provide --------------------------------------------------------------
+
+    def read_store(self, store: KeyStore) -> T:
+        """Read the view's data; runs in a thread worker."""
+        raise NotImplementedError
+
+    def show(self, data: T) -> None:
+        """Show data read by read_store; runs on the event loop."""
+        raise NotImplementedError
+
+    def read_failed(self, error: ApiKeyError) -> Message:
+        """The message for a failed read (a subclass may say more for some errors)."""
+        return StoreFailed(str(error), while_loading=True)
+
+    # --- reading ------------------------------------------------------------------------------
+
+    def reload(self) -> None:
+        """Read the view's data again; only the newest read's answer is shown."""
+        self._generation += 1
+        self._read(self._generation)
+
+    @work(thread=True, group="read")
+    def _read(self, generation: int) -> None:
+        """Read the view's data from the store, off the event loop."""
+        store = self.keys_app.store
+        try:
+            marker = store.change_marker()
+            data = self.read_store(store)
+        except ApiKeyError as exc:
+            self.post_message(self.read_failed(exc))
+            return
+        self.post_message(ViewRead(marker, data, generation))
+
+    @work(thread=True, exclusive=True, group="poll")
+    def poll(self) -> None:
+        """Read again when something changed in the database."""
+        try:
+            marker = self.keys_app.store.change_marker()
+        except ApiKeyError as exc:
+            if self._unreachable is None:
+                self.post_message(ReachabilityChanged(str(exc)))
+            return
+        if self._unreachable is not None:
+            self.post_message(ReachabilityChanged(None))
+        if self._marker is not None and marker != self._marker:
+            self.app.call_from_thread(self.reload)
+
+    def on_view_read(self, message: ViewRead) -> None:
+        message.stop()
+        if message.generation != self._generation:
+            return  # a newer read is under way (e.g. the filter changed since)
+        self._marker = message.marker
+        self.show(cast(T, message.data))
+
+    def on_reachability_changed(self, message: ReachabilityChanged) -> None:
+        message.stop()
+        self._unreachable = message.reason
+        self.show_status()
+
+    def status_text(self) -> str:
+        """The status line when the database answers."""
+        return ""
+
+    def show_status(self) -> None:
+        status = self.query_one("#status", Static)
+        if self._unreachable is not None:
+            status.update(literal(f"⚠ showing the last data read: {self._unreachable}"))
+        else:
+            status.update(literal(self.status_text()))
+        status.set_class(self._unreachable is not None, "error")
+
+    # --- writing ------------------------------------------------------------------------------
+
+    @work(thread=True, group="store")
+    def run_store(self, operation: Callable[[KeyStore], Message]) -> None:
+        """Run one store call off the event loop; report its outcome as a message."""
+        try:
+            message = operation(self.keys_app.store)
+        except ApiKeyError as exc:
+            message = self.write_failed(exc)
+        self.post_message(message)
+
+    def write_failed(self, error: ApiKeyError) -> Message:
+        """The message for a refused or failed write."""
+        return StoreFailed(str(error))
+
+    def on_store_failed(self, message: StoreFailed) -> None:
+        message.stop()
+        self.notify(message.reason, title="Not done", severity="error", markup=False)
+        if not message.while_loading:
+            self.reload()  # show the truth, e.g. a scope someone else removed meanwhile
+
+    # --- navigation ---------------------------------------------------------------------------
+
+    def action_back(self) -> None:
+        self.dismiss(None)
+
+    def action_reload(self) -> None:
+        self.reload()
+
+    def action_help(self) -> None:
+        self.app.push_screen(HelpScreen())
+
+    def context_line(self, what: str) -> ContextLine:
+        """The top line: what is shown, and on which database (shortened, never dropped)."""
+        return ContextLine(what, self.keys_app.database_label)

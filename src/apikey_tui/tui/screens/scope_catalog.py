@@ -1,0 +1,192 @@
+"""The scope catalog: each scope, what it gives access to, and how many keys hold it."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.message import Message
+from textual.widgets import DataTable, Footer, Static
+
+from apikey_tui.errors import ScopeInUseError
+from apikey_tui.store import KeyStore, ScopeUsage
+from apikey_tui.tui.dialogs.confirm import ConfirmDialog
+from apikey_tui.tui.dialogs.scope_form import ScopeEdit, ScopeFormDialog
+from apikey_tui.tui.messages import CatalogChanged, ScopeRemovalRefused
+from apikey_tui.tui.screens.live import LiveScreen
+from apikey_tui.tui.text import literal, visible
+
+_SHOWN_HOLDERS = 10
+
+
+def clip(text: str, width: int) -> str:
+    """text cut to width cells with a visible '…' when it was longer."""
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
+
+
+def holders_sentence(scope: str, holders: list[str]) -> str:
+    """'Scope 'x' is held by 3 keys: a/b, a/c, d/e. Remove it from them first.'"""
+    shown = ", ".join(holders[:_SHOWN_HOLDERS])
+    if len(holders) > _SHOWN_HOLDERS:
+        shown += f" and {len(holders) - _SHOWN_HOLDERS:,} more"
+    noun = "key" if len(holders) == 1 else "keys"
+    return (
+        f"Scope {scope!r} is held by {len(holders):,} {noun}: {shown}. "
+        "Remove it from those keys first."
+    )
+
+
+class ScopeCatalogScreen(LiveScreen[list[ScopeUsage]]):
+    """c on the key table opens this; n adds, e describes and d removes a scope."""
+
+    BINDINGS = [
+        Binding("n", "add", "Add scope"),
+        Binding("e", "describe", "Describe"),
+        Binding("d", "remove", "Remove"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.usage: list[ScopeUsage] = []
+        self._refusal: str | None = None
+
+    def compose(self) -> ComposeResult:
+        yield self.context_line("Scope catalog")
+        table: DataTable[Text] = DataTable(id="scope-table", cursor_type="row", zebra_stripes=True)
+        table.add_column("Scope", key="scope")
+        table.add_column("Keys", key="keys")
+        table.add_column("Description", key="description")
+        yield table
+        yield Static("", id="scope-description")
+        yield Static("", id="status")
+        yield Footer()
+
+    def read_store(self, store: KeyStore) -> list[ScopeUsage]:
+        return store.scope_usage()
+
+    def show(self, data: list[ScopeUsage]) -> None:
+        self.usage = data
+        self._fill()
+        self.show_status()
+
+    def on_resize(self) -> None:
+        self._fill()
+
+    def _fill(self) -> None:
+        """Put the scopes in the table; a description longer than the room left ends in '…'."""
+        data = self.usage
+        table = self.query_one("#scope-table", DataTable)
+        current = self.selected()
+        counts = [f"{s.keys:,}" for s in data]
+        name_width = max((len(s.name) for s in data), default=5)
+        count_width = max(map(len, counts), default=4)
+        room = max(self.size.width - name_width - max(count_width, 4) - 2 * 3 - 2, 20)
+        table.clear()
+        for scope, count in zip(data, counts, strict=True):
+            table.add_row(
+                Text(visible(scope.name)),
+                Text(count.rjust(count_width)),
+                Text(visible(clip(scope.description, room))),
+                key=scope.name,
+            )
+        names = [s.name for s in data]
+        if current is not None and current.name in names:
+            table.move_cursor(row=names.index(current.name))
+        self._describe_highlighted()
+
+    def selected(self) -> ScopeUsage | None:
+        """The scope under the cursor."""
+        table = self.query_one("#scope-table", DataTable)
+        if not self.usage or table.row_count == 0:
+            return None
+        row = table.cursor_row
+        return self.usage[row] if 0 <= row < len(self.usage) else None
+
+    @on(DataTable.RowHighlighted)
+    def _describe_highlighted(self) -> None:
+        scope = self.selected()
+        text = "" if scope is None else f"{scope.name}: {scope.description or '(no description)'}"
+        self.query_one("#scope-description", Static).update(literal(text))
+
+    def status_text(self) -> str:
+        if self._refusal is not None:
+            return self._refusal
+        total = len(self.usage)
+        return f"{total} scope{'s' if total != 1 else ''} in the catalog"
+
+    def show_status(self) -> None:
+        super().show_status()
+        if self._refusal is not None and self._unreachable is None:
+            self.query_one("#status", Static).add_class("error")
+
+    # --- add and describe ---------------------------------------------------------------------
+
+    def action_add(self) -> None:
+        taken = {s.name for s in self.usage}
+        self.app.push_screen(ScopeFormDialog(taken=taken), self._edited)
+
+    def action_describe(self) -> None:
+        scope = self.selected()
+        if scope is None:
+            self.notify("Select a scope first.", severity="warning")
+            return
+        self.app.push_screen(ScopeFormDialog(scope.name, scope.description), self._edited)
+
+    def _edited(self, edit: ScopeEdit | None) -> None:
+        if edit is None:
+            return
+        name, description = edit.name, edit.description
+        if edit.new:
+            self.run_store(
+                lambda store: CatalogChanged(
+                    f"Added scope {store.add_scope(name, description).name!r}."
+                )
+            )
+        else:
+            self.run_store(
+                lambda store: CatalogChanged(
+                    f"Described scope {store.describe_scope(name, description).name!r}."
+                )
+            )
+
+    # --- remove -------------------------------------------------------------------------------
+
+    def action_remove(self) -> None:
+        scope = self.selected()
+        if scope is None:
+            self.notify("Select a scope first.", severity="warning")
+            return
+        name = scope.name
+        if scope.keys:
+            held = f"{scope.keys:,} key{'s' if scope.keys != 1 else ''} held it when last read"
+            body = f"{held}: the catalog refuses to remove a scope that keys hold."
+        else:
+            body = "No key holds it. A key can no longer be given this scope."
+        dialog = ConfirmDialog(f"Remove scope {name!r} from the catalog?", body, "Remove")
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.run_store(lambda store: self._remove(store, name))
+
+        self.app.push_screen(dialog, answered)
+
+    @staticmethod
+    def _remove(store: KeyStore, name: str) -> Message:
+        try:
+            store.remove_scope(name)
+        except ScopeInUseError as exc:
+            return ScopeRemovalRefused(name, list(exc.holders), str(exc))
+        return CatalogChanged(f"Removed scope {name!r}.")
+
+    def on_scope_removal_refused(self, message: ScopeRemovalRefused) -> None:
+        message.stop()
+        self._refusal = holders_sentence(message.scope, message.holders)
+        self.notify(self._refusal, title="Not removed", severity="error", markup=False)
+        self.reload()
+
+    def on_catalog_changed(self, message: CatalogChanged) -> None:
+        message.stop()
+        self._refusal = None
+        self.notify(message.note, markup=False)
+        self.reload()
