@@ -303,3 +303,20 @@ def test_importing_the_verifier_never_loads_textual_or_rich() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+def test_cached_answers_only_for_a_verified_unchanged_key(
+    store: KeyStore, database_url: str
+) -> None:
+    """cached() is None until the key was verified, the caller after, None again once changed."""
+    checker = Verifier.from_url(database_url, hasher=CHEAP, revocation_bound=60)
+    key = store.create_key("alice", "demo", ["project"]).plaintext
+    assert checker.cached(header(key)) is None
+    checker.verify(header(key))
+    caller = checker.cached(header(key), ["project"])
+    assert caller is not None and caller.key_name == "demo"
+    with pytest.raises(InsufficientScopeError):
+        checker.cached(header(key), ["serving"])
+    assert checker.cached(None) is None and checker.cached("ApiKey \ud800") is None
+    assert checker.cached(f"Bearer {key}") is None
+    checker.close()

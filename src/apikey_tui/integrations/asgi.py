@@ -83,7 +83,9 @@ class ApiKeyMiddleware(RouteGuard[ASGIApp]):
                 required = self.rules.required(scope.get("method", "GET"), path)
                 if required is not None:
                     header = authorization_header(scope["headers"])
-                    caller = await self.verifier.verify_async(header, required)
+                    caller = self.verifier.cached(header, required) or (
+                        await self.verifier.verify_async(header, required)
+                    )
                     # ASGI servers hand each request its own copy of the lifespan state, so it
                     # can take the caller in place.
                     state = scope.get("state")

@@ -57,6 +57,7 @@ class ApiKeyAuth:
             # Read the raw ASGI headers: no Headers object, no list, and the same rule for two
             # Authorization headers as the middleware.
             header = authorization_header(connection.scope["headers"])
-            return await self.verifier.verify_async(header, scopes)
+            caller = self.verifier.cached(header, scopes)
+            return caller or await self.verifier.verify_async(header, scopes)
 
         return check

@@ -103,7 +103,7 @@ class Verifier:
         self._gate = CheckGate(check_workers, check_timeout, max_pending_checks)
         self._budget = FailureBudget(failure_burst, failures_per_second)
         self._usage = UsageWriter(self._source.record_use, flush_interval)
-        self._salt = secrets.token_bytes(32)
+        self._salted = hashlib.sha256(secrets.token_bytes(32))  # per-process salt
         self._entries: dict[bytes, _Entry] = {}
         self._by_id: dict[str, bytes] = {}
         self._scope_sets: dict[frozenset[str], frozenset[str]] = {}
@@ -121,6 +121,22 @@ class Verifier:
         return cls(make_engine(url, create=False), **options)
 
     # --- the request path ---------------------------------------------------------------------
+
+    def cached(
+        self, authorization: str | None, required_scopes: Collection[str] = ()
+    ) -> Caller | None:
+        """The caller if this key was verified before and nothing changed since, else None.
+
+        No query, no thread, no coroutine: an async integration calls it first and awaits
+        verify_async only on None. Raises InsufficientScopeError like verify.
+        """
+        if authorization is None or not authorization.startswith("ApiKey "):
+            return None  # other spellings of the header take verify's full parse
+        try:
+            caller = self._warm(self._digest(authorization[7:]))
+        except UnicodeEncodeError:
+            return None
+        return None if caller is None else self._authorize(caller, required_scopes)
 
     def verify(self, authorization: str | None, required_scopes: Collection[str] = ()) -> Caller:
         """Return the caller, or raise an AuthError that knows its HTTP answer."""
@@ -155,8 +171,10 @@ class Verifier:
         return self._authorize(caller, required_scopes)
 
     def _digest(self, credential: str) -> bytes:
-        # split_credentials let only token68 characters through, so this encodes.
-        return hashlib.sha256(self._salt + credential.encode()).digest()
+        # A copy of a SHA-256 already fed the salt: ~0.1 us less than hashing salt + key.
+        digest = self._salted.copy()
+        digest.update(credential.encode())
+        return digest.digest()
 
     def _warm(self, digest: bytes) -> Caller | None:
         """The cached path: one dict lookup and one freshness test, no query, no lock."""
