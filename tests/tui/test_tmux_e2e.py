@@ -34,6 +34,8 @@ class Tmux:
         shell = f"env {exports} {' '.join(command)}"
         self.run("new-session", "-d", "-s", "e2e", "-x", "100", "-y", "30", shell)
         self.run("set-option", "-t", "e2e", "remain-on-exit", "on")
+        # As the README advises: without it tmux drops the app's OSC 52 copy (and the app says so).
+        self.run("set-option", "-g", "set-clipboard", "on")
 
     def run(self, *args: str) -> str:
         return subprocess.run(
@@ -84,7 +86,9 @@ def test_create_a_key_with_two_scopes_in_a_real_terminal(tmux_app: tuple[Tmux, s
     assert match is not None
     key = match.group(0)
     keyformat.parse(key)
-    tmux.send("c", "Enter")
+    tmux.send("c")
+    tmux.wait_for(lambda s: "Sent through tmux" in s, "the copy note")
+    tmux.send("Enter")
     tmux.wait_for(lambda s: "e2e-key" in s and "project serving" in s, "the new row")
     tmux.send("q")
     tmux.wait_for(lambda s: "Pane is dead" in s or not s.strip(), "the app to exit", timeout=10)
