@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import text
+from textual.geometry import Region
 from textual.pilot import Pilot
 from textual.widgets import Button, Input, SelectionList, Static
 
@@ -563,3 +564,55 @@ async def test_create_dialog_with_eight_scopes_fits_80x24(
         assert isinstance(app.screen, ConfirmDialog) and on_screen(app, "Button")
     owner_of_key = owner or app.default_owner
     assert tui_store.get_key(owner_of_key, "eight").scopes == ("webhooks",)
+
+
+def screen_lines(app: ApiKeysApp, region: Region) -> list[str]:
+    """The text the terminal shows inside region, line by line."""
+    strips = app.screen._compositor.render_strips()
+    return [s.text[region.x : region.right] for s in strips[region.y : region.bottom]]
+
+
+@pytest.mark.parametrize("width", [40, 70, 80])
+async def test_reveal_shows_the_whole_key_at_any_width(tui_store: KeyStore, width: int) -> None:
+    """From 40 columns up every character of the key is on screen, in equal chunks if needed."""
+    app = make_app(tui_store)
+    async with app.run_test(size=(width, 24)) as pilot:
+        await settle(pilot)
+        await open_create(pilot, "narrow", ["project"])
+        await pilot.press("enter")
+        await settle(pilot)
+        reveal = app.screen
+        assert isinstance(reveal, RevealSecretDialog)
+        await pilot.press("c")
+        key = app.clipboard
+        secret = reveal.query_one("#secret", Static)
+        lines = screen_lines(app, secret.region)
+        assert "".join(line.strip() for line in lines) == key
+        assert len({len(line.strip()) for line in lines[:-1]}) <= 1  # equal chunks
+        note = reveal.query_one("#split-note", Static)
+        assert note.display == (len(lines) > 1)
+        assert on_screen(app, "Button") and on_screen(app, "#secret")
+
+
+async def test_a_mouse_selection_of_the_folded_key_copies_it_whole(tui_store: KeyStore) -> None:
+    """At 70 columns, dragging over the two lines of the key and Ctrl+C copies it unbroken."""
+    app = make_app(tui_store)
+    async with app.run_test(size=(70, 24)) as pilot:
+        await settle(pilot)
+        await open_create(pilot, "drag", ["project"])
+        await pilot.press("enter")
+        await settle(pilot)
+        reveal = app.screen
+        assert isinstance(reveal, RevealSecretDialog)
+        secret = reveal.query_one("#secret", Static)
+        assert secret.region.height == 2
+        last = (secret.region.width - 1, secret.region.height - 1)
+        await pilot.mouse_down(secret, offset=(0, 0))
+        await pilot.hover(secret, offset=(last[0] + 1, last[1]))
+        await pilot.mouse_up(secret, offset=(last[0] + 1, last[1]))
+        await pilot.press("ctrl+c")
+        key = app.clipboard
+        assert "\n" not in key and keyformat.parse(key).public_id == (
+            tui_store.get_key("alice", "drag").public_id
+        )
+        assert "Sent" in str(reveal.query_one("#copy-status", Static).render())

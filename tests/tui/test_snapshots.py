@@ -119,6 +119,17 @@ async def test_reveal(tui_store: KeyStore) -> None:
     await run(tui_store, "reveal", steps)
 
 
+async def test_reveal_at_70_columns(tui_store: KeyStore) -> None:
+    """The picture shows the made-up key at 70x24 folded into two equal lines, with the note."""
+    info = KeyInfo("alice", "ci-deploy", "akexampleexample00", ("project",), datetime.now(UTC))
+    app = new_app(tui_store, "textual-dark")
+    async with app.run_test(size=(70, 24)) as pilot:
+        await settle(pilot)
+        await pilot.app.push_screen(RevealSecretDialog(CreatedKey(info, EXAMPLE_KEY)))
+        await settle(pilot)
+        snapshot(app, "reveal_70_columns")
+
+
 async def test_delete_confirmation(tui_store: KeyStore) -> None:
     """The picture shows the delete confirmation naming 'ci-deploy' of alice and its public id."""
     fixed_data(tui_store)

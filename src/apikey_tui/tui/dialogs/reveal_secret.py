@@ -8,9 +8,10 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from textual import on
+from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
@@ -82,6 +83,22 @@ def copy_note(env: Mapping[str, str] | None = None) -> CopyNote:
     )
 
 
+# The reveal dialog is 80 columns wide at most; its border takes 2 of them.
+DIALOG_WIDTH, DIALOG_BORDER = 80, 2
+
+
+def chunk_width(length: int, room: int) -> int:
+    """The width of each line when a key of length characters is shown in room columns.
+
+    The whole key when it fits; otherwise equal fixed chunks (78 characters: 2 x 39 at 70
+    columns, 3 x 26 at 40), so every character is on screen and the lines look deliberate.
+    """
+    if room >= length:
+        return length
+    lines = -(-length // max(room, 1))
+    return -(-length // lines)
+
+
 class RevealSecretDialog(ModalScreen[None]):
     """Shows the key once; closing needs Enter, and twice when it was never copied."""
 
@@ -107,8 +124,11 @@ class RevealSecretDialog(ModalScreen[None]):
                 literal(f"Key {info.name!r} of {info.owner} {verb}"), classes="dialog-title"
             )
             yield Static(literal(self._created.plaintext), id="secret")
-            yield Static(WARNING, classes="warning")
-            yield Static("", id="copy-status")
+            # Scrolls when the terminal is short; the key above and the buttons stay in view.
+            with VerticalScroll(classes="dialog-scroll"):
+                yield Static("", id="copy-status")
+                yield Static("", id="split-note")
+                yield Static(WARNING, classes="warning")
             with Horizontal(classes="buttons"):
                 buttons = [
                     Button("Copy key (c)", variant="primary", id="copy"),
@@ -119,14 +139,53 @@ class RevealSecretDialog(ModalScreen[None]):
                     button.can_focus = False
                     yield button
 
+    def on_mount(self) -> None:
+        self._fit_secret()
+
+    def on_resize(self) -> None:
+        self._fit_secret()
+
+    def _fit_secret(self) -> None:
+        """Show the key on one line when it fits, else folded into equal chunks with a note.
+
+        The folded lines are one line of text to Textual: a mouse selection inside the app
+        (drag, then Ctrl+C) copies the key whole, without line breaks.
+        """
+        length = len(self._created.plaintext)
+        room = min(self.size.width, DIALOG_WIDTH) - DIALOG_BORDER
+        chunk = chunk_width(length, room)
+        self.query_one("#secret", Static).styles.width = chunk
+        note = self.query_one("#split-note", Static)
+        note.display = chunk < length
+        lines = -(-length // chunk)
+        note.update(
+            f"The key is split over {lines} lines to fit this terminal. Press c to copy it "
+            "whole, or drag the mouse over it and press Ctrl+C: both copy it without line "
+            "breaks (a terminal's own selection, e.g. with Shift, would add them)."
+        )
+
+    def action_copy_text(self) -> None:
+        """Ctrl+C on a mouse selection: copied like c, and said in the same words."""
+        selected = self.get_selected_text()
+        if not selected:
+            raise SkipAction()
+        self._copy(selected, whole=selected == self._created.plaintext)
+
     @on(Button.Pressed, "#copy")
     def action_copy(self) -> None:
-        self.app.copy_to_clipboard(self._created.plaintext)
+        self._copy(self._created.plaintext, whole=True)
+
+    def _copy(self, text: str, *, whole: bool) -> None:
+        self.app.copy_to_clipboard(text)
         note = copy_note()
+        status = self.query_one("#copy-status", Static)
+        # Said inside the dialog: a toast would cover the key.
+        if not whole:
+            status.update("The selection is only part of the key: press c to copy all of it.")
+            status.add_class("error")
+            return
         # A copy that cannot arrive does not count: closing still asks once more.
         self._copied = self._copied or note.can_arrive
-        # Said inside the dialog: a toast would cover the key.
-        status = self.query_one("#copy-status", Static)
         status.update(note.text)
         status.set_class(not note.can_arrive, "error")
 
