@@ -576,7 +576,9 @@ class KeyStore:
                 if cancelled is None or not isinstance(raw, sqlite3.Connection):
                     yield conn
                     return
-                raw.set_progress_handler(lambda: 1 if cancelled() else 0, 20_000)
+                # every million SQLite instructions (a few milliseconds): more often, the
+                # callback's fight for the GIL would slow the event loop down
+                raw.set_progress_handler(lambda: 1 if cancelled() else 0, 1_000_000)
                 try:
                     yield conn
                 finally:

@@ -16,14 +16,22 @@ from textual.pilot import Pilot
 from textual.widgets import Input, SelectionList
 
 from apikey_tui.store import CreatedKey, KeyInfo, KeyStore
+from apikey_tui.tui import key_table
 from apikey_tui.tui.app import ApiKeysApp
 from apikey_tui.tui.dialogs.reveal_secret import RevealSecretDialog
 from tests.tui.test_app import add_eight_scopes, settle
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 SIZE = (80, 24)
+NOW = datetime(2026, 11, 20, 12, 3, tzinfo=UTC)
 # Not a key of any database: a made-up string of the key's shape, safe to keep in a picture.
 EXAMPLE_KEY = "akexampleexample00." + "x" * 52 + "aaaaaaa"
+
+
+@pytest.fixture(autouse=True)
+def fixed_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Relative times ('3 min ago') are computed against a fixed moment, so pictures hold."""
+    monkeypatch.setattr(key_table, "now", lambda: NOW)
 
 
 def fixed_data(store: KeyStore) -> None:
@@ -152,3 +160,24 @@ async def test_create_dialog_with_eight_scopes(tui_store: KeyStore) -> None:
         pilot.app.screen.query_one("#scopes", SelectionList).select("datasets")
 
     await run(tui_store, "create_dialog_eight_scopes", steps)
+
+
+async def test_all_owners_with_long_names_at_80_columns(tui_store: KeyStore) -> None:
+    """The picture shows --all at 80x24: owner and name cut with '…', every column present."""
+    fixed_data(tui_store)
+    long_name = "nightly-reporting-job-of-the-data-platform-team-" + "x" * 12
+    tui_store.create_key("data-platform-automation", long_name, ["project", "serving"])
+    tui_store.create_key("data-platform-automation", long_name[:-1] + "y", ["project"])
+    with tui_store.engine.begin() as conn:
+        for public_id, name in (
+            ("akdataexample00001", long_name),
+            ("akdataexample00002", long_name[:-1] + "y"),
+        ):
+            conn.execute(
+                text("UPDATE apikey_tui_key SET public_id = :p, created_at = :c WHERE name = :n"),
+                {"p": public_id, "c": datetime(2026, 11, 18, 8, 0, tzinfo=UTC), "n": name},
+            )
+    app = ApiKeysApp(tui_store, owner=None, database_label="sqlite:///keys.db", poll_seconds=60)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        snapshot(app, "all_owners_long_names")

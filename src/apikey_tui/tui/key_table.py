@@ -1,29 +1,43 @@
-"""The key table: a line-API widget that draws only visible rows, plus sorting and filtering."""
+"""The key table: shows a window of rows that the database sorts, filters and counts.
+
+The table never holds the whole key list. It asks the store for the rows on screen (in chunks,
+by keyset from a loaded neighbour, else by offset), for a count (the scrollbar and the status
+line) and, after a change, for where the selected key now stands: at a million keys the first
+rows and the memory cost what a few hundred keys cost. Every read runs in a thread worker; a
+newer read cancels an older one (on SQLite the query itself stops within milliseconds).
+"""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
 from rich.style import Style
-from textual import events
+from textual import events, work
 from textual.binding import Binding, BindingType
 from textual.geometry import Size
 from textual.message import Message
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
+from textual.widgets import Input
+from textual.worker import get_current_worker
 
 from apikey_tui import keyformat
-from apikey_tui.store import KeyInfo
+from apikey_tui.errors import ApiKeyError
+from apikey_tui.store import SORTS, KeyInfo, KeyQuery, KeyStore, QueryCancelled
 from apikey_tui.tui.text import visible
 
-_OLDEST = datetime.min.replace(tzinfo=UTC)
+CHUNK = 100  # rows read at a time; a few screens
+KEEP = 20 * CHUNK  # rows kept around the viewport before far ones are forgotten
+COUNT_AFTER = 0.3  # seconds of no typing before a filter's matches are counted
 _GAP = "  "
-_MAX_WIDTH = {"owner": 24, "name": 32, "scopes": 28}
+_ELLIPSIS = "…"
 
 COLUMNS: dict[str, str] = {
     "owner": "Owner",
@@ -33,30 +47,55 @@ COLUMNS: dict[str, str] = {
     "created": "Created",
     "last_used": "Last used",
 }
-_SORT_KEYS: dict[str, Callable[[KeyInfo], Any]] = {
-    "owner": lambda k: (k.owner, k.name),
-    "name": lambda k: (k.name, k.owner),
-    "public_id": lambda k: k.public_id,
-    "scopes": lambda k: (k.scopes, k.name),
-    "created": lambda k: k.created_at,
-    "last_used": lambda k: k.last_used_at or _OLDEST,
-}
+PINNED = ("owner", "name")  # never scrolled sideways, never dropped
+SORTABLE = tuple(c for c in COLUMNS if c in SORTS)  # scopes are a set: no order of their own
+# Natural width caps, and how narrow a column may become before the table scrolls sideways.
+_MAX_WIDTH = {"owner": 24, "name": 32, "scopes": 28}
+_MIN_WIDTH = {"owner": 8, "name": 12, "scopes": 6}
+
+Identity = tuple[str, str]  # (owner, name): unique, and kept by a recreate
 
 
-def when(moment: datetime | None) -> str:
-    """A day as the table shows it (UTC), so five columns fit 80 terminal columns; blank if none."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%d") if moment else ""
+def now() -> datetime:
+    """The table's clock for relative times; looked up at call time, so tests can fix it."""
+    return datetime.now(UTC)
 
 
-def row_cells(key: KeyInfo, columns: Sequence[str]) -> list[str]:
-    """The cells of one key's row, control characters made visible."""
+def relative(moment: datetime | None, at: datetime) -> str:
+    """'just now', '3 min ago', '5 h ago', '12 d ago', '3 mo ago', '2 y ago'; 'never' if none."""
+    if moment is None:
+        return "never"
+    seconds = int((at - moment).total_seconds())
+    if seconds < 0:
+        return "in future"  # a clock ahead of ours: said, not hidden
+    if seconds < 60:
+        return "just now"
+    for size, unit in ((365 * 86400, "y"), (30 * 86400, "mo"), (86400, "d"), (3600, "h")):
+        if seconds >= size:
+            return f"{seconds // size} {unit} ago"
+    return f"{seconds // 60} min ago"
+
+
+def absolute(moment: datetime | None) -> str:
+    """The time in UTC to the minute; blank if none."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M") if moment else "never"
+
+
+def row_cells(key: KeyInfo, columns: Sequence[str], *, at: datetime | None = None) -> list[str]:
+    """The cells of one key's row, control characters made visible.
+
+    Times are relative to at, or absolute (UTC) when at is None.
+    """
+    show: Callable[[datetime | None], str] = (
+        absolute if at is None else (lambda moment: relative(moment, at))
+    )
     values = {
         "owner": key.owner,
         "name": key.name,
         "public_id": key.public_id,
         "scopes": " ".join(key.scopes),
-        "created": when(key.created_at),
-        "last_used": when(key.last_used_at),
+        "created": show(key.created_at),
+        "last_used": show(key.last_used_at),
     }
     return [visible(values[c]) for c in columns]
 
@@ -66,55 +105,111 @@ def columns(*, with_owner: bool) -> list[str]:
     return [c for c in COLUMNS if with_owner or c != "owner"]
 
 
-def column_widths(keys: Sequence[KeyInfo], names: Sequence[str]) -> list[int]:
-    """Widths that fit every loaded key (capped), so filtering never makes columns jump."""
-    measure: dict[str, Callable[[KeyInfo], int]] = {
-        "owner": lambda k: len(k.owner),
-        "name": lambda k: len(k.name),
-        "scopes": lambda k: len(" ".join(k.scopes)),
-    }
+def fit(text: str, width: int) -> str:
+    """text in exactly width cells: padded, or cut with '…' (never silently)."""
+    if cell_len(text) <= width:
+        return set_cell_size(text, width)
+    if width <= 0:
+        return ""
+    return set_cell_size(text, width - 1) + _ELLIPSIS
+
+
+def natural_widths(
+    names: Sequence[str], seen: dict[str, int], *, absolute_times: bool
+) -> list[int]:
+    """What each column would like: the longest value seen (capped) or its fixed size."""
+    time_width = 16 if absolute_times else 9
     fixed = {
         "public_id": len(keyformat.PREFIX) + keyformat.ID_CHARS,
-        "created": 10,
-        "last_used": 10,
+        "created": time_width,
+        "last_used": time_width,
     }
     widths = []
     for column in names:
+        header = cell_len(COLUMNS[column]) + 2  # room for the sort arrow
         if column in fixed:
             found = fixed[column]
         else:
-            found = max((measure[column](k) for k in keys), default=0)
-        header = cell_len(COLUMNS[column]) + 2  # room for the sort arrow
-        widths.append(min(max(found, header), _MAX_WIDTH.get(column, found + header)))
+            found = min(seen.get(column, 0), _MAX_WIDTH[column])
+        widths.append(max(found, header))
     return widths
 
 
-def format_line(cells: Sequence[str], widths: Sequence[int]) -> str:
-    """One padded, clipped line of the table."""
-    return " " + _GAP.join(set_cell_size(c, w) for c, w in zip(cells, widths, strict=True))
+def layout(names: Sequence[str], wanted: Sequence[int], room: int) -> list[int]:
+    """Shrink columns until the row fits room cells: scopes first, then the wider of name and
+    owner, each down to its minimum. The caller scrolls what still does not fit sideways."""
+    widths = list(wanted)
+
+    def total() -> int:
+        return 1 + sum(widths) + len(_GAP) * (len(widths) - 1)
+
+    order = [names.index(c) for c in ("scopes",) if c in names]
+    for i in order:
+        widths[i] = max(_MIN_WIDTH["scopes"], widths[i] - max(total() - room, 0))
+    pinned = [names.index(c) for c in PINNED if c in names]
+    while total() > room:
+        shrinkable = [i for i in pinned if widths[i] > _MIN_WIDTH[names[i]]]
+        if not shrinkable:
+            break
+        widest = max(shrinkable, key=lambda i: widths[i])
+        widths[widest] -= 1
+    return widths
+
+
+@dataclass
+class _Window:
+    """A reply from the store: rows from start, and the total if it is known."""
+
+    generation: int
+    start: int
+    rows: list[KeyInfo]
+    total: int | None
+    cursor: int | None  # where the followed key stands now (None: leave the cursor)
+
+
+class KeyFilter(Input):
+    """The filter box: Escape clears it (a second Escape, on an empty box, returns to the table)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "clear_or_leave", "Clear filter", show=False)
+    ]
+
+    class Left(Message):
+        """Escape on an empty filter: the admin wants the table."""
+
+    def action_clear_or_leave(self) -> None:
+        if self.value:
+            self.value = ""
+        else:
+            self.post_message(self.Left())
 
 
 class KeyTable(ScrollView, can_focus=True):
-    """Draws only the rows on screen, so 100,000 keys cost no more than 30.
+    """Draws the rows on screen from a window the database sorted and filtered.
 
-    Textual's DataTable measures every cell it holds; here a row is a string built when it
-    scrolls into view, and the header stays on the first line.
+    Name (and owner, with every owner's keys) are pinned at the left and cut with '…' when
+    long; the other columns shrink first and, in a very narrow terminal, scroll sideways under
+    the pinned ones. Times are relative ('3 min ago'); `t` shows them absolute, in UTC.
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("up", "move(-1)", "Up", show=False),
-        Binding("down", "move(1)", "Down", show=False),
+        Binding("up,k", "move(-1)", "Up", show=False),
+        Binding("down,j", "move(1)", "Down", show=False),
         Binding("pageup", "page(-1)", "Page up", show=False),
         Binding("pagedown", "page(1)", "Page down", show=False),
-        Binding("home", "move(-1_000_000_000)", "First", show=False),
-        Binding("end", "move(1_000_000_000)", "Last", show=False),
+        Binding("home,g", "first", "First", show=False),
+        Binding("end,G", "last", "Last", show=False),
+        Binding("S", "reverse_sort", "Reverse sort", show=False),
+        Binding("t", "toggle_times", "Times", show=False),
     ]
     COMPONENT_CLASSES: ClassVar[set[str]] = {
         "key-table--header",
         "key-table--cursor",
         "key-table--even",
+        "key-table--loading",
     }
     cursor_row: reactive[int] = reactive(0)
+    absolute_times: reactive[bool] = reactive(False)
 
     class SortRequested(Message):
         """The admin clicked a column header."""
@@ -123,68 +218,288 @@ class KeyTable(ScrollView, can_focus=True):
             super().__init__()
             self.column = column
 
+    class Loaded(Message):
+        """New rows or a new count arrived: the screen updates its status line."""
+
+    class Failed(Message):
+        """The store could not be read."""
+
+        def __init__(self, reason: str) -> None:
+            super().__init__()
+            self.reason = reason
+
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
-        self.rows: list[KeyInfo] = []
-        self.columns: list[str] = []
+        self.store: KeyStore | None = None
+        self.key_query = KeyQuery()
+        self.columns: list[str] = columns(with_owner=False)
         self.widths: list[int] = []
-        self.sort_column, self.reverse = "name", False
+        self.total: int | None = None  # None while counting
+        self.loaded = False  # a first window arrived for the current query
+        self._rows: dict[int, KeyInfo] = {}
+        self._generation = 0
+        self._shown = 0  # the generation whose rows are on screen
+        self._seen: dict[str, int] = {}  # longest owner, name, scopes seen: widths only grow
+        self._pending: set[int] = set()  # chunk starts being read
+        self._pinned_cells = 0  # width of the pinned part of a line
 
-    def show(
-        self, rows: list[KeyInfo], columns: list[str], widths: list[int], keep: KeyInfo | None
-    ) -> None:
-        """Replace the rows; the cursor follows `keep` by identity (owner and name).
+    # --- what the screen uses ---------------------------------------------------------------
 
-        A refresh brings new values for the same key (last used, scopes, a recreated id), so
-        equality would lose it; if the key is gone, the cursor stays on the same line.
-        """
-        index = self.cursor_row
-        if keep is not None:
-            wanted = (keep.owner, keep.name)
-            index = next((i for i, k in enumerate(rows) if (k.owner, k.name) == wanted), index)
-        self.rows, self.columns, self.widths = rows, columns, widths
-        width = cell_len(format_line([""] * len(columns), widths)) + 1
-        self.virtual_size = Size(width, len(rows) + 1)
-        self.cursor_row = min(index, max(len(rows) - 1, 0))
-        self._scroll_cursor_into_view()
-        self.refresh()
+    @property
+    def sort_column(self) -> str:
+        return self.key_query.sort
+
+    @property
+    def reverse(self) -> bool:
+        return self.key_query.reverse
+
+    @property
+    def rows(self) -> list[KeyInfo]:
+        """The loaded rows in order (a window of the table; for tests and small tables)."""
+        return [self._rows[i] for i in sorted(self._rows)]
 
     @property
     def selected(self) -> KeyInfo | None:
-        """The key under the cursor."""
-        return self.rows[self.cursor_row] if 0 <= self.cursor_row < len(self.rows) else None
+        """The key under the cursor, if its row is loaded."""
+        return self._rows.get(self.cursor_row) if self.total != 0 else None
+
+    @property
+    def selected_identity(self) -> Identity | None:
+        """(owner, name) of the key under the cursor: what a reload keeps the cursor on."""
+        key = self.selected
+        return None if key is None else (key.owner, key.name)
+
+    def known(self, identity: Identity) -> bool:
+        """Whether a loaded row has this (owner, name) (a quick check, not the last word)."""
+        return any((k.owner, k.name) == identity for k in self._rows.values())
 
     def row_text(self, index: int) -> list[str]:
-        """The cells of row index as displayed (for tests and screen readers)."""
-        return row_cells(self.rows[index], self.columns)
+        """The cells of loaded row index as displayed, uncut (for tests and screen readers)."""
+        at = None if self.absolute_times else now()
+        return row_cells(self.rows[index], self.columns, at=at)
 
-    def _header(self) -> str:
-        arrow = " ▼" if self.reverse else " ▲"
-        labels = [COLUMNS[c] + (arrow if c == self.sort_column else "") for c in self.columns]
-        return format_line(labels, self.widths)
+    def bind(self, store: KeyStore, *, owner: str | None) -> None:
+        """Show owner's keys (None: every owner's, with an owner column) from store."""
+        self.store = store
+        self.columns = columns(with_owner=owner is None)
+        self.key_query = KeyQuery(
+            owner, self.key_query.text, self.key_query.sort, self.key_query.reverse
+        )
+        self.reload(follow=False)
+
+    def set_filter(self, text: str) -> None:
+        """Show only keys whose owner, name, public id or a scope contains text."""
+        if text != self.key_query.text:
+            self.key_query = KeyQuery(
+                self.key_query.owner, text, self.key_query.sort, self.key_query.reverse
+            )
+            # The cursor goes to the first match: following the key would cost a count per
+            # keystroke (a scan at a million keys); it stays on its key if that is first.
+            self.reload(follow=False)
+
+    def sort_by(self, column: str, *, reverse: bool | None = None) -> None:
+        """Sort by column; the same column again (reverse None) flips the order."""
+        if column not in SORTABLE:
+            return
+        if reverse is None:
+            reverse = not self.key_query.reverse if column == self.key_query.sort else False
+        self.key_query = KeyQuery(self.key_query.owner, self.key_query.text, column, reverse)
+        self.reload()
+
+    def reload(self, *, follow: bool = True) -> None:
+        """Read the table again (other clients changed keys); the cursor follows its key."""
+        if self.store is None:
+            return
+        self._generation += 1
+        self._pending.clear()
+        identity = self.selected_identity if follow else None
+        self._read_first(self._generation, self.key_query, identity, self.cursor_row)
+
+    # --- reading, off the event loop ----------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="key-table", exit_on_error=False)
+    def _read_first(
+        self, generation: int, query: KeyQuery, identity: Identity | None, cursor: int
+    ) -> None:
+        """The window around the followed key (or the top), then the count."""
+        store, worker = self.store, get_current_worker()
+        assert store is not None
+        cancelled = lambda: worker.is_cancelled  # noqa: E731
+        try:
+            target = None
+            if identity is not None:
+                target = store.key_position(query, *identity, cancelled=cancelled)
+            wanted = cursor if target is None and identity is not None else (target or 0)
+            total = None
+            start = (wanted // CHUNK) * CHUNK
+            if start >= CHUNK:  # deep in the table: the count lets the store read from the end
+                total = store.count_keys(query, cancelled=cancelled)
+                start = min(start, max(((total - 1) // CHUNK) * CHUNK, 0))
+            rows = store.key_window(query, start, CHUNK, total=total, cancelled=cancelled)
+            if total is None and start == 0 and len(rows) < CHUNK:
+                total = len(rows)
+            self._post_window(_Window(generation, start, rows, total, target))
+            if total is None:
+                if query.text:
+                    # A filter's count may scan every row: wait until typing pauses, so that
+                    # keystrokes never compete with counts that the next keystroke would cancel.
+                    deadline = time.monotonic() + COUNT_AFTER
+                    while time.monotonic() < deadline and not worker.is_cancelled:
+                        time.sleep(0.02)
+                    if worker.is_cancelled:
+                        return
+                total = store.count_keys(query, cancelled=cancelled)
+                self._post_window(_Window(generation, start, [], total, None))
+        except QueryCancelled:
+            return
+        except ApiKeyError as exc:
+            if not worker.is_cancelled:
+                self.post_message(self.Failed(str(exc)))
+
+    @work(thread=True, exclusive=True, group="key-table-chunk", exit_on_error=False)
+    def _read_chunk(
+        self,
+        generation: int,
+        query: KeyQuery,
+        start: int,
+        total: int | None,
+        after: KeyInfo | None,
+        before: KeyInfo | None,
+    ) -> None:
+        """Rows start … start + CHUNK - 1, from a loaded neighbour when there is one."""
+        store, worker = self.store, get_current_worker()
+        assert store is not None
+        try:
+            rows = store.key_window(
+                query,
+                start,
+                CHUNK,
+                total=total,
+                after=after,
+                before=before,
+                cancelled=lambda: worker.is_cancelled,
+            )
+        except QueryCancelled:
+            return
+        except ApiKeyError as exc:
+            if not worker.is_cancelled:
+                self.post_message(self.Failed(str(exc)))
+            return
+        self._post_window(_Window(generation, start, rows, total, None))
+
+    def _post_window(self, window: _Window) -> None:
+        self.app.call_from_thread(self._arrived, window)
+
+    def _arrived(self, window: _Window) -> None:
+        if window.generation != self._generation:
+            return  # an answer to an older question
+        self._pending.discard(window.start)
+        fresh = window.generation != self._shown
+        if fresh:  # the first answer to a new question replaces the old rows at once
+            self._rows, self._shown, self.total = {}, window.generation, None
+        for i, key in enumerate(window.rows):
+            self._rows[window.start + i] = key
+            for column, value in (("owner", key.owner), ("name", key.name)):
+                self._seen[column] = max(self._seen.get(column, 0), cell_len(visible(value)))
+            self._seen["scopes"] = max(self._seen.get("scopes", 0), cell_len(" ".join(key.scopes)))
+        if window.total is not None:
+            self.total = window.total
+        self.loaded = True
+        if window.cursor is not None:
+            self.cursor_row = window.cursor
+        elif fresh and self.key_query.text and window.rows:
+            # a new filter: the first match, unless the selected key is among the first rows
+            self.cursor_row = 0
+        self.cursor_row = min(self.cursor_row, self._last())
+        self._forget_far_rows()
+        self._relayout()
+        self._scroll_cursor_into_view()
+        self.refresh()
+        self.post_message(self.Loaded())
+
+    def _forget_far_rows(self) -> None:
+        if len(self._rows) <= KEEP:
+            return
+        middle = self.scroll_offset.y
+        for index in sorted(self._rows, key=lambda i: -abs(i - middle))[: len(self._rows) - KEEP]:
+            del self._rows[index]
+
+    def _want(self, index: int) -> None:
+        """Read the chunk holding row index if it is neither loaded nor being read."""
+        if self.store is None or self._shown != self._generation:
+            return
+        start = (index // CHUNK) * CHUNK
+        if start in self._pending or (self.total is not None and start >= self.total):
+            return
+        self._pending = {start}  # one chunk at a time: a newer wish cancels an older read
+        after, before = self._rows.get(start - 1), self._rows.get(start + CHUNK)
+        self._read_chunk(
+            self._generation, self.key_query, start, self.total, after, None if after else before
+        )
+
+    # --- drawing ------------------------------------------------------------------------------
+
+    def _relayout(self) -> None:
+        wanted = natural_widths(self.columns, self._seen, absolute_times=self.absolute_times)
+        room = max(self.scrollable_content_region.width, 1)
+        self.widths = layout(self.columns, wanted, room)
+        pinned = [w for c, w in zip(self.columns, self.widths, strict=True) if c in PINNED]
+        self._pinned_cells = 1 + sum(w + len(_GAP) for w in pinned)
+        rows = self.total if self.total is not None else len(self._rows)
+        width = 1 + sum(self.widths) + len(_GAP) * (len(self.widths) - 1)
+        self.virtual_size = Size(width, rows + 1)
+
+    def on_resize(self) -> None:
+        self._relayout()
+
+    def watch_absolute_times(self) -> None:
+        self._relayout()
+        self.refresh()
+
+    def _cells(self, cells: Sequence[str]) -> tuple[str, str]:
+        """(pinned part, scrolling part) of one line."""
+        pinned: list[str] = []
+        rest: list[str] = []
+        for column, cell, width in zip(self.columns, cells, self.widths, strict=True):
+            (pinned if column in PINNED else rest).append(fit(cell, width))
+        return " " + "".join(p + _GAP for p in pinned), _GAP.join(rest)
+
+    def _header(self) -> list[str]:
+        arrow = " ▼" if self.key_query.reverse else " ▲"
+        return [COLUMNS[c] + (arrow if c == self.key_query.sort else "") for c in self.columns]
 
     def render_line(self, y: int) -> Strip:
         width, (left, top) = self.size.width, self.scroll_offset
         if y == 0:
             style = self.get_component_rich_style("key-table--header")
-            return self._line(self._header(), style, left, width)
+            return self._line(self._cells(self._header()), style, left, width)
         index = top + y - 1
         base = self.rich_style
-        if index >= len(self.rows):
+        total = self.total if self.total is not None else len(self._rows)
+        if index >= total and index not in self._rows:
             return Strip.blank(width, base)
         style = base
         if index == self.cursor_row:
             style = base + self.get_component_rich_style("key-table--cursor")
         elif index % 2 == 0:
             style = base + self.get_component_rich_style("key-table--even")
-        line = format_line(row_cells(self.rows[index], self.columns), self.widths)
-        return self._line(line, style, left, width)
+        key = self._rows.get(index)
+        if key is None:
+            self._want(index)
+            loading = style + self.get_component_rich_style("key-table--loading")
+            return self._line((" " + _ELLIPSIS, ""), loading, left, width)
+        at = None if self.absolute_times else now()
+        return self._line(self._cells(row_cells(key, self.columns, at=at)), style, left, width)
 
-    @staticmethod
-    def _line(text: str, style: Style, left: int, width: int) -> Strip:
-        """One line scrolled `left` columns sideways (narrow terminals) and padded to width."""
-        strip = Strip([Segment(text, style)])
-        return strip.crop(left, left + width).adjust_cell_length(width, style)
+    def _line(self, parts: tuple[str, str], style: Style, left: int, width: int) -> Strip:
+        """The pinned part, then the rest scrolled `left` cells sideways, padded to width."""
+        pinned, rest = parts
+        pinned = set_cell_size(pinned, self._pinned_cells) if self._pinned_cells else pinned
+        strip = Strip([Segment(pinned, style)])
+        moving = Strip([Segment(rest, style)]).crop(left, left + max(width - cell_len(pinned), 0))
+        return Strip.join([strip, moving]).crop(0, width).adjust_cell_length(width, style)
+
+    # --- moving -------------------------------------------------------------------------------
 
     def watch_cursor_row(self) -> None:
         self._scroll_cursor_into_view()
@@ -198,55 +513,37 @@ class KeyTable(ScrollView, can_focus=True):
         elif self.cursor_row >= top + visible_rows:
             self.scroll_to(y=self.cursor_row - visible_rows + 1, animate=False)
 
+    def _last(self) -> int:
+        return max((self.total if self.total is not None else len(self._rows)) - 1, 0)
+
     def action_move(self, delta: int) -> None:
-        if self.rows:
-            self.cursor_row = max(0, min(len(self.rows) - 1, self.cursor_row + delta))
+        self.cursor_row = max(0, min(self._last(), self.cursor_row + delta))
 
     def action_page(self, direction: int) -> None:
         self.action_move(direction * max(self.size.height - 2, 1))
 
+    def action_first(self) -> None:
+        self.cursor_row = 0
+
+    def action_last(self) -> None:
+        self.cursor_row = self._last()
+
+    def action_reverse_sort(self) -> None:
+        self.sort_by(self.key_query.sort, reverse=not self.key_query.reverse)
+
+    def action_toggle_times(self) -> None:
+        self.absolute_times = not self.absolute_times
+
     def on_click(self, event: events.Click) -> None:
         if event.y == 0:
-            x = 1 - self.scroll_offset.x
+            x = 1
             for column, width in zip(self.columns, self.widths, strict=True):
-                if x <= event.x < x + width + len(_GAP):
+                start = x if column in PINNED else x - self.scroll_offset.x
+                if start <= event.x < start + width + len(_GAP):
                     self.post_message(self.SortRequested(column))
                     return
                 x += width + len(_GAP)
             return
         index = self.scroll_offset.y + event.y - 1
-        if 0 <= index < len(self.rows):
+        if 0 <= index <= self._last():
             self.cursor_row = index
-
-
-class KeyView:
-    """All loaded keys, kept sorted, with a lower-case text per key for fast filtering."""
-
-    def __init__(self) -> None:
-        self.sort_column = "name"
-        self.reverse = False
-        self.keys: list[KeyInfo] = []
-        self._texts: list[str] = []
-
-    def load(self, keys: list[KeyInfo]) -> None:
-        """Replace the keys, keeping the current sort order."""
-        self.keys = sorted(keys, key=_SORT_KEYS[self.sort_column], reverse=self.reverse)
-        # Sorting happens here, once; filtering keeps this order, so a keystroke never sorts.
-        self._texts = [
-            f"{k.owner} {k.name} {k.public_id} {' '.join(k.scopes)}".lower() for k in self.keys
-        ]
-
-    def sort_by(self, column: str) -> None:
-        """Sort by column; choosing the current column again reverses the order."""
-        if column not in _SORT_KEYS:
-            raise ValueError(f"unknown column {column!r}")
-        self.reverse = not self.reverse if column == self.sort_column else False
-        self.sort_column = column
-        self.load(self.keys)
-
-    def matching(self, text: str) -> list[KeyInfo]:
-        """Keys whose owner, name, public id or scopes contain text (case-insensitive)."""
-        needle = text.strip().lower()
-        if not needle:
-            return self.keys
-        return [k for k, t in zip(self.keys, self._texts, strict=True) if needle in t]

@@ -19,7 +19,7 @@ from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.create_key import CreateKeyDialog, NewKeyRequest
 from apikey_tui.tui.dialogs.help import HelpScreen
 from apikey_tui.tui.dialogs.reveal_secret import RevealSecretDialog
-from apikey_tui.tui.key_table import COLUMNS, KeyTable, KeyView, column_widths, columns
+from apikey_tui.tui.key_table import COLUMNS, SORTABLE, KeyFilter, KeyTable
 from apikey_tui.tui.messages import (
     KeyCreated,
     KeyDeleted,
@@ -55,10 +55,8 @@ class KeysScreen(Screen[None]):
 
     def __init__(self) -> None:
         super().__init__()
-        self.view = KeyView()
         self.scopes: list[ScopeInfo] = []
         self._marker: tuple[object, ...] | None = None  # None until the first load
-        self._widths: list[int] = []
         self._unreachable: str | None = None  # why the database cannot be reached, if it cannot
 
     @property
@@ -74,7 +72,7 @@ class KeysScreen(Screen[None]):
         app = self.keys_app
         owner = "all owners" if app.owner is None else f"owner: {app.owner}"
         yield ContextLine(f"API keys · {owner}", app.database_label)
-        yield Input(
+        yield KeyFilter(
             placeholder="/ filter by name, public id, scope or owner", id="filter", compact=True
         )
         yield KeyTable(id="keys")
@@ -86,6 +84,7 @@ class KeysScreen(Screen[None]):
         table = self.query_one(KeyTable)
         table.display = False
         table.focus()
+        table.bind(self.keys_app.store, owner=self.keys_app.owner)  # the first rows, at once
         self.reload()
         self.set_interval(self.keys_app.poll_seconds, self.poll)
 
@@ -93,17 +92,15 @@ class KeysScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="load")
     def reload(self) -> None:
-        """Read keys and scopes from the store, off the event loop."""
+        """Read the change marker and scopes off the event loop (the table reads its rows)."""
         store = self.keys_app.store
         try:
             marker = store.change_marker()
-            keys = store.list_keys(self.keys_app.owner)
             scopes = store.list_scopes()
         except ApiKeyError as exc:
             self.post_message(StoreFailed(str(exc), while_loading=True))
             return
-        widths = column_widths(keys, self.columns)  # here, not on the event loop
-        self.post_message(KeysLoaded(keys, scopes, marker, widths))
+        self.post_message(KeysLoaded(scopes, marker))
 
     @work(thread=True, exclusive=True, group="poll")
     def poll(self) -> None:
@@ -125,55 +122,60 @@ class KeysScreen(Screen[None]):
         self.show_keys()
 
     def on_keys_loaded(self, message: KeysLoaded) -> None:
+        if self._marker is not None and message.marker != self._marker:
+            self.query_one(KeyTable).reload()  # the cursor follows its key (owner, name)
         self._marker = message.marker
-        self.scopes, self._widths = message.scopes, message.widths
-        self.view.load(message.keys)
-        self.show_keys()
+        self.scopes = message.scopes
 
-    @property
-    def columns(self) -> list[str]:
-        """The table's columns: an owner column only when showing every owner's keys."""
-        return columns(with_owner=self.keys_app.owner is None)
-
+    @on(KeyTable.Loaded)
     def show_keys(self) -> None:
-        """Show the keys matching the filter, keeping the cursor on its key."""
+        """Show the table, or say why it is empty; the status line counts and names the sort."""
         table = self.query_one(KeyTable)
-        text = self.query_one("#filter", Input).value
-        matching = self.view.matching(text)
-        table.sort_column, table.reverse = self.view.sort_column, self.view.reverse
-        table.show(matching, self.columns, self._widths, keep=table.selected)
+        if not table.loaded:
+            return
+        text = table.key_query.text.strip()
         empty = self.query_one("#empty", Static)
-        if not self.view.keys:
+        if table.total == 0 and not text:
             who = "anyone" if self.keys_app.owner is None else self.keys_app.owner
             empty.update(literal(f"No API keys for {who} yet. Press n to create the first one."))
-        elif not matching:
+        elif table.total == 0:
             empty.update(literal(f"No key matches {text!r}."))
-        table.display, empty.display = bool(matching), not matching
-        total = len(self.view.keys)
-        noun = "key" if total == 1 else "keys"
-        shown = f"{len(matching):,} of {total:,} {noun}"
-        if len(matching) == total:
-            shown = f"{total:,} {noun}"
-        arrow = "▼" if self.view.reverse else "▲"
-        sort = f"sorted by {COLUMNS[self.view.sort_column].lower()} {arrow}"
+        table.display, empty.display = table.total != 0, table.total == 0
+        if table.total is None:
+            shown = "counting keys…"
+        else:
+            noun = "key" if table.total == 1 else "keys"
+            shown = f"{table.total:,} {noun}" + (" match" if text else "")
+        arrow = "▼" if table.reverse else "▲"
+        sort = f"sorted by {COLUMNS[table.sort_column].lower()} {arrow} (s, S)"
+        times = "times in UTC" if table.absolute_times else "t: absolute times"
         status = self.query_one("#status", Static)
         if self._unreachable is not None:
             status.update(literal(f"⚠ showing the last keys read: {self._unreachable}"))
         else:
-            status.update(f"{shown} · {sort} · dates in UTC")
+            status.update(f"{shown} · {sort} · {times}")
         status.set_class(self._unreachable is not None, "error")
+
+    @on(KeyTable.Failed)
+    def _table_failed(self, event: KeyTable.Failed) -> None:
+        self.post_message(StoreFailed(event.reason, while_loading=True))
 
     def selected_key(self) -> KeyInfo | None:
         """The key under the table cursor, if the table shows any."""
         table = self.query_one(KeyTable)
         return table.selected if table.display else None
 
+    def selected_identity(self) -> tuple[str, str] | None:
+        """(owner, name) of the key under the cursor: the table keeps it through reloads."""
+        return self.query_one(KeyTable).selected_identity
+
     # --- filter and sort ----------------------------------------------------------------------
 
     @on(Input.Changed, "#filter")
-    def _filter_changed(self) -> None:
-        self.show_keys()
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self.query_one(KeyTable).set_filter(event.value)  # the database filters, in a worker
 
+    @on(KeyFilter.Left)
     @on(Input.Submitted, "#filter")
     def action_focus_table(self) -> None:
         self.query_one(KeyTable).focus()
@@ -182,17 +184,17 @@ class KeysScreen(Screen[None]):
         self.query_one("#filter", Input).focus()
 
     def action_sort(self) -> None:
-        order = self.columns
-        self.view.sort_by(order[(order.index(self.view.sort_column) + 1) % len(order)])
-        self.show_keys()
+        table = self.query_one(KeyTable)
+        order = [c for c in table.columns if c in SORTABLE]
+        table.sort_by(order[(order.index(table.sort_column) + 1) % len(order)], reverse=False)
 
     @on(KeyTable.SortRequested)
     def _header_clicked(self, event: KeyTable.SortRequested) -> None:
-        self.view.sort_by(event.column)
-        self.show_keys()
+        self.query_one(KeyTable).sort_by(event.column)
 
     def action_reload(self) -> None:
         self.reload()
+        self.query_one(KeyTable).reload()
 
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen())
@@ -211,12 +213,13 @@ class KeysScreen(Screen[None]):
         if not self.scopes:
             self.notify("The scope catalog is empty: add a scope with 'apikey-tui scopes add'.")
             return
-        existing = {(k.owner, k.name) for k in self.view.keys}
+        table = self.query_one(KeyTable)
         dialog = CreateKeyDialog(
             self.scopes,
             owner=app.owner or app.default_owner,
             ask_owner=app.owner is None,
-            taken=lambda owner, name: (owner, name) in existing,
+            # a quick hint from the rows read so far; the database's unique key is the judge
+            taken=lambda owner, name: table.known((owner, name)),
         )
         self.app.push_screen(dialog, self._create_requested)
 

@@ -11,12 +11,10 @@ from apikey_tui.store import CreatedKey, KeyInfo, ScopeInfo
 
 @dataclass
 class KeysLoaded(Message):
-    """The key list and scope catalog were read from the store."""
+    """The scope catalog and the change marker were read (the key table reads its own rows)."""
 
-    keys: list[KeyInfo]
     scopes: list[ScopeInfo]
     marker: tuple[object, ...]
-    widths: list[int]
 
 
 @dataclass

@@ -1,0 +1,244 @@
+"""The key table: windows read from the database, truncation with '…', pinned columns, keys.
+
+Store tests run on SQLite and PostgreSQL; pilot tests on SQLite with a fixed clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import insert
+from textual.pilot import Pilot
+from textual.strip import Strip
+
+from apikey_tui.models import KeyRow, KeyScopeRow
+from apikey_tui.store import SORTS, KeyQuery, KeyStore
+from apikey_tui.tui import key_table
+from apikey_tui.tui.key_table import KeyFilter, KeyTable, fit, relative
+from tests.tui.conftest import make_app
+from tests.tui.test_app import settle
+
+NOW = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
+LONG = "a-very-long-key-name-for-the-nightly-reporting-job-of-team-42"  # 61 characters
+LONG_TWIN = LONG[:-1] + "3"  # differs only in the last character
+
+
+@pytest.fixture(autouse=True)
+def fixed_clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Relative times are computed against NOW."""
+    monkeypatch.setattr(key_table, "now", lambda: NOW)
+    yield
+
+
+def add_keys(store: KeyStore, count: int, owner: str = "alice", prefix: str = "key") -> None:
+    """count keys named prefix-0000… with created one minute apart (fake hashes: display only)."""
+    rows = [
+        {
+            "owner": owner,
+            "name": f"{prefix}-{n:04d}",
+            "public_id": "ak" + (prefix + owner)[:6].ljust(6, "x") + f"{n:010d}",
+            "secret_hash": "not-a-hash",
+            "created_at": NOW - timedelta(minutes=count - n),
+            "last_used_at": None if n % 2 else NOW - timedelta(minutes=3 + n),
+        }
+        for n in range(count)
+    ]
+    with store.engine.begin() as conn:
+        conn.execute(insert(KeyRow), rows)
+        key = KeyRow.__table__  # type: ignore[attr-defined]
+        names = [r["name"] for r in rows]
+        ids = conn.execute(key.select().where(key.c.owner == owner, key.c.name.in_(names))).all()
+        conn.execute(insert(KeyScopeRow), [{"key_id": r.id, "scope": "project"} for r in ids])
+
+
+def line(table: KeyTable, y: int) -> str:
+    strip: Strip = table.render_line(y)
+    return "".join(segment.text for segment in strip)
+
+
+async def loaded(pilot: Pilot[Any]) -> KeyTable:
+    await settle(pilot)
+    return pilot.app.screen.query_one(KeyTable)
+
+
+# --- the store's window ---------------------------------------------------------------------------
+
+
+def test_window_count_and_position_agree_with_a_full_sort(store: KeyStore) -> None:
+    """Every sort, both directions: windows, keyset pages and positions match a Python sort."""
+    add_keys(store, 30)
+    add_keys(store, 5, owner="bob", prefix="b")
+    everything = store.list_keys()
+    sort_keys: dict[str, Any] = {
+        "owner": lambda k: (k.owner, k.name),
+        "name": lambda k: (k.name, k.owner),
+        "public_id": lambda k: k.public_id,
+        "created": lambda k: (k.created_at, k.owner, k.name),
+        "last_used": lambda k: (k.last_used_at is not None, k.last_used_at or NOW, k.owner, k.name),
+    }
+    for owner in (None, "alice"):
+        for sort in SORTS:
+            for reverse in (False, True):
+                query = KeyQuery(owner, "", sort, reverse)
+                mine = [k for k in everything if owner is None or k.owner == owner]
+                expected = sorted(mine, key=sort_keys[sort], reverse=reverse)
+                assert store.count_keys(query) == len(expected)
+                assert store.key_window(query, 0, 100) == expected, (owner, sort, reverse)
+                total = len(expected)
+                assert (
+                    store.key_window(query, 20, 7, total=total) == expected[20:27]
+                )  # from the end
+                assert store.key_window(query, 0, 5, after=expected[9]) == expected[10:15]
+                assert store.key_window(query, 0, 5, before=expected[9]) == expected[4:9]
+                for index in (0, 13, total - 1):
+                    key = expected[index]
+                    assert store.key_position(query, key.owner, key.name) == index
+
+
+def test_window_filter_matches_name_id_owner_and_scope(store: KeyStore) -> None:
+    """The filter is case-insensitive; '%' and '_' are literal; a scope name matches its keys."""
+    add_keys(store, 3)
+    store.create_key("bob", "Deploy_Prod", ["serving"])
+
+    def names(text: str) -> list[str]:
+        return [k.name for k in store.key_window(KeyQuery(None, text), 0, 50)]
+
+    assert names("deploy_") == ["Deploy_Prod"]
+    assert names("%") == []
+    assert names("serv") == ["Deploy_Prod"]  # the scope
+    assert names("BOB") == ["Deploy_Prod"]  # the owner
+    assert names("key-0001") == ["key-0001"]
+    assert store.key_position(KeyQuery(None, "serv"), "alice", "key-0001") is None
+
+
+# --- drawing ------------------------------------------------------------------------------------
+
+
+def test_fit_cuts_with_an_ellipsis_and_relative_times_read_naturally() -> None:
+    """A cut cell ends in '…'; times read 'just now', '3 min ago', '2 d ago', 'never'."""
+    assert fit("abcdef", 4) == "abc…" and fit("ab", 4) == "ab  "
+    assert relative(NOW - timedelta(seconds=5), NOW) == "just now"
+    assert relative(NOW - timedelta(minutes=3), NOW) == "3 min ago"
+    assert relative(NOW - timedelta(days=2, hours=1), NOW) == "2 d ago"
+    assert relative(None, NOW) == "never"
+
+
+async def test_long_names_are_cut_with_an_ellipsis_and_stay_apart(tui_store: KeyStore) -> None:
+    """Two 61-character names that differ at the end show '…', not two identical cut names."""
+    tui_store.create_key("alice", LONG, ["project"])
+    tui_store.create_key("alice", LONG_TWIN, ["project"])
+    app = make_app(tui_store)
+    async with app.run_test(size=(80, 24)) as pilot:
+        table = await loaded(pilot)
+        first, second = line(table, 1), line(table, 2)
+        assert "…" in first and "…" in second
+        assert LONG[:20] in first
+        assert table.row_text(0)[0] == LONG  # the value itself is whole
+
+
+async def test_all_owners_at_80_columns_pins_owner_and_name(tui_store: KeyStore) -> None:
+    """--all at 80 columns shows every column; the right arrow never moves owner or name."""
+    tui_store.create_key("a-rather-long-owner-name", LONG, ["project", "serving"])
+    app = make_app(tui_store, owner=None)
+    async with app.run_test(size=(80, 24)) as pilot:
+        table = await loaded(pilot)
+        header = line(table, 0)
+        for title in ("Owner", "Name", "Public id", "Scopes", "Created", "Last used"):
+            assert title in header
+        row = line(table, 1)
+        assert row.startswith(" a-rather…") and "a-very-long…" in row
+        await pilot.press("right", "right", "right", "end")
+        assert line(table, 1).startswith(row[:30])
+
+
+async def test_j_k_g_and_capital_g_move_the_cursor(tui_store: KeyStore) -> None:
+    """j/k move one row; G goes to the last key (read from the database), g to the first."""
+    add_keys(tui_store, 250)
+    app = make_app(tui_store)
+    async with app.run_test(size=(100, 30)) as pilot:
+        table = await loaded(pilot)
+        await pilot.press("j", "j", "k")
+        assert table.cursor_row == 1
+        await pilot.press("G")
+        await settle(pilot)
+        assert table.selected is not None and table.selected.name == "key-0249"
+        await pilot.press("g")
+        assert table.selected is not None and table.selected.name == "key-0000"
+
+
+async def test_capital_s_reverses_the_sort(tui_store: KeyStore) -> None:
+    """S flips the order of the current column; the header arrow says so."""
+    add_keys(tui_store, 3)
+    app = make_app(tui_store)
+    async with app.run_test(size=(100, 30)) as pilot:
+        table = await loaded(pilot)
+        assert [k.name for k in table.rows] == ["key-0000", "key-0001", "key-0002"]
+        await pilot.press("S")
+        await settle(pilot)
+        assert [k.name for k in table.rows] == ["key-0002", "key-0001", "key-0000"]
+        assert "Name ▼" in line(table, 0)
+
+
+async def test_escape_clears_the_filter(tui_store: KeyStore) -> None:
+    """Escape in the filter empties it (every key is back); a second Escape returns to the table."""
+    add_keys(tui_store, 3)
+    tui_store.create_key("alice", "deploy", ["project"])
+    app = make_app(tui_store)
+    async with app.run_test(size=(100, 30)) as pilot:
+        table = await loaded(pilot)
+        await pilot.press("slash", "d", "e", "p")
+        await settle(pilot)
+        assert [k.name for k in table.rows] == ["deploy"]
+        await pilot.press("escape")
+        await settle(pilot)
+        box = app.screen.query_one(KeyFilter)
+        assert box.value == "" and len(table.rows) == 4 and box.has_focus
+        await pilot.press("escape")
+        assert table.has_focus
+
+
+async def test_times_are_relative_and_t_shows_them_absolute(tui_store: KeyStore) -> None:
+    """With a fixed clock the row reads '3 min ago'; t switches to the UTC time and back."""
+    add_keys(tui_store, 1)
+    app = make_app(tui_store)
+    async with app.run_test(size=(100, 30)) as pilot:
+        table = await loaded(pilot)
+        assert table.row_text(0)[3:] == ["1 min ago", "3 min ago"]
+        await pilot.press("t")
+        assert table.row_text(0)[3:] == ["2026-11-20 11:59", "2026-11-20 11:57"]
+        await pilot.press("t")
+        assert "3 min ago" in line(table, 1)
+
+
+async def test_a_large_table_reads_only_a_window(tui_store: KeyStore) -> None:
+    """With 3,000 keys the table holds a few hundred rows, counts all, and pages on demand."""
+    add_keys(tui_store, 3000)
+    app = make_app(tui_store)
+    async with app.run_test(size=(100, 30)) as pilot:
+        table = await loaded(pilot)
+        assert table.total == 3000 and len(table.rows) <= 200
+        await pilot.press("pagedown", "pagedown")
+        await settle(pilot)
+        assert table.selected is not None and table.selected.name == f"key-{table.cursor_row:04d}"
+
+
+async def test_selection_follows_its_key_through_a_reload_in_a_window(tui_store: KeyStore) -> None:
+    """Keys added before the selected one move it down; the cursor stays on it (by identity)."""
+    add_keys(tui_store, 300)
+    app = make_app(tui_store)
+    async with app.run_test(size=(100, 30)) as pilot:
+        table = await loaded(pilot)
+        await pilot.press("G")
+        await settle(pilot)
+        await pilot.press("k", "k")
+        chosen = table.selected_identity
+        assert chosen == ("alice", "key-0297")
+        add_keys(tui_store, 50, prefix="a-early")  # sorts before every 'key-…'
+        tui_store.create_key("alice", "a-marker", ["project"])  # an event: the marker moves
+        await pilot.pause(0.5)
+        await settle(pilot)
+        assert table.total == 351
+        assert table.selected_identity == chosen and table.cursor_row == 348
