@@ -377,7 +377,58 @@ def test_read_only_commands_never_create_a_database(
     code, out, err = run(capsys, url, *args)
     assert (code, out) == (1, "")
     assert err == (
-        f"apikey-tui: no database at {tmp_path / 'typo' / 'keys.db'}; "
-        "create a key or run apikey-tui once to create it\n"
+        f"apikey-tui: no database at {tmp_path / 'typo' / 'keys.db'}; check the path, or "
+        "create it with 'apikey-tui keys create NAME --scope SCOPE' or 'apikey-tui db upgrade'\n"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+def _as_if_in_a_terminal(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Pretend stdin and stdout are a terminal and record the app's runs instead of drawing."""
+    from apikey_tui.tui.app import ApiKeysApp
+
+    ran: list[str] = []
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    monkeypatch.setattr(ApiKeysApp, "run", lambda self: ran.append(self.database_label))
+    return ran
+
+
+def test_the_app_never_creates_a_database_at_a_path_given_to_it(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The app on a missing SQLite path (flag or environment) says so in one line, exit 1."""
+    ran = _as_if_in_a_terminal(monkeypatch)
+    missing = tmp_path / "typo" / "keys.db"
+    code, out, err = run(capsys, f"sqlite:///{missing}")
+    assert (code, out, ran) == (1, "", [])
+    assert err.startswith(f"apikey-tui: no database at {missing}; ") and err.count("\n") == 1
+    monkeypatch.setenv("APIKEY_TUI_DATABASE_URL", f"sqlite:///{missing}")
+    assert main([]) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_app_creates_the_default_database_on_a_first_run(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """With no URL given, the first run creates the default SQLite file and opens the app on it."""
+    ran = _as_if_in_a_terminal(monkeypatch)
+    monkeypatch.delenv("APIKEY_TUI_DATABASE_URL", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    assert main([]) == 0
+    assert (tmp_path / "apikey-tui" / "keys.db").exists() and len(ran) == 1
+
+
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///:memory:"])
+@pytest.mark.parametrize("args", [[], ["keys", "create", "k", "--scope", "project"], ["events"]])
+def test_an_in_memory_database_is_refused(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    url: str,
+    args: list[str],
+) -> None:
+    """sqlite:// and sqlite:///:memory: are a usage error (exit 2, one line): keys would be lost."""
+    ran = _as_if_in_a_terminal(monkeypatch)
+    code, out, err = run(capsys, url, *args)
+    assert (code, out, ran) == (2, "", [])
+    assert "in-memory SQLite database" in err and err.count("\n") == 1

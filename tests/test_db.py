@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sqlite3
 import stat
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -29,8 +31,9 @@ def test_sqlite_file_is_created_owner_only(tmp_path: Path) -> None:
 
 
 def test_sqlite_runs_in_wal_with_full_sync_and_busy_timeout(sqlite_url: str) -> None:
-    """Every SQLite connection uses WAL, synchronous=FULL, a busy timeout and foreign keys."""
+    """A checked SQLite database is in WAL; every connection has FULL sync, timeout, FKs."""
     engine = make_engine(sqlite_url)
+    ensure_schema(engine)
     with engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
         assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 2  # FULL
@@ -94,6 +97,30 @@ def test_newer_schema_version_is_refused(database_url: str, revision: str, messa
         with pytest.raises(SchemaVersionError, match=message):
             ensure_schema(engine, create=create)
     engine.dispose()
+
+
+def test_a_newer_sqlite_database_is_refused_before_its_journal_mode_changes(
+    tmp_path: Path,
+) -> None:
+    """Opening a newer release's SQLite file (store, CLI) refuses it and leaves it in its mode."""
+    path = tmp_path / "newer.db"
+    engine = make_engine(f"sqlite:///{path}")
+    ensure_schema(engine)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE apikey_tui_alembic_version SET version_num = '0099'"))
+    engine.dispose()
+    with sqlite3.connect(path) as raw:
+        raw.execute("PRAGMA journal_mode=DELETE")
+    before = path.read_bytes()
+    for create in (True, False):
+        engine = make_engine(f"sqlite:///{path}", create=create)
+        with pytest.raises(SchemaVersionError, match="newer than this release"):
+            ensure_schema(engine, create=create)
+        engine.dispose()
+    assert path.read_bytes() == before
+    assert not Path(f"{path}-wal").exists()
+    with closing(sqlite3.connect(path)) as raw:
+        assert raw.execute("PRAGMA journal_mode").fetchone() == ("delete",)
 
 
 def test_older_schema_is_refused_with_the_upgrade_command(database_url: str) -> None:

@@ -195,13 +195,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(arguments: list[str]) -> int:
     args = build_parser().parse_args(arguments)
-    from apikey_tui.config import current_user, resolve_database_url  # SQLAlchemy: see above
+    from apikey_tui.config import (  # SQLAlchemy: see above
+        DATABASE_URL_ENV,
+        current_user,
+        resolve_database_url,
+    )
 
     try:
         url = resolve_database_url(getattr(args, "database_url", None))
         owner = getattr(args, "owner", None) or current_user()
         if args.command is None:
-            return _open_app(url, owner, all_owners=getattr(args, "all", False))
+            # The app creates a missing SQLite file only at the default location (a first run);
+            # a path given by flag or environment that does not exist is a mistake, not a wish.
+            default = getattr(args, "database_url", None) is None and not os.environ.get(
+                DATABASE_URL_ENV
+            )
+            return _open_app(url, owner, all_owners=getattr(args, "all", False), create=default)
         if args.command == "db":  # works on a database of any version: opens no store
             run_db: Callable[[str, argparse.Namespace], int] = args.run_db
             return run_db(url, args)
@@ -237,7 +246,8 @@ def _open_store(url: str, *, create: bool) -> KeyStore:
         return KeyStore.open(url)
     if not os.path.exists(path):  # a mistyped path must not become a new, empty database
         raise StoreUnavailableError(
-            f"no database at {path}; create a key or run apikey-tui once to create it"
+            f"no database at {path}; check the path, or create it with "
+            "'apikey-tui keys create NAME --scope SCOPE' or 'apikey-tui db upgrade'"
         )
     engine = make_engine(url, create=False)
     try:
@@ -248,7 +258,7 @@ def _open_store(url: str, *, create: bool) -> KeyStore:
     return KeyStore(engine)
 
 
-def _open_app(url: str, owner: str, *, all_owners: bool) -> int:
+def _open_app(url: str, owner: str, *, all_owners: bool, create: bool) -> int:
     if not (sys.stdin.isatty() and sys.stdout.isatty()):  # else it waits forever for keys
         print(
             "apikey-tui: the terminal app needs a terminal on stdin and stdout; "
@@ -256,10 +266,14 @@ def _open_app(url: str, owner: str, *, all_owners: bool) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    # Imported here so that scripts and services never pay for the terminal framework.
-    from apikey_tui.tui.app import run_app
+    store = _open_store(url, create=create)  # refused before the screen changes
+    try:
+        # Imported here so that scripts and services never pay for the terminal framework.
+        from apikey_tui.tui.app import run_app
 
-    return run_app(url, owner=None if all_owners else owner)
+        return run_app(store, owner=None if all_owners else owner)
+    finally:
+        store.close()
 
 
 def _emit(args: argparse.Namespace, data: Any, human: Callable[[TextIO], None]) -> int:

@@ -36,14 +36,20 @@ def resolve_database_url(flag: str | None, env: Mapping[str, str] | None = None)
 
     An empty environment variable counts as unset; an empty --database-url is refused, since it
     is almost always a script expanding a variable that is not set. Raises DatabaseUrlError
-    for any URL parse_database_url refuses.
+    for any URL parse_database_url refuses, and for an in-memory SQLite database.
     """
     env = os.environ if env is None else env
     if flag is not None:
         url = flag
     else:
         url = env.get(DATABASE_URL_ENV) or f"sqlite:///{default_database_path(env)}"
-    parse_database_url(url)
+    parsed = parse_database_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
+        # Fine for tests and services' fixtures, never for the admin tools: it dies with them.
+        raise DatabaseUrlError(
+            "an in-memory SQLite database (sqlite:// or sqlite:///:memory:) loses every key "
+            "when apikey-tui exits; use sqlite:///PATH or postgresql://USER@HOST/DBNAME"
+        )
     return url
 
 

@@ -112,7 +112,8 @@ def _sqlite_engine(url: URL, *, create: bool) -> Engine:
         # Take over transaction control from the sqlite3 module so BEGIN IMMEDIATE is possible.
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")  # readers never block the writer
+        # No journal mode here: WAL is a property of the file, set by ensure_schema once the
+        # database is known to be ours and of a version we accept (`use_wal`).
         cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
         cursor.execute("PRAGMA synchronous=FULL")  # a committed delete survives a power cut
         cursor.execute("PRAGMA foreign_keys=ON")
@@ -212,12 +213,33 @@ def ensure_schema(engine: Engine, *, create: bool = True) -> None:
     # A check that may not create only reads: it need not queue for SQLite's write lock.
     with _schema_transaction(engine, write=create) as conn:
         schema.ensure(conn, create=create)
+    use_wal(engine)  # only now: a database we refuse is never changed, not even its journal
+
+
+def use_wal(engine: Engine) -> None:
+    """Put a SQLite database in WAL mode (readers never block the writer); it stays so.
+
+    WAL is a property of the file. It is switched only after the schema check, so a database
+    from a newer release is refused untouched; a database already in WAL costs one pragma.
+    """
+    if engine.dialect.name != "sqlite" or engine.url.database in (None, "", ":memory:"):
+        return
+    with database_errors(engine):
+        raw = engine.raw_connection()
+        try:
+            cursor = raw.cursor()  # autocommit (isolation_level None): a pragma outside BEGIN
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.close()
+        finally:
+            raw.close()
 
 
 def upgrade_schema(engine: Engine) -> tuple[int | None, int]:
     """Upgrade the database in place, in one transaction; return (version before, after)."""
     with _schema_transaction(engine, write=True) as conn:
-        return schema.upgrade(conn)
+        versions = schema.upgrade(conn)
+    use_wal(engine)
+    return versions
 
 
 @contextmanager

@@ -1,4 +1,4 @@
-"""ApiKeysApp: assembled from a store and labels; run_app opens it on a database URL."""
+"""ApiKeysApp: assembled from a store and labels; run_app runs it on a store the CLI opened."""
 
 from __future__ import annotations
 
@@ -86,11 +86,7 @@ class ApiKeysApp(App[None]):
             )
 
 
-def run_app(database_url: str, *, owner: str | None) -> int:
-    """Open the app on a database; return the process exit code."""
-    store = KeyStore.open(database_url)
-    try:
-        ApiKeysApp(store, owner=owner, database_label=store.label).run()
-    finally:
-        store.close()
+def run_app(store: KeyStore, *, owner: str | None) -> int:
+    """Run the app on an open store (the CLI decides whether it may create the database)."""
+    ApiKeysApp(store, owner=owner, database_label=store.label).run()
     return 0
