@@ -14,6 +14,7 @@ from textual.pilot import Pilot
 from textual.widgets import Button, Input, SelectionList, Static
 
 from apikey_tui import keyformat
+from apikey_tui.errors import StoreUnavailableError
 from apikey_tui.store import KeyStore
 from apikey_tui.tui.app import ApiKeysApp
 from apikey_tui.tui.context_line import ContextLine, fit_context, short_database
@@ -616,3 +617,57 @@ async def test_a_mouse_selection_of_the_folded_key_copies_it_whole(tui_store: Ke
             tui_store.get_key("alice", "drag").public_id
         )
         assert "Sent" in str(reveal.query_one("#copy-status", Static).render())
+
+
+async def test_left_and_right_move_between_the_confirm_buttons(tui_store: KeyStore) -> None:
+    """In a confirmation Left and Right move the focus between Cancel and the action button."""
+    tui_store.create_key("alice", "k", ["project"])
+    app = make_app(tui_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("d")
+        assert isinstance(app.screen, ConfirmDialog)
+        seen = [app.focused.id if app.focused else None]
+        for key in ("left", "right", "right"):
+            await pilot.press(key)
+            seen.append(app.focused.id if app.focused else None)
+        assert seen == ["cancel", "confirm", "cancel", "confirm"]
+        await pilot.press("escape")
+    assert [k.name for k in tui_store.list_keys("alice")] == ["k"]
+
+
+async def test_tab_never_lands_on_cancel_in_the_create_dialog(tui_store: KeyStore) -> None:
+    """Tab cycles name, scopes and (when enabled) Create, never Cancel; Enter never discards."""
+    app = make_app(tui_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        dialog = await open_create(pilot, "tabbed", [])
+        seen = set()
+        for _ in range(6):
+            await pilot.press("tab")
+            seen.add(app.focused.id if app.focused else None)
+        assert "cancel" not in seen and {"name", "scopes"} <= seen
+        await pilot.press("enter")  # wherever the focus is, the typed name is not thrown away
+        assert app.screen is dialog and dialog.query_one("#name", Input).value == "tabbed"
+
+
+async def test_a_failed_write_is_one_toast_not_two(
+    tui_store: KeyStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When a write and the reload after it fail for the same reason, one toast says so."""
+    tui_store.create_key("alice", "k", ["project"])
+    app = make_app(tui_store)
+    app.poll_seconds = 60
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+
+        def down(*args: object, **kwargs: object) -> None:
+            raise StoreUnavailableError("database unavailable (test): it is down")
+
+        monkeypatch.setattr(tui_store, "delete_key", down)
+        monkeypatch.setattr(tui_store, "list_keys", down)
+        monkeypatch.setattr(tui_store, "change_marker", down)
+        await pilot.press("d", "y")
+        await settle(pilot)
+        messages = [n.message for n in app._notifications]
+        assert messages.count("database unavailable (test): it is down") == 1

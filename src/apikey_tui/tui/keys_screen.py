@@ -58,6 +58,8 @@ class KeysScreen(Screen[None]):
         self.scopes: list[ScopeInfo] = []
         self._marker: tuple[object, ...] | None = None  # None until the first load
         self._unreachable: str | None = None  # why the database cannot be reached, if it cannot
+        # The reason a write just failed, while the reload after it runs: one toast says it once.
+        self._reloading_after: str | None = None
 
     @property
     def keys_app(self) -> ApiKeysApp:
@@ -122,6 +124,7 @@ class KeysScreen(Screen[None]):
         self.show_keys()
 
     def on_keys_loaded(self, message: KeysLoaded) -> None:
+        self._reloading_after = None
         if self._marker is not None and message.marker != self._marker:
             self.query_one(KeyTable).reload()  # the cursor follows its key (owner, name)
         self._marker = message.marker
@@ -314,10 +317,14 @@ class KeysScreen(Screen[None]):
         )
 
     def on_store_failed(self, message: StoreFailed) -> None:
-        self.notify(message.reason, title="Not done", severity="error", markup=False)
+        repeat = message.while_loading and message.reason == self._reloading_after
+        self._reloading_after = None
+        if not repeat:
+            self.notify(message.reason, title="Not done", severity="error", markup=False)
         if message.while_loading:
             if self._marker is None:
                 empty = self.query_one("#empty", Static)
                 empty.update(literal(f"Could not load keys: {message.reason}. Press F5 to retry."))
         else:
+            self._reloading_after = message.reason
             self.reload()  # e.g. someone else deleted the key meanwhile: show the truth

@@ -17,6 +17,7 @@ class ConfirmDialog(ModalScreen[bool]):
     BINDINGS = [
         Binding("escape", "answer(False)", "Cancel"),
         Binding("y", "answer(True)", "Yes"),
+        Binding("left,right", "other_button", "Other button", show=False),
     ]
 
     def __init__(self, title: str, body: str, confirm_label: str) -> None:
@@ -26,7 +27,8 @@ class ConfirmDialog(ModalScreen[bool]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog danger"):
             yield Static(literal(self._title), classes="dialog-title")
-            with VerticalScroll(classes="dialog-scroll"):
+            # Not focusable: Tab, Left and Right move between the two buttons only.
+            with VerticalScroll(classes="dialog-scroll", can_focus=False):
                 yield Static(literal(self._body), classes="dialog-body")
             with Horizontal(classes="buttons"):
                 yield Button(self._confirm_label, variant="error", id="confirm")
@@ -37,6 +39,11 @@ class ConfirmDialog(ModalScreen[bool]):
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss(event.button.id == "confirm")
+
+    def action_other_button(self) -> None:
+        """Move the focus to the button that does not have it (Cancel when neither does)."""
+        other = "confirm" if self.focused is not None and self.focused.id == "cancel" else "cancel"
+        self.query_one(f"#{other}", Button).focus()
 
     def action_answer(self, answer: bool) -> None:
         self.dismiss(answer)

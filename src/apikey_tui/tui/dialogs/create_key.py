@@ -76,7 +76,11 @@ class CreateKeyDialog(ModalScreen[NewKeyRequest | None]):
                 yield Static("", id="scope-error", classes="error")
             with Horizontal(classes="buttons"):
                 yield Button("Create", variant="primary", id="create", disabled=True)
-                yield Button("Cancel", id="cancel")
+                # Tab never lands on Cancel, so Enter cannot throw the input away by accident:
+                # Escape cancels (or a click); Tab moves between the name, the scopes and Create.
+                cancel = Button("Cancel (Esc)", id="cancel")
+                cancel.can_focus = False
+                yield cancel
 
     def on_mount(self) -> None:
         self.query_one("#name", Input).focus()
