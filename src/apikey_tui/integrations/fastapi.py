@@ -1,4 +1,9 @@
-"""FastAPI: a dependency that yields the Caller, answering failures as problem+json."""
+"""FastAPI: a dependency that yields the Caller, answering failures as problem+json.
+
+The dependency is also a FastAPI security scheme, so the OpenAPI document names the ApiKey
+scheme, each route's `security` lists the scopes it needs, and Swagger UI's Authorize button
+sends the header (see ApiKeyAuth).
+"""
 
 from __future__ import annotations
 
@@ -6,9 +11,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from fastapi import FastAPI
-from fastapi.params import Depends
+from fastapi.openapi.models import APIKey
+from fastapi.params import Security
 from fastapi.requests import HTTPConnection
 from fastapi.responses import Response
+from fastapi.security.base import SecurityBase
 from starlette.types import ExceptionHandler
 from starlette.websockets import WebSocket, WebSocketState
 
@@ -16,17 +23,84 @@ from apikey_tui.errors import AuthError
 from apikey_tui.integrations.asgi import DENIAL_EXTENSION, POLICY_VIOLATION, authorization_header
 from apikey_tui.verifier import Caller, Verifier
 
+SCHEME_NAME = "ApiKey"  # the key of components.securitySchemes
+PROBLEM_SCHEMA = "ApiKeyProblem"  # the key of components.schemas for the problem+json bodies
+_PROBLEM = "application/problem+json"
+
+# Swagger UI's Authorize dialog can send an `http` scheme only for "basic" and "bearer" (any
+# other scheme name is shown as unsupported), so the scheme is an apiKey in the Authorization
+# header: what is typed into the dialog is sent as the whole header value.
+SCHEME_DESCRIPTION = (
+    "Send `Authorization: ApiKey <key>`. In Swagger UI's Authorize dialog type the whole value: "
+    "the word `ApiKey`, a space, then the key. A route's security requirement lists the scopes "
+    "the key must hold (all of them)."
+)
+
+_PROBLEM_SCHEMA: dict[str, Any] = {
+    "title": "Problem",
+    "description": "An RFC 9457 problem; it never echoes the presented key.",
+    "type": "object",
+    "required": ["type", "title", "status", "detail"],
+    "properties": {
+        "type": {"type": "string", "example": "about:blank"},
+        "title": {"type": "string", "example": "Unauthorized"},
+        "status": {"type": "integer", "example": 401},
+        "detail": {"type": "string", "example": "the API key is not valid"},
+        "missing_scopes": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "403 only: the scopes the key lacks",
+        },
+    },
+}
+
+
+class ApiKeyDependency(SecurityBase):
+    """The dependency: checks the request's key for `scopes` and returns the Caller.
+
+    Being a SecurityBase is what puts the scheme in the OpenAPI document; at run time it is one
+    dependency call, like a plain function.
+    """
+
+    def __init__(self, verifier: Verifier, scopes: tuple[str, ...], model: APIKey, name: str):
+        self.verifier, self.scopes = verifier, scopes
+        self.model, self.scheme_name = model, name
+
+    async def __call__(self, connection: HTTPConnection) -> Caller:
+        # Read the raw ASGI headers: no Headers object, no list, and the same rule for two
+        # Authorization headers as the middleware.
+        header = authorization_header(connection.scope["headers"])
+        caller = self.verifier.cached(header, self.scopes)
+        return caller or await self.verifier.verify_async(header, self.scopes)
+
 
 class ApiKeyAuth:
     """Use: `auth = ApiKeyAuth(verifier)`; `auth.install(app)`; then in a route (HTTP or
     WebSocket), `caller: Caller = auth.require("project")`.
+
+    OpenAPI: `components.securitySchemes.ApiKey` is `{"type": "apiKey", "in": "header",
+    "name": "Authorization"}`; each route that requires a key has `security: [{"ApiKey":
+    [scopes]}]` (OpenAPI 3.1 allows role names there for non-OAuth schemes); install() adds the
+    400/401/403/503 problem+json responses to those routes.
     """
 
-    def __init__(self, verifier: Verifier) -> None:
+    def __init__(
+        self, verifier: Verifier, *, scheme_name: str = SCHEME_NAME, description: str | None = None
+    ) -> None:
         self.verifier = verifier
+        self.scheme_name = scheme_name
+        self.model = APIKey.model_validate(
+            {
+                "type": "apiKey",
+                "in": "header",
+                "name": "Authorization",
+                "description": SCHEME_DESCRIPTION if description is None else description,
+            }
+        )
 
     def install(self, app: FastAPI) -> None:
-        """Register the handler that turns a failed check into its RFC 9457 response."""
+        """Register the handler that turns a failed check into its RFC 9457 response, and add
+        those answers to the OpenAPI document of every route that requires a key."""
 
         async def handle(connection: HTTPConnection, exc: Exception) -> Response | None:
             assert isinstance(exc, AuthError)
@@ -46,18 +120,76 @@ class ApiKeyAuth:
         # Starlette types a handler as HTTP-only or WebSocket-only; this one answers both.
         app.add_exception_handler(AuthError, cast(ExceptionHandler, handle))
 
+        build = app.openapi
+
+        def openapi() -> dict[str, Any]:
+            document = build()  # FastAPI caches it: this adds to the same dict, idempotently
+            add_problem_responses(document, self.scheme_name)
+            return document
+
+        app.openapi = openapi  # type: ignore[method-assign]
+
     def require(self, *scopes: str) -> Any:
         """A dependency that checks the key and that it holds all of `scopes`."""
-        return Depends(self.dependency(*scopes))
+        return Security(self.dependency(*scopes), scopes=list(scopes))
 
     def dependency(self, *scopes: str) -> Callable[[HTTPConnection], Awaitable[Caller]]:
-        """The bare dependency function, for `Depends(...)` or `dependencies=[...]`."""
+        """The bare dependency, for `Security(..., scopes=[...])` or `dependencies=[...]`.
 
-        async def check(connection: HTTPConnection) -> Caller:
-            # Read the raw ASGI headers: no Headers object, no list, and the same rule for two
-            # Authorization headers as the middleware.
-            header = authorization_header(connection.scope["headers"])
-            caller = self.verifier.cached(header, scopes)
-            return caller or await self.verifier.verify_async(header, scopes)
+        With `Depends(...)` it checks the same, but the OpenAPI document lists no scopes.
+        """
+        return ApiKeyDependency(self.verifier, scopes, self.model, self.scheme_name)
 
-        return check
+
+def add_problem_responses(document: dict[str, Any], scheme_name: str = SCHEME_NAME) -> None:
+    """Add the refusals to every operation that requires the scheme (400, 401, 503; and 403
+    where scopes are required), each an `application/problem+json` ApiKeyProblem."""
+    ref = {"$ref": f"#/components/schemas/{PROBLEM_SCHEMA}"}
+    content = {_PROBLEM: {"schema": ref}}
+    challenge = {
+        "WWW-Authenticate": {
+            "description": 'ApiKey realm="…", with error="invalid_token" for a bad key',
+            "schema": {"type": "string"},
+        }
+    }
+    used = False
+    for item in document.get("paths", {}).values():
+        for operation in item.values():
+            if not isinstance(operation, dict):
+                continue
+            requirements = [r for r in operation.get("security", ()) if scheme_name in r]
+            if not requirements:
+                continue
+            used = True
+            responses = operation.setdefault("responses", {})
+            responses.setdefault(
+                "400",
+                {"description": "Malformed Authorization header", "content": content},
+            )
+            responses.setdefault(
+                "401",
+                {
+                    "description": "No API key, or one that is not valid",
+                    "headers": challenge,
+                    "content": content,
+                },
+            )
+            if any(r[scheme_name] for r in requirements):
+                responses.setdefault(
+                    "403",
+                    {
+                        "description": "The API key lacks a required scope (missing_scopes)",
+                        "content": content,
+                    },
+                )
+            responses.setdefault(
+                "503",
+                {
+                    "description": "API keys cannot be checked right now",
+                    "headers": {"Retry-After": {"schema": {"type": "integer"}}},
+                    "content": content,
+                },
+            )
+    if used:
+        schemas = document.setdefault("components", {}).setdefault("schemas", {})
+        schemas.setdefault(PROBLEM_SCHEMA, _PROBLEM_SCHEMA)

@@ -1,0 +1,161 @@
+"""The ApiKey scheme in FastAPI's OpenAPI document, and requests built as Swagger UI builds them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi import FastAPI, WebSocket
+from fastapi.openapi.models import OpenAPI
+from fastapi.testclient import TestClient
+
+from apikey_tui.integrations.fastapi import PROBLEM_SCHEMA, SCHEME_NAME, ApiKeyAuth
+from apikey_tui.store import KeyStore
+from apikey_tui.verifier import Caller, Verifier
+from tests.conftest import CHEAP
+
+
+def build_app(verifier: Verifier) -> FastAPI:
+    """A FastAPI app with a public route, routes needing scopes, one needing any key, a socket."""
+    app = FastAPI()
+    auth = ApiKeyAuth(verifier)
+    auth.install(app)
+
+    @app.get("/health")
+    def health() -> str:
+        return "ok"
+
+    @app.get("/projects")
+    def projects(caller: Caller = auth.require("project")) -> str:  # noqa: B008
+        return f"{caller.owner}/{caller.key_name}"
+
+    @app.post("/models/{model}/predict")
+    def predict(model: str, caller: Caller = auth.require("serving", "project")) -> str:  # noqa: B008
+        return f"{caller.owner}/{caller.key_name}/{model}"
+
+    @app.get("/whoami", dependencies=[auth.require()])
+    def whoami() -> str:
+        return "any key"
+
+    @app.websocket("/feed")
+    async def feed(websocket: WebSocket, caller: Caller = auth.require("project")) -> None:  # noqa: B008
+        await websocket.accept()
+        await websocket.close()
+
+    return app
+
+
+def swagger_ui_headers(
+    document: dict[str, Any], path: str, method: str, typed: str
+) -> dict[str, str]:
+    """The headers Swagger UI adds once `typed` is entered in Authorize (swagger-js rules).
+
+    For each scheme of the operation's security requirements: an `apiKey` in a header sends the
+    typed value as that header; an `http` scheme sends `Bearer <value>` for bearer and nothing
+    for a scheme Swagger UI does not support.
+    """
+    schemes = document["components"]["securitySchemes"]
+    headers: dict[str, str] = {}
+    for requirement in document["paths"][path][method].get("security", []):
+        for name in requirement:
+            scheme = schemes[name]
+            if scheme["type"] == "apiKey" and scheme["in"] == "header":
+                headers[scheme["name"]] = typed
+            elif scheme["type"] == "http" and scheme["scheme"].lower() == "bearer":
+                headers["Authorization"] = f"Bearer {typed}"
+    return headers
+
+
+@pytest.fixture
+def document() -> Iterator[dict[str, Any]]:
+    """The OpenAPI document of build_app (no key database is asked to produce it)."""
+    verifier = Verifier.from_url("sqlite://", hasher=CHEAP)
+    with TestClient(build_app(verifier)) as client:
+        response = client.get("/openapi.json")
+        assert response.status_code == 200
+        yield response.json()
+    verifier.close()
+
+
+def test_security_scheme_is_an_api_key_in_the_authorization_header(
+    document: dict[str, Any],
+) -> None:
+    """components.securitySchemes holds one apiKey scheme in the Authorization header."""
+    assert document["components"]["securitySchemes"] == {
+        SCHEME_NAME: {
+            "type": "apiKey",
+            "in": "header",
+            "name": "Authorization",
+            "description": document["components"]["securitySchemes"][SCHEME_NAME]["description"],
+        }
+    }
+    assert "ApiKey <key>" in document["components"]["securitySchemes"][SCHEME_NAME]["description"]
+    OpenAPI.model_validate(document)  # FastAPI's own model of an OpenAPI document accepts it
+
+
+def test_each_route_lists_the_scopes_it_requires(document: dict[str, Any]) -> None:
+    """Per-route security names the scheme with the route's scopes; a public route has none."""
+    paths = document["paths"]
+    assert paths["/projects"]["get"]["security"] == [{SCHEME_NAME: ["project"]}]
+    assert paths["/models/{model}/predict"]["post"]["security"] == [
+        {SCHEME_NAME: ["serving", "project"]}
+    ]
+    assert paths["/whoami"]["get"]["security"] == [{SCHEME_NAME: []}]
+    assert "security" not in paths["/health"]["get"]
+    assert "/feed" not in paths  # OpenAPI has no WebSockets; the route is still checked
+
+
+def test_refusals_are_documented_as_problem_json(document: dict[str, Any]) -> None:
+    """Routes needing a key document 400/401/503 (and 403 with scopes) as problem+json."""
+    paths = document["paths"]
+    ref = {"$ref": f"#/components/schemas/{PROBLEM_SCHEMA}"}
+    predict = paths["/models/{model}/predict"]["post"]["responses"]
+    for status in ("400", "401", "403", "503"):
+        assert predict[status]["content"] == {"application/problem+json": {"schema": ref}}
+    assert "WWW-Authenticate" in predict["401"]["headers"]
+    assert "Retry-After" in predict["503"]["headers"]
+    assert {"200", "422"} <= predict.keys()  # FastAPI's own answers stay
+    any_key = paths["/whoami"]["get"]["responses"]
+    assert {"400", "401", "503"} <= any_key.keys() and "403" not in any_key
+    assert set(paths["/health"]["get"]["responses"]) == {"200"}
+    problem = document["components"]["schemas"][PROBLEM_SCHEMA]
+    assert problem["required"] == ["type", "title", "status", "detail"]
+    assert problem["properties"]["missing_scopes"]["type"] == "array"
+
+
+def test_document_is_stable_across_requests(document: dict[str, Any]) -> None:
+    """Serving the document again adds nothing twice (the cached dict is extended once)."""
+    verifier = Verifier.from_url("sqlite://", hasher=CHEAP)
+    with TestClient(build_app(verifier)) as client:
+        first = client.get("/openapi.json").json()
+        assert client.get("/openapi.json").json() == first == document
+        assert client.get("/docs").status_code == 200  # Swagger UI itself
+    verifier.close()
+
+
+def test_a_request_built_like_swagger_ui_passes(database_url: str) -> None:
+    """With `ApiKey <key>` typed into Authorize, Swagger UI's request gets 200; 401/403 fit."""
+    store = KeyStore.open(database_url, hasher=CHEAP)
+    project = store.create_key("alice", "proj", ["project"]).plaintext
+    both = store.create_key("alice", "both", ["project", "serving"]).plaintext
+    store.close()
+    verifier = Verifier.from_url(database_url, hasher=CHEAP)
+    try:
+        with TestClient(build_app(verifier)) as client:
+            document = client.get("/openapi.json").json()
+            path, method = "/models/{model}/predict", "post"
+
+            def call(typed: str) -> Any:
+                headers = swagger_ui_headers(document, path, method, typed)
+                return client.post("/models/churn/predict", headers=headers)
+
+            ok = call(f"ApiKey {both}")
+            assert ok.status_code == 200 and ok.json() == "alice/both/churn"
+            assert call(f"ApiKey {project}").json()["missing_scopes"] == ["serving"]
+            bare = call(both)  # the key typed without the scheme word: told what to send
+            assert bare.status_code == 401
+            assert "ApiKey <key>" in bare.json()["detail"]
+            assert bare.headers["content-type"] == "application/problem+json"
+    finally:
+        verifier.close()
