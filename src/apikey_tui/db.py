@@ -58,7 +58,7 @@ _POSTGRES_DENIED = {"42501", "3F000"}
 _SCHEMA_LOCK = 0x61706B74  # 'apkt': serialises schema changes between PostgreSQL clients
 
 
-def make_engine(url: str, *, create: bool = True) -> Engine:
+def make_engine(url: str, *, create: bool = True, pre_ping: bool = True) -> Engine:
     """Create an engine for a SQLite or PostgreSQL URL with the settings this package relies on.
 
     With create=False a missing SQLite file stays missing (connections fail instead): a service
@@ -69,10 +69,10 @@ def make_engine(url: str, *, create: bool = True) -> Engine:
     parsed = parse_database_url(url)  # plain postgresql:// comes back as postgresql+psycopg
     if parsed.get_backend_name() == "sqlite":
         return _sqlite_engine(parsed, create=create)
-    return _postgres_engine(parsed)
+    return _postgres_engine(parsed, pre_ping=pre_ping)
 
 
-def _postgres_engine(url: URL) -> Engine:
+def _postgres_engine(url: URL, *, pre_ping: bool) -> Engine:
     bounds: dict[str, Any] = {
         "connect_timeout": POSTGRES_CONNECT_TIMEOUT_S,
         "tcp_user_timeout": POSTGRES_TCP_USER_TIMEOUT_MS,
@@ -82,7 +82,9 @@ def _postgres_engine(url: URL) -> Engine:
         return create_engine(
             url,
             hide_parameters=True,  # bound parameters (hashes) never reach an exception message
-            pool_pre_ping=True,  # a restarted server costs one reconnect, not an error
+            # A restarted server costs one reconnect, not an error. The verifier turns it off
+            # (each cold check is then one round trip) and retries a read once instead.
+            pool_pre_ping=pre_ping,
             pool_timeout=POSTGRES_POOL_TIMEOUT_S,
             connect_args={k: v for k, v in bounds.items() if k not in url.query},
         )

@@ -161,6 +161,9 @@ class Event:
 
 Cancel = Callable[[], bool]
 SORTS = ("owner", "name", "public_id", "created", "last_used")
+# PostgreSQL: every recorded change also NOTIFYs this channel in its own transaction, so
+# verifiers on every host hear of it at commit (and never before: a rolled-back change is silent).
+CHANGE_CHANNEL = "apikey_tui_changes"
 
 
 class QueryCancelled(Exception):
@@ -866,6 +869,9 @@ class KeyStore:
                 actor_address=self.actor.address,
             )
         )
+        if self.engine.dialect.name == "postgresql":
+            with session.no_autoflush:  # pending rows flush at commit, where callers expect it
+                session.execute(sa_select(func.pg_notify(CHANGE_CHANNEL, "")))
 
     def events(
         self, limit: int = 50, *, key: str = "", actor: str = "", action: str = ""

@@ -26,7 +26,7 @@ from apikey_tui.errors import (
 from apikey_tui.hashing import SecretHasher
 from apikey_tui.keyformat import ParsedKey
 from apikey_tui.store import Actor, Credential, KeyStore
-from apikey_tui.verifier.freshness import freshness_for
+from apikey_tui.verifier.freshness import PushFreshness, freshness_for
 from apikey_tui.verifier.guard import CheckGate, FailureBudget, KnownKeys, Verdict
 from apikey_tui.verifier.port import CredentialSource
 from apikey_tui.verifier.usage import UsageWriter
@@ -95,6 +95,9 @@ class Verifier:
             raise ValueError("revocation_bound must be 0 (always ask) or more seconds")
         self.realm = realm
         self._engine = engine
+        if engine.dialect.name == "postgresql":
+            # Reads in autocommit: a cold check is one SELECT, not BEGIN + SELECT + ROLLBACK.
+            engine = engine.execution_options(isolation_level="AUTOCOMMIT")
         store = KeyStore(engine, hasher=hasher, actor=Actor("verifier"))
         self._source: CredentialSource = store
         self._hasher = store.hasher
@@ -110,15 +113,15 @@ class Verifier:
         self._ready = False
         self._rehash_refused = False
         self._connections: dict[int, Any] = {}
-        event.listen(engine, "connect", self._on_connect)
-        event.listen(engine, "close", self._on_close)
-        event.listen(engine, "close_detached", self._on_close)
+        event.listen(self._engine, "connect", self._on_connect)
+        event.listen(self._engine, "close", self._on_close)
+        event.listen(self._engine, "close_detached", self._on_close)
         forksafety.reset_in_child(self._after_fork)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Verifier:
         """Build a verifier on the database at url (no connection is made until the first check)."""
-        return cls(make_engine(url, create=False), **options)
+        return cls(make_engine(url, create=False, pre_ping=False), **options)
 
     # --- the request path ---------------------------------------------------------------------
 
@@ -225,7 +228,10 @@ class Verifier:
         self._ensure_ready()
         generation = self._freshness.generation()  # before reading: later commits show next
         try:
-            stored = self._source.credential(parsed.public_id)
+            try:
+                stored = self._source.credential(parsed.public_id)
+            except StoreUnavailableError:  # a pooled connection the server dropped: once more
+                stored = self._source.credential(parsed.public_id)
         except StoreUnavailableError as exc:
             log.warning("API keys cannot be checked: %s", exc)
             raise VerifierUnavailableError() from None
@@ -307,6 +313,8 @@ class Verifier:
         """
         self._gate.close()
         self._usage.close()
+        if isinstance(self._freshness, PushFreshness):
+            self._freshness.close()
         self._engine.dispose()
 
     def cache_size(self) -> int:

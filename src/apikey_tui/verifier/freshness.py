@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import itertools
+import logging
+import secrets
 import sqlite3
+import threading
 import time
-from typing import Protocol
+from typing import Any, Protocol
 
 from sqlalchemy import Engine
+from sqlalchemy.engine import URL
 
 from apikey_tui import forksafety
 from apikey_tui.errors import VerifierUnavailableError
 from apikey_tui.sqlite_watch import CommitWatch, watch_for
+from apikey_tui.store import CHANGE_CHANNEL
 
 
 class Freshness(Protocol):
@@ -65,9 +70,130 @@ class BoundFreshness:
         return int(time.monotonic() / self._bound)
 
 
+log = logging.getLogger("apikey_tui.verifier")
+
+
+class PushFreshness:
+    """PostgreSQL: the generation moves when the database NOTIFYs a change (LISTEN/NOTIFY).
+
+    A listener thread holds its own connection (never a pooled one), LISTENs, then moves the
+    generation once (notices sent while it was away are lost, so whatever may be stale is
+    dropped), and proves every `bound / 4` seconds that it is alive with a round trip; a
+    change committed before that round trip has been counted when it returns. While it has
+    not proved itself within `bound` (down, reconnecting, or LISTEN not working), the
+    generation falls back to the time bound, so a cache entry is never trusted longer than
+    `bound` either way. The warm path reads two attributes and the clock: no query.
+    """
+
+    PROBE_WAIT = 2.0  # seconds to wait for our own NOTIFY after LISTEN
+    RETRY = (0.5, 10.0)  # first and longest wait between reconnects
+
+    def __init__(self, url: URL, bound: float) -> None:
+        self._conninfo = url.set(drivername="postgresql").render_as_string(hide_password=False)
+        self._bound = bound
+        self._fallback = BoundFreshness(bound)
+        self._pushes = 0
+        self._alive_at = float("-inf")
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._connection: Any = None
+        self._start_lock = threading.Lock()
+        forksafety.reset_in_child(self._after_fork)
+
+    @property
+    def listening(self) -> bool:
+        """Whether changes reach this process by push right now (else by the time bound)."""
+        return time.monotonic() - self._alive_at <= self._bound
+
+    def generation(self) -> int:
+        if time.monotonic() - self._alive_at <= self._bound:
+            return self._pushes
+        if self._thread is None:
+            self._start()
+        return -1 - self._fallback.generation()  # never equal to a push count
+
+    def _start(self) -> None:
+        with self._start_lock:
+            if self._thread is None and not self._stop.is_set():
+                self._thread = threading.Thread(
+                    target=self._listen, name="apikey-tui-listen", daemon=True
+                )
+                self._thread.start()
+
+    def _listen(self) -> None:
+        import psycopg  # only PostgreSQL services pay for it
+
+        wait, failing = self.RETRY[0], False
+        while not self._stop.is_set():
+            try:
+                self._connection = psycopg.connect(
+                    self._conninfo, autocommit=True, connect_timeout=2
+                )
+                with self._connection as connection:
+                    connection.execute(f"LISTEN {CHANGE_CHANNEL}")
+                    if not self._probe(connection):
+                        log.warning(
+                            "LISTEN does not work on this connection (a transaction-pooling "
+                            "PgBouncer or a standby?): revocation falls back to the %s s bound",
+                            self._bound,
+                        )
+                        self._stop.wait(60)
+                        continue
+                    self._pushes += 1  # notices sent while we were away are lost: drop all
+                    if failing:
+                        log.warning("API key changes reach this process by push again")
+                    wait, failing = self.RETRY[0], False
+                    self._heartbeat(connection)
+            except psycopg.Error as exc:
+                if not failing:
+                    log.warning(
+                        "API key change notices stopped (%s): the %s s bound applies until "
+                        "they resume",
+                        str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc),
+                        self._bound,
+                    )
+                failing = True
+            self._alive_at = float("-inf")
+            self._stop.wait(wait)
+            wait = min(wait * 2, self.RETRY[1])
+
+    def _probe(self, connection: Any) -> bool:
+        token = secrets.token_hex(8)
+        connection.execute("SELECT pg_notify(%s, %s)", (CHANGE_CHANNEL, f"probe:{token}"))
+        for notice in connection.notifies(timeout=self.PROBE_WAIT):
+            if notice.payload == f"probe:{token}":
+                return True
+        return False
+
+    def _heartbeat(self, connection: Any) -> None:
+        period = self._bound / 4
+        while not self._stop.is_set():
+            sent = time.monotonic()
+            connection.execute("SELECT 1")
+            for _ in connection.notifies(timeout=0):  # those that came with the answer
+                self._pushes += 1
+            self._alive_at = sent
+            for _ in connection.notifies(timeout=period):
+                self._pushes += 1
+
+    def _after_fork(self) -> None:
+        """In a child: the parent's thread is gone and its connection is parked, not closed."""
+        if self._connection is not None:
+            forksafety.park([self._connection])
+        self._connection, self._thread = None, None
+        self._alive_at = float("-inf")
+        self._start_lock = threading.Lock()
+
+    def close(self) -> None:
+        """Stop listening (the thread ends at its next heartbeat)."""
+        self._stop.set()
+
+
 def freshness_for(engine: Engine, bound: float) -> Freshness:
-    """Commit watch for a SQLite file; the time bound for PostgreSQL and in-memory SQLite."""
+    """Commit watch for a SQLite file; push (within the bound) for PostgreSQL; else the bound."""
     path = engine.url.database if engine.dialect.name == "sqlite" else None
     if path and path != ":memory:":
         return CommitFreshness(path)
+    if engine.dialect.name == "postgresql" and bound > 0:
+        return PushFreshness(engine.url, bound)
     return BoundFreshness(bound)

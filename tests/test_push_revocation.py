@@ -1,0 +1,115 @@
+"""PostgreSQL pushes key changes to verifiers (LISTEN/NOTIFY); gaps fall back to the bound."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import event
+
+from apikey_tui.errors import InsufficientScopeError, InvalidKeyError
+from apikey_tui.store import KeyStore
+from apikey_tui.verifier import Verifier
+from apikey_tui.verifier.freshness import PushFreshness
+from tests.conftest import CHEAP
+from tests.test_verifier import header
+from tests.throwaway_postgres import ThrowawayPostgres
+
+LONG_BOUND = 120.0  # far longer than any test waits: only a push can explain a quick refusal
+
+
+def eventually(condition: Callable[[], bool], seconds: float = 15.0) -> bool:
+    """Poll condition until it holds or the time is up (a hang guard, not a timing claim)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return condition()
+
+
+def refused(checker: Verifier, key: str, scopes: tuple[str, ...] = ()) -> bool:
+    """Whether the key is refused now (401 or 403)."""
+    try:
+        checker.verify(header(key), scopes)
+    except (InvalidKeyError, InsufficientScopeError):
+        return True
+    return False
+
+
+def listening(checker: Verifier) -> bool:
+    """Whether the verifier hears of changes by push right now."""
+    freshness = checker._freshness
+    assert isinstance(freshness, PushFreshness)
+    return freshness.listening
+
+
+def test_delete_rescope_and_recreate_reach_a_verifier_by_push(postgres_url: str) -> None:
+    """With a 120 s bound, each change is refused within moments: it was pushed, not polled."""
+    store = KeyStore.open(postgres_url, hasher=CHEAP)
+    checker = Verifier.from_url(postgres_url, hasher=CHEAP, revocation_bound=LONG_BOUND)
+    key = store.create_key("alice", "demo", ["project", "serving"]).plaintext
+    checker.verify(header(key), ["serving"])
+    assert eventually(lambda: listening(checker))
+    store.set_key_scopes("alice", "demo", ["project"])
+    assert eventually(lambda: refused(checker, key, ("serving",)))
+    new = store.recreate_key("alice", "demo").plaintext
+    assert eventually(lambda: refused(checker, key))
+    assert checker.verify(header(new)).key_name == "demo"  # the new key is known at once
+    store.delete_key("alice", "demo")
+    assert eventually(lambda: refused(checker, new))
+    checker.close()
+    store.close()
+
+
+def test_no_stale_accept_follows_a_restart_of_postgres(
+    throwaway_postgres: ThrowawayPostgres,
+) -> None:
+    """A key deleted while the listener was away is refused once it is back: it drops all."""
+    store = KeyStore.open(throwaway_postgres.url, hasher=CHEAP)
+    key = store.create_key("alice", "demo", ["project"]).plaintext
+    store.close()
+    checker = Verifier.from_url(throwaway_postgres.url, hasher=CHEAP, revocation_bound=LONG_BOUND)
+    checker.verify(header(key))
+    assert eventually(lambda: listening(checker))
+    throwaway_postgres.stop()
+    throwaway_postgres.start()
+    admin = KeyStore.open(throwaway_postgres.url, hasher=CHEAP)
+    admin.delete_key("alice", "demo")  # most likely before the listener is back: notice lost
+    admin.close()
+    assert eventually(lambda: listening(checker), 30)
+    assert refused(checker, key)
+    checker.close()
+
+
+def test_with_bound_zero_a_cold_check_is_one_statement_outside_a_transaction(
+    postgres_url: str,
+) -> None:
+    """revocation_bound=0 asks the database once per check: one SELECT, autocommit, no ping."""
+    store = KeyStore.open(postgres_url, hasher=CHEAP)
+    key = store.create_key("alice", "demo", ["project"]).plaintext
+    checker = Verifier.from_url(postgres_url, hasher=CHEAP, revocation_bound=0)
+    checker.verify(header(key))
+    statements: list[str] = []
+
+    def note(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        statements.append(statement)
+
+    event.listen(checker._engine, "before_cursor_execute", note)
+    for _ in range(5):
+        checker.verify(header(key))
+    assert len(statements) == 5
+    assert checker._engine.pool._pre_ping is False
+    source = checker._source
+    assert isinstance(source, KeyStore)
+    assert source.engine.get_execution_options()["isolation_level"] == "AUTOCOMMIT"
+    checker.close()
+    store.close()
+
+
+def test_bound_zero_needs_no_listener(postgres_url: str) -> None:
+    """A verifier that asks at every check has no use for push and starts no listener."""
+    checker = Verifier.from_url(postgres_url, hasher=CHEAP, revocation_bound=0)
+    assert not isinstance(checker._freshness, PushFreshness)
+    checker.close()
