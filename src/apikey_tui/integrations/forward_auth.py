@@ -1,0 +1,331 @@
+"""Forward auth for reverse proxies: one ASGI app answering "may this request pass?".
+
+nginx `auth_request`, Caddy `forward_auth` and Traefik `ForwardAuth` ask `GET /auth` with the
+original method and URI in `X-Forwarded-Method` and `X-Forwarded-Uri` (or `X-Original-URI`);
+Envoy `ext_authz` (HTTP) asks `/envoy<original path>` with the original method (its
+`path_prefix`). The answer is 200 with the caller in `X-Auth-Request-User`, `X-ApiKey-Name`,
+`X-ApiKey-Id` and `X-ApiKey-Scopes` (never the key), or the verifier's own refusal: 401 or 403
+with `WWW-Authenticate`, 400 for a request that cannot be judged, 503 when the key database
+cannot be asked. Never 202 or 204 (Envoy denies them), never a 200 on any doubt.
+
+Which scopes a request needs: `scope=` parameters on the auth URL (fixed per proxy location),
+else the route rules of a TOML file (`load_rules`), else any valid key.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import tomllib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, unquote_to_bytes
+
+from apikey_tui.errors import AuthError, InvalidInputError, UnsafePathError
+from apikey_tui.integrations.asgi import (
+    Receive,
+    Scope,
+    Send,
+    authorization_header,
+)
+from apikey_tui.integrations.routes import Route, RouteScopes, Unmatched, route
+from apikey_tui.names import parse_scopes
+from apikey_tui.verifier import Caller, Verifier
+
+logger = logging.getLogger(__name__)
+
+AUTH_PATH = "/auth"
+ENVOY_PREFIX = "/envoy"
+# The identity headers of an allowed request, in this order; the proxy copies them upstream and
+# must strip client-sent ones (the snippets in deploy/ do).
+IDENTITY_HEADERS = ("x-auth-request-user", "x-apikey-name", "x-apikey-id", "x-apikey-scopes")
+# A "/", "." or "\" percent-encoded in the original URI: the app behind the proxy may decode it
+# (and read another path than the rules did) or not. No rule reading is safe, so it is refused.
+_ENCODED_SEPARATOR = re.compile(r"%(?:2[ef]|5c)", re.IGNORECASE)
+_METHOD = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]{1,32}")
+_FORWARDED = {
+    b"x-forwarded-method": "method",
+    b"x-original-method": "method",
+    b"x-forwarded-uri": "uri",
+    b"x-original-uri": "uri",
+}
+_RULE_KEYS = {"path", "scopes", "methods", "public"}
+_FILE_KEYS = {"unmatched", "default_scopes", "route"}
+
+
+class ForwardedRequestError(AuthError):
+    """The proxy did not say clearly which request it asks about: 400, no challenge.
+
+    A missing `X-Forwarded-Uri` when route rules decide, a method that is not a token, two
+    values for one of these headers, or an auth URL with an unknown parameter. Always a
+    refusal: a request the rules cannot place never passes.
+    """
+
+    status = 400
+    title = "Bad Request"
+
+    def challenge(self, realm: str) -> str | None:
+        return None
+
+
+def load_rules(path: str | Path) -> RouteScopes:
+    """Read route rules from a TOML file; ValueError naming the file and the problem if bad.
+
+    ```toml
+    unmatched = "deny"          # or "key" (the default): any valid key
+    [[route]]
+    path = "/health"
+    public = true
+    [[route]]
+    path = "/models"
+    scopes = ["serving", "project"]
+    methods = ["POST"]          # optional; a GET rule also covers HEAD
+    ```
+    """
+    try:
+        with open(path, "rb") as handle:
+            data = tomllib.load(handle)
+    except OSError as exc:
+        raise ValueError(f"cannot read the rules file {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"rules file {path} is not valid TOML: {exc}") from None
+    try:
+        return rules_from_mapping(data)
+    except (ValueError, InvalidInputError, TypeError) as exc:
+        raise ValueError(f"rules file {path}: {exc}") from None
+
+
+def rules_from_mapping(data: Mapping[str, Any]) -> RouteScopes:
+    """Build the rule table from a parsed rules file (see load_rules)."""
+    unknown = set(data) - _FILE_KEYS
+    if unknown:
+        raise ValueError(f"unknown setting {sorted(unknown)}; expected {sorted(_FILE_KEYS)}")
+    unmatched: Unmatched = data.get("unmatched", "key")
+    if unmatched not in ("key", "deny"):
+        raise ValueError(f'unmatched must be "key" or "deny", not {unmatched!r}')
+    entries = data.get("route", [])
+    if not isinstance(entries, list):
+        raise ValueError("route must be an array of tables: [[route]]")
+    routes: list[Route] = []
+    for number, entry in enumerate(entries, 1):
+        if not isinstance(entry, dict):
+            raise ValueError(f"route {number} must be a table")
+        extra = set(entry) - _RULE_KEYS
+        if extra or "path" not in entry:
+            raise ValueError(
+                f"route {number}: needs path and takes only {sorted(_RULE_KEYS)}"
+                + (f", not {sorted(extra)}" if extra else "")
+            )
+        routes.append(
+            route(
+                _text(entry["path"], f"route {number} path"),
+                *_texts(entry.get("scopes", []), f"route {number} scopes"),
+                methods=(
+                    None
+                    if entry.get("methods") is None
+                    else _texts(entry["methods"], f"route {number} methods")
+                ),
+                public=_flag(entry.get("public", False), f"route {number} public"),
+            )
+        )
+    defaults = _texts(data.get("default_scopes", []), "default_scopes")
+    return RouteScopes(routes, defaults, unmatched=unmatched)
+
+
+def _text(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{what} must be a string")
+    return value
+
+
+def _texts(value: object, what: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{what} must be a list of strings")
+    return list(value)
+
+
+def _flag(value: object, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{what} must be true or false")
+    return value
+
+
+def original_path(uri: str) -> str:
+    """The decoded path of the URI a proxy forwarded (query and fragment dropped).
+
+    Raises UnsafePathError for a URI that is not origin-form ASCII, holds an encoded separator,
+    or decodes to something that is not UTF-8; dot segments and the rest are RouteScopes' work.
+    """
+    target = uri.split("?", 1)[0].split("#", 1)[0]
+    if not target.startswith("/") or not target.isascii() or _ENCODED_SEPARATOR.search(target):
+        raise UnsafePathError()
+    try:
+        return unquote_to_bytes(target).decode("utf-8")
+    except UnicodeDecodeError:
+        raise UnsafePathError() from None
+
+
+class ForwardAuthApp:
+    """The ASGI app behind `apikey-tui serve-auth`; proxies ask it about each request.
+
+    `rules` decide what a request needs when the auth URL names no `scope=`; without rules any
+    valid key passes. The verifier is closed at lifespan shutdown.
+    """
+
+    def __init__(self, verifier: Verifier, rules: RouteScopes | None = None) -> None:
+        self.verifier = verifier
+        self.has_rules = rules is not None
+        # An empty table checks a path's normal form and asks for any valid key.
+        self.normal_form = RouteScopes(())
+        self.rules = rules if rules is not None else self.normal_form
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if kind != "http":
+            logger.warning("serve-auth refused an ASGI scope of type %r", kind)
+            if kind == "websocket":
+                await send({"type": "websocket.close", "code": 1008})
+            return
+        path: str = scope["path"]
+        try:
+            if path == AUTH_PATH:
+                required = self._from_headers(scope)
+            elif path == ENVOY_PREFIX or path.startswith(ENVOY_PREFIX + "/"):
+                required = self._from_envoy(scope)
+            else:
+                await _answer(send, 404, [("content-type", "text/plain")], b"ask /auth\n")
+                return
+            caller: Caller | None = None
+            if required is not None:
+                header = authorization_header(scope["headers"])
+                caller = self.verifier.cached(header, required) or (
+                    await self.verifier.verify_async(header, required)
+                )
+        except AuthError as error:
+            status, headers, body = error.response(self.verifier.realm)
+            await _answer(send, status, headers, body)
+            return
+        await _answer(send, 200, _identity(caller), b"")
+
+    def _from_headers(self, scope: Scope) -> tuple[str, ...] | None:
+        """What the request described by X-Forwarded-* needs (nginx, Caddy, Traefik)."""
+        forwarded: dict[str, str] = {}
+        for name, value in scope["headers"]:
+            field = _FORWARDED.get(name.lower()) if name[:2] in (b"x-", b"X-") else None
+            if field is not None:
+                if field in forwarded:
+                    raise ForwardedRequestError(
+                        f"two values for the original {field} (X-Forwarded-* and X-Original-*)"
+                    )
+                forwarded[field] = value.decode("latin-1")
+        query: bytes = scope.get("query_string", b"")
+        uri = forwarded.get("uri")
+        if query and uri is not None and "?" in uri:
+            # A proxy that appends the client's query to the auth URL (Caddy's `uri /auth`
+            # without a "?") would let the client name the scopes: `/models?scope=project`.
+            client = uri.split("?", 1)[1].split("#", 1)[0].encode("latin-1")
+            if client and (query == client or query.endswith(b"&" + client)):
+                raise ForwardedRequestError(
+                    "the auth URL carries the client's query string: the proxy must drop it "
+                    "(Caddy: uri /auth?)"
+                )
+        scopes = self._query_scopes(query)
+        method = _method(forwarded.get("method"))
+        if scopes is not None:  # fixed for this proxy location; a given path is still checked
+            if uri is not None:
+                self.normal_form.required(method or "GET", original_path(uri))
+            return scopes
+        if self.has_rules and (uri is None or method is None):
+            missing = "X-Forwarded-Uri" if uri is None else "X-Forwarded-Method"
+            logger.warning("serve-auth refused a request without %s: fix the proxy", missing)
+            raise ForwardedRequestError(
+                f"the proxy sent no {missing}: route rules cannot place the request"
+            )
+        if uri is None:
+            return ()
+        return self.rules.required(method or "GET", original_path(uri))
+
+    def _from_envoy(self, scope: Scope) -> tuple[str, ...] | None:
+        """Envoy's check request: its own method and path are the original's, after the prefix."""
+        # The query string is the client's: it never names scopes here.
+        raw: bytes = scope.get("raw_path") or scope["path"].encode("utf-8")
+        # raw_path is what the proxy sent, undecoded; an unexpected shape is refused.
+        if not raw.startswith(ENVOY_PREFIX.encode()):
+            raise UnsafePathError()
+        rest = raw[len(ENVOY_PREFIX) :].decode("latin-1") or "/"
+        method = _method(scope.get("method"))
+        return self.rules.required(method or "GET", original_path(rest))
+
+    @staticmethod
+    def _query_scopes(query: bytes) -> tuple[str, ...] | None:
+        """The scopes named on the auth URL, or None when it names none."""
+        if not query:
+            return None
+        values: list[str] = []
+        for name, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
+            if name != "scope":
+                # A typo like ?scopes= must not silently mean "any key".
+                raise ForwardedRequestError(f"the auth URL has an unknown parameter {name[:40]!r}")
+            values.append(value)
+        try:
+            return parse_scopes(values)
+        except InvalidInputError as exc:
+            raise ForwardedRequestError(f"the auth URL names a bad scope: {exc}") from None
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                self.verifier.close()  # flush last-used times
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+def _method(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not _METHOD.fullmatch(value):
+        raise ForwardedRequestError("the original method is not an HTTP method token")
+    return value.upper()
+
+
+def _identity(caller: Caller | None) -> list[tuple[str, str]]:
+    """The 200 answer's headers: the caller, or empty values for a public route.
+
+    Empty values are sent on purpose: Traefik and Envoy then overwrite a client-sent header of
+    the same name with nothing, and nginx sends no header at all for an empty variable.
+    """
+    values: Iterable[str] = (
+        ("", "", "", "")
+        if caller is None
+        else (caller.owner, caller.key_name, caller.public_id, " ".join(sorted(caller.scopes)))
+    )
+    return [
+        *zip(IDENTITY_HEADERS, values, strict=True),
+        ("cache-control", "no-store"),
+        ("content-length", "0"),
+    ]
+
+
+async def _answer(send: Send, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
+    encoded = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]
+    if not any(k == b"content-length" for k, _ in encoded):
+        encoded.append((b"content-length", str(len(body)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": encoded})
+    await send({"type": "http.response.body", "body": body})
+
+
+def create_app(
+    database_url: str,
+    rules_file: str | Path | None = None,
+    **verifier_options: Any,
+) -> ForwardAuthApp:
+    """The app on a key database; the rules file is read now, so a bad one fails at start."""
+    rules = load_rules(rules_file) if rules_file is not None else None
+    return ForwardAuthApp(Verifier.from_url(database_url, **verifier_options), rules)
