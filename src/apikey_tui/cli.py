@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--all", action="store_true", default=argparse.SUPPRESS, help="all owners' keys"
     )
-    commands = parser.add_subparsers(dest="command", metavar="{keys,scopes,events,db}")
+    commands = parser.add_subparsers(dest="command", metavar="{keys,scopes,events,db,serve-auth}")
 
     keys = commands.add_parser("keys", help="create, list, show, delete and recreate keys")
     key_commands = keys.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -141,6 +141,16 @@ def build_parser() -> argparse.ArgumentParser:
     grant.add_argument("role", help="the PostgreSQL role the service connects as")
     grant.add_argument("--apply", action="store_true", help="run the grants now, as the owner")
     grant.set_defaults(run_db=_db_grant_verifier)
+
+    serve = commands.add_parser(
+        "serve-auth",
+        parents=[common],
+        help="answer reverse proxies' forward-auth requests (nginx, Caddy, Traefik, Envoy)",
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=9180, help="listen port (default 9180)")
+    serve.add_argument("--rules", metavar="FILE", help="route rules (TOML, see the README)")
+    serve.add_argument("--realm", default="api", help='WWW-Authenticate realm (default "api")')
     return parser
 
 
@@ -211,6 +221,8 @@ def _main(arguments: list[str]) -> int:
                 DATABASE_URL_ENV
             )
             return _open_app(url, owner, all_owners=getattr(args, "all", False), create=default)
+        if args.command == "serve-auth":
+            return _serve_auth(url, args)
         if args.command == "db":  # works on a database of any version: opens no store
             run_db: Callable[[str, argparse.Namespace], int] = args.run_db
             return run_db(url, args)
@@ -400,6 +412,31 @@ def _db_upgrade(url: str, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return _emit(args, {"from_version": before, "to_version": after}, lambda out: None)
+
+
+def _serve_auth(url: str, args: argparse.Namespace) -> int:
+    """Run the forward-auth app under uvicorn until interrupted (needs the [serve] extra)."""
+    try:
+        import uvicorn
+    except ImportError:
+        print(
+            "apikey-tui: serve-auth needs uvicorn: pip install 'apikey-tui[serve]'",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    from apikey_tui.config import parse_database_url
+    from apikey_tui.integrations.forward_auth import create_app
+
+    parse_database_url(url)  # a URL we cannot use is a usage error now, not a 503 per request
+    try:
+        app = create_app(url, args.rules, realm=args.realm)
+    except ValueError as exc:  # a bad rules file: refuse to start rather than guess
+        print(f"apikey-tui: {printable(str(exc))}", file=sys.stderr)
+        return EXIT_USAGE
+    # One process, one verifier: its cache and key index are per process. For more, run
+    # several serve-auth processes and list them all in the proxy's upstream.
+    uvicorn.run(app, host=args.host, port=args.port, access_log=False, lifespan="on")
+    return EXIT_OK
 
 
 SQLITE_PRIVILEGES = (
