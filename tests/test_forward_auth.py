@@ -1,0 +1,336 @@
+"""The forward-auth app (serve-auth) called in-process: every answer a proxy can get from it."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from apikey_tui.errors import UnsafePathError
+from apikey_tui.integrations.forward_auth import (
+    IDENTITY_HEADERS,
+    ForwardAuthApp,
+    load_rules,
+    original_path,
+    rules_from_mapping,
+)
+from apikey_tui.store import KeyStore
+from apikey_tui.verifier import Verifier
+from tests.conftest import ACTOR, CHEAP
+
+RULES = {
+    "unmatched": "deny",
+    "route": [
+        {"path": "/health", "public": True},
+        {"path": "/projects", "scopes": ["project"]},
+        {"path": "/models", "scopes": ["serving", "project"]},
+        {"path": "/admin", "scopes": ["serving"], "methods": ["DELETE"]},
+        {"path": "/admin", "public": True, "methods": ["GET"]},
+    ],
+}
+
+
+class Keys:
+    def __init__(self, url: str) -> None:
+        store = KeyStore.open(url, hasher=CHEAP, actor=ACTOR)
+        try:
+            created = store.create_key("alice", "model-client", ["serving", "project"])
+            self.both, self.public_id = created.plaintext, created.info.public_id
+            self.project = store.create_key("alice", "reports", ["project"]).plaintext
+        finally:
+            store.close()
+
+
+@pytest.fixture
+def keys(sqlite_url: str) -> Keys:
+    """Two keys of alice on a fresh SQLite database: serving+project and project only."""
+    return Keys(sqlite_url)
+
+
+def client(url: str, rules: dict[str, Any] | None = RULES) -> TestClient:
+    verifier = Verifier.from_url(url, hasher=CHEAP)
+    return TestClient(
+        ForwardAuthApp(verifier, None if rules is None else rules_from_mapping(rules))
+    )
+
+
+@pytest.fixture
+def ruled(sqlite_url: str, keys: Keys) -> Iterator[TestClient]:
+    """The app with the rules above (lifespan runs, so the verifier is closed after)."""
+    with client(sqlite_url) as running:
+        yield running
+
+
+def ask(
+    c: TestClient,
+    uri: str | None,
+    key: str | None = None,
+    method: str | None = "GET",
+    auth: str = "/auth",
+    **extra: str,
+) -> Any:
+    headers = {k.replace("_", "-"): v for k, v in extra.items()}
+    if uri is not None:
+        headers["X-Forwarded-Uri"] = uri
+    if method is not None:
+        headers["X-Forwarded-Method"] = method
+    if key is not None:
+        headers["Authorization"] = f"ApiKey {key}"
+    return c.get(auth, headers=headers)
+
+
+def test_allowed_answer_is_200_with_identity_and_no_key(ruled: TestClient, keys: Keys) -> None:
+    """200 (never 202/204) carries owner, key name, public id and scopes, and never the key."""
+    for _ in range(2):  # the first check, then the warm path (Verifier.cached)
+        answer = ask(ruled, "/models/churn/predict?x=1", keys.both, "POST")
+        assert answer.status_code == 200
+        assert answer.headers["x-auth-request-user"] == "alice"
+        assert answer.headers["x-apikey-name"] == "model-client"
+        assert answer.headers["x-apikey-id"] == keys.public_id
+        assert answer.headers["x-apikey-scopes"] == "project serving"
+        assert answer.headers["cache-control"] == "no-store"
+        assert keys.both not in str(answer.headers) and answer.content == b""
+
+
+def test_no_key_is_401_with_bare_challenge(ruled: TestClient) -> None:
+    """No Authorization header is 401 with `WWW-Authenticate: ApiKey realm="api"`."""
+    answer = ask(ruled, "/projects")
+    assert answer.status_code == 401
+    assert answer.headers["www-authenticate"] == 'ApiKey realm="api"'
+
+
+def test_bad_key_is_401_invalid_token(ruled: TestClient, keys: Keys) -> None:
+    """A wrong secret is 401 with error="invalid_token", like every other integration."""
+    bad = keys.both[:-1] + ("a" if keys.both[-1] != "a" else "b")
+    answer = ask(ruled, "/projects", bad)
+    assert answer.status_code == 401
+    assert answer.headers["www-authenticate"] == 'ApiKey realm="api", error="invalid_token"'
+
+
+def test_missing_scope_is_403_naming_it(ruled: TestClient, keys: Keys) -> None:
+    """A key without `serving` is 403 whose challenge and body name the missing scope."""
+    answer = ask(ruled, "/models/x", keys.project, "POST")
+    assert answer.status_code == 403
+    assert 'error="insufficient_scope", scope="serving"' in answer.headers["www-authenticate"]
+    assert answer.json()["missing_scopes"] == ["serving"]
+
+
+def test_malformed_header_is_400(ruled: TestClient, keys: Keys) -> None:
+    """Two keys in one ApiKey header is 400 invalid_request."""
+    answer = ruled.get(
+        "/auth",
+        headers={
+            "X-Forwarded-Uri": "/projects",
+            "X-Forwarded-Method": "GET",
+            "Authorization": f"ApiKey {keys.both} {keys.both}",
+        },
+    )
+    assert answer.status_code == 400
+    assert 'error="invalid_request"' in answer.headers["www-authenticate"]
+
+
+def test_public_route_passes_without_key_with_empty_identity(ruled: TestClient) -> None:
+    """A public rule answers 200 with all four identity headers empty (so proxies overwrite)."""
+    answer = ask(ruled, "/health")
+    assert answer.status_code == 200
+    assert [answer.headers[name] for name in IDENTITY_HEADERS] == ["", "", "", ""]
+
+
+def test_methods_in_rules_come_from_forwarded_method(ruled: TestClient, keys: Keys) -> None:
+    """GET /admin is public, DELETE /admin needs `serving`: the forwarded method decides."""
+    assert ask(ruled, "/admin", None, "GET").status_code == 200
+    assert ask(ruled, "/admin", None, "DELETE").status_code == 401
+    assert ask(ruled, "/admin", keys.project, "delete").status_code == 403
+    assert ask(ruled, "/admin", None, "GE T").status_code == 400
+
+
+def test_unmatched_path_is_denied_with_deny_rules(ruled: TestClient, keys: Keys) -> None:
+    """unmatched = "deny": a path no rule covers is 403 even with a good key."""
+    answer = ask(ruled, "/elsewhere", keys.both)
+    assert answer.status_code == 403
+    assert answer.json()["detail"] == "no access rule covers this path"
+
+
+def test_missing_original_request_is_refused_with_rules(ruled: TestClient, keys: Keys) -> None:
+    """With rules, no X-Forwarded-Uri (or no method) is a 400 refusal, never an allow."""
+    assert ask(ruled, None, keys.both).status_code == 400
+    assert ask(ruled, "/health", None, None).status_code == 400
+    assert ask(ruled, None, None, "GET", X_Original_URI="/health").status_code == 200
+
+
+def test_two_original_uris_are_refused(ruled: TestClient) -> None:
+    """X-Forwarded-Uri and X-Original-URI together are ambiguous: 400."""
+    answer = ask(ruled, "/health", None, "GET", X_Original_URI="/projects")
+    assert answer.status_code == 400
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "/health/../models/x",
+        "/./models",
+        "/health/.",
+        "/health/..%2Fmodels",
+        "/health%2f..%2fmodels",
+        "/health/%2e%2e/models",
+        "/health%5cmodels",
+        "/health/%252e%252e/models",
+        "/health\\..\\models",
+        "/health/%00",
+        "health",
+        "http://example.com/health",
+        "/h%C3",  # not UTF-8 once decoded
+        "/h\u00e9",  # not ASCII on the wire
+    ],
+)
+def test_path_tricks_are_400(ruled: TestClient, uri: str) -> None:
+    """Dot segments, encoded separators, backslashes, controls and non-origin forms are 400."""
+    answer = ruled.get(
+        "/auth",
+        headers=[
+            (b"x-forwarded-uri", uri.encode("latin-1")),
+            (b"x-forwarded-method", b"GET"),
+        ],
+    )
+    assert answer.status_code == 400, answer.text
+    assert "www-authenticate" not in answer.headers
+
+
+def test_repeated_slashes_need_the_union_of_readings(ruled: TestClient, keys: Keys) -> None:
+    """A path with `//` passes only if both readings (as sent, slashes merged) let it pass."""
+    assert ask(ruled, "/health//projects").status_code == 200
+    assert ask(ruled, "//models/x", keys.both).status_code == 403
+
+
+def test_fixed_scopes_from_the_auth_url(sqlite_url: str, keys: Keys) -> None:
+    """`/auth?scope=serving&scope=project` needs both on any path, which is still checked."""
+    with client(sqlite_url, rules=None) as c:
+        url = "/auth?scope=serving&scope=project"
+        assert ask(c, "/anything", keys.both, auth=url).status_code == 200
+        assert ask(c, None, keys.both, None, auth=url).status_code == 200
+        assert ask(c, "/anything", keys.project, auth=url).status_code == 403
+        assert ask(c, "/a/../b", keys.both, auth=url).status_code == 400
+        assert ask(c, "/x", keys.both, auth="/auth?scopes=serving").status_code == 400
+        assert ask(c, "/x", keys.both, auth="/auth?scope=Bad!").status_code == 400
+
+
+def test_client_query_leaking_into_auth_url_is_refused(ruled: TestClient, keys: Keys) -> None:
+    """A proxy appending the client's `?scope=project` to the auth URL cannot widen access."""
+    answer = ask(ruled, "/models/x?scope=project", keys.project, auth="/auth?scope=project")
+    assert answer.status_code == 400
+    assert "query" in answer.json()["detail"]
+
+
+def test_without_rules_any_valid_key_passes(sqlite_url: str, keys: Keys) -> None:
+    """No rules and no scope= parameter: any valid key, with or without the original request."""
+    with client(sqlite_url, rules=None) as c:
+        assert ask(c, None, keys.project, None).status_code == 200
+        assert ask(c, "/whatever", keys.project).status_code == 200
+        assert ask(c, "/whatever").status_code == 401
+
+
+def _raw(app: ForwardAuthApp, method: str, raw_path: bytes, query: bytes, key: str) -> int:
+    """Call the app with a hand-made HTTP scope (no client normalises the path)."""
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "method": method,
+        "path": raw_path.decode("latin-1"),
+        "raw_path": raw_path,
+        "query_string": query,
+        "headers": [(b"authorization", f"ApiKey {key}".encode())],
+    }
+    asyncio.run(app(scope, receive, send))
+    status: int = sent[0]["status"]
+    return status
+
+
+def test_envoy_prefix_form(sqlite_url: str, keys: Keys) -> None:
+    """Envoy asks `/envoy<original path>` with the original method; its query never names scopes."""
+    app = ForwardAuthApp(Verifier.from_url(sqlite_url, hasher=CHEAP), rules_from_mapping(RULES))
+    try:
+        assert _raw(app, "POST", b"/envoy/models/x", b"", keys.both) == 200
+        assert _raw(app, "POST", b"/envoy/models/x", b"scope=project", keys.project) == 403
+        assert _raw(app, "GET", b"/envoy/projects", b"", keys.project) == 200
+        assert _raw(app, "GET", b"/envoy/health/../models", b"", keys.project) == 400
+        assert _raw(app, "GET", b"/envoy/models%2Fx", b"", keys.project) == 400
+        assert _raw(app, "GET", b"/envoyx/projects", b"", keys.project) == 404
+    finally:
+        app.verifier.close()
+
+
+def test_database_down_is_503_never_200(tmp_path: Path, keys: Keys) -> None:
+    """A key database that cannot be asked (a missing SQLite file) is 503 with Retry-After."""
+    with client(f"sqlite:///{tmp_path / 'missing.db'}") as c:
+        answer = ask(c, "/projects", keys.both)
+        assert answer.status_code == 503
+        assert answer.headers["retry-after"] == "5"
+        assert "www-authenticate" not in answer.headers
+        assert ask(c, "/health").status_code == 200  # public: no key, no database
+    assert not (tmp_path / "missing.db").exists()
+
+
+def test_other_paths_are_404(ruled: TestClient) -> None:
+    """Only /auth and /envoy answer: a mistyped auth URL in a proxy is a refusal."""
+    assert ruled.get("/", headers={"X-Forwarded-Uri": "/health"}).status_code == 404
+
+
+def test_rules_file_is_toml(tmp_path: Path) -> None:
+    """load_rules reads [[route]] tables; a bad file raises ValueError naming it."""
+    good = tmp_path / "rules.toml"
+    good.write_text(
+        'unmatched = "deny"\n[[route]]\npath = "/models"\nscopes = ["serving"]\n'
+        'methods = ["POST"]\n[[route]]\npath = "/health"\npublic = true\n'
+    )
+    rules = load_rules(good)
+    assert rules.required("POST", "/models/x") == ("serving",)
+    assert rules.required("GET", "/health") is None
+    for text, problem in (
+        ("[[route]]\npath = 'models'\n", "literal path"),
+        ("[[route]]\npath = '/x'\nscope = ['a']\n", "scope"),
+        ("unmatched = 'allow'\n", "unmatched"),
+        ("[[route]]\npath = '/x'\nmethods = 'GET'\n", "list of strings"),
+        ("[[route]]\npath = '/x'\npublic = true\nscopes = ['serving']\n", "public"),
+        ("[[route]\n", "TOML"),
+        ("routes = []\n", "unknown setting"),
+    ):
+        bad = tmp_path / "bad.toml"
+        bad.write_text(text)
+        with pytest.raises(ValueError, match=problem) as raised:
+            load_rules(bad)
+        assert str(bad) in str(raised.value)
+    with pytest.raises(ValueError, match="cannot read"):
+        load_rules(tmp_path / "absent.toml")
+
+
+def test_original_path_decodes_once() -> None:
+    """The forwarded URI is decoded once, query and fragment dropped; separators stay refused."""
+    assert original_path("/a%20b/c?d=%2F#e") == "/a b/c"
+    with pytest.raises(UnsafePathError):
+        original_path("/a%2Fb")
+
+
+def test_serve_auth_refuses_a_bad_rules_file(tmp_path: Path, sqlite_url: str) -> None:
+    """`apikey-tui serve-auth --rules` with a broken file exits 2 with one line, before serving."""
+    bad = tmp_path / "rules.toml"
+    bad.write_text("[[route]]\npath = 'nope'\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "apikey_tui", "serve-auth", "--database-url", sqlite_url,
+         "--rules", str(bad), "--port", "1"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "rules file" in result.stderr and "Traceback" not in result.stderr
