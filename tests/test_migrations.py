@@ -165,7 +165,7 @@ def test_upgrade_keeps_every_key_working_and_every_old_key_refused(
 ) -> None:
     """After `db upgrade` live keys verify with their scopes; deleted and recreated stay refused."""
     code, _, err = _cli(capsys, old_database.url, "db", "upgrade")
-    assert code == 0 and "Upgraded the database from schema version 1 to 2." in err
+    assert code == 0 and "Upgraded the database from schema version 1 to 3." in err
     verifier = Verifier.from_url(old_database.url)
     verifier_of.append(verifier)
     for key in old_database.keys("live"):
@@ -178,7 +178,7 @@ def test_upgrade_keeps_every_key_working_and_every_old_key_refused(
     for key in old_database.keys("deleted") + old_database.keys("recreated"):
         with pytest.raises(InvalidKeyError):
             verifier.verify("ApiKey " + key["key"])
-    assert _rows(old_database.url, "SELECT value FROM apikey_tui_meta") == [("2",)]
+    assert _rows(old_database.url, "SELECT value FROM apikey_tui_meta") == [("3",)]
 
 
 def test_upgrade_keeps_events_and_usage_and_fingerprints_only_new_keys(
@@ -211,8 +211,8 @@ def test_second_upgrade_says_it_is_already_done(
     """Running `db upgrade` on an upgraded database changes nothing and says so."""
     assert _cli(capsys, old_database.url, "db", "upgrade")[0] == 0
     code, out, err = _cli(capsys, old_database.url, "db", "upgrade", "--json")
-    assert code == 0 and "already at schema version 2" in err
-    assert json.loads(out) == {"from_version": 2, "to_version": 2}
+    assert code == 0 and "already at schema version 3" in err
+    assert json.loads(out) == {"from_version": 3, "to_version": 3}
 
 
 def test_admin_commands_refuse_an_old_database_with_one_line(
@@ -268,7 +268,7 @@ def test_a_services_own_alembic_history_is_never_touched(
     assert _cli(capsys, old_database.url, "db", "upgrade")[0] == 0
     assert _rows(old_database.url, "SELECT * FROM alembic_version") == [("svc_0042",)]
     assert _rows(old_database.url, "SELECT * FROM orders") == [(1, "tea")]
-    assert _rows(old_database.url, "SELECT * FROM apikey_tui_alembic_version") == [("0002",)]
+    assert _rows(old_database.url, "SELECT * FROM apikey_tui_alembic_version") == [("0003",)]
 
 
 def test_upgrade_refuses_a_database_from_a_newer_release(
@@ -278,12 +278,12 @@ def test_upgrade_refuses_a_database_from_a_newer_release(
     assert main(["--database-url", old_database.url, "db", "upgrade"]) == 0
     engine = make_engine(old_database.url)
     with engine.begin() as conn:
-        conn.execute(text("UPDATE apikey_tui_alembic_version SET version_num = '0003'"))
+        conn.execute(text("UPDATE apikey_tui_alembic_version SET version_num = '0004'"))
     engine.dispose()
     capsys.readouterr()
     code, _, err = _cli(capsys, old_database.url, "db", "upgrade")
     assert code == 1 and "newer than this release" in err and err.count("\n") == 1
-    assert _rows(old_database.url, "SELECT * FROM apikey_tui_alembic_version") == [("0003",)]
+    assert _rows(old_database.url, "SELECT * FROM apikey_tui_alembic_version") == [("0004",)]
 
 
 def test_downgrade_to_0001_gives_back_the_0_1_0_schema(old_database: OldDatabase) -> None:
@@ -299,7 +299,7 @@ def test_downgrade_to_0001_gives_back_the_0_1_0_schema(old_database: OldDatabase
             assert _shape(conn) == before
             assert conn.execute(text("SELECT value FROM apikey_tui_meta")).all() == [("1",)]
             assert conn.execute(text("SELECT count(*) FROM apikey_tui_key_scope")).scalar() == 7
-        assert upgrade_schema(engine) == (1, 2)  # and up again, from Alembic's own 0001
+        assert upgrade_schema(engine) == (1, 3)  # and up again, from Alembic's own 0001
     finally:
         engine.dispose()
 
@@ -314,4 +314,4 @@ def test_concurrent_upgrades_on_postgres_upgrade_once(postgres_url: str) -> None
     finally:
         for engine in engines:
             engine.dispose()
-    assert results == [(1, 2), (2, 2)]
+    assert results == [(1, 3), (3, 3)]

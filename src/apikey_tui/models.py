@@ -12,7 +12,7 @@ from sqlmodel import Field, SQLModel
 
 # The schema this release reads and writes: Alembic revision f"{SCHEMA_VERSION:04d}" in
 # apikey_tui/migrations, which also builds every new database (a test holds the two equal).
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 class Base(SQLModel, registry=registry()):
@@ -45,7 +45,8 @@ def _timestamp(nullable: bool = False, index: bool = False) -> datetime:
 
 
 class SchemaInfo(Base, table=True):
-    """One row per setting of the database itself; 'schema_version' says which release made it."""
+    """One row per setting of the database itself; 'schema_version' says which release made it,
+    'max_lifetime_seconds' (schema version 3, absent: no policy) caps new keys' lifetime."""
 
     __tablename__ = "apikey_tui_meta"
     key: str = Field(primary_key=True, max_length=64)
@@ -65,6 +66,11 @@ class KeyRow(Base, table=True):
 
     fingerprint is `hashing.fingerprint` of the secret, which the verifier compares before
     argon2; keys made before schema version 2 have none (their secrets were never stored).
+
+    Lifecycle (schema version 3): expires_at is when the key stops working (None: never);
+    disabled_at/disabled_reason mark a key switched off, reversibly. A rotation moves the
+    previous id, hash and fingerprint to old_* and keeps that secret working until grace_until
+    (never past the key's expires_at); created_at is then the rotation time.
     """
 
     __tablename__ = "apikey_tui_key"
@@ -77,6 +83,15 @@ class KeyRow(Base, table=True):
     fingerprint: str | None = Field(default=None, max_length=16, repr=False)
     created_at: datetime = _timestamp(index=True)  # the verifier reads keys created since
     last_used_at: datetime | None = _timestamp(nullable=True)
+    expires_at: datetime | None = _timestamp(nullable=True, index=True)
+    disabled_at: datetime | None = _timestamp(nullable=True)
+    disabled_reason: str | None = Field(default=None, max_length=200)
+    # A unique index, not a constraint: SQLite adds it in place (a constraint would copy the
+    # table, and dropping the original with foreign keys on deletes every key's scopes).
+    old_public_id: str | None = Field(default=None, max_length=32, unique=True, index=True)
+    old_secret_hash: str | None = Field(default=None, max_length=255, repr=False)
+    old_fingerprint: str | None = Field(default=None, max_length=16, repr=False)
+    grace_until: datetime | None = _timestamp(nullable=True)
 
 
 class KeyScopeRow(Base, table=True):
