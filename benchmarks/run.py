@@ -297,7 +297,7 @@ def tui_scale_section(ts: Any) -> list[str]:
     return [*lines, ""]
 
 
-def render(h: Any, v: Any, s: Any, m: Any, f: Any, t: Any, ts: Any = None) -> str:
+def render(h: Any, v: Any, s: Any, m: Any, f: Any, t: Any, ts: Any = None, fa: Any = None) -> str:
     """The results page, every number with its baseline and target."""
     floor, peer = v["floor_us"], v["peer"]["is_valid_us"]
     tp, ip = s["throughput"], s["in_process"]
@@ -384,7 +384,9 @@ def render(h: Any, v: Any, s: Any, m: Any, f: Any, t: Any, ts: Any = None) -> st
                 f"| {label} | {s[name]['rps']:.0f} | "
                 f"{s[name]['server_cpu_ms_per_request']:.2f} ms |"
             )
-    lines += ["", *middleware_section(m), *floods_section(f)]
+    from benchmarks.bench_forward_auth import markdown as forward_auth_section
+
+    lines += ["", *middleware_section(m), *floods_section(f), *forward_auth_section(fa)]
     lines += [
         "## Terminal app (`bench_tui.py`, headless, 120x40)",
         "",
@@ -426,6 +428,7 @@ MODULES = (
     "bench_floods",
     "bench_tui",
     "bench_tui_scale",
+    "bench_forward_auth",
 )
 
 
