@@ -57,11 +57,9 @@ def downgrade() -> None:
     Version 2 has no place for either, so such a key would silently work again, for ever.
     Old secrets in grace simply stop (fail-closed), and the lifetime policy is dropped.
     """
-    bound = op.get_bind().execute(
-        sa.select(sa.func.count()).select_from(_key).where(
-            sa.or_(_key.c.expires_at.is_not(None), _key.c.disabled_at.is_not(None))
-        )
-    ).scalar_one()
+    held = sa.or_(_key.c.expires_at.is_not(None), _key.c.disabled_at.is_not(None))
+    count = sa.select(sa.func.count()).select_from(_key).where(held)
+    bound = op.get_bind().execute(count).scalar_one()
     if bound:
         raise RuntimeError(
             f"{bound} key(s) are disabled or expire, which schema version 2 cannot hold: "
