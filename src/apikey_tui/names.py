@@ -1,10 +1,13 @@
-"""Rules for key names, owners, scope names and descriptions: what a terminal may safely show."""
+"""Rules for key names, owners, scope names and descriptions: what a terminal may safely show;
+and the one way durations (30s, 15m, 24h, 90d) and expiry times are written."""
 
 from __future__ import annotations
 
 import re
 import unicodedata
 from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+from typing import Final, Literal
 
 from apikey_tui.errors import InvalidInputError
 
@@ -84,3 +87,69 @@ def parse_scopes(values: Iterable[str]) -> tuple[str, ...]:
     """Split 'a,b' / 'a b' entries, check each name, and return them sorted without repeats."""
     names = {part for value in values for part in re.split(r"[,\s]+", value) if part}
     return tuple(sorted(check_scope_name(name) for name in names))
+
+
+# --- durations and expiry times ---------------------------------------------------------------
+
+_DURATION = re.compile(r"(\d{1,9})([smhd])")
+_UNITS: Final = {"d": 86_400, "h": 3_600, "m": 60, "s": 1}
+DURATION_MAX = timedelta(days=36_500)  # a hundred years: further is "never", said plainly
+DURATION_RULE = "write a whole number and a unit: 30s, 15m, 24h or 90d"
+NEVER: Final = "never"
+# What an admin may ask for: a span from now, a moment, or no expiry at all.
+Expiry = timedelta | datetime | Literal["never"]
+
+
+def parse_duration(text: str) -> timedelta:
+    """Return the span '30s', '15m', '24h' or '90d' (or '0') means, else raise InvalidInputError."""
+    value = text.strip()
+    if value == "0":
+        return timedelta(0)
+    found = _DURATION.fullmatch(value)
+    if found is None:
+        raise InvalidInputError(f"duration {text[:30]!a} is not allowed: {DURATION_RULE}")
+    span = timedelta(seconds=int(found.group(1)) * _UNITS[found.group(2)])
+    if span > DURATION_MAX:
+        raise InvalidInputError(f"duration {text[:30]!a} is longer than 36500d (100 years)")
+    return span
+
+
+def format_duration(span: timedelta) -> str:
+    """Write a span the way parse_duration reads it, in the largest unit that is exact."""
+    seconds = int(span.total_seconds())
+    if seconds == 0:
+        return "0"
+    for unit, size in _UNITS.items():
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    raise AssertionError("unreachable: every whole number of seconds has a unit")
+
+
+def parse_expiry(text: str) -> Expiry:
+    """A span from now ('90d'), a moment (ISO 8601 date or date and time) or 'never'.
+
+    A date alone means 00:00 UTC that day; a time without an offset is UTC. Whether the moment
+    lies in the future is for the caller to judge, on its own clock.
+    """
+    value = text.strip()
+    if value.lower() == NEVER:
+        return NEVER
+    if _DURATION.fullmatch(value) or value == "0":
+        return parse_duration(value)
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidInputError(
+            f"expiry {text[:40]!a} is not allowed: a duration from now (90d, 24h), an ISO date "
+            "or date and time (2030-01-31, 2030-01-31T12:00Z), or 'never'"
+        ) from None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def check_reason(text: str) -> str:
+    """Return why a key was disabled if it is printable and at most 200 characters, else raise."""
+    if len(text) > DESCRIPTION_MAX:
+        raise InvalidInputError(f"reason is longer than {DESCRIPTION_MAX} characters")
+    if any(unicodedata.category(ch).startswith("C") for ch in text):
+        raise InvalidInputError("reason holds a control or format character")
+    return text
