@@ -47,6 +47,16 @@ class KeyChangedError(ApiKeyError):
         )
 
 
+class KeyStateError(ApiKeyError):
+    """The key is not in a state that allows this (enabling a key that is not disabled, ending a
+    grace that is not running); nothing was done."""
+
+
+class LifetimePolicyError(ApiKeyError):
+    """An expiry beyond the database's maximum lifetime policy (or none under a policy): refused,
+    never shortened in silence; nothing was done."""
+
+
 class DuplicateScopeError(ApiKeyError):
     """The scope catalog already holds this scope."""
 

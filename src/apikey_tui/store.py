@@ -6,7 +6,7 @@ import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
@@ -20,6 +20,7 @@ from sqlalchemy import (
     literal_column,
     or_,
     true,
+    union_all,
     update,
 )
 from sqlalchemy import select as sa_select
@@ -35,18 +36,24 @@ from apikey_tui.errors import (
     InvalidInputError,
     KeyChangedError,
     KeyNotFoundError,
+    KeyStateError,
+    LifetimePolicyError,
     ScopeInUseError,
     ScopeNotFoundError,
     StoreUnavailableError,
     UnknownScopeError,
 )
 from apikey_tui.hashing import SecretHasher, fingerprint
-from apikey_tui.models import EventRow, KeyRow, KeyScopeRow, ScopeRow
+from apikey_tui.models import EventRow, KeyRow, KeyScopeRow, SchemaInfo, ScopeRow
 from apikey_tui.names import (
+    NEVER,
+    Expiry,
     check_description,
     check_key_name,
     check_owner,
+    check_reason,
     check_scope_name,
+    format_duration,
     parse_scopes,
 )
 
@@ -74,6 +81,28 @@ class KeyInfo:
     scopes: tuple[str, ...]
     created_at: datetime
     last_used_at: datetime | None = None
+    # Lifecycle (schema version 3). created_at is the last creation or rotation. old_public_id
+    # and grace_until are set only while a rotation's previous secret still works.
+    expires_at: datetime | None = None
+    disabled_at: datetime | None = None
+    disabled_reason: str | None = None
+    old_public_id: str | None = None
+    grace_until: datetime | None = None
+
+    @property
+    def disabled(self) -> bool:
+        """Whether an admin switched the key off (reversibly: `enable_key`)."""
+        return self.disabled_at is not None
+
+    def expired(self, now: datetime) -> bool:
+        """Whether the key stopped working at its expiry (from that very second on)."""
+        return self.expires_at is not None and now >= self.expires_at
+
+    def state(self, now: datetime) -> str:
+        """'disabled', 'expired' or 'active': what a service answers is 401 for the first two."""
+        if self.disabled:
+            return "disabled"
+        return "expired" if self.expired(now) else "active"
 
     def to_json(self) -> dict[str, Any]:
         """Return the key as a JSON-ready dict."""
@@ -83,8 +112,18 @@ class KeyInfo:
             "public_id": self.public_id,
             "scopes": list(self.scopes),
             "created_at": self.created_at.isoformat(),
-            "last_used_at": self.last_used_at.isoformat() if self.last_used_at else None,
+            "last_used_at": _iso(self.last_used_at),
+            "expires_at": _iso(self.expires_at),
+            "disabled": self.disabled,
+            "disabled_at": _iso(self.disabled_at),
+            "disabled_reason": self.disabled_reason,
+            "old_public_id": self.old_public_id,
+            "grace_until": _iso(self.grace_until),
         }
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment is not None else None
 
 
 @dataclass(frozen=True)
@@ -100,11 +139,17 @@ class Credential:
     """A key with its stored argon2id hash and secret fingerprint, for the verifier.
 
     Neither shows in a repr. fingerprint is None for keys made before schema version 2.
+    For a rotated key's previous id (still in grace), info is the key's own (owner, name,
+    scopes: a scope change applies to both secrets) with that id as public_id, and the hash and
+    fingerprint are the previous secret's. expires_at is the moment this secret stops working:
+    the key's expiry, or for a previous secret the earlier of that and the end of the grace.
     """
 
     info: KeyInfo
     secret_hash: str = field(repr=False)
     fingerprint: str | None = field(default=None, repr=False)
+    expires_at: datetime | None = None
+    disabled: bool = False
 
 
 @dataclass(frozen=True)
@@ -273,6 +318,32 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+POLICY_KEY = "max_lifetime_seconds"  # the lifetime policy's row in apikey_tui_meta
+
+
+def _second(moment: datetime) -> datetime:
+    """Expiries and graces fall on whole seconds (earlier, never later)."""
+    return moment.replace(microsecond=0)
+
+
+def _when(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _expiry_note(expires_at: datetime | None) -> str:
+    return f"; expires {_when(expires_at)}" if expires_at is not None else ""
+
+
+def _in_grace(old_public_id: str | None, grace_until: datetime | None, now: datetime) -> bool:
+    """Whether a rotation's previous secret still works: up to, not at, grace_until."""
+    return old_public_id is not None and grace_until is not None and now < grace_until
+
+
+def _breaks(created_at: datetime, expires_at: datetime | None, maximum: timedelta) -> bool:
+    """Whether a key's lifetime (creation or last rotation to expiry) exceeds the maximum."""
+    return expires_at is None or expires_at - created_at > maximum
+
+
 def _like(text: str) -> str:
     escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return f"%{escaped}%"
@@ -282,12 +353,20 @@ class KeyStore:
     """The one place that reads and writes keys, scopes and events in the database."""
 
     def __init__(
-        self, engine: Engine, *, hasher: SecretHasher | None = None, actor: Actor | None = None
+        self,
+        engine: Engine,
+        *,
+        hasher: SecretHasher | None = None,
+        actor: Actor | None = None,
+        clock: Callable[[], datetime] = _now,
     ) -> None:
         self.engine = engine
         self._write_engine = engine.execution_options(**WRITE)
         self.hasher = hasher or SecretHasher()
         self.actor = actor or Actor.current()
+        # Every timestamp the store writes, and every expiry and grace decision, reads this
+        # clock (timezone-aware UTC); tests pass a fake one.
+        self.clock = clock
 
     @classmethod
     def open(
@@ -297,6 +376,7 @@ class KeyStore:
         hasher: SecretHasher | None = None,
         actor: Actor | None = None,
         create: bool = True,
+        clock: Callable[[], datetime] = _now,
     ) -> KeyStore:
         """Connect to the database at url, creating or checking its schema."""
         engine = make_engine(url)
@@ -305,7 +385,7 @@ class KeyStore:
         except BaseException:
             engine.dispose()
             raise
-        return cls(engine, hasher=hasher, actor=actor)
+        return cls(engine, hasher=hasher, actor=actor, clock=clock)
 
     @property
     def label(self) -> str:
@@ -326,15 +406,22 @@ class KeyStore:
 
     # --- keys -------------------------------------------------------------------------------
 
-    def create_key(self, owner: str, name: str, scopes: Iterable[str]) -> CreatedKey:
-        """Create a key; return it with its plaintext, which is shown once and never stored."""
+    def create_key(
+        self, owner: str, name: str, scopes: Iterable[str], *, expires: Expiry | None = None
+    ) -> CreatedKey:
+        """Create a key; return it with its plaintext, which is shown once and never stored.
+
+        expires: a span from now, a moment, or NEVER; None means the default, which is the
+        lifetime policy's maximum when one is set and no expiry otherwise. An expiry past the
+        policy's maximum (NEVER included) is refused, never shortened (`_expiry`).
+        """
         check_owner(owner)
         check_key_name(name)
         wanted = self._wanted_scopes(scopes)
         parts, plaintext = keyformat.generate()
         # Hash before the transaction: argon2 work must not hold the database's write lock.
         secret_hash = self.hasher.hash(parts.secret)
-        now = _now()
+        now = self.clock()
         row = KeyRow(
             owner=owner,
             name=name,
@@ -345,13 +432,15 @@ class KeyStore:
         )
         with self._session(write=True) as session:
             self._check_catalog(session, wanted)
+            row.expires_at = self._expiry(session, expires, start=now, now=now)
             session.add(row)
             try:
                 session.flush()
                 assert row.id is not None
                 session.add_all(KeyScopeRow(key_id=row.id, scope=s) for s in wanted)
-                info = KeyInfo(owner, name, parts.public_id, wanted, now)
-                self._record(session, "key.create", info, detail=f"scopes: {' '.join(wanted)}")
+                info = self._info(row, wanted)
+                detail = f"scopes: {' '.join(wanted)}" + _expiry_note(row.expires_at)
+                self._record(session, "key.create", info, detail=detail)
                 session.commit()
             except IntegrityError as exc:
                 session.rollback()
@@ -379,10 +468,30 @@ class KeyStore:
             raise UnknownScopeError(unknown, known)
 
     def list_keys(
-        self, owner: str | None = None, text: str = "", *, limit: int | None = None
+        self,
+        owner: str | None = None,
+        text: str = "",
+        *,
+        limit: int | None = None,
+        expiring_within: timedelta | None = None,
+        unused_for: timedelta | None = None,
+        violating_policy: bool = False,
     ) -> list[KeyInfo]:
-        """List keys of one owner (or all owners), whose owner, name or public id contains text."""
+        """List keys of one owner (or all owners), whose owner, name or public id contains text.
+
+        expiring_within: only keys not yet expired that expire within this span from now.
+        unused_for: only keys not used for this long (a key never used counts from its creation
+        or last rotation). violating_policy: only keys whose lifetime breaks the lifetime
+        policy (none when no policy is set).
+        """
+        now = self.clock()
         conditions: list[Any] = []
+        if expiring_within is not None:
+            expires = col(KeyRow.expires_at)
+            conditions += [expires > now, expires <= now + expiring_within]
+        if unused_for is not None:
+            since = func.coalesce(col(KeyRow.last_used_at), col(KeyRow.created_at))
+            conditions.append(since <= now - unused_for)
         if owner is not None:
             conditions.append(KeyRow.owner == owner)
         if text:
@@ -396,7 +505,12 @@ class KeyStore:
                 )
             )
         ordered = select(col(KeyRow.id)).where(*conditions).order_by(KeyRow.owner, KeyRow.name)
-        wanted = ordered.limit(limit) if limit is not None else ordered
+        policy: timedelta | None = None
+        if violating_policy:
+            policy = self.lifetime_policy()
+            if policy is None:
+                return []
+        wanted = ordered.limit(limit) if limit is not None and policy is None else ordered
         # Plain columns, not ORM objects, and all scopes in one query: 100,000 keys load in
         # about a second instead of three.
         with self._session() as session:
@@ -408,6 +522,11 @@ class KeyStore:
                     col(KeyRow.public_id),
                     col(KeyRow.created_at),
                     col(KeyRow.last_used_at),
+                    col(KeyRow.expires_at),
+                    col(KeyRow.disabled_at),
+                    col(KeyRow.disabled_reason),
+                    col(KeyRow.old_public_id),
+                    col(KeyRow.grace_until),
                 )
                 .where(col(KeyRow.id).in_(wanted))
                 .order_by(KeyRow.owner, KeyRow.name)
@@ -419,10 +538,29 @@ class KeyStore:
                 .order_by(KeyScopeRow.scope)
             ):
                 scopes.setdefault(key_id, []).append(scope)
-        return [
-            KeyInfo(owner, name, public_id, tuple(scopes.get(key_id, ())), created, used)
-            for key_id, owner, name, public_id, created, used in rows
+        keys = [
+            KeyInfo(
+                r.owner,
+                r.name,
+                r.public_id,
+                tuple(scopes.get(r.id, ())),
+                r.created_at,
+                r.last_used_at,
+                expires_at=r.expires_at,
+                disabled_at=r.disabled_at,
+                disabled_reason=r.disabled_reason,
+                old_public_id=r.old_public_id
+                if _in_grace(r.old_public_id, r.grace_until, now)
+                else None,
+                grace_until=r.grace_until
+                if _in_grace(r.old_public_id, r.grace_until, now)
+                else None,
+            )
+            for r in rows
         ]
+        if policy is not None:
+            keys = [k for k in keys if _breaks(k.created_at, k.expires_at, policy)][:limit]
+        return keys
 
     # --- the table's window: sorted and filtered in the database -------------------------------
 
@@ -591,20 +729,30 @@ class KeyStore:
                 raise QueryCancelled from None
             raise
 
-    @staticmethod
-    def _read_info(session: Session, row: KeyRow) -> KeyInfo:
+    def _read_info(self, session: Session, row: KeyRow) -> KeyInfo:
         """The key of a row, with its scopes read in the same transaction."""
         scopes = session.exec(
             select(KeyScopeRow.scope)
             .where(KeyScopeRow.key_id == row.id)
             .order_by(KeyScopeRow.scope)
         )
-        return KeyStore._info(row, scopes)
+        return self._info(row, scopes)
 
-    @staticmethod
-    def _info(row: KeyRow, scopes: Iterable[str]) -> KeyInfo:
+    def _info(self, row: KeyRow, scopes: Iterable[str]) -> KeyInfo:
+        """The key of a row; a previous secret shows only while its grace runs (store clock)."""
+        grace = _in_grace(row.old_public_id, row.grace_until, self.clock())
         return KeyInfo(
-            row.owner, row.name, row.public_id, tuple(scopes), row.created_at, row.last_used_at
+            row.owner,
+            row.name,
+            row.public_id,
+            tuple(scopes),
+            row.created_at,
+            row.last_used_at,
+            expires_at=row.expires_at,
+            disabled_at=row.disabled_at,
+            disabled_reason=row.disabled_reason,
+            old_public_id=row.old_public_id if grace else None,
+            grace_until=row.grace_until if grace else None,
         )
 
     def _row(
@@ -651,23 +799,234 @@ class KeyStore:
     ) -> CreatedKey:
         """Replace a stolen key's id and secret in one transaction; same owner, name, scopes.
 
+        The old secret stops at once (a rotation without grace, recorded as key.recreate).
         With expected_public_id, refuse (KeyChangedError) if the key was recreated meanwhile.
         """
+        return self._rotate(
+            owner, name, timedelta(0), None, expected_public_id, action="key.recreate"
+        )
+
+    def rotate_key(
+        self,
+        owner: str,
+        name: str,
+        *,
+        grace: timedelta,
+        expires: Expiry | None = None,
+        expected_public_id: str | None = None,
+    ) -> CreatedKey:
+        """Give a key a new public id and secret; the previous secret works until now + grace.
+
+        Same owner, name and scopes; both secrets are the same key, so a scope change, a
+        disable or an expiry applies to both. The previous secret never outlives the key's
+        expiry as it was, and a grace of 0 stops it at once (like recreate_key). Rotating during
+        a grace ends that grace: the secret before the previous one stops at once.
+
+        The new secret's expiry: expires if given (held to the policy like create_key's), else
+        the lifetime the key had (expires_at - created_at) from now, at most the policy's
+        maximum; a key that never expired keeps none unless a policy holds it.
+        """
+        return self._rotate(owner, name, grace, expires, expected_public_id, action="key.rotate")
+
+    def _rotate(
+        self,
+        owner: str,
+        name: str,
+        grace: timedelta,
+        expires: Expiry | None,
+        expected_public_id: str | None,
+        *,
+        action: str,
+    ) -> CreatedKey:
+        if grace < timedelta(0):
+            raise InvalidInputError("a grace period cannot be negative")
         parts, plaintext = keyformat.generate()
+        # Hash before the transaction: argon2 work must not hold the database's write lock.
         secret_hash = self.hasher.hash(parts.secret)
         secret_fingerprint = fingerprint(parts.public_id, parts.secret)
-        now = _now()
         with self._session(write=True) as session:
             row = self._row(session, owner, name, lock=True, expected_public_id=expected_public_id)
-            old_public_id = row.public_id
+            now = self.clock()
+            notes = [f"replaces {row.public_id}"]
+            if _in_grace(row.old_public_id, row.grace_until, now):
+                notes.append(f"ends the grace of {row.old_public_id} now")
+            lifetime = row.expires_at - row.created_at if row.expires_at is not None else None
+            new_expiry = self._expiry(session, expires, start=now, now=now, inherited=lifetime)
+            until = _second(now + grace)
+            if row.expires_at is not None:
+                until = min(until, row.expires_at)  # a grace never revives an expired secret
+            if until > now:
+                row.old_public_id, row.old_secret_hash = row.public_id, row.secret_hash
+                row.old_fingerprint, row.grace_until = row.fingerprint, until
+                notes[0] += f", which works until {_when(until)}"
+            else:
+                row.old_public_id = row.old_secret_hash = row.old_fingerprint = None
+                row.grace_until = None
+                notes[0] += " at once" if action == "key.rotate" else ""
             row.public_id, row.secret_hash = parts.public_id, secret_hash
             row.fingerprint = secret_fingerprint
             row.created_at, row.last_used_at = now, None
+            row.expires_at = new_expiry
             session.add(row)
             info = self._read_info(session, row)
-            self._record(session, "key.recreate", info, detail=f"replaces {old_public_id}")
+            detail = "; ".join(notes) + _expiry_note(new_expiry)
+            self._record(session, action, info, detail=detail)
             session.commit()
         return CreatedKey(info, plaintext)
+
+    def end_grace(self, owner: str, name: str, *, expected_public_id: str | None = None) -> KeyInfo:
+        """Stop a rotated key's previous secret now; refused (KeyStateError) when none works."""
+        with self._session(write=True) as session:
+            row = self._row(session, owner, name, lock=True, expected_public_id=expected_public_id)
+            previous = row.old_public_id
+            if not _in_grace(previous, row.grace_until, self.clock()):
+                raise KeyStateError(
+                    f"key {name!r} of {owner} has no previous secret in grace; nothing was done"
+                )
+            row.old_public_id = row.old_secret_hash = row.old_fingerprint = None
+            row.grace_until = None
+            session.add(row)
+            info = self._read_info(session, row)
+            self._record(session, "key.end-grace", info, detail=f"{previous} stopped working")
+            session.commit()
+        return info
+
+    def set_expiry(
+        self, owner: str, name: str, expires: Expiry, *, expected_public_id: str | None = None
+    ) -> KeyInfo:
+        """Set when a key stops working (a span from now, a moment, or NEVER).
+
+        Held to the lifetime policy counted from the key's creation or last rotation: to
+        extend a key past that, rotate it. A moment not in the future is refused; to stop a key
+        now, disable or delete it.
+        """
+        with self._session(write=True) as session:
+            row = self._row(session, owner, name, lock=True, expected_public_id=expected_public_id)
+            now = self.clock()
+            row.expires_at = self._expiry(session, expires, start=row.created_at, now=now)
+            session.add(row)
+            info = self._read_info(session, row)
+            detail = _expiry_note(row.expires_at).removeprefix("; ") or "never expires"
+            self._record(session, "key.expire-set", info, detail=detail)
+            session.commit()
+        return info
+
+    def disable_key(
+        self, owner: str, name: str, reason: str = "", *, expected_public_id: str | None = None
+    ) -> KeyInfo:
+        """Switch a key off, reversibly: both secrets are refused; name, scopes, history stay."""
+        check_reason(reason)
+        with self._session(write=True) as session:
+            row = self._row(session, owner, name, lock=True, expected_public_id=expected_public_id)
+            if row.disabled_at is not None:
+                raise KeyStateError(
+                    f"key {name!r} of {owner} is already disabled (since "
+                    f"{_when(row.disabled_at)}); nothing was done"
+                )
+            row.disabled_at, row.disabled_reason = self.clock(), reason or None
+            session.add(row)
+            info = self._read_info(session, row)
+            self._record(session, "key.disable", info, detail=reason)
+            session.commit()
+        return info
+
+    def enable_key(
+        self, owner: str, name: str, *, expected_public_id: str | None = None
+    ) -> KeyInfo:
+        """Switch a disabled key on again (an expired key stays expired)."""
+        with self._session(write=True) as session:
+            row = self._row(session, owner, name, lock=True, expected_public_id=expected_public_id)
+            if row.disabled_at is None:
+                raise KeyStateError(f"key {name!r} of {owner} is not disabled; nothing was done")
+            since = row.disabled_at
+            row.disabled_at = row.disabled_reason = None
+            session.add(row)
+            info = self._read_info(session, row)
+            self._record(session, "key.enable", info, detail=f"disabled since {_when(since)}")
+            session.commit()
+        return info
+
+    # --- the lifetime policy ----------------------------------------------------------------------
+
+    def lifetime_policy(self) -> timedelta | None:
+        """The maximum lifetime of new keys, or None when no policy is set."""
+        with self._session() as session:
+            return self._policy(session)
+
+    def set_lifetime_policy(self, maximum: timedelta | None) -> list[KeyInfo]:
+        """Hold new keys to a maximum lifetime (None: no policy); return the keys that break it.
+
+        Existing keys are never changed: those that break the new policy are only listed (here
+        and by list_keys(violating_policy=True)), for an admin to rotate or re-expire.
+        """
+        if maximum is not None and maximum <= timedelta(0):
+            raise InvalidInputError("a maximum lifetime must be longer than 0")
+        with self._session(write=True) as session:
+            row = session.get(SchemaInfo, POLICY_KEY)
+            if maximum is None:
+                if row is not None:
+                    session.delete(row)
+            else:
+                seconds = str(int(maximum.total_seconds()))
+                if row is None:
+                    row = SchemaInfo(key=POLICY_KEY, value=seconds)
+                row.value = seconds
+                session.add(row)
+            violators = self._violators(session, maximum)
+            detail = f"max-lifetime {format_duration(maximum) if maximum else 'none'}"
+            if violators:
+                detail += f"; {violators} existing key(s) break it"
+            self._record(session, "policy.set", detail=detail)
+            session.commit()
+        return self.list_keys(violating_policy=True)
+
+    @staticmethod
+    def _policy(session: Session) -> timedelta | None:
+        row = session.get(SchemaInfo, POLICY_KEY)
+        return timedelta(seconds=int(row.value)) if row is not None else None
+
+    @staticmethod
+    def _violators(session: Session, maximum: timedelta | None) -> int:
+        if maximum is None:
+            return 0
+        rows = session.execute(sa_select(col(KeyRow.created_at), col(KeyRow.expires_at))).all()
+        return sum(1 for created, expires in rows if _breaks(created, expires, maximum))
+
+    def _expiry(
+        self,
+        session: Session,
+        expires: Expiry | None,
+        *,
+        start: datetime,
+        now: datetime,
+        inherited: timedelta | None = None,
+    ) -> datetime | None:
+        """The expiry a key gets, on whole seconds; refused rather than shortened.
+
+        expires None asks for the default: the inherited lifetime (a rotation's) or none, either
+        capped at the policy's maximum. An explicit request past the maximum, counted from
+        start (the key's creation or last rotation), is refused with LifetimePolicyError:
+        an admin who asked for a year must not silently get a month.
+        """
+        policy = self._policy(session)
+        if expires is None:
+            span = inherited if inherited is not None else policy
+            if span is not None and policy is not None:
+                span = min(span, policy)
+            return _second(now + span) if span is not None else None
+        allowed = f"the lifetime policy allows at most {format_duration(policy)}" if policy else ""
+        if expires == NEVER:
+            if policy is not None:
+                raise LifetimePolicyError(f"a key that never expires is refused: {allowed}")
+            return None
+        moment = _second(now + expires if isinstance(expires, timedelta) else expires)
+        if moment <= now:
+            raise InvalidInputError(f"expiry {_when(moment)} is not in the future")
+        if policy is not None and moment - start > policy:
+            raise LifetimePolicyError(
+                f"expiry {_when(moment)} is refused: {allowed}, until {_when(start + policy)}"
+            )
+        return moment
 
     def set_key_scopes(
         self,
@@ -708,44 +1067,81 @@ class KeyStore:
     def credential(self, public_id: str) -> Credential | None:
         """Return the key with this public id, its hash and fingerprint, or None.
 
-        One SELECT joining the scopes: a cold check costs one round trip.
+        public_id may be a key's current id or a rotated key's previous id while its grace runs
+        (by the store's clock; after it, None). Expired and disabled keys are returned, marked
+        (expires_at, disabled), for the verifier to refuse. One SELECT joining the scopes: a
+        cold check costs one round trip.
         """
         key, scope = KeyRow.__table__, KeyScopeRow.__table__  # type: ignore[attr-defined]
         query = (
             sa_select(
+                key.c.public_id,
                 key.c.owner,
                 key.c.name,
                 key.c.secret_hash,
                 key.c.fingerprint,
                 key.c.created_at,
                 key.c.last_used_at,
+                key.c.expires_at,
+                key.c.disabled_at,
+                key.c.old_public_id,
+                key.c.old_secret_hash,
+                key.c.old_fingerprint,
+                key.c.grace_until,
                 scope.c.scope,
             )
             .select_from(key.outerjoin(scope, scope.c.key_id == key.c.id))
-            .where(key.c.public_id == public_id)
+            .where(or_(key.c.public_id == public_id, key.c.old_public_id == public_id))
             .order_by(scope.c.scope)
         )
         with database_errors(self.engine), self.engine.connect() as conn:
             rows = conn.execute(query).all()
         if not rows:
             return None
-        owner, name, secret_hash, secret_fingerprint, created, used, _ = rows[0]
+        r = rows[0]
         scopes = tuple(row.scope for row in rows if row.scope is not None)
-        info = KeyInfo(owner, name, public_id, scopes, created, used)
-        return Credential(info, secret_hash, secret_fingerprint)
+        now = self.clock()
+        grace = _in_grace(r.old_public_id, r.grace_until, now)
+        info = KeyInfo(
+            r.owner,
+            r.name,
+            public_id,
+            scopes,
+            r.created_at,
+            r.last_used_at,
+            expires_at=r.expires_at,
+            disabled_at=r.disabled_at,
+            old_public_id=r.old_public_id if grace else None,
+            grace_until=r.grace_until if grace else None,
+        )
+        disabled = r.disabled_at is not None
+        if r.public_id == public_id:
+            return Credential(info, r.secret_hash, r.fingerprint, r.expires_at, disabled)
+        if not grace or r.old_secret_hash is None:
+            return None  # the previous secret's grace has ended
+        assert r.grace_until is not None
+        until = r.grace_until if r.expires_at is None else min(r.expires_at, r.grace_until)
+        return Credential(info, r.old_secret_hash, r.old_fingerprint, until, disabled)
 
     def key_fingerprints(
         self, created_since: datetime | None = None
     ) -> list[tuple[str, str | None, datetime]]:
         """(public id, fingerprint, created at) of every key, or of those created since a time.
 
-        One query of plain columns (the created_at index serves the second form); fingerprint
-        is None for keys made before schema version 2.
+        A rotated key's previous id is listed too while its grace runs (store clock), with the
+        rotation time as created at, so an incremental read finds it. One query of plain
+        columns (the created_at index serves the second form); fingerprint is None for keys
+        made before schema version 2.
         """
         key = KeyRow.__table__  # type: ignore[attr-defined]
-        query = sa_select(key.c.public_id, key.c.fingerprint, key.c.created_at)
+        current = sa_select(key.c.public_id, key.c.fingerprint, key.c.created_at)
+        previous = sa_select(key.c.old_public_id, key.c.old_fingerprint, key.c.created_at).where(
+            key.c.old_public_id.is_not(None), key.c.grace_until > self.clock()
+        )
         if created_since is not None:
-            query = query.where(key.c.created_at >= created_since)
+            current = current.where(key.c.created_at >= created_since)
+            previous = previous.where(key.c.created_at >= created_since)
+        query = union_all(current, previous)
         with database_errors(self.engine), self.engine.connect() as conn:
             return [(public_id, fp, created) for public_id, fp, created in conn.execute(query)]
 
@@ -760,14 +1156,19 @@ class KeyStore:
             session.commit()
 
     def record_use(self, used: Mapping[str, datetime]) -> None:
-        """Move last_used_at forward for the given public ids (never backwards)."""
+        """Move last_used_at forward for the given public ids (never backwards).
+
+        A rotated key's previous id counts as a use of the key.
+        """
         if not used:
             return
         table = KeyRow.__table__  # type: ignore[attr-defined]
         statement = (
             update(table)
             .where(
-                table.c.public_id == bindparam("pid"),
+                or_(
+                    table.c.public_id == bindparam("pid"), table.c.old_public_id == bindparam("pid")
+                ),
                 or_(table.c.last_used_at.is_(None), table.c.last_used_at < bindparam("at")),
             )
             .values(last_used_at=bindparam("at"))
@@ -858,7 +1259,7 @@ class KeyStore:
     ) -> None:
         session.add(
             EventRow(
-                at=_now(),
+                at=self.clock(),
                 action=action,
                 owner=key.owner if key else None,
                 key_name=key.name if key else None,
@@ -921,7 +1322,9 @@ class KeyStore:
             info = self._read_info(session, self._row(session, owner, name))
             origin = session.exec(
                 select(EventRow)
-                .where(*mine, col(EventRow.action).in_(("key.create", "key.recreate")))
+                .where(
+                    *mine, col(EventRow.action).in_(("key.create", "key.recreate", "key.rotate"))
+                )
                 .order_by(newest)
                 .limit(1)
             ).first()
