@@ -19,9 +19,18 @@ from apikey_tui.errors import (
     InvalidInputError,
     StoreUnavailableError,
 )
-from apikey_tui.names import check_owner, printable
+from apikey_tui.names import (
+    Expiry,
+    check_owner,
+    format_duration,
+    parse_duration,
+    parse_expiry,
+    printable,
+)
 
 if TYPE_CHECKING:
+    from datetime import datetime, timedelta
+
     from apikey_tui.store import CreatedKey, KeyInfo, KeyStore
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
@@ -46,6 +55,25 @@ def _owner(text: str) -> str:
         return check_owner(text)
     except InvalidInputError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _duration(text: str) -> timedelta:
+    # A malformed duration or expiry is a usage error (2), like any malformed option value.
+    try:
+        return parse_duration(text)
+    except InvalidInputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _expiry(text: str) -> Expiry:
+    try:
+        return parse_expiry(text)
+    except InvalidInputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _max_lifetime(text: str) -> timedelta | None:
+    return None if text.strip().lower() == "none" else _duration(text)
 
 
 def _common() -> _Parser:
@@ -80,17 +108,37 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--all", action="store_true", default=argparse.SUPPRESS, help="all owners' keys"
     )
-    commands = parser.add_subparsers(dest="command", metavar="{keys,scopes,events,db,serve-auth}")
+    commands = parser.add_subparsers(
+        dest="command", metavar="{keys,scopes,policy,events,db,serve-auth}"
+    )
 
     keys = commands.add_parser("keys", help="create, list, show, delete and recreate keys")
     key_commands = keys.add_subparsers(dest="action", metavar="ACTION", required=True)
     create = key_commands.add_parser("create", parents=[common], help="create a key; print it once")
     create.add_argument("name")
     _scope_option(create)
+    _expires_option(create)
     create.set_defaults(run=_keys_create)
     listing = key_commands.add_parser("list", parents=[common], help="list keys (no secrets)")
     listing.add_argument("--all", action="store_true", default=argparse.SUPPRESS)
     listing.add_argument("--filter", default="", help="only keys whose name or id contains this")
+    listing.add_argument(
+        "--expiring",
+        type=_duration,
+        metavar="DURATION",
+        help="only keys that expire within this span (not those already expired), e.g. 14d",
+    )
+    listing.add_argument(
+        "--unused",
+        type=_duration,
+        metavar="DURATION",
+        help="only keys not used for this long (never used: since created or rotated), e.g. 90d",
+    )
+    listing.add_argument(
+        "--violating-policy",
+        action="store_true",
+        help="only keys whose lifetime breaks the max-lifetime policy",
+    )
     listing.set_defaults(run=_keys_list)
     for action, run, text in (
         ("show", _keys_show, "show one key"),
@@ -104,6 +152,51 @@ def build_parser() -> argparse.ArgumentParser:
     rescope.add_argument("name")
     _scope_option(rescope)
     rescope.set_defaults(run=_keys_set_scopes)
+    rotate = key_commands.add_parser(
+        "rotate",
+        parents=[common],
+        help="new id and secret, printed once; the old secret works until the grace ends",
+    )
+    rotate.add_argument("name")
+    how = rotate.add_mutually_exclusive_group(required=True)
+    how.add_argument(
+        "--grace",
+        type=_duration,
+        metavar="DURATION",
+        help="how long the old secret keeps working (0: it stops now, like recreate)",
+    )
+    how.add_argument("--end-grace", action="store_true", help="stop the old secret now")
+    _expires_option(rotate, rotating=True)
+    rotate.set_defaults(run=_keys_rotate)
+    expiry = key_commands.add_parser(
+        "set-expiry", parents=[common], help="set when a key stops working"
+    )
+    expiry.add_argument("name")
+    expiry.add_argument("when", type=_expiry, metavar="WHEN", help="90d, an ISO date, or never")
+    expiry.set_defaults(run=_keys_set_expiry)
+    disable = key_commands.add_parser(
+        "disable", parents=[common], help="switch a key off (reversibly); services refuse it"
+    )
+    disable.add_argument("name")
+    disable.add_argument("--reason", default="", help="why, for the audit trail (≤ 200 chars)")
+    disable.set_defaults(run=_keys_disable)
+    enable = key_commands.add_parser("enable", parents=[common], help="switch a key on again")
+    enable.add_argument("name")
+    enable.set_defaults(run=_keys_enable)
+
+    policy = commands.add_parser("policy", help="the key lifetime policy of the database")
+    policy_commands = policy.add_subparsers(dest="action", metavar="ACTION", required=True)
+    policy_commands.add_parser("show", parents=[common], help="show the policy").set_defaults(
+        run=_policy_show
+    )
+    policy_set = policy_commands.add_parser(
+        "set", parents=[common], help="set max-lifetime (new keys); lists keys that break it"
+    )
+    policy_set.add_argument("setting", choices=["max-lifetime"])
+    policy_set.add_argument(
+        "value", type=_max_lifetime, metavar="DURATION|none", help="e.g. 365d, or none"
+    )
+    policy_set.set_defaults(run=_policy_set)
 
     scopes = commands.add_parser("scopes", help="the scope catalog: the APIs keys may reach")
     scope_commands = scopes.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -162,6 +255,19 @@ def _scope_option(parser: argparse.ArgumentParser) -> None:
         required=True,  # none at all is a usage error (2); an unknown one is refused (1)
         metavar="SCOPE",
         help="an API the key may reach; repeat it or separate with commas (at least one)",
+    )
+
+
+def _expires_option(parser: argparse.ArgumentParser, *, rotating: bool = False) -> None:
+    default = (
+        "the lifetime the key had, from now" if rotating else "no expiry"
+    ) + "; under a max-lifetime policy at most its maximum"
+    parser.add_argument(
+        "--expires",
+        type=_expiry,
+        metavar="WHEN",
+        help=f"a duration from now (90d), an ISO date or date and time, or never (default: "
+        f"{default})",
     )
 
 
@@ -227,7 +333,8 @@ def _main(arguments: list[str]) -> int:
             run_db: Callable[[str, argparse.Namespace], int] = args.run_db
             return run_db(url, args)
         run: Callable[[KeyStore, argparse.Namespace, str], int] = args.run
-        store = _open_store(url, create=run not in (_keys_list, _keys_show, _scopes_list, _events))
+        read_only = (_keys_list, _keys_show, _scopes_list, _events, _policy_show)
+        store = _open_store(url, create=run not in read_only)
         try:
             return run(store, args, owner)
         finally:
@@ -297,7 +404,9 @@ def _emit(args: argparse.Namespace, data: Any, human: Callable[[TextIO], None]) 
     return EXIT_OK
 
 
-def _show_created(args: argparse.Namespace, created: CreatedKey, verb: str) -> int:
+def _show_created(
+    args: argparse.Namespace, created: CreatedKey, verb: str, note: str | None = None
+) -> int:
     info = created.info
     # Everything but the key goes to stderr, so `KEY=$(apikey-tui keys create ...)` just works.
     print(
@@ -305,12 +414,26 @@ def _show_created(args: argparse.Namespace, created: CreatedKey, verb: str) -> i
         f"scopes: {', '.join(info.scopes)}.\n{ONCE_WARNING}",
         file=sys.stderr,
     )
+    print(_expiry_line(info), file=sys.stderr)
+    if note:
+        print(note, file=sys.stderr)
     data = {"key": created.plaintext, **info.to_json()}
     return _emit(args, data, lambda out: print(created.plaintext, file=out))
 
 
+def _expiry_line(info: KeyInfo) -> str:
+    if info.expires_at is None:
+        return "It never expires."
+    return f"It expires at {_when(info.expires_at)}."
+
+
+def _when(moment: datetime | None) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC") if moment is not None else "-"
+
+
 def _keys_create(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
-    return _show_created(args, store.create_key(owner, args.name, args.scope), "Created")
+    created = store.create_key(owner, args.name, args.scope, expires=args.expires)
+    return _show_created(args, created, "Created")
 
 
 def _keys_recreate(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
@@ -319,22 +442,149 @@ def _keys_recreate(store: KeyStore, args: argparse.Namespace, owner: str) -> int
     return _show_created(args, created, "Recreated")
 
 
+def _keys_rotate(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
+    if args.end_grace:
+        if args.expires is not None:
+            return _usage("keys rotate: --expires goes with --grace, not --end-grace")
+        info = store.end_grace(owner, args.name)
+        print(f"The old secret of key {info.name!r} stopped working.", file=sys.stderr)
+        return _emit(args, info.to_json(), lambda out: None)
+    created = store.rotate_key(owner, args.name, grace=args.grace, expires=args.expires)
+    note = "The old secret stopped working."
+    if created.info.grace_until is not None:
+        note = (
+            f"The old secret ({created.info.old_public_id}) keeps working until "
+            f"{_when(created.info.grace_until)}; end that sooner with --end-grace."
+        )
+    return _show_created(args, created, "Rotated", note)
+
+
+def _keys_set_expiry(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
+    info = store.set_expiry(owner, args.name, args.when)
+    print(f"Key {info.name!r} of {printable(info.owner)}: {_expiry_line(info)}", file=sys.stderr)
+    return _emit(args, info.to_json(), lambda out: None)
+
+
+def _keys_disable(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
+    info = store.disable_key(owner, args.name, args.reason)
+    print(
+        f"Disabled key {info.name!r} of {printable(info.owner)}: services refuse it (401) "
+        "until it is enabled.",
+        file=sys.stderr,
+    )
+    return _emit(args, info.to_json(), lambda out: None)
+
+
+def _keys_enable(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
+    info = store.enable_key(owner, args.name)
+    note = " It has expired, so services still refuse it." if info.expired(store.clock()) else ""
+    print(f"Enabled key {info.name!r} of {printable(info.owner)}.{note}", file=sys.stderr)
+    return _emit(args, info.to_json(), lambda out: None)
+
+
 def _keys_set_scopes(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
     info = store.set_key_scopes(owner, args.name, args.scope)
-    return _emit(args, info.to_json(), lambda out: _print_keys([info], out, with_owner=False))
+    now = store.clock()
+    return _emit(
+        args, info.to_json(), lambda out: _print_keys([info], out, with_owner=False, now=now)
+    )
 
 
 def _keys_list(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
     everyone = getattr(args, "all", False)
-    keys = store.list_keys(None if everyone else owner, args.filter)
-    return _emit(
-        args, [k.to_json() for k in keys], lambda out: _print_keys(keys, out, with_owner=everyone)
+    keys = store.list_keys(
+        None if everyone else owner,
+        args.filter,
+        expiring_within=args.expiring,
+        unused_for=args.unused,
+        violating_policy=args.violating_policy,
     )
+    if args.violating_policy and store.lifetime_policy() is None:
+        print("No max-lifetime policy is set, so no key breaks it.", file=sys.stderr)
+    # For cron: a filtered listing that finds nothing prints nothing (cron mails only output).
+    quiet = args.expiring is not None or args.unused is not None or args.violating_policy
+    now = store.clock()
+
+    def human(out: TextIO) -> None:
+        if keys or not quiet:
+            _print_keys(keys, out, with_owner=everyone, now=now)
+
+    return _emit(args, [k.to_json() for k in keys], human)
 
 
 def _keys_show(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
     info = store.get_key(owner, args.name)
-    return _emit(args, info.to_json(), lambda out: _print_keys([info], out, with_owner=True))
+    return _emit(args, info.to_json(), lambda out: _print_key(info, out, now=store.clock()))
+
+
+def _print_key(info: KeyInfo, out: TextIO, *, now: datetime) -> None:
+    state = info.state(now)
+    if info.disabled:
+        state += f" since {_when(info.disabled_at)}"
+        state += f": {info.disabled_reason}" if info.disabled_reason else ""
+    rows = [
+        ["owner", info.owner],
+        ["name", info.name],
+        ["public id", info.public_id],
+        ["scopes", ", ".join(info.scopes)],
+        ["state", state],
+        ["expires", _when(info.expires_at) if info.expires_at else "never"],
+        ["created", _when(info.created_at)],
+        ["last used", _when(info.last_used_at) if info.last_used_at else "never"],
+    ]
+    if info.grace_until is not None:
+        rows.append(["old secret", f"{info.old_public_id} works until {_when(info.grace_until)}"])
+    rows = [[f"{label}:", printable(value)] for label, value in rows]
+    width = max(len(label) for label, _ in rows)
+    for label, value in rows:
+        print(f"{label.ljust(width)}  {value}", file=out)
+
+
+def _policy_show(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
+    return _emit(args, _policy_json(store.lifetime_policy()), _print_policy(store))
+
+
+def _policy_json(maximum: timedelta | None) -> dict[str, Any]:
+    return {
+        "max_lifetime": format_duration(maximum) if maximum else None,
+        "max_lifetime_seconds": int(maximum.total_seconds()) if maximum else None,
+    }
+
+
+def _print_policy(store: KeyStore) -> Callable[[TextIO], None]:
+    maximum = store.lifetime_policy()
+    shown = format_duration(maximum) if maximum else "none"
+    return lambda out: print(f"max-lifetime {shown}", file=out)
+
+
+def _policy_set(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
+    violating = store.set_lifetime_policy(args.value)
+    if args.value is None:
+        print("Removed the max-lifetime policy: new keys may live for ever.", file=sys.stderr)
+    else:
+        print(
+            f"New and rotated keys now live at most {format_duration(args.value)}.",
+            file=sys.stderr,
+        )
+    if violating:
+        print(
+            f"{len(violating)} existing key(s) break it and keep working until rotated, re-expired "
+            "or deleted: `apikey-tui keys list --all --violating-policy`.",
+            file=sys.stderr,
+        )
+    now = store.clock()
+
+    def human(out: TextIO) -> None:
+        if violating:
+            _print_keys(violating, out, with_owner=True, now=now)
+
+    data = {**_policy_json(args.value), "violating": [k.to_json() for k in violating]}
+    return _emit(args, data, human)
+
+
+def _usage(message: str) -> int:
+    print(f"apikey-tui {message} (see --help)", file=sys.stderr)
+    return EXIT_USAGE
 
 
 def _keys_delete(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
@@ -484,13 +734,16 @@ def _db_grant_verifier(url: str, args: argparse.Namespace) -> int:
     return _emit(args, data, lambda out: print(*(f"{s};" for s in statements), sep="\n", file=out))
 
 
-def _print_keys(keys: list[KeyInfo], out: TextIO, *, with_owner: bool) -> None:
-    header = ["NAME", "PUBLIC ID", "SCOPES", "CREATED (UTC)", "LAST USED (UTC)"]
+def _print_keys(keys: list[KeyInfo], out: TextIO, *, with_owner: bool, now: datetime) -> None:
+    header = ["NAME", "PUBLIC ID", "SCOPES", "STATE", "EXPIRES (UTC)", "CREATED (UTC)"]
+    header.append("LAST USED (UTC)")
     rows = [
         [
             k.name,
             k.public_id,
             ",".join(k.scopes),
+            k.state(now) + ("+grace" if k.grace_until is not None else ""),
+            k.expires_at.strftime("%Y-%m-%d %H:%M") if k.expires_at else "never",
             k.created_at.strftime("%Y-%m-%d %H:%M"),
             k.last_used_at.strftime("%Y-%m-%d %H:%M") if k.last_used_at else "-",
         ]
