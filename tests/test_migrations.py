@@ -12,12 +12,15 @@ import shutil
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
 from sqlalchemy import Connection, inspect, text
 
 from apikey_tui import keyformat
@@ -25,6 +28,8 @@ from apikey_tui.cli import main
 from apikey_tui.db import ensure_schema, make_engine, upgrade_schema
 from apikey_tui.errors import InvalidKeyError, SchemaVersionError, VerifierUnavailableError
 from apikey_tui.hashing import fingerprint
+from apikey_tui.migrations import VERSION_TABLE, is_ours
+from apikey_tui.models import Base
 from apikey_tui.schema import alembic_config
 from apikey_tui.store import KeyStore
 from apikey_tui.verifier import Verifier
@@ -315,3 +320,76 @@ def test_concurrent_upgrades_on_postgres_upgrade_once(postgres_url: str) -> None
         for engine in engines:
             engine.dispose()
     assert results == [(1, 3), (3, 3)]
+
+
+def test_upgraded_fixture_matches_the_models(old_database: OldDatabase) -> None:
+    """A 0.1.0 database upgraded to version 3 has exactly the tables a fresh one has."""
+    engine = make_engine(old_database.url)
+    try:
+        assert upgrade_schema(engine) == (1, 3)
+        with engine.connect() as conn:
+            context = MigrationContext.configure(
+                conn, opts={"include_name": is_ours, "version_table": VERSION_TABLE}
+            )
+            assert compare_metadata(context, Base.metadata) == []
+    finally:
+        engine.dispose()
+
+
+def test_upgraded_keys_do_not_expire_are_enabled_and_can_rotate_with_grace(
+    old_database: OldDatabase, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """0.1.0 keys come out of 1 -> 3 with no expiry and enabled; one rotated keeps its grace."""
+    assert _cli(capsys, old_database.url, "db", "upgrade")[0] == 0
+    code, out, _ = _cli(capsys, old_database.url, "keys", "list", "--all", "--json")
+    listed = json.loads(out)
+    assert code == 0 and len(listed) == len(old_database.keys("live"))
+    assert {(k["expires_at"], k["disabled"], k["old_public_id"]) for k in listed} == {
+        (None, False, None)
+    }
+    store = KeyStore.open(old_database.url, actor=ACTOR, create=False)  # the real hash profile
+    try:
+        [laptop] = [k for k in old_database.keys("live") if k["name"] == "laptop"]
+        old = keyformat.parse(laptop["key"])
+        store.rotate_key("alice", "laptop", grace=timedelta(hours=1))
+        credential = store.credential(old.public_id)
+        assert credential is not None and credential.fingerprint is None  # made by 0.1.0
+        assert store.hasher.verify(credential.secret_hash, old.secret)
+        assert credential.expires_at is not None and not credential.disabled
+    finally:
+        store.close()
+
+
+def test_downgrade_0003_to_0002_refuses_while_a_key_is_disabled_then_works(
+    old_database: OldDatabase,
+) -> None:
+    """Undoing 0003 is refused while a key is disabled (it would work again), then keeps keys."""
+    engine = make_engine(old_database.url)
+    upgrade_schema(engine)
+    store = KeyStore.open(old_database.url, hasher=CHEAP, actor=ACTOR, create=False)
+    try:
+        with engine.connect() as conn:
+            version_3 = _shape(conn)
+        store.disable_key("ci-bot", "deploy", "test")
+        store.set_lifetime_policy(timedelta(days=30))
+        with pytest.raises(RuntimeError, match="disabled or expire"), engine.begin() as conn:
+            command.downgrade(alembic_config(conn), "0002")
+        assert _rows(old_database.url, "SELECT value FROM apikey_tui_meta WHERE key = "
+                     "'schema_version'") == [("3",)]  # fmt: skip
+        store.enable_key("ci-bot", "deploy")
+        with engine.begin() as conn:
+            command.downgrade(alembic_config(conn), "0002")
+        with engine.connect() as conn:
+            columns = {c["name"] for c in inspect(conn).get_columns("apikey_tui_key")}
+            assert "fingerprint" in columns and "expires_at" not in columns
+            assert "old_public_id" not in columns
+            assert conn.execute(text("SELECT * FROM apikey_tui_meta")).all() == [
+                ("schema_version", "2")
+            ]
+            assert conn.execute(text("SELECT count(*) FROM apikey_tui_key_scope")).scalar() == 7
+        assert upgrade_schema(engine) == (2, 3)
+        with engine.connect() as conn:
+            assert _shape(conn) == version_3
+    finally:
+        store.close()
+        engine.dispose()
