@@ -17,6 +17,7 @@ from apikey_tui import forksafety
 from apikey_tui.authorization import parse_key, split_credentials
 from apikey_tui.db import ensure_schema, make_engine
 from apikey_tui.errors import (
+    AuthError,
     InsufficientScopeError,
     InvalidKeyError,
     SchemaVersionError,
@@ -28,6 +29,7 @@ from apikey_tui.keyformat import ParsedKey
 from apikey_tui.store import Actor, Credential, KeyStore
 from apikey_tui.verifier.freshness import PushFreshness, freshness_for
 from apikey_tui.verifier.guard import CheckGate, FailureBudget, KnownKeys, Verdict
+from apikey_tui.verifier.metrics import VerifierStats
 from apikey_tui.verifier.port import CredentialSource
 from apikey_tui.verifier.usage import UsageWriter
 
@@ -106,6 +108,8 @@ class Verifier:
         self._gate = CheckGate(check_workers, check_timeout, max_pending_checks)
         self._budget = FailureBudget(failure_burst, failures_per_second)
         self._usage = UsageWriter(self._source.record_use, flush_interval)
+        self.stats = VerifierStats(self._gate, self._freshness, revocation_bound)  # for metrics
+        event.listen(self._engine, "handle_error", self.stats.database_error)
         self._salted = hashlib.sha256(secrets.token_bytes(32))  # per-process salt
         self._entries: dict[bytes, _Entry] = {}
         self._by_id: dict[str, bytes] = {}
@@ -143,34 +147,46 @@ class Verifier:
 
     def verify(self, authorization: str | None, required_scopes: Collection[str] = ()) -> Caller:
         """Return the caller, or raise an AuthError that knows its HTTP answer."""
-        credential = split_credentials(authorization)
-        digest = self._digest(credential)
-        caller = self._warm(digest)
-        if caller is None:
-            deadline = time.monotonic() + self._gate.timeout
-            parsed = parse_key(credential)
-            if self._known.verdict(parsed.public_id, parsed.secret) is Verdict.STALE:
-                self._gate.wait(self._gate.submit(_REFRESH, self._refresh), deadline)
-            self._precheck(parsed)
-            work = self._gate.submit(digest, lambda: self._check(parsed, digest))
-            caller = self._gate.wait(work, deadline)
+        try:
+            credential = split_credentials(authorization)
+            digest = self._digest(credential)
+            caller = self._warm(digest)
+            if caller is None:
+                deadline = time.monotonic() + self._gate.timeout
+                parsed = parse_key(credential)
+                if self._known.verdict(parsed.public_id, parsed.secret) is Verdict.STALE:
+                    self._gate.wait(self._gate.submit(_REFRESH, self._refresh), deadline)
+                self._precheck(parsed)
+                work = self._gate.submit(digest, lambda: self._check(parsed, digest))
+                caller = self._gate.wait(work, deadline)
+                self.stats.cold_answers += 1
+        except AuthError as error:
+            self.stats.refused(error)
+            raise
         return self._authorize(caller, required_scopes)
 
     async def verify_async(
         self, authorization: str | None, required_scopes: Collection[str] = ()
     ) -> Caller:
         """Like verify; database and argon2 work never blocks the event loop."""
-        credential = split_credentials(authorization)
-        digest = self._digest(credential)
-        caller = self._warm(digest)
-        if caller is None:
-            deadline = time.monotonic() + self._gate.timeout
-            parsed = parse_key(credential)
-            if self._known.verdict(parsed.public_id, parsed.secret) is Verdict.STALE:
-                await self._gate.wait_async(self._gate.submit(_REFRESH, self._refresh), deadline)
-            self._precheck(parsed)
-            work = self._gate.submit(digest, lambda: self._check(parsed, digest))
-            caller = await self._gate.wait_async(work, deadline)
+        try:
+            credential = split_credentials(authorization)
+            digest = self._digest(credential)
+            caller = self._warm(digest)
+            if caller is None:
+                deadline = time.monotonic() + self._gate.timeout
+                parsed = parse_key(credential)
+                if self._known.verdict(parsed.public_id, parsed.secret) is Verdict.STALE:
+                    await self._gate.wait_async(
+                        self._gate.submit(_REFRESH, self._refresh), deadline
+                    )
+                self._precheck(parsed)
+                work = self._gate.submit(digest, lambda: self._check(parsed, digest))
+                caller = await self._gate.wait_async(work, deadline)
+                self.stats.cold_answers += 1
+        except AuthError as error:
+            self.stats.refused(error)
+            raise
         return self._authorize(caller, required_scopes)
 
     def _digest(self, credential: str) -> bytes:
@@ -188,10 +204,12 @@ class Verifier:
         if now - entry.recorded_at >= LAST_USED_INTERVAL:
             entry.recorded_at = now
             self._usage.note(entry.caller.public_id)
+        self.stats.hits += 1  # the warm path's only metrics cost: a plain int
         return entry.caller
 
     def _authorize(self, caller: Caller, required: Collection[str]) -> Caller:
         if required and not caller.scopes.issuperset(required):
+            self.stats.forbidden += 1
             raise InsufficientScopeError(sorted(set(required) - caller.scopes))
         return caller
 
@@ -225,6 +243,7 @@ class Verifier:
 
     def _check(self, parsed: ParsedKey, digest: bytes) -> Caller:
         """Read the key; run argon2 only when this exact key was never verified here."""
+        self.stats.cold += 1
         self._ensure_ready()
         generation = self._freshness.generation()  # before reading: later commits show next
         try:
@@ -236,6 +255,7 @@ class Verifier:
             log.warning("API keys cannot be checked: %s", exc)
             raise VerifierUnavailableError() from None
         if stored is None:
+            self.stats.revoked += parsed.public_id in self._by_id  # a key verified here
             self._forget(parsed.public_id)
             self._known.forget(parsed.public_id)
             raise InvalidKeyError()
@@ -243,9 +263,12 @@ class Verifier:
         tag = _tag(stored.secret_hash)
         if entry is not None and entry.hash_tag == tag:
             # Known key, cache entry merely stale: the database still holds the same hash.
+            self.stats.revalidated += 1
             entry.caller, entry.generation = self._caller(stored), generation
             return entry.caller
+        self.stats.argon2 += 1
         if not self._hasher.verify(stored.secret_hash, parsed.secret):
+            self.stats.revoked += entry is not None  # the key verified here was recreated
             if stored.fingerprint is None:
                 self._budget.spend(parsed.public_id)
             raise InvalidKeyError()

@@ -18,6 +18,7 @@ from typing import TypeVar
 from apikey_tui.errors import VerifierUnavailableError
 from apikey_tui.hashing import fingerprint
 from apikey_tui.verifier.freshness import Freshness
+from apikey_tui.verifier.metrics import Timings
 from apikey_tui.verifier.port import CredentialSource
 
 log = logging.getLogger("apikey_tui.verifier")
@@ -38,11 +39,14 @@ class CheckGate:
         if workers < 1 or timeout <= 0 or max_pending < workers:
             raise ValueError("need workers >= 1, timeout > 0 and max_pending >= workers")
         self.workers, self.timeout, self.max_pending = workers, timeout, max_pending
+        # Metrics: submit-to-start wait, run time, 503s for a full queue and for the deadline.
+        self.waited, self.ran = Timings(), Timings()
+        self.rejected = self.timeouts = 0
         self.reset()
 
     def reset(self) -> None:
         """Forget threads and runs (after a fork they belong to the parent); make no thread yet."""
-        self._queue: queue.SimpleQueue[tuple[Future[object], Callable[[], object]] | None]
+        self._queue: queue.SimpleQueue[tuple[Future[object], Callable[[], object], float] | None]
         self._queue = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._pending: dict[Hashable, Future[object]] = {}
@@ -50,12 +54,15 @@ class CheckGate:
 
     def _work(self) -> None:
         while (item := self._queue.get()) is not None:
-            future, work = item
+            future, work, submitted = item
             if future.set_running_or_notify_cancel():
+                started = time.monotonic()
+                self.waited.observe(started - submitted)
                 try:
                     future.set_result(work())
                 except BaseException as exc:  # the waiting request re-raises it
                     future.set_exception(exc)
+                self.ran.observe(time.monotonic() - started)
 
     def submit(self, key: Hashable, work: Callable[[], T]) -> Future[T]:
         """Start work (or join the run already under way for key); 503 when the queue is full."""
@@ -64,13 +71,14 @@ class CheckGate:
             if running is not None:
                 return running  # type: ignore[return-value]
             if len(self._pending) >= self.max_pending:
+                self.rejected += 1
                 raise VerifierUnavailableError()
             if len(self._threads) < min(self.workers, len(self._pending) + 1):
                 thread = threading.Thread(target=self._work, name="apikey-tui-check", daemon=True)
                 thread.start()
                 self._threads.append(thread)
             future: Future[T] = Future()
-            self._queue.put((future, work))  # type: ignore[arg-type]
+            self._queue.put((future, work, time.monotonic()))  # type: ignore[arg-type]
             self._pending[key] = future  # type: ignore[assignment]
         future.add_done_callback(lambda done: self._finished(key, done))  # type: ignore[arg-type]
         return future
@@ -85,6 +93,7 @@ class CheckGate:
         try:
             return future.result(timeout=max(0.0, deadline - time.monotonic()))
         except FutureTimeout:
+            self.timeouts += 1
             log.warning(
                 "API key check gave up after %.1f s: the database is not answering", self.timeout
             )
@@ -97,6 +106,7 @@ class CheckGate:
                 asyncio.shield(asyncio.wrap_future(future)), max(0.0, deadline - time.monotonic())
             )
         except TimeoutError:
+            self.timeouts += 1
             log.warning(
                 "API key check gave up after %.1f s: the database is not answering", self.timeout
             )

@@ -1,0 +1,138 @@
+"""What the verifier counts as it works: plain ints and fixed-bucket timings, no dependency.
+
+The warm path pays one integer increment (`hits`); everything else is counted on the cold path
+or on a refusal. `apikey_tui.metrics` turns these into Prometheus metrics when a service asks;
+nothing here knows Prometheus. No counter holds a key, a public id, a path or any other value a
+caller chooses: only totals.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from typing import TYPE_CHECKING, Any
+
+from apikey_tui import forksafety
+from apikey_tui.errors import (
+    AuthError,
+    InsufficientScopeError,
+    MalformedHeaderError,
+    MissingKeyError,
+    VerifierUnavailableError,
+)
+
+if TYPE_CHECKING:
+    from apikey_tui.verifier.freshness import Freshness
+    from apikey_tui.verifier.guard import CheckGate
+
+# The counters (not the parts the stats only point to).
+COUNTERS = (
+    "hits",
+    "cold_answers",
+    "cold",
+    "argon2",
+    "revalidated",
+    "revoked",
+    "database_errors",
+    "missing",
+    "malformed",
+    "invalid",
+    "forbidden",
+    "unavailable",
+)
+# What a check ends in: the label values of apikey_tui_verifier_checks_total.
+OUTCOMES = ("ok", "missing", "malformed", "invalid", "forbidden", "unavailable")
+
+
+class Timings:
+    """A histogram with fixed bounds (seconds): counts per bucket and their sum.
+
+    Observed on the cold path only (a check's queue wait and run), under a lock.
+    """
+
+    BOUNDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+    def __init__(self) -> None:
+        self._counts = [0] * (len(self.BOUNDS) + 1)  # the last one is +Inf
+        self._sum = 0.0
+        self._lock = threading.Lock()
+        forksafety.reset_in_child(self._after_fork)
+
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()  # a parent's thread may have held it at the fork
+
+    def observe(self, seconds: float) -> None:
+        """Count one duration."""
+        index = bisect.bisect_left(self.BOUNDS, seconds)  # the first bound >= seconds
+        with self._lock:
+            self._counts[index] += 1
+            self._sum += seconds
+
+    def snapshot(self) -> tuple[list[tuple[float, int]], float]:
+        """Cumulative (upper bound, count) pairs ending with +Inf, and the sum of all durations."""
+        with self._lock:
+            counts, total = list(self._counts), self._sum
+        cumulative, running = [], 0
+        for bound, count in zip((*self.BOUNDS, float("inf")), counts, strict=True):
+            running += count
+            cumulative.append((bound, running))
+        return cumulative, total
+
+
+class VerifierStats:
+    """Counters one Verifier keeps: read them with snapshot(), or register apikey_tui.metrics.
+
+    Each check is exactly one of: a cache hit (`hits`), an answer after a cold check
+    (`cold_answers`), or a refusal before any caller was known (missing, malformed, invalid,
+    unavailable); `forbidden` is a hit or cold answer whose key lacked a scope. Plain ints:
+    an increment from two threads at once may, rarely, lose one count; no lock on the warm path.
+    """
+
+    __slots__ = (*COUNTERS, "freshness", "gate", "revocation_bound")
+
+    def __init__(self, gate: CheckGate, freshness: Freshness, revocation_bound: float) -> None:
+        # Read at scrape time: the CheckGate's timings and 503 counts, and whether changes
+        # reach this process by push (PostgreSQL LISTEN) or by the time bound.
+        self.gate, self.freshness, self.revocation_bound = gate, freshness, revocation_bound
+        self.hits = 0  # checks answered from the cache (no query, no argon2)
+        self.cold_answers = 0  # checks answered after a cold check (their own or a shared one)
+        self.cold = 0  # cold checks run: one database read, argon2 when the key is new here
+        self.argon2 = 0  # argon2 verifications run
+        self.revalidated = 0  # cached keys re-read because the freshness generation moved
+        self.revoked = 0  # cached keys refused after the database changed (deleted, recreated)
+        self.database_errors = 0  # errors the database driver raised (any statement, connect)
+        self.missing = self.malformed = self.invalid = 0
+        self.forbidden = self.unavailable = 0
+
+    def refused(self, error: AuthError) -> None:
+        """Count a refusal by its kind (a 403 for scopes is counted where it is raised)."""
+        if isinstance(error, MissingKeyError):
+            self.missing += 1
+        elif isinstance(error, MalformedHeaderError):
+            self.malformed += 1
+        elif isinstance(error, VerifierUnavailableError):
+            self.unavailable += 1
+        elif not isinstance(error, InsufficientScopeError):
+            self.invalid += 1
+
+    def database_error(self, _context: Any = None) -> None:
+        """SQLAlchemy's handle_error hook: one more error from the database driver."""
+        self.database_errors += 1
+
+    def outcomes(self) -> dict[str, int]:
+        """Checks by outcome, every key of OUTCOMES present."""
+        return {
+            "ok": self.hits + self.cold_answers - self.forbidden,
+            "missing": self.missing,
+            "malformed": self.malformed,
+            "invalid": self.invalid,
+            "forbidden": self.forbidden,
+            "unavailable": self.unavailable,
+        }
+
+    def snapshot(self) -> dict[str, int]:
+        """Every counter by name, plus the outcomes as `checks_<outcome>`."""
+        values: dict[str, int] = {name: getattr(self, name) for name in COUNTERS}
+        values["check_timeouts"], values["checks_rejected"] = self.gate.timeouts, self.gate.rejected
+        values.update({f"checks_{k}": v for k, v in self.outcomes().items()})
+        return values

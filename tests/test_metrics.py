@@ -1,0 +1,236 @@
+"""Prometheus metrics of the verifier: outcomes, cache, cold checks, revocation, errors, labels."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from apikey_tui import keyformat
+from apikey_tui.errors import (
+    AuthError,
+    InsufficientScopeError,
+    InvalidKeyError,
+    VerifierUnavailableError,
+)
+from apikey_tui.metrics import register
+from apikey_tui.store import KeyStore
+from apikey_tui.verifier import Verifier
+from apikey_tui.verifier.metrics import OUTCOMES
+from tests.conftest import CHEAP
+
+NS = "apikey_tui_verifier"
+
+
+def header(key: str) -> str:
+    """The Authorization value for key."""
+    return f"ApiKey {key}"
+
+
+def wrong(key: str) -> str:
+    """The key with its last character changed (so its checksum fails): never the key itself."""
+    return key[:-1] + ("b" if key[-1] == "a" else "a")
+
+
+def value(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    """One sample's value; fails the test when the sample is missing."""
+    found = registry.get_sample_value(f"{NS}_{name}", labels)
+    assert found is not None, f"no sample {name} {labels}"
+    return found
+
+
+def outcomes(registry: CollectorRegistry) -> dict[str, float]:
+    """apikey_tui_verifier_checks_total by outcome."""
+    return {o: value(registry, "checks_total", outcome=o) for o in OUTCOMES}
+
+
+def test_importing_the_verifier_never_needs_prometheus_client() -> None:
+    """Without prometheus_client the verifier and its adapters import; only metrics needs it."""
+    code = (
+        "import sys\n"
+        "sys.modules['prometheus_client'] = None  # as if not installed\n"
+        "import apikey_tui.verifier, apikey_tui.integrations.asgi, apikey_tui.integrations.wsgi\n"
+        "try:\n"
+        "    import apikey_tui.metrics\n"
+        "except ImportError:\n"
+        "    print('metrics needs prometheus_client')\n"
+        "print(sorted(m for m, v in sys.modules.items() if m.startswith('prometheus') and v))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.splitlines() == ["metrics needs prometheus_client", "[]"]
+
+
+def test_checks_are_counted_by_outcome(store: KeyStore, database_url: str) -> None:
+    """Each check lands in one outcome; hits, cold checks and argon2 runs add up, on both DBs."""
+    proj = store.create_key("alice", "proj", ["project"])
+    both = store.create_key("alice", "both", ["project", "serving"])
+    verifier = Verifier.from_url(
+        database_url, hasher=CHEAP, revocation_bound=60, flush_interval=3600
+    )
+    registry = CollectorRegistry()
+    register(verifier, registry)
+    try:
+        assert outcomes(registry) == dict.fromkeys(OUTCOMES, 0)
+        for refused in (None, "ApiKey a b", header(wrong(proj.plaintext))):
+            with pytest.raises(AuthError):
+                verifier.verify(refused)
+        assert verifier.verify(header(proj.plaintext), ["project"]).key_name == "proj"
+        assert verifier.cached(header(proj.plaintext), ["project"]) is not None
+        with pytest.raises(InsufficientScopeError):
+            verifier.verify(header(proj.plaintext), ["serving"])
+        assert verifier.verify(header(both.plaintext), ["serving"]).key_name == "both"
+        assert outcomes(registry) == {
+            "ok": 3,
+            "missing": 1,
+            "malformed": 1,
+            "invalid": 1,
+            "forbidden": 1,
+            "unavailable": 0,
+        }
+        # A revalidation never runs argon2 again: one run per key verified in this process.
+        assert value(registry, "argon2_total") == 2
+        hits, cold = value(registry, "cache_hits_total"), value(registry, "cold_checks_total")
+        assert hits + cold == 4 and cold >= 2
+        queued = value(registry, "check_queue_seconds_count")
+        assert queued == value(registry, "check_run_seconds_count") >= cold
+        assert value(registry, "check_queue_seconds_bucket", le="+Inf") == queued
+        assert value(registry, "cached_keys") == 2 and value(registry, "known_keys") == 2
+
+        # Revocation: the cached key is refused once the deletion is seen (at once on SQLite,
+        # within the bound on PostgreSQL: by push, or the 60 s bound if the listener is down).
+        store.delete_key("alice", "proj")
+        passed_meanwhile = 0
+        deadline = time.monotonic() + 70
+        while True:
+            try:
+                verifier.verify(header(proj.plaintext))
+            except InvalidKeyError:
+                break
+            passed_meanwhile += 1
+            assert time.monotonic() < deadline, "the deleted key was never refused"
+            time.sleep(0.01)
+        assert value(registry, "revocations_seen_total") == 1
+        assert outcomes(registry)["ok"] == 3 + passed_meanwhile
+        assert outcomes(registry)["invalid"] == 2
+        mode = "commit" if database_url.startswith("sqlite") else "push"
+        assert value(registry, "freshness_mode", mode=mode) == 1
+        if mode == "push":
+            assert value(registry, "push_listening") in (0, 1)
+            assert value(registry, "revocation_bound_seconds") == 60
+        else:
+            assert value(registry, "revocation_bound_seconds") == 0
+    finally:
+        verifier.close()
+
+
+def test_sqlite_counts_hits_revalidations_exactly(store: KeyStore, sqlite_url: str) -> None:
+    """On SQLite, where freshness moves only with commits, each counter has its exact value."""
+    del store  # the fixture's store is on the parametrized URL; this test wants SQLite only
+    keys = KeyStore.open(sqlite_url, hasher=CHEAP)
+    key = keys.create_key("bob", "k", ["project"]).plaintext
+    verifier = Verifier.from_url(sqlite_url, hasher=CHEAP, flush_interval=3600)
+    registry = CollectorRegistry()
+    register(verifier, registry)
+    try:
+        for _ in range(5):
+            verifier.verify(header(key))
+        keys.create_key("bob", "other", ["project"])  # any commit moves the generation
+        verifier.verify(header(key))
+        verifier.verify(header(key))
+        assert value(registry, "cache_hits_total") == 5
+        assert value(registry, "cold_checks_total") == 2
+        assert value(registry, "revalidations_total") == 1
+        assert value(registry, "argon2_total") == 1
+        assert value(registry, "revocations_seen_total") == 0
+        assert outcomes(registry)["ok"] == 7
+    finally:
+        verifier.close()
+        keys.close()
+
+
+def test_unreachable_database_counts_unavailable_and_database_errors() -> None:
+    """A database that refuses connections: the check is 503 and the driver's error is counted."""
+    verifier = Verifier.from_url(
+        "postgresql+psycopg://nobody@127.0.0.1:1/none", hasher=CHEAP, revocation_bound=0
+    )
+    registry = CollectorRegistry()
+    register(verifier, registry)
+    try:
+        _, key = keyformat.generate()
+        with pytest.raises(VerifierUnavailableError):
+            verifier.verify(header(key))
+        assert outcomes(registry)["unavailable"] == 1
+        assert value(registry, "database_errors_total") >= 1
+        assert value(registry, "freshness_mode", mode="bound") == 1
+    finally:
+        verifier.close()
+
+
+def test_full_queue_and_deadline_are_counted() -> None:
+    """A 503 for a full check queue and one for a passed deadline each have their counter."""
+    verifier = Verifier.from_url(
+        "sqlite://", hasher=CHEAP, check_workers=1, max_pending_checks=1, check_timeout=0.05
+    )
+    registry = CollectorRegistry()
+    register(verifier, registry)
+    gate = verifier.stats.gate
+    release = threading.Event()
+    try:
+        busy = gate.submit("busy", release.wait)
+        with pytest.raises(VerifierUnavailableError):
+            gate.submit("another", lambda: None)
+        with pytest.raises(VerifierUnavailableError):
+            gate.wait(busy, time.monotonic())
+        assert value(registry, "checks_rejected_total") == 1
+        assert value(registry, "check_timeouts_total") == 1
+    finally:
+        release.set()
+        verifier.close()
+
+
+def test_no_metric_holds_a_key_an_id_or_a_name(store: KeyStore, database_url: str) -> None:
+    """The exposition names no key, public id, owner or key name; labels come from fixed sets."""
+    created = store.create_key("carol-secret-owner", "very-private-name", ["project"])
+    verifier = Verifier.from_url(database_url, hasher=CHEAP, flush_interval=3600)
+    registry = CollectorRegistry()
+    register(verifier, registry)
+    try:
+        verifier.verify(header(created.plaintext))
+        with pytest.raises(InvalidKeyError):
+            verifier.verify(header(wrong(created.plaintext)))
+        text = generate_latest(registry).decode()
+        for secret in (
+            created.plaintext,
+            wrong(created.plaintext),
+            created.info.public_id,
+            "carol-secret-owner",
+            "very-private-name",
+        ):
+            assert secret not in text
+        for family in registry.collect():
+            for sample in family.samples:
+                assert set(sample.labels) <= {"outcome", "mode", "le"}, sample
+                assert sample.labels.get("outcome", "ok") in OUTCOMES
+                assert sample.labels.get("mode", "push") in {"commit", "push", "bound", "other"}
+    finally:
+        verifier.close()
+
+
+def test_one_registry_takes_one_verifier() -> None:
+    """A service's own registry takes the metrics; registering a second verifier there fails."""
+    first = Verifier.from_url("sqlite://", hasher=CHEAP)
+    second = Verifier.from_url("sqlite://", hasher=CHEAP)
+    registry = CollectorRegistry()
+    register(first, registry)
+    with pytest.raises(ValueError, match="Duplicated"):
+        register(second, registry)
+    register(second, registry, namespace="other_verifier")
+    assert registry.get_sample_value("other_verifier_cache_hits_total") == 0
+    first.close()
+    second.close()
