@@ -1,0 +1,123 @@
+"""Django: a native middleware configured in settings, sync and async.
+
+    MIDDLEWARE = [..., "apikey_tui.integrations.django.ApiKeyMiddleware", ...]
+    APIKEY_TUI = {
+        "VERIFIER": "postgresql+psycopg://svc@db/keys",   # or a Verifier instance
+        "OPTIONS": {"revocation_bound": 1.0},             # Verifier options, with a URL only
+        "ROUTES": [route("/health", public=True), route("/models", "serving", "project")],
+        "DEFAULT_SCOPES": [],                             # for paths no route covers
+        "UNMATCHED": "key",                               # or "deny"
+    }
+
+The caller lands in `request.apikey`. Rules match `request.path_info`, the path below the
+mount point (SCRIPT_NAME, or the ASGI root_path), like the WSGI and ASGI middleware. A refusal
+is the same problem+json answer as every other adapter's.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.http import HttpRequest, HttpResponse
+
+from apikey_tui.errors import AuthError
+from apikey_tui.integrations.routes import RouteScopes
+from apikey_tui.verifier import Verifier
+
+SETTING = "APIKEY_TUI"
+
+_by_url: dict[str, Verifier] = {}
+_by_url_lock = threading.Lock()
+
+
+def config() -> dict[str, Any]:
+    """The APIKEY_TUI setting (ImproperlyConfigured when it is missing or names no verifier)."""
+    value = getattr(settings, SETTING, None)
+    if not isinstance(value, dict) or "VERIFIER" not in value:
+        raise ImproperlyConfigured(
+            f"settings.{SETTING} must be a dict with 'VERIFIER': a database URL or a Verifier"
+        )
+    return value
+
+
+def get_verifier() -> Verifier:
+    """The process's verifier: the configured instance, or one built (once) from the URL.
+
+    A verifier built here is closed at interpreter exit (flushing last-used times).
+    """
+    configured = config()
+    verifier = configured["VERIFIER"]
+    if isinstance(verifier, Verifier):
+        return verifier
+    if not isinstance(verifier, str):
+        raise ImproperlyConfigured(f"settings.{SETTING}['VERIFIER'] must be a URL or a Verifier")
+    with _by_url_lock:
+        built = _by_url.get(verifier)
+        if built is None:
+            built = _by_url[verifier] = Verifier.from_url(verifier, **configured.get("OPTIONS", {}))
+            atexit.register(built.close)
+        return built
+
+
+def problem_response(error: AuthError, realm: str) -> HttpResponse:
+    """The error's RFC 9457 answer as a Django response."""
+    status, headers, body = error.response(realm)
+    response = HttpResponse(body, status=status)
+    for name, value in headers:
+        response[name] = value
+    return response
+
+
+class ApiKeyMiddleware:
+    """Check every request's key against the route's scopes (settings.APIKEY_TUI).
+
+    Works under WSGI and ASGI: with an async chain, a cached key is answered without a thread
+    and a cold check never blocks the event loop.
+    """
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
+        self.get_response = get_response
+        configured = config()
+        self.verifier = get_verifier()
+        self.rules = RouteScopes(
+            configured.get("ROUTES", ()),
+            configured.get("DEFAULT_SCOPES", ()),
+            unmatched=configured.get("UNMATCHED", "key"),
+        )
+        self.is_async = iscoroutinefunction(get_response)
+        if self.is_async:
+            markcoroutinefunction(self)
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if self.is_async:
+            return self._acall(request)
+        try:
+            required = self.rules.required(request.method or "GET", request.path_info)
+            if required is not None:
+                request.apikey = self.verifier.verify(
+                    request.META.get("HTTP_AUTHORIZATION"), required
+                )
+        except AuthError as error:
+            return problem_response(error, self.verifier.realm)
+        return self.get_response(request)
+
+    async def _acall(self, request: HttpRequest) -> HttpResponse:
+        try:
+            required = self.rules.required(request.method or "GET", request.path_info)
+            if required is not None:
+                header = request.META.get("HTTP_AUTHORIZATION")
+                caller = self.verifier.cached(header, required)
+                request.apikey = caller or await self.verifier.verify_async(header, required)
+        except AuthError as error:
+            return problem_response(error, self.verifier.realm)
+        response: Awaitable[HttpResponse] = self.get_response(request)
+        return await response
