@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import text
 from textual.geometry import Region
 from textual.pilot import Pilot
-from textual.widgets import Button, Input, SelectionList, Static
+from textual.widgets import Button, Input, Static
 
 from apikey_tui import keyformat
 from apikey_tui.errors import StoreUnavailableError
@@ -24,6 +24,7 @@ from apikey_tui.tui.dialogs.help import HelpScreen
 from apikey_tui.tui.dialogs.reveal_secret import RevealSecretDialog
 from apikey_tui.tui.key_table import KeyTable
 from apikey_tui.tui.keys_screen import KeysScreen
+from apikey_tui.tui.scope_picker import ScopePicker
 from apikey_tui.verifier import Verifier
 from tests.conftest import CHEAP
 from tests.throwaway_postgres import ThrowawayPostgres
@@ -56,7 +57,7 @@ async def open_create(pilot: Pilot[Any], name: str, scopes: list[str]) -> Create
     dialog = pilot.app.screen
     assert isinstance(dialog, CreateKeyDialog)
     dialog.query_one("#name", Input).value = name
-    selection = dialog.query_one("#scopes", SelectionList)
+    selection = dialog.query_one("#scopes", ScopePicker)
     for scope in scopes:
         selection.select(scope)
     await pilot.pause()
@@ -122,11 +123,11 @@ async def test_name_validation_is_live_and_create_needs_a_scope(tui_store: KeySt
         await pilot.pause()
         assert "already has a key named 'taken'" in str(error.render())
         dialog.query_one("#name", Input).value = "fresh"
-        dialog.query_one("#scopes", SelectionList).deselect_all()
+        dialog.query_one("#scopes", ScopePicker).deselect_all()
         await pilot.pause()
         assert dialog.query_one("#create", Button).disabled
         assert "at least one scope" in str(dialog.query_one("#scope-error", Static).render())
-        dialog.query_one("#scopes", SelectionList).select("serving")
+        dialog.query_one("#scopes", ScopePicker).select("serving")
         await pilot.pause()
         assert not dialog.query_one("#create", Button).disabled
 
@@ -258,8 +259,8 @@ async def test_markup_and_escapes_in_the_database_are_shown_literally(tui_store:
         assert table_rows(app)[0][0] == "[bold red]x\\x1b[2J"
         assert "\x1b" not in app.export_screenshot()
         dialog = await open_create(pilot, "y", [])
-        prompt = str(dialog.query_one("#scopes", SelectionList).get_option_at_index(0).prompt)
-        assert "[link=https://evil.example]click[/link]" in prompt
+        shown = "".join(screen_lines(app, dialog.query_one("#scopes", ScopePicker).region))
+        assert "[link=https://evil.example]click[/link]" in shown
 
 
 async def test_filter_narrows_and_sort_reorders(tui_store: KeyStore) -> None:

@@ -13,12 +13,13 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 from textual.pilot import Pilot
-from textual.widgets import Input, SelectionList
+from textual.widgets import Input
 
 from apikey_tui.store import CreatedKey, KeyInfo, KeyStore
 from apikey_tui.tui import key_table
 from apikey_tui.tui.app import ApiKeysApp
 from apikey_tui.tui.dialogs.reveal_secret import RevealSecretDialog
+from apikey_tui.tui.scope_picker import ScopePicker
 from tests.tui.test_app import add_eight_scopes, settle
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
@@ -112,7 +113,7 @@ async def test_create_dialog_with_an_error(tui_store: KeyStore) -> None:
         await pilot.press("n")
         await pilot.pause()
         pilot.app.screen.query_one("#name", Input).value = "ci-deploy"
-        pilot.app.screen.query_one("#scopes", SelectionList).select("project")
+        pilot.app.screen.query_one("#scopes", ScopePicker).select("project")
 
     await run(tui_store, "create_dialog_error", steps)
 
@@ -157,7 +158,7 @@ async def test_create_dialog_with_eight_scopes(tui_store: KeyStore) -> None:
         await pilot.press("n")
         await pilot.pause()
         pilot.app.screen.query_one("#name", Input).value = "model-upload"
-        pilot.app.screen.query_one("#scopes", SelectionList).select("datasets")
+        pilot.app.screen.query_one("#scopes", ScopePicker).select("datasets")
 
     await run(tui_store, "create_dialog_eight_scopes", steps)
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 from textual.pilot import Pilot
-from textual.widgets import Button, DataTable, Input, SelectionList, Static
+from textual.widgets import Button, DataTable, Input, Static
 
 from apikey_tui.store import KeyStore
 from apikey_tui.tui import times
@@ -21,6 +21,7 @@ from apikey_tui.tui.dialogs.scope_form import ScopeFormDialog
 from apikey_tui.tui.dialogs.switch_owner import SwitchOwnerDialog
 from apikey_tui.tui.key_table import KeyTable
 from apikey_tui.tui.keys_screen import KeysScreen
+from apikey_tui.tui.scope_picker import ScopePicker
 from apikey_tui.tui.screens.audit_trail import AuditTrailScreen
 from apikey_tui.tui.screens.key_detail import KeyDetailScreen
 from apikey_tui.tui.screens.scope_catalog import ScopeCatalogScreen
@@ -109,7 +110,7 @@ async def test_edit_scopes_confirms_naming_the_key_and_records_it(tui_store: Key
         dialog = app.screen
         assert isinstance(dialog, EditScopesDialog)
         assert dialog.query_one("#save", Button).disabled  # nothing changed yet
-        selection = dialog.query_one("#scopes", SelectionList)
+        selection = dialog.query_one("#scopes", ScopePicker)
         selection.deselect_all()
         await pilot.pause()
         assert dialog.query_one("#save", Button).disabled
@@ -143,7 +144,7 @@ async def test_edit_scopes_cancel_changes_nothing(tui_store: KeyStore) -> None:
         await open_detail(pilot)
         await pilot.press("e", "escape")
         await pilot.press("e")
-        app.screen.query_one("#scopes", SelectionList).select("serving")
+        app.screen.query_one("#scopes", ScopePicker).select("serving")
         await pilot.pause()
         await pilot.click("#save")
         assert isinstance(app.screen, ConfirmDialog)

@@ -10,12 +10,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, SelectionList, Static
-from textual.widgets.selection_list import Selection
+from textual.widgets import Button, Input, Static
 
 from apikey_tui.errors import InvalidInputError
 from apikey_tui.names import check_owner, key_name_problem
 from apikey_tui.store import ScopeInfo
+from apikey_tui.tui.scope_picker import ScopePicker
 from apikey_tui.tui.text import literal
 
 
@@ -65,14 +65,10 @@ class CreateKeyDialog(ModalScreen[NewKeyRequest | None]):
                     compact=True,
                 )
                 yield Static("", id="name-error", classes="error")
-                yield Static("Scope: select only the APIs this key needs", classes="label")
-                yield SelectionList[str](
-                    *(
-                        Selection(literal(f"{s.name}  {s.description}".rstrip()), s.name)
-                        for s in self._scopes
-                    ),
-                    id="scopes",
+                yield Static(
+                    "Scope: select only the APIs this key needs (Space toggles)", classes="label"
                 )
+                yield ScopePicker(self._scopes, id="scopes")
                 yield Static("", id="scope-error", classes="error")
             with Horizontal(classes="buttons"):
                 yield Button("Create", variant="primary", id="create", disabled=True)
@@ -84,6 +80,11 @@ class CreateKeyDialog(ModalScreen[NewKeyRequest | None]):
 
     def on_mount(self) -> None:
         self.query_one("#name", Input).focus()
+        self.on_resize()
+
+    def on_resize(self) -> None:
+        # Border 2, title 2, owner 2, name 1, its error 1, label 1, scope error 1, buttons 3.
+        self.query_one("#scopes", ScopePicker).fit_to(self.app.size.height, 13)
 
     def _owner_value(self) -> str:
         return self.query_one("#owner", Input).value.strip() if self._ask_owner else self._owner
@@ -100,11 +101,11 @@ class CreateKeyDialog(ModalScreen[NewKeyRequest | None]):
                 problem = str(exc)
         if problem is None and self._taken(owner, name):
             problem = f"{owner} already has a key named {name!r}"
-        chosen = self.query_one("#scopes", SelectionList).selected
+        chosen = self.query_one("#scopes", ScopePicker).selected
         return problem, None if chosen else "select at least one scope"
 
     @on(Input.Changed)
-    @on(SelectionList.SelectedChanged)
+    @on(ScopePicker.Changed)
     def _revalidate(self) -> None:
         name_problem, scope_problem = self._problems()
         typed = bool(self.query_one("#name", Input).value)
@@ -121,7 +122,7 @@ class CreateKeyDialog(ModalScreen[NewKeyRequest | None]):
             self._revalidate()
             self.query_one("#name-error", Static).update(literal(name_problem or ""))
             return
-        scopes = tuple(sorted(self.query_one("#scopes", SelectionList).selected))
+        scopes = self.query_one("#scopes", ScopePicker).selected
         name = self.query_one("#name", Input).value
         self.dismiss(NewKeyRequest(self._owner_value(), name, scopes))
 

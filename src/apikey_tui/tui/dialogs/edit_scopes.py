@@ -9,10 +9,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, SelectionList, Static
-from textual.widgets.selection_list import Selection
+from textual.widgets import Button, Static
 
 from apikey_tui.store import KeyInfo, ScopeInfo
+from apikey_tui.tui.scope_picker import ScopePicker
 from apikey_tui.tui.text import literal
 
 
@@ -48,27 +48,24 @@ class EditScopesDialog(ModalScreen[ScopeChange | None]):
                 literal(f"Scopes of key {key.name!r} of {key.owner}"), classes="dialog-title"
             )
             yield Static("Select only the APIs this key needs (Space toggles)", classes="label")
-            yield SelectionList[str](
-                *(
-                    Selection(
-                        literal(f"{s.name}  {s.description}".rstrip()), s.name, s.name in key.scopes
-                    )
-                    for s in self._catalog
-                ),
-                id="scopes",
-            )
+            yield ScopePicker(self._catalog, key.scopes, id="scopes")
             yield Static("", id="scope-error", classes="error")
             with Horizontal(classes="buttons"):
                 yield Button("Save", variant="primary", id="save", disabled=True)
                 yield Button("Cancel", id="cancel")
 
     def on_mount(self) -> None:
-        self.query_one("#scopes", SelectionList).focus()
+        self.query_one("#scopes", ScopePicker).focus()
+        self.on_resize()
+
+    def on_resize(self) -> None:
+        # Border 2, padding 2, title 2, label 2, scope error 1, buttons 4.
+        self.query_one("#scopes", ScopePicker).fit_to(self.app.size.height, 13)
 
     def _chosen(self) -> tuple[str, ...]:
-        return tuple(sorted(self.query_one("#scopes", SelectionList).selected))
+        return self.query_one("#scopes", ScopePicker).selected
 
-    @on(SelectionList.SelectedChanged)
+    @on(ScopePicker.Changed)
     def _revalidate(self) -> None:
         chosen = self._chosen()
         problem = "" if chosen else "select at least one scope"
