@@ -1,7 +1,11 @@
-"""Pilot tests of the scope multi-select of the create and edit-scopes dialogs."""
+"""Pilot tests of the scope multi-select (create and edit-scopes dialogs) and the help screen."""
 
 from __future__ import annotations
 
+import importlib
+import inspect
+import pkgutil
+import re
 from typing import Any
 
 import pytest
@@ -9,8 +13,10 @@ from textual.pilot import Pilot
 from textual.widget import Widget
 from textual.widgets import Button, Input
 
+import apikey_tui.tui
 from apikey_tui.store import KeyStore
 from apikey_tui.tui.app import ApiKeysApp
+from apikey_tui.tui.keys_screen import KeysScreen
 from tests.tui.conftest import make_app
 from tests.tui.test_app import add_eight_scopes, screen_lines, settle
 
@@ -89,3 +95,87 @@ async def test_scope_descriptions_wrap_instead_of_being_cut(
         assert "…" not in "".join(shown(app, picker))
         buttons = list(app.screen.query(Button))
         assert buttons and all(app.screen.region.contains_region(b.region) for b in buttons)
+
+
+# --- help ---------------------------------------------------------------------------------------
+
+
+def row_on_screen(lines: list[str], keys: str) -> bool:
+    """Whether some line shows keys as a help row: the keys, two spaces or more, then text."""
+    pattern = re.compile(rf"(^|\s){re.escape(keys)}\s{{2,}}\w")
+    return any(pattern.search(line) for line in lines)
+
+
+async def test_help_at_80x24_says_how_to_close_and_shows_the_table_keys(
+    tui_store: KeyStore,
+) -> None:
+    """At 80x24 help shows how to close it and the key table's keys, not just three of them."""
+    app = make_app(tui_store)
+    async with app.run_test(size=SMALL) as pilot:
+        await settle(pilot)
+        await pilot.press("question_mark")
+        await pilot.pause()
+        lines = shown(app)
+        assert "Escape, ? or q closes" in flat(lines)
+        for keys in ("n", "d", "r", "/", "s", "F5", "?", "Enter", "c", "a", "o", "Escape"):
+            assert row_on_screen(lines, keys), keys
+
+
+async def test_help_scrolls_to_the_keys_of_every_view_and_dialog(tui_store: KeyStore) -> None:
+    """Paging down through help at 80x24 shows the keys of the views and dialogs, and the rules."""
+    app = make_app(tui_store)
+    async with app.run_test(size=SMALL) as pilot:
+        await settle(pilot)
+        await pilot.press("question_mark")
+        await pilot.pause()
+        seen: list[str] = []
+        for _ in range(15):  # far more pages than help has
+            seen += shown(app)
+            await pilot.press("pagedown")
+            await pilot.pause()
+        text = flat(seen)
+        for keys in ("S", "t", "e", "y", "Space", "Tab", "Ctrl+P", "q"):
+            assert row_on_screen(seen, keys), keys
+        for title in ("Key detail (Enter)", "Scope catalog (c)", "Audit trail (a)"):
+            assert title in text
+        assert "← →" in text and "Home g / End G" in text and "Security rules" in text
+
+
+@pytest.mark.parametrize("key", ["escape", "q", "question_mark"])
+async def test_help_closes_with_escape_q_or_question_mark(tui_store: KeyStore, key: str) -> None:
+    """Each of Escape, q and ? closes help and leaves the app running on the key table."""
+    app = make_app(tui_store)
+    async with app.run_test(size=SMALL) as pilot:
+        await settle(pilot)
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert not isinstance(app.screen, KeysScreen)
+        await pilot.press(key)
+        await pilot.pause()
+        assert isinstance(app.screen, KeysScreen) and app.is_running
+
+
+def classes_with_bindings() -> set[type]:
+    """Every class in apikey_tui.tui that declares key bindings of its own."""
+    found: set[type] = set()
+    package = apikey_tui.tui
+    for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+        module = importlib.import_module(info.name)
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ == module.__name__ and cls.__dict__.get("BINDINGS"):
+                found.add(cls)
+    return found
+
+
+def test_every_binding_of_every_view_and_dialog_is_in_the_help() -> None:
+    """Help lists each class with key bindings and every one of their keys, so it cannot drift."""
+    from apikey_tui.tui.dialogs.help import help_text, key_text, own_bindings, sections
+
+    listed = {owner for section in sections() for owner in section.owners}
+    assert classes_with_bindings() <= listed
+    for section in sections():
+        shown_keys = " / ".join(keys for keys, _ in section.rows())
+        for owner in section.owners:
+            for binding in own_bindings(owner):
+                assert key_text(binding) in shown_keys, (owner.__name__, binding.key)
+    assert "Escape" in help_text() and "Space" in help_text()

@@ -163,6 +163,15 @@ async def test_create_dialog_with_eight_scopes(tui_store: KeyStore) -> None:
     await run(tui_store, "create_dialog_eight_scopes", steps)
 
 
+async def test_help(tui_store: KeyStore) -> None:
+    """The picture shows help at 80x24: how to close and scroll it, then the key table's keys."""
+
+    async def steps(pilot: Pilot[Any]) -> None:
+        await pilot.press("question_mark")
+
+    await run(tui_store, "help", steps)
+
+
 async def test_all_owners_with_long_names_at_80_columns(tui_store: KeyStore) -> None:
     """The picture shows --all at 80x24: owner and name cut with '…', every column present."""
     fixed_data(tui_store)
