@@ -7,7 +7,7 @@ import logging
 import secrets
 import sys
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +63,7 @@ class _Entry:
     caller: Caller
     hash_tag: bytes
     generation: int
+    expires_at: float | None  # epoch seconds: refused from this second on, cache or not
     recorded_at: float = float("-inf")
 
 
@@ -92,10 +93,12 @@ class Verifier:
         failure_burst: float = 5,
         failures_per_second: float = 1,
         flush_interval: float = 5.0,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         if revocation_bound < 0:
             raise ValueError("revocation_bound must be 0 (always ask) or more seconds")
         self.realm = realm
+        self._clock = clock  # wall-clock seconds, for expiry and the end of a grace; tests fake it
         self._engine = engine
         if engine.dialect.name == "postgresql":
             # Reads in autocommit: a cold check is one SELECT, not BEGIN + SELECT + ROLLBACK.
@@ -200,6 +203,8 @@ class Verifier:
         entry = self._entries.get(digest)
         if entry is None or entry.generation != self._freshness.generation():
             return None
+        if entry.expires_at is not None and self._clock() >= entry.expires_at:
+            return None  # the cold path refuses it, from the exact second
         now = time.monotonic()
         if now - entry.recorded_at >= LAST_USED_INTERVAL:
             entry.recorded_at = now
@@ -254,10 +259,17 @@ class Verifier:
         except StoreUnavailableError as exc:
             log.warning("API keys cannot be checked: %s", exc)
             raise VerifierUnavailableError() from None
-        if stored is None:
+        expires_at = stored.expires_at.timestamp() if stored and stored.expires_at else None
+        if (
+            stored is None
+            or stored.disabled
+            or (expires_at is not None and self._clock() >= expires_at)
+        ):
+            # Unknown, disabled, expired, or a previous secret past its grace: one same 401.
             self.stats.revoked += parsed.public_id in self._by_id  # a key verified here
             self._forget(parsed.public_id)
-            self._known.forget(parsed.public_id)
+            if stored is None:
+                self._known.forget(parsed.public_id)
             raise InvalidKeyError()
         entry = self._entries.get(digest)
         tag = _tag(stored.secret_hash)
@@ -265,6 +277,7 @@ class Verifier:
             # Known key, cache entry merely stale: the database still holds the same hash.
             self.stats.revalidated += 1
             entry.caller, entry.generation = self._caller(stored), generation
+            entry.expires_at = expires_at
             return entry.caller
         self.stats.argon2 += 1
         if not self._hasher.verify(stored.secret_hash, parsed.secret):
@@ -275,7 +288,7 @@ class Verifier:
         if self._hasher.needs_rehash(stored.secret_hash):
             tag = self._upgrade_hash(parsed, stored)
         self._forget(parsed.public_id)
-        entry = _Entry(self._caller(stored), tag, generation, time.monotonic())
+        entry = _Entry(self._caller(stored), tag, generation, expires_at, time.monotonic())
         self._entries[digest] = entry
         self._by_id[parsed.public_id] = digest
         self._usage.note(parsed.public_id)
