@@ -297,7 +297,17 @@ def tui_scale_section(ts: Any) -> list[str]:
     return [*lines, ""]
 
 
-def render(h: Any, v: Any, s: Any, m: Any, f: Any, t: Any, ts: Any = None, fa: Any = None) -> str:
+def render(
+    h: Any,
+    v: Any,
+    s: Any,
+    m: Any,
+    f: Any,
+    t: Any,
+    ts: Any = None,
+    fa: Any = None,
+    rv: Any = None,
+) -> str:
     """The results page, every number with its baseline and target."""
     floor, peer = v["floor_us"], v["peer"]["is_valid_us"]
     tp, ip = s["throughput"], s["in_process"]
@@ -385,8 +395,10 @@ def render(h: Any, v: Any, s: Any, m: Any, f: Any, t: Any, ts: Any = None, fa: A
                 f"{s[name]['server_cpu_ms_per_request']:.2f} ms |"
             )
     from benchmarks.bench_forward_auth import markdown as forward_auth_section
+    from benchmarks.bench_revocation import markdown as revocation_section
 
-    lines += ["", *middleware_section(m), *floods_section(f), *forward_auth_section(fa)]
+    lines += ["", *middleware_section(m), *floods_section(f), *revocation_section(rv)]
+    lines += forward_auth_section(fa)
     lines += [
         "## Terminal app (`bench_tui.py`, headless, 120x40)",
         "",
@@ -429,6 +441,7 @@ MODULES = (
     "bench_tui",
     "bench_tui_scale",
     "bench_forward_auth",
+    "bench_revocation",
 )
 
 
