@@ -334,3 +334,13 @@ def test_serve_auth_refuses_a_bad_rules_file(tmp_path: Path, sqlite_url: str) ->
     )  # fmt: skip
     assert result.returncode == 2
     assert "rules file" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_metrics_are_served_at_slash_metrics(sqlite_url: str, keys: Keys) -> None:
+    """serve-auth exposes the verifier's Prometheus metrics, counting the checks it answered."""
+    with client(sqlite_url) as running:
+        assert ask(running, "/models/x/predict", keys.both).status_code == 200
+        page = running.get("/metrics")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/plain")
+    assert 'apikey_tui_verifier_checks_total{outcome="ok"} 1.0' in page.text
+    assert keys.public_id not in page.text and keys.both not in page.text

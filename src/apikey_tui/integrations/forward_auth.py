@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import re
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote_to_bytes
@@ -36,6 +36,7 @@ from apikey_tui.verifier import Caller, Verifier
 logger = logging.getLogger(__name__)
 
 AUTH_PATH = "/auth"
+METRICS_PATH = "/metrics"  # Prometheus, with the `metrics` extra; keep the port private
 ENVOY_PREFIX = "/envoy"
 # The identity headers of an allowed request, in this order; the proxy copies them upstream and
 # must strip client-sent ones (the snippets in deploy/ do).
@@ -179,6 +180,7 @@ class ForwardAuthApp:
         # An empty table checks a path's normal form and asks for any valid key.
         self.normal_form = RouteScopes(())
         self.rules = rules if rules is not None else self.normal_form
+        self.metrics = _metrics_page(verifier)  # None without the `metrics` extra
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -196,6 +198,10 @@ class ForwardAuthApp:
                 required = self._from_headers(scope)
             elif path == ENVOY_PREFIX or path.startswith(ENVOY_PREFIX + "/"):
                 required = self._from_envoy(scope)
+            elif path == METRICS_PATH and self.metrics is not None:
+                content_type, page = self.metrics()
+                await _answer(send, 200, [("content-type", content_type)], page)
+                return
             else:
                 await _answer(send, 404, [("content-type", "text/plain")], b"ask /auth\n")
                 return
@@ -311,6 +317,19 @@ def _identity(caller: Caller | None) -> list[tuple[str, str]]:
         ("cache-control", "no-store"),
         ("content-length", "0"),
     ]
+
+
+def _metrics_page(verifier: Verifier) -> Callable[[], tuple[str, bytes]] | None:
+    """The verifier's metrics in Prometheus text format, or None without prometheus-client."""
+    try:
+        from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+        from apikey_tui.metrics import register
+    except ImportError:
+        return None
+    registry = CollectorRegistry()
+    register(verifier, registry)
+    return lambda: (CONTENT_TYPE_LATEST, generate_latest(registry))
 
 
 async def _answer(send: Send, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
