@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
+import psycopg
+import pytest
 from sqlalchemy import event
 
 from apikey_tui.errors import InsufficientScopeError, InvalidKeyError
@@ -14,8 +25,9 @@ from apikey_tui.verifier import Verifier
 from apikey_tui.verifier.freshness import PushFreshness
 from tests.conftest import CHEAP
 from tests.test_verifier import header
-from tests.throwaway_postgres import ThrowawayPostgres
+from tests.throwaway_postgres import ThrowawayPostgres, free_port
 
+SHARED = "postgresql://postgres@127.0.0.1:5432/test"
 LONG_BOUND = 120.0  # far longer than any test waits: only a push can explain a quick refusal
 
 
@@ -113,3 +125,72 @@ def test_bound_zero_needs_no_listener(postgres_url: str) -> None:
     checker = Verifier.from_url(postgres_url, hasher=CHEAP, revocation_bound=0)
     assert not isinstance(checker._freshness, PushFreshness)
     checker.close()
+
+
+@contextmanager
+def transaction_pooling_pgbouncer() -> Iterator[str]:
+    """A private PgBouncer in transaction pooling in front of the shared PostgreSQL."""
+    database = f"apikey_pgb_{uuid.uuid4().hex[:10]}"  # a fresh database: options can't pass
+    with psycopg.connect(SHARED, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {database}")
+    folder = Path(tempfile.mkdtemp(prefix="apikey-pgbouncer-"))
+    port = free_port()
+    (folder / "users.txt").write_text('"postgres" ""\n')
+    (folder / "pgbouncer.ini").write_text(
+        "[databases]\n"
+        "* = host=127.0.0.1 port=5432 user=postgres\n"
+        "[pgbouncer]\n"
+        f"listen_addr = 127.0.0.1\nlisten_port = {port}\n"
+        f"auth_type = trust\nauth_file = {folder}/users.txt\n"
+        "pool_mode = transaction\nunix_socket_dir =\n"
+        f"logfile = {folder}/pgbouncer.log\n"
+        "ignore_startup_parameters = extra_float_digits,options\n"
+    )
+    as_postgres = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    if as_postgres:  # PgBouncer refuses to run as root
+        shutil.chown(folder, "postgres")
+        for item in folder.iterdir():
+            shutil.chown(item, "postgres")
+    bouncer = subprocess.Popen(
+        [
+            *as_postgres,
+            shutil.which("pgbouncer") or "/usr/sbin/pgbouncer",
+            str(folder / "pgbouncer.ini"),
+        ]
+    )
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, "pgbouncer did not start"
+                time.sleep(0.1)
+        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/{database}"
+    finally:
+        bouncer.terminate()
+        bouncer.wait(timeout=15)
+        shutil.rmtree(folder, ignore_errors=True)
+        with psycopg.connect(SHARED, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+
+
+def test_pgbouncer_in_transaction_pooling_is_detected_and_the_bound_still_holds(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Through a transaction-pooling PgBouncer, LISTEN is found not to work: a warning, no
+    push, and a deleted key is still refused within the bound."""
+    with transaction_pooling_pgbouncer() as url:
+        store = KeyStore.open(url, hasher=CHEAP)
+        name = f"pgb-{uuid.uuid4().hex[:8]}"
+        key = store.create_key("alice", name, ["project"]).plaintext
+        checker = Verifier.from_url(url, hasher=CHEAP, revocation_bound=0.5)
+        with caplog.at_level(logging.WARNING, logger="apikey_tui.verifier"):
+            checker.verify(header(key))
+            assert eventually(lambda: "LISTEN does not work" in caplog.text)
+        assert not listening(checker)
+        store.delete_key("alice", name)
+        assert eventually(lambda: refused(checker, key), 5)
+        checker.close()
+        store.close()

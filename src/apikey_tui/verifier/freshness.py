@@ -158,8 +158,16 @@ class PushFreshness:
             wait = min(wait * 2, self.RETRY[1])
 
     def _probe(self, connection: Any) -> bool:
+        """Send a notice from another connection and see it arrive on this idle one.
+
+        That is how real changes arrive; a transaction-pooling PgBouncer attaches the listener
+        to a server connection only while it runs a statement, so the notice never comes.
+        """
+        import psycopg
+
         token = secrets.token_hex(8)
-        connection.execute("SELECT pg_notify(%s, %s)", (CHANGE_CHANNEL, f"probe:{token}"))
+        with psycopg.connect(self._conninfo, autocommit=True, connect_timeout=2) as sender:
+            sender.execute("SELECT pg_notify(%s, %s)", (CHANGE_CHANNEL, f"probe:{token}"))
         for notice in connection.notifies(timeout=self.PROBE_WAIT):
             if notice.payload == f"probe:{token}":
                 return True
