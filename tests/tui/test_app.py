@@ -12,6 +12,7 @@ from sqlalchemy import text
 from textual.geometry import Region
 from textual.pilot import Pilot
 from textual.widgets import Button, Input, Static
+from textual.worker import WorkerCancelled
 
 from apikey_tui import keyformat
 from apikey_tui.errors import StoreUnavailableError
@@ -34,9 +35,18 @@ SIZE = (100, 30)
 
 
 async def settle(pilot: Pilot[Any]) -> None:
-    """Let workers finish and their messages be handled."""
+    """Let workers finish and their messages be handled.
+
+    A worker the app cancels on purpose (a newer read replaces an older one) makes
+    wait_for_complete raise WorkerCancelled; that is the app working, so wait again.
+    """
     for _ in range(3):
-        await pilot.app.workers.wait_for_complete()
+        for _attempt in range(20):
+            try:
+                await pilot.app.workers.wait_for_complete()
+                break
+            except WorkerCancelled:
+                continue
         await pilot.pause()
 
 
