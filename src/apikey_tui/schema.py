@@ -18,15 +18,17 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from functools import cache
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
-from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, column, inspect, select, table, text
 
 from apikey_tui.errors import InvalidInputError, SchemaVersionError
 from apikey_tui.migrations import LOCATION, TABLE_PREFIX, VERSION_TABLE, revision_of
 from apikey_tui.models import SCHEMA_VERSION, SchemaInfo
+
+if TYPE_CHECKING:  # Alembic costs ~0.3 s to import: only creating and upgrading need it
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
 
 UPGRADE_HINT = "run `apikey-tui db upgrade`"
 _REVISION = re.compile(r"\d{4}")
@@ -88,6 +90,8 @@ def ensure(conn: Connection, *, create: bool) -> None:
     found = found_version(conn)
     check(found, create=create)
     if found is None:
+        from alembic import command
+
         command.upgrade(alembic_config(conn), revision_of(SCHEMA_VERSION))
 
 
@@ -101,6 +105,8 @@ def upgrade(conn: Connection) -> tuple[int | None, int]:
         check(found, create=False)
     if found == SCHEMA_VERSION:
         return found, found
+    from alembic import command
+
     config = alembic_config(conn)
     if found is not None and not inspect(conn).has_table(VERSION_TABLE):
         command.stamp(config, revision_of(found))  # a 0.1.0 database: no Alembic table yet
@@ -115,6 +121,8 @@ def head_revision() -> str | None:
 
 def alembic_config(conn: Connection | None = None) -> Config:
     """An Alembic configuration of the shipped migrations, run on this connection."""
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(LOCATION))
     config.set_main_option("path_separator", "os")
@@ -125,6 +133,8 @@ def alembic_config(conn: Connection | None = None) -> Config:
 
 @cache
 def _scripts() -> ScriptDirectory:
+    from alembic.script import ScriptDirectory
+
     return ScriptDirectory.from_config(alembic_config())
 
 
