@@ -122,6 +122,7 @@ def test_checks_are_counted_by_outcome(store: KeyStore, database_url: str) -> No
         assert value(registry, "freshness_mode", mode=mode) == 1
         if mode == "push":
             assert value(registry, "push_listening") in (0, 1)
+            assert value(registry, "push_proof_age_seconds") >= 0
             assert value(registry, "revocation_bound_seconds") == 60
         else:
             assert value(registry, "revocation_bound_seconds") == 0

@@ -164,6 +164,13 @@ class VerifierCollector(Collector):
                 "bound applies (listener down, reconnecting, or LISTEN not working).",
                 1 if freshness.listening else 0,
             )
+            yield GaugeMetricFamily(
+                f"{prefix}_push_proof_age_seconds",
+                "Seconds since the listener last proved, by a round trip, that every change "
+                "committed before it had reached this process: the most a cached answer can lag "
+                "a commit right now (a gap longer than the bound switches to the bound).",
+                freshness.proof_age(),
+            )
 
 
 def register(

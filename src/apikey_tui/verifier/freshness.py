@@ -105,6 +105,10 @@ class PushFreshness:
         """Whether changes reach this process by push right now (else by the time bound)."""
         return time.monotonic() - self._alive_at <= self._bound
 
+    def proof_age(self) -> float:
+        """Seconds since the listener's last proof of liveness (inf before the first)."""
+        return time.monotonic() - self._alive_at
+
     def generation(self) -> int:
         if time.monotonic() - self._alive_at <= self._bound:
             return self._pushes
