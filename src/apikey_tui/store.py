@@ -614,6 +614,11 @@ class KeyStore:
                 key.c.public_id,
                 key.c.created_at,
                 key.c.last_used_at,
+                key.c.expires_at,
+                key.c.disabled_at,
+                key.c.disabled_reason,
+                key.c.old_public_id,
+                key.c.grace_until,
             )
             .where(*self._matching(query, hint_order=hint), *anchor)
             .order_by(*_order(query, reverse=query.reverse != flipped))
@@ -633,9 +638,16 @@ class KeyStore:
                     .order_by(scope.c.key_id, scope.c.scope)
                 ):
                     scopes.setdefault(key_id, []).append(name)
+        now = self.clock()
         return [
             KeyInfo(r.owner, r.name, r.public_id, tuple(scopes.get(r.id, ())), r.created_at,
-                    r.last_used_at)
+                    r.last_used_at, expires_at=r.expires_at, disabled_at=r.disabled_at,
+                    disabled_reason=r.disabled_reason,
+                    # a previous secret shows only while its grace runs (store clock)
+                    old_public_id=r.old_public_id if _in_grace(
+                        r.old_public_id, r.grace_until, now) else None,
+                    grace_until=r.grace_until if _in_grace(
+                        r.old_public_id, r.grace_until, now) else None)
             for r in rows
         ]  # fmt: skip
 
