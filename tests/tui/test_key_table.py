@@ -146,7 +146,7 @@ async def test_all_owners_at_80_columns_pins_owner_and_name(tui_store: KeyStore)
     async with app.run_test(size=(80, 24)) as pilot:
         table = await loaded(pilot)
         header = line(table, 0)
-        for title in ("Owner", "Name", "Public id", "Scopes", "Created", "Last used"):
+        for title in ("Owner", "Name", "State", "Public id", "Scopes", "Created", "Last used"):
             assert title in header
         row = line(table, 1)
         assert row.startswith(" a-rather…") and "a-very-long…" in row
@@ -206,9 +206,9 @@ async def test_times_are_relative_and_t_shows_them_absolute(tui_store: KeyStore)
     app = make_app(tui_store)
     async with app.run_test(size=(100, 30)) as pilot:
         table = await loaded(pilot)
-        assert table.row_text(0)[3:] == ["1 min ago", "3 min ago"]
+        assert table.row_text(0)[4:] == ["1 min ago", "3 min ago"]
         await pilot.press("t")
-        assert table.row_text(0)[3:] == ["2026-11-20 11:59", "2026-11-20 11:57"]
+        assert table.row_text(0)[4:] == ["2026-11-20 11:59", "2026-11-20 11:57"]
         await pilot.press("t")
         assert "3 min ago" in line(table, 1)
 

@@ -31,6 +31,7 @@ from textual.worker import get_current_worker
 from apikey_tui import keyformat
 from apikey_tui.errors import ApiKeyError
 from apikey_tui.store import SORTS, KeyInfo, KeyQuery, KeyStore, QueryCancelled
+from apikey_tui.tui import lifecycle
 from apikey_tui.tui.text import visible
 
 CHUNK = 100  # rows read at a time; a few screens
@@ -42,6 +43,7 @@ _ELLIPSIS = "…"
 COLUMNS: dict[str, str] = {
     "owner": "Owner",
     "name": "Name",
+    "state": "State",  # lifecycle marker: see tui.lifecycle.marker
     "public_id": "Public id",
     "scopes": "Scopes",
     "created": "Created",
@@ -50,8 +52,10 @@ COLUMNS: dict[str, str] = {
 PINNED = ("owner", "name")  # never scrolled sideways, never dropped
 SORTABLE = tuple(c for c in COLUMNS if c in SORTS)  # scopes are a set: no order of their own
 # Natural width caps, and how narrow a column may become before the table scrolls sideways.
-_MAX_WIDTH = {"owner": 24, "name": 32, "scopes": 28}
-_MIN_WIDTH = {"owner": 8, "name": 12, "scopes": 6}
+_MAX_WIDTH = {"owner": 24, "name": 32, "scopes": 28, "state": 10}
+# A public id cut to 9 cells ("ak", 6 random characters, '…') still tells keys apart on screen;
+# it gives way only when every owner's keys are shown in about 80 columns (so may "⚠ 20h left").
+_MIN_WIDTH = {"owner": 8, "name": 12, "scopes": 6, "public_id": 9, "state": 9}
 
 Identity = tuple[str, str]  # (owner, name): unique, and kept by a recreate
 
@@ -84,7 +88,8 @@ def absolute(moment: datetime | None) -> str:
 def row_cells(key: KeyInfo, columns: Sequence[str], *, at: datetime | None = None) -> list[str]:
     """The cells of one key's row, control characters made visible.
 
-    Times are relative to at, or absolute (UTC) when at is None.
+    Times are relative to at, or absolute (UTC) when at is None; the State marker is judged
+    at at (or now()).
     """
     show: Callable[[datetime | None], str] = (
         absolute if at is None else (lambda moment: relative(moment, at))
@@ -94,6 +99,7 @@ def row_cells(key: KeyInfo, columns: Sequence[str], *, at: datetime | None = Non
         "name": key.name,
         "public_id": key.public_id,
         "scopes": " ".join(key.scopes),
+        "state": lifecycle.marker(key, at if at is not None else now())[0],
         "created": show(key.created_at),
         "last_used": show(key.last_used_at),
     }
@@ -136,16 +142,17 @@ def natural_widths(
 
 
 def layout(names: Sequence[str], wanted: Sequence[int], room: int) -> list[int]:
-    """Shrink columns until the row fits room cells: scopes first, then the wider of name and
-    owner, each down to its minimum. The caller scrolls what still does not fit sideways."""
+    """Shrink columns until the row fits room cells: scopes first, then the public id and the
+    state, then the wider of name and owner, each down to its minimum. The caller scrolls what
+    still does not fit sideways."""
     widths = list(wanted)
 
     def total() -> int:
         return 1 + sum(widths) + len(_GAP) * (len(widths) - 1)
 
-    order = [names.index(c) for c in ("scopes",) if c in names]
+    order = [names.index(c) for c in ("scopes", "public_id", "state") if c in names]
     for i in order:
-        widths[i] = max(_MIN_WIDTH["scopes"], widths[i] - max(total() - room, 0))
+        widths[i] = max(min(_MIN_WIDTH[names[i]], widths[i]), widths[i] - max(total() - room, 0))
     pinned = [names.index(c) for c in PINNED if c in names]
     while total() > room:
         shrinkable = [i for i in pinned if widths[i] > _MIN_WIDTH[names[i]]]
@@ -207,6 +214,12 @@ class KeyTable(ScrollView, can_focus=True):
         "key-table--cursor",
         "key-table--even",
         "key-table--loading",
+        # the State cell of a key that needs a look (each also says it in a word or symbol)
+        "key-table--soon",
+        "key-table--expired",
+        "key-table--disabled",
+        "key-table--grace",
+        "key-table--unused",
     }
     cursor_row: reactive[int] = reactive(0)
     absolute_times: reactive[bool] = reactive(False)
@@ -402,6 +415,8 @@ class KeyTable(ScrollView, can_focus=True):
             for column, value in (("owner", key.owner), ("name", key.name)):
                 self._seen[column] = max(self._seen.get(column, 0), cell_len(visible(value)))
             self._seen["scopes"] = max(self._seen.get("scopes", 0), cell_len(" ".join(key.scopes)))
+            state = cell_len(lifecycle.marker(key, now())[0])
+            self._seen["state"] = max(self._seen.get("state", 0), state)
         if window.total is not None:
             self.total = window.total
         self.loaded = True
@@ -456,13 +471,21 @@ class KeyTable(ScrollView, can_focus=True):
         self._relayout()
         self.refresh()
 
-    def _cells(self, cells: Sequence[str]) -> tuple[str, str]:
-        """(pinned part, scrolling part) of one line."""
+    def _cells(
+        self, cells: Sequence[str], style: Style, state: Style | None = None
+    ) -> tuple[str, list[Segment]]:
+        """(pinned part, scrolling part) of one line; state styles the State cell."""
         pinned: list[str] = []
-        rest: list[str] = []
+        rest: list[Segment] = []
         for column, cell, width in zip(self.columns, cells, self.widths, strict=True):
-            (pinned if column in PINNED else rest).append(fit(cell, width))
-        return " " + "".join(p + _GAP for p in pinned), _GAP.join(rest)
+            if column in PINNED:
+                pinned.append(fit(cell, width))
+                continue
+            if rest:
+                rest.append(Segment(_GAP, style))
+            cell_style = style + state if column == "state" and state is not None else style
+            rest.append(Segment(fit(cell, width), cell_style))
+        return " " + "".join(p + _GAP for p in pinned), rest
 
     def _header(self) -> list[str]:
         arrow = " ▼" if self.key_query.reverse else " ▲"
@@ -472,7 +495,7 @@ class KeyTable(ScrollView, can_focus=True):
         width, (left, top) = self.size.width, self.scroll_offset
         if y == 0:
             style = self.get_component_rich_style("key-table--header")
-            return self._line(self._cells(self._header()), style, left, width)
+            return self._line(self._cells(self._header(), style), style, left, width)
         index = top + y - 1
         base = self.rich_style
         total = self.total if self.total is not None else len(self._rows)
@@ -487,16 +510,21 @@ class KeyTable(ScrollView, can_focus=True):
         if key is None:
             self._want(index)
             loading = style + self.get_component_rich_style("key-table--loading")
-            return self._line((" " + _ELLIPSIS, ""), loading, left, width)
+            return self._line((" " + _ELLIPSIS, []), loading, left, width)
         at = None if self.absolute_times else now()
-        return self._line(self._cells(row_cells(key, self.columns, at=at)), style, left, width)
+        kind = lifecycle.marker(key, now())[1]
+        state = None
+        if kind != lifecycle.ACTIVE and index != self.cursor_row:  # the cursor keeps its colours
+            state = self.get_component_rich_style(f"key-table--{kind}", partial=True)
+        cells = self._cells(row_cells(key, self.columns, at=at), style, state)
+        return self._line(cells, style, left, width)
 
-    def _line(self, parts: tuple[str, str], style: Style, left: int, width: int) -> Strip:
+    def _line(self, parts: tuple[str, list[Segment]], style: Style, left: int, width: int) -> Strip:
         """The pinned part, then the rest scrolled `left` cells sideways, padded to width."""
         pinned, rest = parts
         pinned = set_cell_size(pinned, self._pinned_cells) if self._pinned_cells else pinned
         strip = Strip([Segment(pinned, style)])
-        moving = Strip([Segment(rest, style)]).crop(left, left + max(width - cell_len(pinned), 0))
+        moving = Strip(rest).crop(left, left + max(width - cell_len(pinned), 0))
         return Strip.join([strip, moving]).crop(0, width).adjust_cell_length(width, style)
 
     # --- moving -------------------------------------------------------------------------------
