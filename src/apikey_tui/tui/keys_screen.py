@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.message import Message
-from textual.screen import Screen
+from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Input, Static
 
 from apikey_tui.errors import ApiKeyError, KeyNotFoundError
+from apikey_tui.names import DESCRIPTION_MAX, check_reason, parse_duration, parse_expiry
 from apikey_tui.store import KeyInfo, KeyStore, ScopeInfo
+from apikey_tui.tui import times
 from apikey_tui.tui.context_line import ContextLine
+from apikey_tui.tui.dialogs.ask_value import Answer, AskValueDialog
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.create_key import CreateKeyDialog, NewKeyRequest
 from apikey_tui.tui.dialogs.help import HelpScreen
@@ -23,6 +26,7 @@ from apikey_tui.tui.key_table import COLUMNS, SORTABLE, KeyFilter, KeyTable
 from apikey_tui.tui.messages import (
     KeyCreated,
     KeyDeleted,
+    KeyLifecycleChanged,
     KeysLoaded,
     ReachabilityChanged,
     StoreFailed,
@@ -34,6 +38,10 @@ if TYPE_CHECKING:
     from apikey_tui.tui.app import ApiKeysApp
 
 
+def _when(moment: Any) -> str:
+    return times.absolute(moment, seconds=True)
+
+
 class KeysScreen(Screen[None]):
     """Lists keys and runs every store call in a thread worker, so the UI never freezes."""
 
@@ -41,6 +49,11 @@ class KeysScreen(Screen[None]):
         Binding("n", "create", "New"),
         Binding("d", "delete", "Delete"),
         Binding("r", "recreate", "Recreate"),
+        # The lifecycle: not in the footer (full at 80 columns); help and the palette list them.
+        Binding("R", "rotate", "Rotate", show=False),
+        Binding("O", "end_grace", "End grace", show=False),
+        Binding("x", "toggle_disabled", "Disable/enable", show=False),
+        Binding("E", "set_expiry", "Set expiry", show=False),
         Binding("slash", "focus_filter", "Filter"),
         Binding("s", "sort", "Sort", show=False),  # also a header click; listed in help
         Binding("f5", "reload", "Reload"),
@@ -242,9 +255,17 @@ class KeysScreen(Screen[None]):
 
     def on_key_created(self, message: KeyCreated) -> None:
         self.reload()
+        self._reload_views()
         self.app.push_screen(
-            RevealSecretDialog(message.created, recreated=message.recreated), self._reveal_closed
+            RevealSecretDialog(message.created, recreated=message.recreated, verb=message.verb),
+            self._reveal_closed,
         )
+
+    def _reload_views(self) -> None:
+        """Read an open key detail again now, not at its next poll."""
+        for screen in self.app.screen_stack:
+            if isinstance(screen, KeyDetailScreen):
+                screen.reload()
 
     def _reveal_closed(self, _: None) -> None:
         # The secret must live nowhere once the reveal is closed, the app's copy of the
@@ -265,20 +286,33 @@ class KeysScreen(Screen[None]):
         The question names owner, name and public id, and the store call passes that public id
         back: if the key was recreated or deleted while the dialog was open, nothing is done.
         """
+        self._ask_then(ask, lambda store, key, _: then(store, key), key)
+
+    def _ask_then(
+        self,
+        ask: Callable[[KeyInfo], ModalScreen[Any]],
+        then: Callable[[KeyStore, KeyInfo, Any], Message],
+        key: KeyInfo | None = None,
+    ) -> None:
+        """_confirm_then for a dialog that answers with a value (None, False: no)."""
         key = self.selected_key() if key is None else key  # a key's detail view passes its own
         if key is None:
             self.notify("Select a key in the table first.", severity="warning")
             return
 
-        def operation(store: KeyStore) -> Message:
-            try:
-                return then(store, key)
-            except KeyNotFoundError as exc:
-                raise ApiKeyError(f"{exc}: it was deleted meanwhile; nothing was done") from None
+        def answered(answer: object) -> None:
+            if answer is None or answer is False:
+                return
 
-        def answered(yes: bool | None) -> None:
-            if yes:
-                self.run_store(operation)
+            def operation(store: KeyStore) -> Message:
+                try:
+                    return then(store, key, answer)
+                except KeyNotFoundError as exc:
+                    raise ApiKeyError(
+                        f"{exc}: it was deleted meanwhile; nothing was done"
+                    ) from None
+
+            self.run_store(operation)
 
         self.app.push_screen(ask(key), answered)
 
@@ -315,6 +349,140 @@ class KeysScreen(Screen[None]):
             ),
             key,
         )
+
+    # --- the lifecycle: rotate with a grace, end the grace, disable / enable, expiry -----------
+
+    def action_rotate(self, key: KeyInfo | None = None) -> None:
+        def ask(key: KeyInfo) -> AskValueDialog[Any]:
+            body = (
+                f"Public id {key.public_id}. The key gets a new id and secret, shown once; same "
+                "owner, name and scopes. The old secret keeps working for the grace, then every "
+                "service refuses it from that second; 0 stops it now, like recreate."
+            )
+            if key.old_public_id is not None:
+                body += f" Its older secret {key.old_public_id}, still in grace, stops at once."
+            return AskValueDialog(
+                f"Rotate key {key.name!r} of {key.owner}?",
+                body,
+                prompt="Grace for the old secret (30s, 15m, 24h, 90d or 0):",
+                parse=parse_duration,
+                confirm_label="Rotate",
+                value="24h",
+            )
+
+        def rotate(store: KeyStore, key: KeyInfo, grace: Answer[Any]) -> Message:
+            created = store.rotate_key(
+                key.owner, key.name, grace=grace.value, expected_public_id=key.public_id
+            )
+            until = created.info.grace_until
+            verb = (
+                f"rotated: the old secret {key.public_id} works until {_when(until)}"
+                if until is not None
+                else "rotated (the old secret no longer works)"
+            )
+            return KeyCreated(created, verb=verb)
+
+        self._ask_then(ask, rotate, key)
+
+    def action_end_grace(self, key: KeyInfo | None = None) -> None:
+        key = self.selected_key() if key is None else key
+        if key is not None and (key.old_public_id is None or key.grace_until is None):
+            self.notify(
+                f"Key {key.name!r} of {key.owner} has no old secret in grace.",
+                severity="warning",
+                markup=False,
+            )
+            return
+
+        def ask(key: KeyInfo) -> ConfirmDialog:
+            assert key.grace_until is not None
+            return ConfirmDialog(
+                f"End the grace of key {key.name!r} of {key.owner}?",
+                f"Its old secret {key.old_public_id} (retiring at {_when(key.grace_until)}) "
+                f"stops working now, for every service. The current secret {key.public_id} "
+                "keeps working.",
+                "End grace",
+            )
+
+        def end(store: KeyStore, key: KeyInfo) -> Message:
+            info = store.end_grace(key.owner, key.name, expected_public_id=key.public_id)
+            return KeyLifecycleChanged(
+                info, f"The old secret {key.old_public_id} of {key.name!r} stopped working."
+            )
+
+        self._confirm_then(ask, end, key)
+
+    def action_toggle_disabled(self, key: KeyInfo | None = None) -> None:
+        key = self.selected_key() if key is None else key
+        if key is not None and key.disabled:
+            self._enable(key)
+            return
+
+        def ask(key: KeyInfo) -> AskValueDialog[Any]:
+            return AskValueDialog(
+                f"Disable key {key.name!r} of {key.owner}?",
+                f"Public id {key.public_id}. Every service refuses the key (both secrets, if it "
+                "is in grace) until it is enabled again with x; its name, scopes, expiry and "
+                "history stay.",
+                prompt="Reason, for the audit trail (optional):",
+                parse=check_reason,
+                confirm_label="Disable",
+                max_length=DESCRIPTION_MAX,
+            )
+
+        def disable(store: KeyStore, key: KeyInfo, reason: Answer[Any]) -> Message:
+            info = store.disable_key(
+                key.owner, key.name, reason.value.strip(), expected_public_id=key.public_id
+            )
+            return KeyLifecycleChanged(info, f"Key {key.name!r} of {key.owner} is disabled.")
+
+        self._ask_then(ask, disable, key)
+
+    def _enable(self, key: KeyInfo) -> None:
+        def ask(key: KeyInfo) -> ConfirmDialog:
+            since = _when(key.disabled_at) if key.disabled_at else "unknown"
+            reason = f" ({key.disabled_reason})" if key.disabled_reason else ""
+            return ConfirmDialog(
+                f"Enable key {key.name!r} of {key.owner}?",
+                f"Public id {key.public_id}, disabled since {since}{reason}. Services accept "
+                "it again (an expired key stays expired).",
+                "Enable",
+            )
+
+        def enable(store: KeyStore, key: KeyInfo) -> Message:
+            info = store.enable_key(key.owner, key.name, expected_public_id=key.public_id)
+            return KeyLifecycleChanged(info, f"Key {key.name!r} of {key.owner} is enabled again.")
+
+        self._confirm_then(ask, enable, key)
+
+    def action_set_expiry(self, key: KeyInfo | None = None) -> None:
+        def ask(key: KeyInfo) -> AskValueDialog[Any]:
+            now = "never expires" if key.expires_at is None else f"expires {_when(key.expires_at)}"
+            return AskValueDialog(
+                f"Set the expiry of key {key.name!r} of {key.owner}?",
+                f"Public id {key.public_id}; it {now}. Services refuse it from the second it "
+                "expires. To stop it now, disable (x) or delete it.",
+                prompt="Expires: a span from now (90d), a date (2030-01-31) or never:",
+                parse=parse_expiry,
+                confirm_label="Set expiry",
+                placeholder="90d, 2030-01-31, 2030-01-31T12:00Z or never",
+            )
+
+        def set_expiry(store: KeyStore, key: KeyInfo, when: Answer[Any]) -> Message:
+            info = store.set_expiry(
+                key.owner, key.name, when.value, expected_public_id=key.public_id
+            )
+            then = (
+                "never expires" if info.expires_at is None else f"expires {_when(info.expires_at)}"
+            )
+            return KeyLifecycleChanged(info, f"Key {key.name!r} of {key.owner} now {then}.")
+
+        self._ask_then(ask, set_expiry, key)
+
+    def on_key_lifecycle_changed(self, message: KeyLifecycleChanged) -> None:
+        self.notify(message.note, markup=False)
+        self.reload()
+        self._reload_views()
 
     def on_store_failed(self, message: StoreFailed) -> None:
         repeat = message.while_loading and message.reason == self._reloading_after

@@ -23,6 +23,7 @@ class KeyCreated(Message):
 
     created: CreatedKey = field(repr=False)
     recreated: bool = False
+    verb: str | None = None  # e.g. a rotation's "rotated (old secret … works until …)"
 
 
 @dataclass
@@ -30,6 +31,14 @@ class KeyDeleted(Message):
     """A key was deleted."""
 
     key: KeyInfo
+
+
+@dataclass
+class KeyLifecycleChanged(Message):
+    """A key's grace ended, it was disabled or enabled, or its expiry moved; note says which."""
+
+    key: KeyInfo
+    note: str
 
 
 @dataclass

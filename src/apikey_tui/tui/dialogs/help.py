@@ -48,6 +48,10 @@ TEXTS = {
     ("KeysScreen", "create"): "create a key; it is shown once",
     ("KeysScreen", "delete"): "delete the selected key (asks first)",
     ("KeysScreen", "recreate"): "recreate a stolen key: new secret (asks first)",
+    ("KeysScreen", "rotate"): "rotate: new secret; the old one works for a grace",
+    ("KeysScreen", "end_grace"): "end the grace: the old secret stops now (asks first)",
+    ("KeysScreen", "toggle_disabled"): "disable (with a reason) or enable the key (asks first)",
+    ("KeysScreen", "set_expiry"): "set the expiry: 90d, a date or never (asks first)",
     ("KeysScreen", "focus_filter"): "filter by name, public id, scope or owner",
     ("KeysScreen", "sort"): "sort by the next column (or click a header)",
     ("KeysScreen", "reload"): "reload now (changes also show up by themselves)",
@@ -73,6 +77,10 @@ TEXTS = {
     ("KeyDetailScreen", "edit_scopes"): "edit the key's scopes (asks first, audited)",
     ("KeyDetailScreen", "recreate"): "recreate the key, as in the table",
     ("KeyDetailScreen", "delete"): "delete the key, as in the table",
+    ("KeyDetailScreen", "rotate"): "rotate with a grace, as in the table",
+    ("KeyDetailScreen", "end_grace"): "end the old secret's grace, as in the table",
+    ("KeyDetailScreen", "toggle_disabled"): "disable or enable, as in the table",
+    ("KeyDetailScreen", "set_expiry"): "set the expiry, as in the table",
     ("ScopeCatalogScreen", "add"): "add a scope",
     ("ScopeCatalogScreen", "describe"): "describe the selected scope",
     ("ScopeCatalogScreen", "remove"): "remove it (asks; refused while keys hold it)",
@@ -89,6 +97,7 @@ TEXTS = {
     ("ConfirmDialog", "answer(True)"): "yes: do it",
     ("ConfirmDialog", "other_button"): _OTHER_BUTTON,
     ("SwitchOwnerDialog", "cancel"): "cancel: nothing is written",
+    ("AskValueDialog", "cancel"): "cancel: nothing is done",
     ("ScopeFormDialog", "cancel"): "cancel: nothing is written",
     ("HelpScreen", "close"): "close this help",
     ("HelpScreen", "scroll_down"): "scroll",
@@ -153,6 +162,7 @@ def sections() -> list[Section]:
     """Every view and dialog with keys, in the order an admin meets them."""
     # Imported here: these modules import this one (for the help binding).
     from apikey_tui.tui.app import ApiKeysApp
+    from apikey_tui.tui.dialogs.ask_value import AskValueDialog
     from apikey_tui.tui.dialogs.confirm import ConfirmDialog
     from apikey_tui.tui.dialogs.create_key import CreateKeyDialog
     from apikey_tui.tui.dialogs.edit_scopes import EditScopesDialog
@@ -190,11 +200,16 @@ def sections() -> list[Section]:
         ),
         Section("The one-time reveal", (RevealSecretDialog,)),
         Section(
-            "Confirmations (delete, recreate, scope changes)",
+            "Confirmations (delete, recreate, scopes, end grace, enable)",
             (ConfirmDialog,),
             (("Tab", _OTHER_BUTTON), ("Enter", "press the focused button")),
         ),
         Section("Switch owner (o), add or describe a scope", (SwitchOwnerDialog, ScopeFormDialog)),
+        Section(
+            "Rotate (R), disable (x), set expiry (E)",
+            (AskValueDialog,),
+            (("Enter", "confirm, when the value is valid"),),
+        ),
         Section(
             "This help",
             (HelpScreen,),

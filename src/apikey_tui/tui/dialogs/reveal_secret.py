@@ -109,16 +109,20 @@ class RevealSecretDialog(ModalScreen[None]):
         Binding("escape", "done", "Close", show=False),
     ]
 
-    def __init__(self, created: CreatedKey, *, recreated: bool = False) -> None:
+    def __init__(
+        self, created: CreatedKey, *, recreated: bool = False, verb: str | None = None
+    ) -> None:
         super().__init__()
         self._created = created
         self._recreated = recreated
+        self._verb = verb  # what happened, when neither 'created' nor 'recreated' says it
         self._copied = False
         self._warned = False
 
     def compose(self) -> ComposeResult:
         info = self._created.info
         verb = "recreated (the old key no longer works)" if self._recreated else "created"
+        verb = self._verb or verb
         with Vertical(classes="dialog reveal"):
             yield Static(
                 literal(f"Key {info.name!r} of {info.owner} {verb}"), classes="dialog-title"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from rich.text import Text
@@ -14,7 +15,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from apikey_tui.errors import ApiKeyError, KeyNotFoundError
 from apikey_tui.store import Event, KeyDetail, KeyInfo, KeyStore, ScopeInfo
-from apikey_tui.tui import times
+from apikey_tui.tui import lifecycle, times
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.edit_scopes import EditScopesDialog, ScopeChange
 from apikey_tui.tui.messages import KeyRescoped, KeyVanished
@@ -42,6 +43,33 @@ def event_cells(event: Event, detail_width: int = 200) -> list[Text]:
     return [Text(visible(v)) for v in cells]
 
 
+def lifecycle_rows(info: KeyInfo, now: datetime) -> list[tuple[str, str]]:
+    """State, expiry (relative and absolute), disabled (when, why) and an old secret in grace."""
+    text, kind = lifecycle.marker(info, now)
+    state = {
+        lifecycle.SOON_KIND: "active, expires soon (⚠)",
+        lifecycle.GRACE: "active; an old secret is retiring (↻)",
+        lifecycle.UNUSED: f"active, unused for {lifecycle.UNUSED_AFTER.days} days or more",
+    }.get(kind, text)
+    if kind == lifecycle.EXPIRED or (kind == lifecycle.DISABLED and info.expired(now)):
+        state += "; services refuse it (401)" if kind == lifecycle.EXPIRED else ", and expired"
+    rows = [("State", state)]
+    if info.expires_at is None:
+        rows.append(("Expires", "never"))
+    else:
+        word = "expired" if info.expired(now) else "expires"
+        rows.append(("Expires", f"{word} {relative_and_absolute(info.expires_at, now)}"))
+    if info.disabled_at is not None:
+        why = f" · reason: {info.disabled_reason}" if info.disabled_reason else " · no reason given"
+        rows.append(("Disabled", relative_and_absolute(info.disabled_at, now) + why))
+    if lifecycle.in_grace(info, now):
+        assert info.grace_until is not None
+        retiring = absolute(info.grace_until, seconds=True)
+        rows.append(("Old secret", f"{info.old_public_id} retiring at {retiring}"))
+        rows.append(("Grace ends", f"{relative(info.grace_until, now)} · O ends it now"))
+    return rows
+
+
 class KeyDetailScreen(LiveScreen[tuple[KeyDetail, list[ScopeInfo]]]):
     """Enter on a key opens this; e edits its scopes, r and d act as in the table."""
 
@@ -49,6 +77,11 @@ class KeyDetailScreen(LiveScreen[tuple[KeyDetail, list[ScopeInfo]]]):
         Binding("e", "edit_scopes", "Edit scopes"),
         Binding("r", "recreate", "Recreate"),
         Binding("d", "delete", "Delete"),
+        # The lifecycle, as in the table (not in the footer, which is full at 80 columns).
+        Binding("R", "rotate", "Rotate", show=False),
+        Binding("O", "end_grace", "End grace", show=False),
+        Binding("x", "toggle_disabled", "Disable/enable", show=False),
+        Binding("E", "set_expiry", "Set expiry", show=False),
     ]
 
     def __init__(self, key: KeyInfo, keys_screen: KeysScreen) -> None:
@@ -91,13 +124,18 @@ class KeyDetailScreen(LiveScreen[tuple[KeyDetail, list[ScopeInfo]]]):
         if origin is None:
             made = ("Created by", "unknown (no event recorded)")
         else:
-            label = "Recreated by" if origin.action == "key.recreate" else "Created by"
+            label = {"key.recreate": "Recreated by", "key.rotate": "Rotated by"}.get(
+                origin.action, "Created by"
+            )
             made = (label, f"{actor_text(origin)} · {relative(origin.at, now)}")
+        rotated = origin is not None and origin.action in ("key.rotate", "key.recreate")
         rows = [
             ("Owner", info.owner),
             ("Name", info.name),
             ("Public id", info.public_id),
-            ("Created", absolute(info.created_at, seconds=True)),
+            *lifecycle_rows(info, now),
+            # created_at is the creation or the last rotation (the secret's own age)
+            ("Rotated" if rotated else "Created", absolute(info.created_at, seconds=True)),
             ("Last used", relative_and_absolute(info.last_used_at, now)),
             made,
         ]
@@ -137,7 +175,10 @@ class KeyDetailScreen(LiveScreen[tuple[KeyDetail, list[ScopeInfo]]]):
         if self._gone:
             return "This key no longer exists."
         count = len(self.detail.events) if self.detail else 0
-        return f"{count} event{'s' if count != 1 else ''} of this key"
+        # the lifecycle keys, which the footer has no room for at 80 columns
+        toggle = "enable" if self.detail is not None and self.detail.info.disabled else "disable"
+        keys = f"R rotate · O end grace · x {toggle} · E expiry"
+        return f"{count} event{'s' if count != 1 else ''} of this key · {keys}"
 
     def on_key_vanished(self, message: KeyVanished) -> None:
         message.stop()
@@ -210,3 +251,23 @@ class KeyDetailScreen(LiveScreen[tuple[KeyDetail, list[ScopeInfo]]]):
         if key is not None:
             self._asked_delete = True
             self._keys_screen.action_delete(key)
+
+    def action_rotate(self) -> None:
+        key = self._current()
+        if key is not None:
+            self._keys_screen.action_rotate(key)
+
+    def action_end_grace(self) -> None:
+        key = self._current()
+        if key is not None:
+            self._keys_screen.action_end_grace(key)
+
+    def action_toggle_disabled(self) -> None:
+        key = self._current()
+        if key is not None:
+            self._keys_screen.action_toggle_disabled(key)
+
+    def action_set_expiry(self) -> None:
+        key = self._current()
+        if key is not None:
+            self._keys_screen.action_set_expiry(key)

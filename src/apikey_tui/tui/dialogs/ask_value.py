@@ -1,0 +1,100 @@
+"""A confirmation that also asks for one value (a grace, an expiry, a reason), checked as typed.
+
+The title names the key; the value is read by the same parser the CLI uses (names.*), so the
+app and the command line accept exactly the same text. Dismisses with the parsed value, or None.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Static
+
+from apikey_tui.errors import InvalidInputError
+from apikey_tui.tui.text import literal
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Answer(Generic[T]):
+    """What the admin confirmed: the parsed value (wrapped, so a value of 0 or '' is a yes)."""
+
+    value: T
+
+
+class AskValueDialog(ModalScreen[Answer[T] | None], Generic[T]):
+    """Title naming the key, what will happen, one input; the confirm button needs a valid value."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(
+        self,
+        title: str,
+        body: str,
+        *,
+        prompt: str,
+        parse: Callable[[str], T],
+        confirm_label: str,
+        value: str = "",
+        placeholder: str = "",
+        max_length: int = 0,
+    ) -> None:
+        super().__init__()
+        self._title, self._body, self._prompt = title, body, prompt
+        self._parse, self._confirm_label = parse, confirm_label
+        self._value, self._placeholder, self._max_length = value, placeholder, max_length
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog danger"):
+            yield Static(literal(self._title), classes="dialog-title")
+            with VerticalScroll(classes="dialog-scroll", can_focus=False):
+                yield Static(literal(self._body), classes="dialog-body")
+                yield Static(literal(self._prompt), classes="label")
+                yield Input(
+                    self._value,
+                    placeholder=self._placeholder,
+                    id="value",
+                    max_length=self._max_length,
+                )
+                yield Static("", id="value-error", classes="error")
+            with Horizontal(classes="buttons"):
+                yield Button(self._confirm_label, variant="error", id="confirm")
+                yield Button("Cancel", id="cancel")
+
+    def on_mount(self) -> None:
+        self.query_one("#value", Input).focus()
+        self._revalidate()
+
+    def _answer(self) -> tuple[Answer[T] | None, str | None]:
+        """(the parsed value, None) or (None, what is wrong)."""
+        try:
+            return Answer(self._parse(self.query_one("#value", Input).value)), None
+        except InvalidInputError as exc:
+            return None, str(exc)
+
+    @on(Input.Changed)
+    def _revalidate(self) -> None:
+        _, problem = self._answer()
+        self.query_one("#value-error", Static).update(literal(problem or ""))
+        self.query_one("#confirm", Button).disabled = problem is not None
+
+    @on(Input.Submitted)
+    @on(Button.Pressed, "#confirm")
+    def _confirm(self) -> None:
+        answer, _ = self._answer()
+        if answer is not None:
+            self.dismiss(answer)
+        else:
+            self._revalidate()
+
+    @on(Button.Pressed, "#cancel")
+    def action_cancel(self) -> None:
+        self.dismiss(None)
