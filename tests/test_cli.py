@@ -432,3 +432,12 @@ def test_an_in_memory_database_is_refused(
     code, out, err = run(capsys, url, *args)
     assert (code, out, ran) == (2, "", [])
     assert "in-memory SQLite database" in err and err.count("\n") == 1
+
+
+def test_a_filter_that_matches_nothing_says_so_on_stderr(
+    capsys: pytest.CaptureFixture[str], sqlite_url: str
+) -> None:
+    """keys list --filter with no match says no key matches, instead of inviting a first key."""
+    assert run(capsys, sqlite_url, "keys", "create", "alpha", "--scope", "project")[0] == 0
+    code, out, err = run(capsys, sqlite_url, "keys", "list", "--filter", "zzz")
+    assert code == 0 and out == "" and "No keys match 'zzz'" in err

@@ -275,3 +275,17 @@ def test_a_full_reload_never_shows_requests_a_half_filled_index() -> None:
     known.refresh()
     assert source.during_reload[2:] == [2, 2]  # the second, full load: never fewer than 2
     assert known.verdict("akbbbbbbbbbbbbbbbb", "x" * 52) is Verdict.LEGACY
+
+
+def test_a_missing_sqlite_file_is_503_with_one_log_line_per_outage(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A service pointed at a database file that does not exist says why in its log, once."""
+    checker = Verifier.from_url(f"sqlite:///{tmp_path / 'missing.db'}", hasher=CHEAP)
+    with caplog.at_level(logging.WARNING, logger="apikey_tui.verifier"):
+        for _ in range(3):
+            with pytest.raises(VerifierUnavailableError):
+                checker.verify(header(forged()))
+    lines = [r.getMessage() for r in caplog.records if "cannot be checked" in r.getMessage()]
+    assert len(lines) == 1 and "missing.db" in lines[0]
+    checker.close()

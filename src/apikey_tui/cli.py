@@ -506,7 +506,10 @@ def _keys_list(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
     now = store.clock()
 
     def human(out: TextIO) -> None:
-        if keys or not quiet:
+        if not keys and args.filter and not quiet:
+            # Keys exist maybe, none match: say so on stderr, not "create one" on stdout.
+            print(f"No keys match {printable(args.filter)!r}.", file=sys.stderr)
+        elif keys or not quiet:
             _print_keys(keys, out, with_owner=everyone, now=now)
 
     return _emit(args, [k.to_json() for k in keys], human)

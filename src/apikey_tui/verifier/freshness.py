@@ -18,6 +18,8 @@ from apikey_tui.errors import VerifierUnavailableError
 from apikey_tui.sqlite_watch import CommitWatch, watch_for
 from apikey_tui.store import CHANGE_CHANNEL
 
+log = logging.getLogger("apikey_tui.verifier")
+
 
 class Freshness(Protocol):
     """`generation()` moves whenever what was read from the database may have changed."""
@@ -32,6 +34,7 @@ class CommitFreshness:
     def __init__(self, path: str) -> None:
         self._path = path
         self._watch: CommitWatch | None = None
+        self._failing = False
         self._last: object = None
         self._generation = 0
         forksafety.reset_in_child(self._forget_watch)
@@ -45,8 +48,14 @@ class CommitFreshness:
             if watch is None:
                 watch = self._watch = watch_for(self._path)
             token = watch.token()
-        except (sqlite3.Error, OSError):
+        except (sqlite3.Error, OSError) as exc:
+            if not self._failing:  # one line per outage, not one per request
+                log.warning("API keys cannot be checked: %s: %s", self._path, exc)
+            self._failing = True
             raise VerifierUnavailableError() from None
+        if self._failing:
+            log.warning("API keys can be checked again: %s", self._path)
+            self._failing = False
         if token != self._last:
             self._last = token
             self._generation += 1
@@ -68,9 +77,6 @@ class BoundFreshness:
         if self._bound <= 0:
             return next(self._counter)
         return int(time.monotonic() / self._bound)
-
-
-log = logging.getLogger("apikey_tui.verifier")
 
 
 class PushFreshness:
