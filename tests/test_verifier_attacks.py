@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 import os
@@ -289,3 +290,25 @@ def test_a_missing_sqlite_file_is_503_with_one_log_line_per_outage(
     lines = [r.getMessage() for r in caplog.records if "cannot be checked" in r.getMessage()]
     assert len(lines) == 1 and "missing.db" in lines[0]
     checker.close()
+
+
+def test_an_unforeseen_error_inside_a_check_is_503_never_500(
+    sqlite_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Whatever breaks inside a check (a driver bug, an argon2 failure) is 503, and logged."""
+    store = KeyStore.open(sqlite_url, hasher=CHEAP)
+    key = store.create_key("alice", "demo", ["project"]).plaintext
+    checker = Verifier.from_url(sqlite_url, hasher=CHEAP)
+
+    def broken(public_id: str) -> None:
+        raise RuntimeError("something nobody foresaw")
+
+    checker._source.credential = broken  # type: ignore[method-assign]
+    with caplog.at_level(logging.ERROR, logger="apikey_tui.verifier"):
+        with pytest.raises(VerifierUnavailableError):
+            checker.verify(header(key))
+        with pytest.raises(VerifierUnavailableError):
+            asyncio.run(checker.verify_async(header(key)))
+    assert "failed unexpectedly" in caplog.text and key not in caplog.text
+    checker.close()
+    store.close()

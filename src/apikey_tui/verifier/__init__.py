@@ -166,6 +166,8 @@ class Verifier:
         except AuthError as error:
             self.stats.refused(error)
             raise
+        except Exception:  # anything unforeseen is a check that could not be made: 503, not 500
+            raise self._unforeseen() from None
         return self._authorize(caller, required_scopes)
 
     async def verify_async(
@@ -190,7 +192,15 @@ class Verifier:
         except AuthError as error:
             self.stats.refused(error)
             raise
+        except Exception:  # anything unforeseen is a check that could not be made: 503, not 500
+            raise self._unforeseen() from None
         return self._authorize(caller, required_scopes)
+
+    def _unforeseen(self) -> VerifierUnavailableError:
+        log.exception("API key check failed unexpectedly; answering 503")
+        error = VerifierUnavailableError()
+        self.stats.refused(error)
+        return error
 
     def _digest(self, credential: str) -> bytes:
         # A copy of a SHA-256 already fed the salt: ~0.1 us less than hashing salt + key.
