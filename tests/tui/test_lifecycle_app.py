@@ -326,3 +326,17 @@ async def test_snapshot_rotate_dialog(fixed: KeyStore) -> None:
         await pilot.press("R")
         await settle(pilot)
         snapshot(app, "rotate_dialog")
+
+
+async def test_a_rotated_keys_detail_shows_every_scope_without_scrolling_at_80x24(
+    fixed: KeyStore,
+) -> None:
+    """At 80x24 the detail of a key in grace shows all its fields and scopes at once."""
+    app = new_app(fixed, "textual-dark")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await select(pilot, "rotated")
+        await pilot.press("enter")
+        await settle(pilot)
+        top = app.screen.query_one("#detail-top")
+        assert len(app.screen.query("#detail-scopes > Horizontal")) == 2
+        assert top.max_scroll_y == 0
