@@ -31,6 +31,7 @@ from apikey_tui.tui.messages import (
     ReachabilityChanged,
     StoreFailed,
 )
+from apikey_tui.tui.polling import marker_moved
 from apikey_tui.tui.screens.key_detail import KeyDetailScreen
 from apikey_tui.tui.text import literal
 
@@ -120,16 +121,8 @@ class KeysScreen(Screen[None]):
     @work(thread=True, exclusive=True, group="poll")
     def poll(self) -> None:
         """Reload when another admin, the CLI or a verifier changed something."""
-        try:
-            marker = self.keys_app.store.change_marker()
-        except ApiKeyError as exc:
-            # Said once in the status line, not as a notification every two seconds.
-            if self._unreachable is None:
-                self.post_message(ReachabilityChanged(str(exc)))
-            return
-        if self._unreachable is not None:
-            self.post_message(ReachabilityChanged(None))
-        if self._marker is not None and marker != self._marker:
+        store = self.keys_app.store
+        if marker_moved(self, store.change_marker, self._unreachable, self._marker):
             self.reload()
 
     def on_reachability_changed(self, message: ReachabilityChanged) -> None:

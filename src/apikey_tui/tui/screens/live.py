@@ -20,6 +20,7 @@ from apikey_tui.store import KeyStore
 from apikey_tui.tui.context_line import ContextLine
 from apikey_tui.tui.dialogs.help import HelpScreen
 from apikey_tui.tui.messages import ReachabilityChanged, StoreFailed, ViewRead
+from apikey_tui.tui.polling import marker_moved
 from apikey_tui.tui.text import literal
 
 if TYPE_CHECKING:
@@ -90,15 +91,8 @@ class LiveScreen(Screen[None], Generic[T]):
     @work(thread=True, exclusive=True, group="poll")
     def poll(self) -> None:
         """Read again when something changed in the database."""
-        try:
-            marker = self.keys_app.store.change_marker()
-        except ApiKeyError as exc:
-            if self._unreachable is None:
-                self.post_message(ReachabilityChanged(str(exc)))
-            return
-        if self._unreachable is not None:
-            self.post_message(ReachabilityChanged(None))
-        if self._marker is not None and marker != self._marker:
+        store = self.keys_app.store
+        if marker_moved(self, store.change_marker, self._unreachable, self._marker):
             self.app.call_from_thread(self.reload)
 
     def on_view_read(self, message: ViewRead) -> None:
