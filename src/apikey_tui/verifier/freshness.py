@@ -201,6 +201,9 @@ class PushFreshness:
         self._connection, self._thread = None, None
         self._alive_at = float("-inf")
         self._start_lock = threading.Lock()
+        stop, self._stop = self._stop, threading.Event()  # its lock may have been mid-use
+        if stop.is_set():
+            self._stop.set()
 
     def close(self) -> None:
         """Stop listening (the thread ends at its next heartbeat)."""

@@ -25,9 +25,12 @@ class UsageWriter:
         self.reset()
 
     def reset(self) -> None:
-        """Forget the writer thread and lock (after a fork they belong to the parent)."""
+        """Forget the writer thread and locks (after a fork they belong to the parent)."""
         self.pending: dict[str, datetime] = {}
         self._lock = threading.Lock()
+        closed, self._closed = self._closed, threading.Event()  # its lock may be mid-use
+        if closed.is_set():
+            self._closed.set()
         self._thread: threading.Thread | None = None
 
     @property
