@@ -321,6 +321,28 @@ def test_out_of_range_limit_and_missing_scope_are_usage_errors(
     assert json.loads(listing)["scopes"] == ["project"]
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["keys", "create", "x", "--scope", "serving", "--expires", "-5d"],
+        ["keys", "list", "--expiring", "-5d"],
+        ["keys", "list", "--unused", "-5d"],
+        ["keys", "rotate", "x", "--grace", "-5d"],
+        ["keys", "set-expiry", "x", "-5d"],
+        ["policy", "set", "max-lifetime", "-5d"],
+    ],
+)
+def test_negative_duration_is_a_usage_error_naming_valid_ones(
+    capsys: pytest.CaptureFixture[str], sqlite_url: str, args: list[str]
+) -> None:
+    """A negative duration ('-5d') exits 2 with one line showing what a valid one looks like."""
+    with pytest.raises(SystemExit) as info:
+        main(["--database-url", sqlite_url, *args])
+    out, err = capsys.readouterr()
+    assert (info.value.code, out) == (2, "") and err.count("\n") == 1, err
+    assert "'-5d' is not allowed" in err and "90d" in err, err
+
+
 def test_non_utf8_argument_is_a_usage_error(tmp_path: Path) -> None:
     """An argument that is not UTF-8 (surrogateescape'd argv) gives one line and exit 2."""
     done = subprocess.run(
