@@ -289,6 +289,23 @@ async def test_end_grace_of_a_key_rotated_meanwhile_is_refused(tui_store: KeySto
     assert tui_store.get_key("alice", "busy").old_public_id == again.old_public_id
 
 
+async def test_end_grace_is_offered_only_for_a_key_in_grace(fixed: KeyStore) -> None:
+    """O (end grace) is an active binding and a detail hint only while the key's grace runs."""
+    app = make_app(fixed)
+    async with app.run_test(size=SIZE) as pilot:
+        for name, in_grace in (("reports", False), ("rotated", True), ("reports", False)):
+            await select(pilot, name)
+            assert ("O" in app.screen.active_bindings) is in_grace, name
+            await pilot.press("enter")
+            await settle(pilot)
+            assert isinstance(app.screen, KeyDetailScreen)
+            assert ("O" in app.screen.active_bindings) is in_grace, name
+            status = str(app.screen.query_one("#status").render())
+            assert ("O end grace" in status) is in_grace, status
+            await pilot.press("escape")
+            await settle(pilot)
+
+
 def test_help_lists_the_lifecycle_keys() -> None:
     """Help names R, O, x and E in the table and the detail, from their bindings."""
     text = help_text()

@@ -15,7 +15,7 @@ from textual.widgets import Footer, Input, Static
 from apikey_tui.errors import ApiKeyError, KeyNotFoundError
 from apikey_tui.names import DESCRIPTION_MAX, check_reason, parse_duration, parse_expiry
 from apikey_tui.store import KeyInfo, KeyStore, ScopeInfo
-from apikey_tui.tui import times
+from apikey_tui.tui import lifecycle, times
 from apikey_tui.tui.context_line import ContextLine
 from apikey_tui.tui.dialogs.ask_value import Answer, AskValueDialog
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
@@ -98,6 +98,7 @@ class KeysScreen(Screen[None]):
 
     def on_mount(self) -> None:
         table = self.query_one(KeyTable)
+        self.watch(table, "cursor_row", self.refresh_bindings, init=False)  # O follows the key
         table.display = False
         table.focus()
         table.bind(self.keys_app.store, owner=self.keys_app.owner)  # the first rows, at once
@@ -164,6 +165,14 @@ class KeysScreen(Screen[None]):
         else:
             status.update(f"{shown} · {sort} · {times}")
         status.set_class(self._unreachable is not None, "error")
+        self.refresh_bindings()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool:
+        # O (end grace) is offered only for a selected key whose old secret is in grace.
+        if action == "end_grace":
+            key = self.selected_key()
+            return key is not None and lifecycle.in_grace(key, times.utc_now())
+        return True
 
     @on(KeyTable.Failed)
     def _table_failed(self, event: KeyTable.Failed) -> None:
@@ -378,15 +387,6 @@ class KeysScreen(Screen[None]):
         self._ask_then(ask, rotate, key)
 
     def action_end_grace(self, key: KeyInfo | None = None) -> None:
-        key = self.selected_key() if key is None else key
-        if key is not None and (key.old_public_id is None or key.grace_until is None):
-            self.notify(
-                f"Key {key.name!r} of {key.owner} has no old secret in grace.",
-                severity="warning",
-                markup=False,
-            )
-            return
-
         def ask(key: KeyInfo) -> ConfirmDialog:
             assert key.grace_until is not None
             return ConfirmDialog(

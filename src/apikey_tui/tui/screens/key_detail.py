@@ -156,6 +156,7 @@ class KeyDetailScreen(LiveScreen[tuple[KeyDetail, list[ScopeInfo]]]):
         if self.detail.events:
             table.move_cursor(row=min(row, len(self.detail.events) - 1))
         self.show_status()
+        self.refresh_bindings()
 
     def _show_scopes(self, info: KeyInfo) -> None:
         descriptions = {s.name: s.description for s in self.catalog}
@@ -177,8 +178,16 @@ class KeyDetailScreen(LiveScreen[tuple[KeyDetail, list[ScopeInfo]]]):
         count = len(self.detail.events) if self.detail else 0
         # the lifecycle keys, which the footer has no room for at 80 columns
         toggle = "enable" if self.detail is not None and self.detail.info.disabled else "disable"
-        keys = f"R rotate · O end grace · x {toggle} · E expiry"
+        grace = " · O end grace" if self.check_action("end_grace", ()) else ""
+        keys = f"R rotate{grace} · x {toggle} · E expiry"
         return f"{count} event{'s' if count != 1 else ''} of this key · {keys}"
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool:
+        # O (end grace) is offered only while the key's old secret is in grace.
+        if action == "end_grace":
+            info = None if self._gone or self.detail is None else self.detail.info
+            return info is not None and lifecycle.in_grace(info, times.utc_now())
+        return True
 
     def on_key_vanished(self, message: KeyVanished) -> None:
         message.stop()
