@@ -31,8 +31,11 @@ def _libpq(url: str) -> str:
 def postgres_server() -> str:
     """Check once that the real PostgreSQL answers, and fail (never skip) when it does not."""
     try:
-        with psycopg.connect(_libpq(POSTGRES_URL), connect_timeout=5) as conn:
-            conn.execute("SELECT 1")
+        with psycopg.connect(_libpq(POSTGRES_URL), connect_timeout=5, autocommit=True) as conn:
+            # One pg_trgm per database: made here, in public, it outlives every test's schema.
+            # Made by the first test store instead, it would live in that test's schema and
+            # dropping the schema would drop every other schema's filter indexes with it.
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm SCHEMA public")
     except psycopg.OperationalError as exc:
         pytest.fail(f"PostgreSQL at {POSTGRES_URL} is unreachable: {exc}", pytrace=False)
     return POSTGRES_URL

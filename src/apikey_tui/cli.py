@@ -655,7 +655,7 @@ def _db_upgrade(url: str, args: argparse.Namespace) -> int:
 
     engine = make_engine(url)
     try:
-        before, after = upgrade_schema(engine)
+        before, after, searchable = upgrade_schema(engine)
     finally:
         engine.dispose()
     if before is None:
@@ -671,7 +671,15 @@ def _db_upgrade(url: str, args: argparse.Namespace) -> int:
             "run this release too.",
             file=sys.stderr,
         )
-    return _emit(args, {"from_version": before, "to_version": after}, lambda out: None)
+    if not searchable:
+        print(
+            "The key filter scans every key: this database cannot hold its trigram index "
+            "(SQLite without FTS5 trigrams, or a PostgreSQL role that may not create the "
+            "pg_trgm extension; see the README).",
+            file=sys.stderr,
+        )
+    result = {"from_version": before, "to_version": after, "filter_index": searchable}
+    return _emit(args, result, lambda out: None)
 
 
 def _serve_auth(url: str, args: argparse.Namespace) -> int:

@@ -236,8 +236,8 @@ def use_wal(engine: Engine) -> None:
             raw.close()
 
 
-def upgrade_schema(engine: Engine) -> tuple[int | None, int]:
-    """Upgrade the database in place, in one transaction; return (version before, after)."""
+def upgrade_schema(engine: Engine) -> schema.Upgrade:
+    """Upgrade the database in place, in one transaction; say what was done."""
     with _schema_transaction(engine, write=True) as conn:
         versions = schema.upgrade(conn)
     use_wal(engine)

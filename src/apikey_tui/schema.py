@@ -18,10 +18,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from sqlalchemy import Connection, column, inspect, select, table, text
 
+from apikey_tui import search_index
 from apikey_tui.errors import InvalidInputError, SchemaVersionError
 from apikey_tui.migrations import LOCATION, TABLE_PREFIX, VERSION_TABLE, revision_of
 from apikey_tui.models import SCHEMA_VERSION, SchemaInfo
@@ -93,25 +94,34 @@ def ensure(conn: Connection, *, create: bool) -> None:
         from alembic import command
 
         command.upgrade(alembic_config(conn), revision_of(SCHEMA_VERSION))
+        search_index.install(conn)
 
 
-def upgrade(conn: Connection) -> tuple[int | None, int]:
-    """Bring the database to this release's version; return (version before, version after).
+class Upgrade(NamedTuple):
+    """What `upgrade` did: the version before (None: created) and after, and whether the
+    database now has the filter's trigram index (`search_index`; not part of the version)."""
+
+    before: int | None
+    after: int
+    searchable: bool
+
+
+def upgrade(conn: Connection) -> Upgrade:
+    """Bring the database to this release's version, and add the filter's index if missing.
 
     An empty database is created; a newer one is refused before anything is written.
     """
     found = found_version(conn)
     if found is not None and found > SCHEMA_VERSION:
         check(found, create=False)
-    if found == SCHEMA_VERSION:
-        return found, found
-    from alembic import command
+    if found != SCHEMA_VERSION:
+        from alembic import command
 
-    config = alembic_config(conn)
-    if found is not None and not inspect(conn).has_table(VERSION_TABLE):
-        command.stamp(config, revision_of(found))  # a 0.1.0 database: no Alembic table yet
-    command.upgrade(config, revision_of(SCHEMA_VERSION))
-    return found, SCHEMA_VERSION
+        config = alembic_config(conn)
+        if found is not None and not inspect(conn).has_table(VERSION_TABLE):
+            command.stamp(config, revision_of(found))  # a 0.1.0 database: no Alembic table yet
+        command.upgrade(config, revision_of(SCHEMA_VERSION))
+    return Upgrade(found, SCHEMA_VERSION, search_index.install(conn))
 
 
 def head_revision() -> str | None:

@@ -19,7 +19,6 @@ from sqlalchemy import (
     func,
     literal_column,
     or_,
-    true,
     union_all,
     update,
 )
@@ -27,7 +26,7 @@ from sqlalchemy import select as sa_select
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, delete, select
 
-from apikey_tui import keyformat
+from apikey_tui import keyformat, search_index
 from apikey_tui.config import current_user, mask_url, ssh_client_address
 from apikey_tui.db import WRITE, database_errors, ensure_schema, make_engine
 from apikey_tui.errors import (
@@ -209,6 +208,9 @@ SORTS = ("owner", "name", "public_id", "created", "last_used")
 # PostgreSQL: every recorded change also NOTIFYs this channel in its own transaction, so
 # verifiers on every host hear of it at commit (and never before: a rolled-back change is silent).
 CHANGE_CHANNEL = "apikey_tui_changes"
+# Fewer candidates than this from the trigram index: read just them; more: the text is common,
+# and scanning in the table's order finds a screenful long before the end.
+SPARSE = 2000
 
 
 class QueryCancelled(Exception):
@@ -367,6 +369,7 @@ class KeyStore:
         # Every timestamp the store writes, and every expiry and grace decision, reads this
         # clock (timezone-aware UTC); tests pass a fake one.
         self.clock = clock
+        self._search_index: bool | None = None  # found on the first filtered read
 
     @classmethod
     def open(
@@ -567,8 +570,8 @@ class KeyStore:
     def count_keys(self, query: KeyQuery, *, cancelled: Cancel | None = None) -> int:
         """How many keys match query (for the scrollbar and the status line)."""
         key = _KEY_TABLE
-        statement = sa_select(func.count()).select_from(key).where(*self._matching(query))
         with self._reading(cancelled) as conn:
+            statement = sa_select(func.count()).select_from(key).where(*self._matching(conn, query))
             return int(conn.execute(statement).scalar_one())
 
     def key_window(
@@ -606,26 +609,26 @@ class KeyStore:
             offset, limit = total - end, max(end - offset, 0)
         key = _KEY_TABLE
         hint = bool(anchor) or (total is not None and total > 5000)
-        statement = (
-            sa_select(
-                key.c.id,
-                key.c.owner,
-                key.c.name,
-                key.c.public_id,
-                key.c.created_at,
-                key.c.last_used_at,
-                key.c.expires_at,
-                key.c.disabled_at,
-                key.c.disabled_reason,
-                key.c.old_public_id,
-                key.c.grace_until,
-            )
-            .where(*self._matching(query, hint_order=hint), *anchor)
-            .order_by(*_order(query, reverse=query.reverse != flipped))
-            .offset(offset)
-            .limit(limit)
-        )
         with self._reading(cancelled) as conn:
+            statement = (
+                sa_select(
+                    key.c.id,
+                    key.c.owner,
+                    key.c.name,
+                    key.c.public_id,
+                    key.c.created_at,
+                    key.c.last_used_at,
+                    key.c.expires_at,
+                    key.c.disabled_at,
+                    key.c.disabled_reason,
+                    key.c.old_public_id,
+                    key.c.grace_until,
+                )
+                .where(*self._matching(conn, query, hint_order=hint), *anchor)
+                .order_by(*_order(query, reverse=query.reverse != flipped))
+                .offset(offset)
+                .limit(limit)
+            )
             rows = list(conn.execute(statement).all())
             if flipped:
                 rows.reverse()
@@ -661,9 +664,10 @@ class KeyStore:
         """
         key = _KEY_TABLE
         with self._reading(cancelled) as conn:
+            matching = self._matching(conn, query)
             found = conn.execute(
                 sa_select(key.c.id, key.c.public_id, key.c.created_at, key.c.last_used_at).where(
-                    key.c.owner == owner, key.c.name == name, *self._matching(query)
+                    key.c.owner == owner, key.c.name == name, *matching
                 )
             ).first()
             if found is None:
@@ -676,12 +680,12 @@ class KeyStore:
                 "last_used_at": found.last_used_at,
             }
             before = _before(query, values)
-            statement = (
-                sa_select(func.count()).select_from(key).where(*self._matching(query), before)
-            )
+            statement = sa_select(func.count()).select_from(key).where(*matching, before)
             return int(conn.execute(statement).scalar_one())
 
-    def _matching(self, query: KeyQuery, *, hint_order: bool = False) -> list[Any]:
+    def _matching(
+        self, conn: Connection, query: KeyQuery, *, hint_order: bool = False
+    ) -> list[Any]:
         """WHERE terms: the owner, and the text in owner, name, public id or a scope's name."""
         key, sqlite = _KEY_TABLE, self.engine.dialect.name == "sqlite"
         terms: list[Any] = []
@@ -708,7 +712,7 @@ class KeyStore:
             if query.owner is None:
                 found.append(contains(key.c.owner))
             elif needle.lower() in query.owner.lower():
-                found.append(true())
+                return terms  # the owner's name holds the text: every key of theirs matches
             scope_names = [s.name for s in self.list_scopes() if needle.lower() in s.name]
             if scope_names:
                 scope = _SCOPE_TABLE
@@ -718,7 +722,20 @@ class KeyStore:
                     .exists()
                 )
             terms.append(or_(*found))
+            if sqlite and self._searchable(conn):
+                # SQLite cannot serve LIKE '%text%' from an index, so a rare text would scan
+                # every key; the trigram table names the few keys that may match, and the
+                # exact terms above still decide. Common text scans: the first rows come fast.
+                ids = search_index.candidate_ids(conn, needle, scope_names, SPARSE)
+                if ids is not None:
+                    terms.append(key.c.id.in_(ids))
         return terms
+
+    def _searchable(self, conn: Connection) -> bool:
+        """Whether the database has the trigram index (asked once per store)."""
+        if self._search_index is None:
+            self._search_index = search_index.present(conn)
+        return self._search_index
 
     @contextmanager
     def _reading(self, cancelled: Cancel | None) -> Iterator[Connection]:

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from apikey_tui import search_index
+
 LOCATION = Path(__file__).parent
 VERSION_TABLE = "apikey_tui_alembic_version"
 TABLE_PREFIX = "apikey_tui_"
@@ -34,6 +36,9 @@ def is_ours(name: str | None, type_: str, parent_names: object) -> bool:
     """Autogenerate's include_name hook: look only at apikey-tui's tables, never a service's."""
     if type_ == "schema":
         return name is None  # the connection's own schema (its search_path), no other
+    if name is None:
+        return True
+    # The filter's trigram index is no part of any schema version (`search_index`).
     if type_ == "table":
-        return name is not None and name.startswith(TABLE_PREFIX)
-    return True
+        return name.startswith(TABLE_PREFIX) and not name.startswith(search_index.SEARCH_TABLE)
+    return type_ != "index" or name not in search_index.INDEXES

@@ -1,0 +1,140 @@
+"""The trigram index behind the key filter: installing it, finding it, and asking it for ids.
+
+A filter matches text anywhere in a key's owner, name or public id (`KeyQuery`). Without an
+index that is a scan of every key: half a second at a million keys, even when two keys match.
+With a trigram index the database finds the few matching keys in about a millisecond.
+
+The index is an accelerator, not part of the schema version: a release that does not know it
+reads and writes the same tables (on SQLite the triggers below keep it current whoever writes),
+so installing it needs no lockstep upgrade of services. A fresh database gets it at creation;
+`apikey-tui db upgrade` adds it to an existing one. Where it cannot be made (a SQLite without
+FTS5's trigram tokenizer, a PostgreSQL role that may not create the pg_trgm extension) the
+filter still works, by scanning.
+
+- SQLite: an FTS5 table (tokenizer `trigram`, external content: it stores the index, not a
+  second copy of the keys) kept current by three triggers. The verifier's only write,
+  last_used_at, fires none of them.
+- PostgreSQL: GIN indexes of pg_trgm over owner, name and public id.
+- Both: an index on the scope column of apikey_tui_key_scope, so that the keys holding a
+  scope are found without reading every key's scopes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import Connection, bindparam, text
+from sqlalchemy.exc import DBAPIError
+
+SEARCH_TABLE = "apikey_tui_key_search"  # SQLite
+# A trigram index finds substrings of three characters or more; shorter text is scanned for.
+SHORTEST = 3
+
+# Also helps the scope catalog: how many keys hold a scope, and which block its removal.
+_SCOPE_INDEX = (
+    "CREATE INDEX IF NOT EXISTS ix_apikey_tui_key_scope_scope "
+    "ON apikey_tui_key_scope (scope, key_id)"
+)
+# External content: the FTS5 table stores the index, not a second copy of the keys, and a row
+# leaves the index by repeating exactly what was indexed.
+_SQLITE = (
+    "CREATE VIRTUAL TABLE apikey_tui_key_search USING fts5(owner, name, public_id, "
+    "content='apikey_tui_key', content_rowid='id', tokenize='trigram')",
+    "CREATE TRIGGER apikey_tui_key_search_insert AFTER INSERT ON apikey_tui_key BEGIN "
+    "INSERT INTO apikey_tui_key_search(rowid, owner, name, public_id) "
+    "VALUES (new.id, new.owner, new.name, new.public_id); END",
+    "CREATE TRIGGER apikey_tui_key_search_delete AFTER DELETE ON apikey_tui_key BEGIN "
+    "INSERT INTO apikey_tui_key_search(apikey_tui_key_search, rowid, owner, name, public_id) "
+    "VALUES ('delete', old.id, old.owner, old.name, old.public_id); END",
+    "CREATE TRIGGER apikey_tui_key_search_update "
+    "AFTER UPDATE OF owner, name, public_id ON apikey_tui_key BEGIN "
+    "INSERT INTO apikey_tui_key_search(apikey_tui_key_search, rowid, owner, name, public_id) "
+    "VALUES ('delete', old.id, old.owner, old.name, old.public_id); "
+    "INSERT INTO apikey_tui_key_search(rowid, owner, name, public_id) "
+    "VALUES (new.id, new.owner, new.name, new.public_id); END",
+    "INSERT INTO apikey_tui_key_search(apikey_tui_key_search) VALUES ('rebuild')",
+)
+_PG_INDEXED = ("owner", "name", "public_id")
+_PG_PROBE = "ix_apikey_tui_key_name_trgm"  # the last one made: present means all are
+# Every index this module makes (apart from SQLite's FTS5 table): not part of the schema.
+INDEXES = ("ix_apikey_tui_key_scope_scope", *(f"ix_apikey_tui_key_{c}_trgm" for c in _PG_INDEXED))
+
+
+def present(conn: Connection) -> bool:
+    """Whether the database has the trigram index (one catalog lookup)."""
+    if conn.dialect.name == "sqlite":
+        found = conn.execute(
+            text("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = :name"),
+            {"name": SEARCH_TABLE},
+        ).first()
+        return found is not None
+    index = conn.execute(text("SELECT to_regclass(:name)"), {"name": _PG_PROBE}).scalar()
+    return index is not None
+
+
+def install(conn: Connection) -> bool:
+    """Add the index if it is missing (inside the caller's transaction); whether it is there.
+
+    Where the database cannot make it, nothing is changed and the answer is False.
+    """
+    conn.execute(text(_SCOPE_INDEX))
+    if present(conn):
+        return True
+    # A savepoint: a refused CREATE would otherwise abort the caller's whole transaction.
+    try:
+        with conn.begin_nested():
+            if conn.dialect.name == "sqlite":
+                for statement in _SQLITE:
+                    conn.execute(text(statement))
+            else:
+                conn.execute(text("CREATE EXTENSION IF NOT EXISTS pg_trgm"))
+                # The operator class lives where the extension was made, which need not be on
+                # this connection's search path (one extension per database, many schemas).
+                home = conn.execute(
+                    text(
+                        "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n "
+                        "ON n.oid = e.extnamespace WHERE e.extname = 'pg_trgm'"
+                    )
+                ).scalar_one()
+                opclass = f'"{home}".gin_trgm_ops'
+                for column in _PG_INDEXED:  # name last: see _PG_PROBE
+                    index = f"ix_apikey_tui_key_{column}_trgm"  # in INDEXES
+                    using = f"gin ({column} {opclass})"
+                    conn.execute(text(f"CREATE INDEX {index} ON apikey_tui_key USING {using}"))
+    except DBAPIError:
+        return False
+    return True
+
+
+def candidate_ids(
+    conn: Connection, needle: str, scopes: Sequence[str], limit: int
+) -> list[int] | None:
+    """SQLite: ids of the keys that may match needle, if fewer than limit; else None (scan).
+
+    A superset of the matches (any owner, Unicode case folded): the caller still applies its
+    exact terms to these ids. Keys holding one of scopes (the catalog's names that contain
+    needle) count. PostgreSQL needs no such step: its planner uses the GIN indexes itself.
+    """
+    if len(needle) < SHORTEST:
+        return None
+    # A phrase of the trigram tokenizer matches as a substring of any column, ignoring case;
+    # a double quote inside the phrase is written twice.
+    phrase = '"' + needle.replace('"', '""') + '"'
+    ids = set(
+        conn.execute(
+            text(
+                "SELECT rowid FROM apikey_tui_key_search "
+                "WHERE apikey_tui_key_search MATCH :phrase LIMIT :n"
+            ),
+            {"phrase": phrase, "n": limit},
+        ).scalars()
+    )
+    if scopes and len(ids) < limit:
+        held = text("SELECT key_id FROM apikey_tui_key_scope WHERE scope IN :scopes LIMIT :n")
+        ids.update(
+            conn.execute(
+                held.bindparams(bindparam("scopes", expanding=True)),
+                {"scopes": list(scopes), "n": limit},
+            ).scalars()
+        )
+    return sorted(ids) if len(ids) < limit else None

@@ -1,0 +1,267 @@
+"""The key filter's trigram index: same answers as a scan, few rows read, kept current.
+
+Run on SQLite and the real PostgreSQL. A rare filter at a million keys used to scan every key
+(half a second on SQLite, a second on PostgreSQL); the index finds the few matches instead.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from sqlalchemy import event, insert, text
+
+from apikey_tui import search_index
+from apikey_tui import store as store_module
+from apikey_tui.cli import main
+from apikey_tui.models import KeyRow, KeyScopeRow
+from apikey_tui.store import KeyInfo, KeyQuery, KeyStore
+from tests.conftest import ACTOR, CHEAP
+
+NOW = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
+
+
+def add_keys(store: KeyStore, count: int, owner: str, prefix: str) -> None:
+    """count keys named prefix-00000… (fake hashes: the filter never reads them)."""
+    rows = [
+        {
+            "owner": owner,
+            "name": f"{prefix}-{n:05d}",
+            "public_id": f"ak{owner[:3]}{prefix[:3]}{n:08d}",
+            "secret_hash": "not-a-hash",
+            "created_at": NOW - timedelta(minutes=n),
+        }
+        for n in range(count)
+    ]
+    with store.engine.begin() as conn:
+        conn.execute(insert(KeyRow), rows)
+        key = KeyRow.__table__  # type: ignore[attr-defined]
+        ids = conn.execute(key.select().where(key.c.owner == owner)).all()
+        scope = "project" if prefix != "odd" else "serving"
+        conn.execute(insert(KeyScopeRow), [{"key_id": r.id, "scope": scope} for r in ids])
+
+
+def drop_index(store: KeyStore) -> None:
+    """Take the trigram index away, as in a database made before it existed."""
+    with store.engine.begin() as conn:
+        if conn.dialect.name == "sqlite":
+            conn.execute(text(f"DROP TABLE {search_index.SEARCH_TABLE}"))
+            for trigger in ("insert", "delete", "update"):
+                conn.execute(text(f"DROP TRIGGER {search_index.SEARCH_TABLE}_{trigger}"))
+        else:
+            for index in search_index.INDEXES:
+                conn.execute(text(f"DROP INDEX {index}"))
+
+
+def matches(key: KeyInfo, needle: str) -> bool:
+    text_ = needle.strip().lower()
+    fields = [key.owner, key.name, key.public_id]
+    return any(text_ in f.lower() for f in fields) or any(text_ in s for s in key.scopes)
+
+
+NEEDLES = ["00042", "KEY-0004", "abc", "b-000", "odd-0", "ak", "x", "%", "_0", 'a"b', "serv", "zz"]
+
+
+def test_filter_answers_agree_with_a_python_filter_on_both_paths(
+    store: KeyStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Windows, counts and positions of a filtered query equal Python's, index path or scan."""
+    add_keys(store, 60, "alice", "key")
+    add_keys(store, 25, "bob", "b")
+    add_keys(store, 7, "carol", "odd")
+    store.create_key("bob", "Deploy_Prod", ["serving"])
+    everything = store.list_keys()
+    with store.engine.connect() as conn:
+        assert search_index.present(conn)  # a fresh database gets the index
+    for sparse in (5, 10_000):  # common text scans; rare text reads the index's candidates
+        monkeypatch.setattr(store_module, "SPARSE", sparse)
+        for owner in (None, "alice", "bob"):
+            for needle in NEEDLES:
+                for sort in ("name", "created"):
+                    query = KeyQuery(owner, needle, sort)
+                    expected = sorted(
+                        (k for k in everything if owner in (None, k.owner) and matches(k, needle)),
+                        key=lambda k: (k.name, k.owner) if sort == "name" else (k.created_at,),
+                    )
+                    label = (sparse, owner, needle, sort)
+                    if sort == "created":
+                        # ties in created_at across owners: compare the sets
+                        got = store.key_window(query, 0, 500)
+                        assert sorted(got, key=repr) == sorted(expected, key=repr), label
+                    else:
+                        assert store.key_window(query, 0, 500) == expected, label
+                    assert store.count_keys(query) == len(expected), label
+                    if expected:
+                        last = expected[-1]
+                        position = store.key_position(query, last.owner, last.name)
+                        assert position == len(expected) - 1 or sort == "created", label
+
+
+def _sqlite_steps(store: KeyStore, query: KeyQuery) -> int:
+    """SQLite virtual-machine steps (in hundreds) that reading query's first window takes."""
+    steps = 0
+
+    def count() -> int:
+        nonlocal steps
+        steps += 1
+        return 0
+
+    def hook(conn: Any, cursor: Any, statement: Any, *args: Any) -> None:
+        raw = conn.connection.driver_connection
+        assert isinstance(raw, sqlite3.Connection)
+        raw.set_progress_handler(count, 100)
+
+    event.listen(store.engine, "before_cursor_execute", hook)
+    try:
+        store.key_window(query, 0, 50)
+    finally:
+        event.remove(store.engine, "before_cursor_execute", hook)
+    return steps
+
+
+def test_a_rare_filter_reads_few_rows_on_sqlite(sqlite_url: str) -> None:
+    """A filter matching one key in 5,000 costs a tenth of a scan's work or less (steps)."""
+    store = KeyStore.open(sqlite_url, hasher=CHEAP, actor=ACTOR)
+    try:
+        add_keys(store, 5000, "alice", "key")
+        rare = KeyQuery("alice", "key-04242")
+        assert [k.name for k in store.key_window(rare, 0, 50)] == ["key-04242"]
+        indexed = _sqlite_steps(store, rare)
+        drop_index(store)
+        scanning = KeyStore.open(sqlite_url, hasher=CHEAP, actor=ACTOR)
+        try:
+            scanned = _sqlite_steps(scanning, rare)
+        finally:
+            scanning.close()
+        assert indexed * 10 < scanned, (indexed, scanned)
+    finally:
+        store.close()
+
+
+def test_postgres_can_plan_a_rare_filter_through_the_trigram_index(postgres_url: str) -> None:
+    """A rare filter's window query can be served by a pg_trgm index (the right operator class,
+    reachable from the store's search path). Which plan wins depends on the table's size: at a
+    million keys the planner picks the index by itself (benchmarks/bench_tui_scale.py)."""
+    store = KeyStore.open(postgres_url, hasher=CHEAP, actor=ACTOR)
+    statements: list[tuple[str, Any]] = []
+
+    def hook(conn: Any, cursor: Any, statement: str, parameters: Any, *args: Any) -> None:
+        if "ORDER BY" in statement and "LIMIT" in statement:
+            statements.append((statement, parameters))
+
+    try:
+        add_keys(store, 20_000, "alice", "key")
+        with store.engine.begin() as conn:
+            conn.execute(text("ANALYZE apikey_tui_key"))
+        event.listen(store.engine, "before_cursor_execute", hook)
+        assert [k.name for k in store.key_window(KeyQuery(None, "key-04242"), 0, 50)] == [
+            "key-04242"
+        ]
+        event.remove(store.engine, "before_cursor_execute", hook)
+        statement, parameters = statements[-1]
+        with store.engine.connect() as conn:
+            cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+            # at 20,000 keys a scan is cheap: rule scans out to see whether the index applies
+            cursor.execute("SET enable_seqscan = off")
+            cursor.execute("SET enable_indexscan = off")
+            cursor.execute("EXPLAIN " + statement, parameters)
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+        assert "_trgm" in plan, plan
+    finally:
+        store.close()
+
+
+def test_sqlite_triggers_keep_the_index_true_to_the_keys(sqlite_url: str) -> None:
+    """After create, recreate, rotate, delete and a verifier's use, the FTS5 index checks out."""
+    store = KeyStore.open(sqlite_url, hasher=CHEAP, actor=ACTOR)
+    try:
+        store.create_key("alice", "ci-deploy", ["serving"])
+        store.create_key("alice", "grafana", ["project"])
+
+        def public_id(name: str) -> str:
+            return next(k.public_id for k in store.list_keys("alice") if k.name == name)
+
+        first_id = public_id("ci-deploy")
+        store.recreate_key("alice", "ci-deploy")
+        second_id = public_id("ci-deploy")
+        store.rotate_key("alice", "ci-deploy", grace=timedelta(hours=1))
+        third_id = public_id("ci-deploy")
+        store.delete_key("alice", "grafana")
+        with store.engine.begin() as conn:
+            conn.execute(text("UPDATE apikey_tui_key SET last_used_at = CURRENT_TIMESTAMP"))
+            # raises if the index and the table disagree
+            check = "INSERT INTO apikey_tui_key_search(apikey_tui_key_search) VALUES (:command)"
+            conn.execute(text(check), {"command": "integrity-check"})
+            assert search_index.candidate_ids(conn, third_id, [], 10) == [1]
+            for gone in (first_id, second_id, "grafana"):
+                assert search_index.candidate_ids(conn, gone, [], 10) == [], gone
+    finally:
+        store.close()
+
+
+def test_db_upgrade_adds_the_index_to_a_database_without_it(
+    database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`db upgrade` on a current database lacking the index makes it and says so in --json."""
+    store = KeyStore.open(database_url, hasher=CHEAP, actor=ACTOR)
+    try:
+        add_keys(store, 30, "alice", "key")
+        drop_index(store)
+        with store.engine.connect() as conn:
+            assert not search_index.present(conn)
+        capsys.readouterr()
+        assert main(["--database-url", database_url, "db", "upgrade", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["filter_index"] is True
+        with store.engine.connect() as conn:
+            assert search_index.present(conn)
+            if conn.dialect.name == "sqlite":  # made from the keys already there
+                assert len(search_index.candidate_ids(conn, "key-0001", [], 50) or []) == 10
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def database_without_pg_trgm(postgres_server: str) -> Iterator[str]:
+    """A fresh PostgreSQL database with no pg_trgm, and a role that owns a schema but may not
+    create extensions in it: the URL of that role."""
+    name, role = f"nt_{uuid.uuid4().hex[:10]}", f"r_{uuid.uuid4().hex[:10]}"
+    admin = postgres_server.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+        conn.execute(f"CREATE ROLE {role} LOGIN")
+    home = admin.rsplit("/", 1)[0] + f"/{name}"
+    with psycopg.connect(home, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {role} AUTHORIZATION {role}")
+    try:
+        url = postgres_server.rsplit("/", 1)[0].replace("postgres@", f"{role}@")
+        yield f"{url}/{name}?options=-csearch_path%3D{role}"
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+            conn.execute(f"DROP ROLE {role}")
+
+
+def test_without_pg_trgm_the_filter_scans_and_db_upgrade_says_so(
+    database_without_pg_trgm: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A role that may not create pg_trgm gets a working database, a scanning filter, a note."""
+    url = database_without_pg_trgm
+    capsys.readouterr()
+    assert main(["--database-url", url, "db", "upgrade", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["filter_index"] is False
+    assert "scans every key" in captured.err and "Traceback" not in captured.err
+    store = KeyStore.open(url, hasher=CHEAP, actor=ACTOR)
+    try:
+        store.create_key("alice", "ci-deploy", ["serving"])
+        with store.engine.connect() as conn:
+            assert not search_index.present(conn)
+        assert [k.name for k in store.key_window(KeyQuery(None, "DEPLOY"), 0, 5)] == ["ci-deploy"]
+    finally:
+        store.close()
