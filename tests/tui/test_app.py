@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -576,6 +577,24 @@ async def test_create_dialog_with_eight_scopes_fits_80x24(
         assert isinstance(app.screen, ConfirmDialog) and on_screen(app, "Button")
     owner_of_key = owner or app.default_owner
     assert tui_store.get_key(owner_of_key, "eight").scopes == ("webhooks",)
+
+
+@pytest.mark.parametrize("owner", ["alice", None])
+async def test_create_dialog_labels_its_inputs(tui_store: KeyStore, owner: str | None) -> None:
+    """At 80x24 with eight scopes the name input (and an owner input) has a visible label."""
+    add_eight_scopes(tui_store)
+    app = make_app(tui_store, owner=owner)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        dialog = await open_create(pilot, "eight", ["webhooks"])
+        fields = {"#name": ("Name", "eight")}
+        if owner is None:
+            fields["#owner"] = ("Owner", app.default_owner)
+        for field, (label, value) in fields.items():
+            row = dialog.query_one(field, Input).region.y
+            [line] = screen_lines(app, Region(0, row, 80, 1))
+            assert re.search(rf"█\s+{label}:?\s+{re.escape(value)}\s", line), line
+        assert on_screen(app, "Button") and on_screen(app, "#name")
 
 
 def screen_lines(app: ApiKeysApp, region: Region) -> list[str]:

@@ -49,21 +49,26 @@ class CreateKeyDialog(ModalScreen[NewKeyRequest | None]):
             yield Static("New API key", classes="dialog-title")
             # Scrolls when the terminal is short; the buttons below stay on screen.
             with VerticalScroll(classes="dialog-scroll"):
+                # Each label stands left of its input, on the same line: no extra row at 80x24.
                 if self._ask_owner:
-                    yield Input(
-                        self._owner,
-                        placeholder="owner (the user the key stands in for)",
-                        id="owner",
-                        compact=True,
-                    )
+                    with Horizontal(classes="field"):
+                        yield Static("Owner:", classes="field-label")
+                        yield Input(
+                            self._owner,
+                            placeholder="the user the key stands in for",
+                            id="owner",
+                            compact=True,
+                        )
                 else:
                     yield Static(literal(f"Owner: {self._owner}"), classes="dim")
-                yield Input(
-                    placeholder="a unique name, e.g. ci-deploy",
-                    id="name",
-                    max_length=64,
-                    compact=True,
-                )
+                with Horizontal(classes="field"):
+                    yield Static("Name:", classes="field-label")
+                    yield Input(
+                        placeholder="a unique name, e.g. ci-deploy",
+                        id="name",
+                        max_length=64,
+                        compact=True,
+                    )
                 yield Static("", id="name-error", classes="error")
                 yield Static(
                     "Scope: select only the APIs this key needs (Space toggles)", classes="label"
