@@ -141,6 +141,20 @@ async def test_help_scrolls_to_the_keys_of_every_view_and_dialog(tui_store: KeyS
         assert "← →" in text and "Home g / End G" in text and "Security rules" in text
 
 
+async def test_help_ends_with_the_header_in_bold_not_in_backticks(tui_store: KeyStore) -> None:
+    """Help's closing paragraph shows the header and scopes in bold, with no literal backticks."""
+    app = make_app(tui_store)
+    async with app.run_test(size=SMALL) as pilot:
+        await settle(pilot)
+        await pilot.press("question_mark", "end")
+        await pilot.pause()
+        about = list(app.screen.query("#help-body Static"))[-1]
+        text = flat(shown(app, about))
+        assert "`" not in text and "with Authorization: ApiKey <key> instead" in text, text
+        segments = [(s.text, s.style) for s in about.render_line(0) if s.text.strip()]
+        assert any("Authorization" in t and style and style.bold for t, style in segments)
+
+
 @pytest.mark.parametrize("key", ["escape", "q", "question_mark"])
 async def test_help_closes_with_escape_q_or_question_mark(tui_store: KeyStore, key: str) -> None:
     """Each of Escape, q and ? closes help and leaves the app running on the key table."""

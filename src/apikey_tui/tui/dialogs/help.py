@@ -16,6 +16,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
+from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
@@ -104,10 +105,11 @@ TEXTS = {
     ("HelpScreen", "scroll_up"): "scroll",
 }
 
-ABOUT = """\
-A key lets a program call the service with `Authorization: ApiKey <key>` instead of a username
-and password. It reaches only the APIs in its scopes; a served model needs both `serving` and
-`project`."""
+ABOUT = Content.from_markup(
+    "A key lets a program call the service with [b]Authorization: ApiKey <key>[/b] instead of a "
+    "username and password. It reaches only the APIs in its scopes; a served model needs both "
+    "[b]serving[/b] and [b]project[/b]."
+)
 
 RULES = """\
 1. Treat a key like a password.
@@ -224,7 +226,7 @@ def help_text() -> str:
     for section in sections():
         lines.append(section.title)
         lines.extend(f"  {keys}  {text}" for keys, text in section.rows())
-    return "\n".join([*lines, "Security rules", RULES, ABOUT])
+    return "\n".join([*lines, "Security rules", RULES, ABOUT.plain])
 
 
 def section_table(rows: Sequence[Row]) -> Table:
@@ -257,7 +259,7 @@ class HelpScreen(ModalScreen[None]):
                     yield Static(section_table(section.rows()), classes="help-keys")
                 yield Static("Security rules", classes="help-section")
                 yield Static(RULES, classes="help-keys")
-                yield Static(ABOUT, classes="help-keys", markup=False)
+                yield Static(ABOUT, classes="help-keys")
 
     def on_mount(self) -> None:
         self.query_one("#help-body", VerticalScroll).focus()
