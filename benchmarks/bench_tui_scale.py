@@ -48,6 +48,9 @@ def database(kind: str, count: int) -> Iterator[str]:
     schema = f"bench_{uuid.uuid4().hex[:8]}"
     libpq = POSTGRES.replace("postgresql+psycopg://", "postgresql://")
     with psycopg.connect(libpq, autocommit=True) as conn:
+        # pg_trgm (the filter's index) lives in public, once per database: made inside this
+        # schema instead, dropping the schema would take every other schema's indexes with it.
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm SCHEMA public")
         conn.execute(f"CREATE SCHEMA {schema}")
     url = f"{POSTGRES}?options=-csearch_path%3D{schema}"
     try:

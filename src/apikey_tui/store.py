@@ -689,16 +689,11 @@ class KeyStore:
         """WHERE terms: the owner, and the text in owner, name, public id or a scope's name."""
         key, sqlite = _KEY_TABLE, self.engine.dialect.name == "sqlite"
         terms: list[Any] = []
-        if query.owner is not None:
-            if sqlite and hint_order and query.sort not in ("owner", "name"):
-                # SQLite keeps no statistics unless ANALYZE ran, so it would read all of a big
-                # owner's keys through the owner index and sort them; a unary + stops it from
-                # using that index, and the order's own index streams the first rows at once.
-                terms.append(literal_column(f"+{key.name}.owner") == query.owner)
-            else:
-                terms.append(key.c.owner == query.owner)
+        # SQLite keeps no statistics unless ANALYZE ran, so it takes the owner index for very
+        # selective; a unary + stops it from using it where a better path exists.
+        owner_unindexed = sqlite and hint_order and query.sort not in ("owner", "name")
         needle = query.text.strip()
-        if needle:
+        if needle and not (query.owner and needle.lower() in query.owner.lower()):
             pattern = _like(needle)
 
             # Names, owners, ids and scopes are ASCII; SQLite's LIKE ignores ASCII case already,
@@ -711,8 +706,6 @@ class KeyStore:
             found = [contains(key.c.name), contains(key.c.public_id)]
             if query.owner is None:
                 found.append(contains(key.c.owner))
-            elif needle.lower() in query.owner.lower():
-                return terms  # the owner's name holds the text: every key of theirs matches
             scope_names = [s.name for s in self.list_scopes() if needle.lower() in s.name]
             if scope_names:
                 scope = _SCOPE_TABLE
@@ -729,6 +722,14 @@ class KeyStore:
                 ids = search_index.candidate_ids(conn, needle, scope_names, SPARSE)
                 if ids is not None:
                     terms.append(key.c.id.in_(ids))
+                    owner_unindexed = True  # read the few ids, not the owner's every key
+        # (A text inside the owner's name matches every key of theirs: the owner term alone.)
+        if query.owner is not None:
+            if owner_unindexed:
+                # the order's own index streams the first rows at once (or the ids above do)
+                terms.append(literal_column(f"+{key.name}.owner") == query.owner)
+            else:
+                terms.append(key.c.owner == query.owner)
         return terms
 
     def _searchable(self, conn: Connection) -> bool:
