@@ -23,7 +23,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import Connection, inspect, text
 
-from apikey_tui import keyformat, search_index
+from apikey_tui import key_indexes, keyformat
 from apikey_tui.cli import main
 from apikey_tui.db import ensure_schema, make_engine, upgrade_schema
 from apikey_tui.errors import InvalidKeyError, SchemaVersionError, VerifierUnavailableError
@@ -113,7 +113,7 @@ def _shape(conn: Connection) -> dict[str, Any]:
     for name in sorted(found.get_table_names()):
         if not name.startswith("apikey_tui_") or name == "apikey_tui_alembic_version":
             continue
-        if name.startswith(search_index.SEARCH_TABLE):  # the FTS5 table and its shadow tables
+        if name.startswith(key_indexes.SEARCH_TABLE):  # the FTS5 table and its shadow tables
             continue
         shape[name] = {
             "columns": [
@@ -131,7 +131,7 @@ def _shape(conn: Connection) -> dict[str, Any]:
             "indexes": sorted(
                 (i["name"] or "", i["column_names"], i["unique"])
                 for i in found.get_indexes(name)
-                if i["name"] not in search_index.INDEXES
+                if i["name"] not in key_indexes.INDEXES
             ),
         }
     return shape

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from sqlalchemy import Connection, column, inspect, select, table, text
 
-from apikey_tui import search_index
+from apikey_tui import key_indexes
 from apikey_tui.errors import InvalidInputError, SchemaVersionError
 from apikey_tui.migrations import LOCATION, TABLE_PREFIX, VERSION_TABLE, revision_of
 from apikey_tui.models import SCHEMA_VERSION, SchemaInfo
@@ -94,12 +94,12 @@ def ensure(conn: Connection, *, create: bool) -> None:
         from alembic import command
 
         command.upgrade(alembic_config(conn), revision_of(SCHEMA_VERSION))
-        search_index.install(conn)
+        key_indexes.install(conn)
 
 
 class Upgrade(NamedTuple):
     """What `upgrade` did: the version before (None: created) and after, and whether the
-    database now has the filter's trigram index (`search_index`; not part of the version)."""
+    database now has the filter's trigram index (`key_indexes`; not part of the version)."""
 
     before: int | None
     after: int
@@ -121,7 +121,7 @@ def upgrade(conn: Connection) -> Upgrade:
         if found is not None and not inspect(conn).has_table(VERSION_TABLE):
             command.stamp(config, revision_of(found))  # a 0.1.0 database: no Alembic table yet
         command.upgrade(config, revision_of(SCHEMA_VERSION))
-    return Upgrade(found, SCHEMA_VERSION, search_index.install(conn))
+    return Upgrade(found, SCHEMA_VERSION, key_indexes.install(conn))
 
 
 def head_revision() -> str | None:

@@ -26,7 +26,7 @@ from sqlalchemy import select as sa_select
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, delete, select
 
-from apikey_tui import keyformat, search_index
+from apikey_tui import key_indexes, keyformat
 from apikey_tui.config import current_user, mask_url, ssh_client_address
 from apikey_tui.db import WRITE, database_errors, ensure_schema, make_engine
 from apikey_tui.errors import (
@@ -369,7 +369,7 @@ class KeyStore:
         # Every timestamp the store writes, and every expiry and grace decision, reads this
         # clock (timezone-aware UTC); tests pass a fake one.
         self.clock = clock
-        self._search_index: bool | None = None  # found on the first filtered read
+        self._key_indexes: bool | None = None  # found on the first filtered read
 
     @classmethod
     def open(
@@ -701,6 +701,10 @@ class KeyStore:
             def contains(column: Any) -> Any:
                 if sqlite:
                     return column.like(pattern, escape="\\")
+                if len(needle) < key_indexes.SHORTEST:
+                    # pg_trgm can take text this short only by reading its whole index (half a
+                    # second at a million keys); lower() keeps the planner off that index.
+                    return func.lower(column).like(pattern.lower(), escape="\\")
                 return column.ilike(pattern, escape="\\")
 
             found = [contains(key.c.name), contains(key.c.public_id)]
@@ -719,7 +723,7 @@ class KeyStore:
                 # SQLite cannot serve LIKE '%text%' from an index, so a rare text would scan
                 # every key; the trigram table names the few keys that may match, and the
                 # exact terms above still decide. Common text scans: the first rows come fast.
-                ids = search_index.candidate_ids(conn, needle, scope_names, SPARSE)
+                ids = key_indexes.candidate_ids(conn, needle, scope_names, SPARSE)
                 if ids is not None:
                     terms.append(key.c.id.in_(ids))
                     owner_unindexed = True  # read the few ids, not the owner's every key
@@ -734,9 +738,9 @@ class KeyStore:
 
     def _searchable(self, conn: Connection) -> bool:
         """Whether the database has the trigram index (asked once per store)."""
-        if self._search_index is None:
-            self._search_index = search_index.present(conn)
-        return self._search_index
+        if self._key_indexes is None:
+            self._key_indexes = key_indexes.present(conn)
+        return self._key_indexes
 
     @contextmanager
     def _reading(self, cancelled: Cancel | None) -> Iterator[Connection]:

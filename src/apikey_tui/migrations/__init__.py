@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from apikey_tui import search_index
+from apikey_tui import key_indexes
 
 LOCATION = Path(__file__).parent
 VERSION_TABLE = "apikey_tui_alembic_version"
@@ -38,7 +38,7 @@ def is_ours(name: str | None, type_: str, parent_names: object) -> bool:
         return name is None  # the connection's own schema (its search_path), no other
     if name is None:
         return True
-    # The filter's trigram index is no part of any schema version (`search_index`).
+    # The filter's trigram index is no part of any schema version (`key_indexes`).
     if type_ == "table":
-        return name.startswith(TABLE_PREFIX) and not name.startswith(search_index.SEARCH_TABLE)
-    return type_ != "index" or name not in search_index.INDEXES
+        return name.startswith(TABLE_PREFIX) and not name.startswith(key_indexes.SEARCH_TABLE)
+    return type_ != "index" or name not in key_indexes.INDEXES

@@ -1,22 +1,23 @@
-"""The trigram index behind the key filter: installing it, finding it, and asking it for ids.
+"""The indexes behind the key table's filter and sorts: installing them, asking them for ids.
 
 A filter matches text anywhere in a key's owner, name or public id (`KeyQuery`). Without an
 index that is a scan of every key: half a second at a million keys, even when two keys match.
 With a trigram index the database finds the few matching keys in about a millisecond.
 
-The index is an accelerator, not part of the schema version: a release that does not know it
-reads and writes the same tables (on SQLite the triggers below keep it current whoever writes),
-so installing it needs no lockstep upgrade of services. A fresh database gets it at creation;
-`apikey-tui db upgrade` adds it to an existing one. Where it cannot be made (a SQLite without
-FTS5's trigram tokenizer, a PostgreSQL role that may not create the pg_trgm extension) the
-filter still works, by scanning.
+These indexes are accelerators, not part of the schema version: a release that does not know
+them reads and writes the same tables (on SQLite the triggers below keep the trigram index
+current whoever writes), so installing them needs no lockstep upgrade of services. A fresh
+database gets them at creation; `apikey-tui db upgrade` adds them to an existing one. Where the
+trigram index cannot be made (a SQLite without FTS5's trigram tokenizer, a PostgreSQL role that
+may not create the pg_trgm extension) the filter still works, by scanning.
 
 - SQLite: an FTS5 table (tokenizer `trigram`, external content: it stores the index, not a
   second copy of the keys) kept current by three triggers. The verifier's only write,
   last_used_at, fires none of them.
 - PostgreSQL: GIN indexes of pg_trgm over owner, name and public id.
-- Both: an index on the scope column of apikey_tui_key_scope, so that the keys holding a
-  scope are found without reading every key's scopes.
+- Both: B-tree indexes for the scope column and for the orders no schema index gives (every
+  owner's keys by name; by last use). The verifier's last-use write updates the last-use index,
+  once per key per flush of its usage writer.
 """
 
 from __future__ import annotations
@@ -30,10 +31,15 @@ SEARCH_TABLE = "apikey_tui_key_search"  # SQLite
 # A trigram index finds substrings of three characters or more; shorter text is scanned for.
 SHORTEST = 3
 
-# Also helps the scope catalog: how many keys hold a scope, and which block its removal.
-_SCOPE_INDEX = (
+# Plain B-tree indexes: the scope column (keys holding a scope, also for the scope catalog's
+# counts and refused removals), name first (every owner's keys by name), and last use (the
+# order the table shows: never used first, ascending).
+_BTREES = (
     "CREATE INDEX IF NOT EXISTS ix_apikey_tui_key_scope_scope "
-    "ON apikey_tui_key_scope (scope, key_id)"
+    "ON apikey_tui_key_scope (scope, key_id)",
+    "CREATE INDEX IF NOT EXISTS ix_apikey_tui_key_name_owner ON apikey_tui_key (name, owner)",
+    "CREATE INDEX IF NOT EXISTS ix_apikey_tui_key_last_used "
+    "ON apikey_tui_key (last_used_at {nulls}, owner, name)",
 )
 # External content: the FTS5 table stores the index, not a second copy of the keys, and a row
 # leaves the index by repeating exactly what was indexed.
@@ -57,7 +63,12 @@ _SQLITE = (
 _PG_INDEXED = ("owner", "name", "public_id")
 _PG_PROBE = "ix_apikey_tui_key_name_trgm"  # the last one made: present means all are
 # Every index this module makes (apart from SQLite's FTS5 table): not part of the schema.
-INDEXES = ("ix_apikey_tui_key_scope_scope", *(f"ix_apikey_tui_key_{c}_trgm" for c in _PG_INDEXED))
+INDEXES = (
+    "ix_apikey_tui_key_scope_scope",
+    "ix_apikey_tui_key_name_owner",
+    "ix_apikey_tui_key_last_used",
+    *(f"ix_apikey_tui_key_{c}_trgm" for c in _PG_INDEXED),
+)
 
 
 def present(conn: Connection) -> bool:
@@ -77,7 +88,10 @@ def install(conn: Connection) -> bool:
 
     Where the database cannot make it, nothing is changed and the answer is False.
     """
-    conn.execute(text(_SCOPE_INDEX))
+    # SQLite puts NULL first in an ascending index already; PostgreSQL must be told.
+    nulls = "" if conn.dialect.name == "sqlite" else "NULLS FIRST"
+    for statement in _BTREES:
+        conn.execute(text(statement.format(nulls=nulls)))
     if present(conn):
         return True
     # A savepoint: a refused CREATE would otherwise abort the caller's whole transaction.
