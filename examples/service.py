@@ -69,7 +69,11 @@ def build_app(verifier: Verifier, *, with_baseline: bool = False) -> Starlette:
         routes.append(HttpRoute("/open/models/{model}/predict", predict, methods=["POST"]))
         rules.append(route("/open", public=True))
     middleware = [Middleware(ApiKeyMiddleware, verifier=verifier, routes=rules)]
-    return Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
+    app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
+    # No trailing-slash redirect: Starlette would build its Location from the Host header, which
+    # the client chooses (an open redirect). /projects/ is a 404 like any unknown path.
+    app.router.redirect_slashes = False
+    return app
 
 
 def _from_environment() -> Starlette:

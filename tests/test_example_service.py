@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import subprocess
@@ -119,6 +120,26 @@ def test_recreated_key_replaces_the_old_one_across_processes(service: tuple[Serv
     new = cli(url, "keys", "recreate", "ci")
     assert running.call("GET", "/projects", old)[0] == 401
     assert running.call("GET", "/projects", new)[0] == 200
+
+
+def test_a_trailing_slash_is_never_redirected_to_the_host_header(
+    service: tuple[Service, str],
+) -> None:
+    """A path with a trailing slash gets no redirect built from the Host header the client sent."""
+    running, url = service
+    key = cli(url, "keys", "create", "ci", "--scope", "project")
+    for path, headers in (
+        ("/health/", {"Host": "evil.example"}),
+        ("/projects/", {"Host": "evil.example", "Authorization": f"ApiKey {key}"}),
+    ):
+        connection = http.client.HTTPConnection("127.0.0.1", running.port, timeout=10)
+        try:
+            connection.request("GET", path, headers=headers)
+            response = connection.getresponse()
+            response.read()
+        finally:
+            connection.close()
+        assert "evil.example" not in str(response.getheaders()), (path, response.getheaders())
 
 
 def test_last_used_reaches_the_cli(sqlite_url: str) -> None:
