@@ -66,7 +66,9 @@ def matches(key: KeyInfo, needle: str) -> bool:
     return any(text_ in f.lower() for f in fields) or any(text_ in s for s in key.scopes)
 
 
+# LIKE's wildcards, FTS5's syntax (quotes, operators, prefixes, columns), a NUL, short text
 NEEDLES = ["00042", "KEY-0004", "abc", "b-000", "odd-0", "ak", "x", "%", "_0", 'a"b', "serv", "zz"]
+NEEDLES += ['"', "NEAR(key b)", "key*", "-key", "AND", "{name}: key", "key-0\x00001", "\\"]
 
 
 def test_filter_answers_agree_with_a_python_filter_on_both_paths(

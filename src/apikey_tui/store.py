@@ -693,6 +693,9 @@ class KeyStore:
         # selective; a unary + stops it from using it where a better path exists.
         owner_unindexed = sqlite and hint_order and query.sort not in ("owner", "name")
         needle = query.text.strip()
+        if "\x00" in needle:
+            # No owner, name, id or scope holds a NUL; PostgreSQL and FTS5 refuse one outright.
+            return [false()]
         if needle and not (query.owner and needle.lower() in query.owner.lower()):
             pattern = _like(needle)
 
