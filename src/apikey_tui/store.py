@@ -689,8 +689,9 @@ class KeyStore:
         """WHERE terms: the owner, and the text in owner, name, public id or a scope's name."""
         key, sqlite = _KEY_TABLE, self.engine.dialect.name == "sqlite"
         terms: list[Any] = []
-        # SQLite keeps no statistics unless ANALYZE ran, so it takes the owner index for very
-        # selective; a unary + stops it from using it where a better path exists.
+        # SQLite keeps no statistics unless ANALYZE ran, so it takes any owner for a handful of
+        # keys and reads through the owner index; a unary + keeps it off that index where a
+        # better path exists (the order's own index, or the trigram candidates below).
         owner_unindexed = sqlite and hint_order and query.sort not in ("owner", "name")
         needle = query.text.strip()
         if "\x00" in needle:
@@ -733,7 +734,6 @@ class KeyStore:
         # (A text inside the owner's name matches every key of theirs: the owner term alone.)
         if query.owner is not None:
             if owner_unindexed:
-                # the order's own index streams the first rows at once (or the ids above do)
                 terms.append(literal_column(f"+{key.name}.owner") == query.owner)
             else:
                 terms.append(key.c.owner == query.owner)

@@ -36,9 +36,11 @@ def is_ours(name: str | None, type_: str, parent_names: object) -> bool:
     """Autogenerate's include_name hook: look only at apikey-tui's tables, never a service's."""
     if type_ == "schema":
         return name is None  # the connection's own schema (its search_path), no other
-    if name is None:
-        return True
-    # The filter's trigram index is no part of any schema version (`key_indexes`).
+    # The key table's indexes are no part of any schema version (`key_indexes`).
     if type_ == "table":
+        if name is None:
+            return False
         return name.startswith(TABLE_PREFIX) and not name.startswith(key_indexes.SEARCH_TABLE)
-    return type_ != "index" or name not in key_indexes.INDEXES
+    if type_ == "index":
+        return name not in key_indexes.INDEXES
+    return True
