@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import psycopg
 import pytest
 
+from apikey_tui.clock import system_clock
 from apikey_tui.hashing import SecretHasher
 from apikey_tui.store import Actor, KeyStore
 from tests.throwaway_postgres import ThrowawayPostgres
@@ -21,6 +23,39 @@ POSTGRES_URL = os.environ.get(
 )
 CHEAP = SecretHasher("cheapest")
 ACTOR = Actor("admin-test", "192.0.2.7")
+
+
+# The fake clock starts this far from the wall clock, so that a part reading the wall clock
+# instead of the clock it was given is caught at once (the two disagree by years, not by the
+# milliseconds a test takes). It is a span from today, never a calendar date: the suite means
+# the same on any day, and under `faketime -f '+1095d'` too.
+FAKE_CLOCK_OFFSET = timedelta(days=400)
+
+
+class FakeClock:
+    """The tests' one wall clock: stands still until a test moves it; pass it as `clock=`."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        if start is None:
+            start = (system_clock() + FAKE_CLOCK_OFFSET).replace(microsecond=0)
+        self.start = self.now = start
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, span: timedelta) -> None:
+        """Move the clock forward (or, with a negative span, back) by span."""
+        self.now += span
+
+    def at(self, seconds: float) -> None:
+        """Set the clock to `seconds` after its start."""
+        self.now = self.start + timedelta(seconds=seconds)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    """A fake wall clock, 400 days from today, for the store, the verifier and the app alike."""
+    return FakeClock()
 
 
 def _libpq(url: str) -> str:

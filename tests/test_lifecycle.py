@@ -15,30 +15,9 @@ from apikey_tui.errors import InvalidInputError, KeyStateError, LifetimePolicyEr
 from apikey_tui.hashing import fingerprint
 from apikey_tui.names import NEVER, format_duration, parse_duration, parse_expiry
 from apikey_tui.store import CreatedKey, Credential, KeyStore
-from tests.conftest import ACTOR, CHEAP
+from tests.conftest import ACTOR, CHEAP, FakeClock
 
-T0 = datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)
 SECOND = timedelta(seconds=1)
-
-
-class FakeClock:
-    """A clock that stands still until a test moves it."""
-
-    def __init__(self, now: datetime = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, span: timedelta) -> None:
-        """Move the clock forward by span."""
-        self.now += span
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    """A fake clock at T0."""
-    return FakeClock()
 
 
 @pytest.fixture
@@ -47,6 +26,11 @@ def lstore(database_url: str, clock: FakeClock) -> Iterator[KeyStore]:
     key_store = KeyStore.open(database_url, hasher=CHEAP, actor=ACTOR, clock=clock)
     yield key_store
     key_store.close()
+
+
+def _z(moment: datetime) -> str:
+    """A moment as the audit trail writes it."""
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _credential(store: KeyStore, public_id: str) -> Credential:
@@ -112,7 +96,7 @@ def test_expiry_is_a_span_a_moment_or_never() -> None:
 def test_credential_carries_the_expiry_to_the_second(lstore: KeyStore, clock: FakeClock) -> None:
     """A key made to expire in 1h reports that moment; it is live at -1s and expired at it."""
     created = lstore.create_key("alice", "ci", ["project"], expires=timedelta(hours=1))
-    expiry = T0 + timedelta(hours=1)
+    expiry = clock.start + timedelta(hours=1)
     assert created.info.expires_at == expiry
     clock.advance(timedelta(hours=1) - SECOND)
     found = _credential(lstore, created.info.public_id)
@@ -126,13 +110,13 @@ def test_credential_carries_the_expiry_to_the_second(lstore: KeyStore, clock: Fa
 
 def test_expiry_at_a_moment_and_never(lstore: KeyStore, clock: FakeClock) -> None:
     """An ISO moment is kept to the second; NEVER and no expiry mean none without a policy."""
-    moment = datetime(2030, 6, 1, 8, 30, 15, 999_999, tzinfo=UTC)
+    moment = clock.start + timedelta(days=151, seconds=15, microseconds=999_999)
     at = lstore.create_key("alice", "at", ["project"], expires=moment)
     assert at.info.expires_at == moment.replace(microsecond=0)
     assert lstore.create_key("alice", "never", ["project"], expires=NEVER).info.expires_at is None
     assert lstore.create_key("alice", "plain", ["project"]).info.expires_at is None
     with pytest.raises(InvalidInputError, match="not in the future"):
-        lstore.create_key("alice", "past", ["project"], expires=T0 - SECOND)
+        lstore.create_key("alice", "past", ["project"], expires=clock.start - SECOND)
     with pytest.raises(InvalidInputError, match="not in the future"):
         lstore.create_key("alice", "zero", ["project"], expires=timedelta(0))
 
@@ -142,20 +126,20 @@ def test_set_expiry_is_recorded_and_held_to_the_policy(lstore: KeyStore, clock: 
     lstore.create_key("alice", "ci", ["project"])
     clock.advance(timedelta(days=10))
     info = lstore.set_expiry("alice", "ci", timedelta(days=5))
-    assert info.expires_at == T0 + timedelta(days=15)
+    assert info.expires_at == clock.start + timedelta(days=15)
     assert lstore.set_expiry("alice", "ci", NEVER).expires_at is None
     lstore.set_lifetime_policy(timedelta(days=30))
     # counted from creation: 10 days are gone, so 25 more days break a 30-day policy
     with pytest.raises(LifetimePolicyError, match="at most 30d"):
         lstore.set_expiry("alice", "ci", timedelta(days=25))
-    assert lstore.set_expiry("alice", "ci", timedelta(days=20)).expires_at == T0 + timedelta(
-        days=30
-    )
+    assert lstore.set_expiry(
+        "alice", "ci", timedelta(days=20)
+    ).expires_at == clock.start + timedelta(days=30)
     details = [d for a, d in _actions(lstore) if a == "key.expire-set"]
     assert details == [
-        "expires 2030-01-16T12:00:00Z",
+        f"expires {_z(clock.start + timedelta(days=15))}",
         "never expires",
-        "expires 2030-01-31T12:00:00Z",
+        f"expires {_z(clock.start + timedelta(days=30))}",
     ]
 
 
@@ -177,7 +161,7 @@ def test_policy_applies_to_new_keys_and_lists_those_that_break_it(
     assert _credential(lstore, lstore.get_key("alice", "eternal").public_id).expires_at is None
 
     default = lstore.create_key("alice", "default", ["project"])
-    assert default.info.expires_at == T0 + timedelta(days=365)
+    assert default.info.expires_at == clock.start + timedelta(days=365)
     with pytest.raises(LifetimePolicyError, match="at most 365d"):
         lstore.create_key("alice", "too-long", ["project"], expires=timedelta(days=366))
     with pytest.raises(LifetimePolicyError, match="never expires is refused"):
@@ -186,7 +170,7 @@ def test_policy_applies_to_new_keys_and_lists_those_that_break_it(
 
     # rotating a key that breaks the policy brings it within: its lifetime is capped
     rotated = lstore.rotate_key("bob", "long", grace=timedelta(0))
-    assert rotated.info.expires_at == T0 + timedelta(days=365)
+    assert rotated.info.expires_at == clock.start + timedelta(days=365)
     assert [k.name for k in lstore.list_keys(violating_policy=True)] == ["eternal"]
 
     assert lstore.set_lifetime_policy(None) == []
@@ -242,9 +226,9 @@ def test_the_old_secret_never_outlives_the_keys_expiry(lstore: KeyStore, clock: 
     first = lstore.create_key("alice", "ci", ["project"], expires=timedelta(hours=2))
     clock.advance(timedelta(hours=1))
     second = lstore.rotate_key("alice", "ci", grace=timedelta(hours=24))
-    assert second.info.grace_until == T0 + timedelta(hours=2)
+    assert second.info.grace_until == clock.start + timedelta(hours=2)
     assert second.info.expires_at == clock() + timedelta(hours=2)  # the lifetime it had
-    assert _credential(lstore, first.info.public_id).expires_at == T0 + timedelta(hours=2)
+    assert _credential(lstore, first.info.public_id).expires_at == clock.start + timedelta(hours=2)
     clock.advance(timedelta(hours=1))
     assert lstore.credential(first.info.public_id) is None
     # an expired key rotated gives its old secret no grace at all
@@ -259,12 +243,14 @@ def test_an_explicit_expiry_on_rotation(lstore: KeyStore, clock: FakeClock) -> N
     second = lstore.rotate_key(
         "alice", "ci", grace=timedelta(minutes=15), expires=timedelta(days=30)
     )
-    assert second.info.expires_at == T0 + timedelta(days=30)
-    assert _credential(lstore, first.info.public_id).expires_at == T0 + timedelta(minutes=15)
+    assert second.info.expires_at == clock.start + timedelta(days=30)
+    assert _credential(lstore, first.info.public_id).expires_at == clock.start + timedelta(
+        minutes=15
+    )
     detail = _actions(lstore)[-1][1]
     assert detail == (
-        f"replaces {first.info.public_id}, which works until 2030-01-01T12:15:00Z; "
-        "expires 2030-01-31T12:00:00Z"
+        f"replaces {first.info.public_id}, which works until "
+        f"{_z(clock.start + timedelta(minutes=15))}; expires {_z(clock.start + timedelta(days=30))}"
     )
 
 
@@ -379,7 +365,7 @@ def test_disable_and_enable_show_in_credential_for_both_secrets(
         lstore.enable_key("alice", "ci")
     actions = _actions(lstore)
     assert ("key.disable", "leaked in a CI log") in actions
-    assert ("key.enable", "disabled since 2030-01-01T12:01:00Z") in actions
+    assert ("key.enable", f"disabled since {_z(clock.start + timedelta(minutes=1))}") in actions
     detail = lstore.key_detail("alice", "ci")
     assert [e.action for e in detail.events][:2] == ["key.enable", "key.disable"]
     assert detail.origin is not None and detail.origin.action == "key.rotate"

@@ -6,45 +6,22 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 
 from apikey_tui.errors import InvalidKeyError
 from apikey_tui.store import KeyStore
 from apikey_tui.verifier import Verifier
-from tests.conftest import ACTOR, CHEAP
+from tests.conftest import ACTOR, CHEAP, FakeClock
 from tests.test_verifier import header
 
-START = datetime(2026, 11, 22, 12, 0, 0, tzinfo=UTC)
-
-
-class Clock:
-    """One fake wall clock for the store (datetimes) and the verifier (epoch seconds)."""
-
-    def __init__(self) -> None:
-        self.now = START
-
-    def store(self) -> datetime:
-        return self.now
-
-    def verifier(self) -> float:
-        return self.now.timestamp()
-
-    def at(self, seconds: float) -> None:
-        self.now = START + timedelta(seconds=seconds)
-
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def keys(database_url: str, clock: Clock) -> Iterator[tuple[KeyStore, Verifier]]:
+def keys(database_url: str, clock: FakeClock) -> Iterator[tuple[KeyStore, Verifier]]:
     """A store and a verifier on one database, both on the fake clock."""
-    store = KeyStore.open(database_url, hasher=CHEAP, actor=ACTOR, clock=clock.store)
-    checker = Verifier.from_url(database_url, hasher=CHEAP, clock=clock.verifier)
+    store = KeyStore.open(database_url, hasher=CHEAP, actor=ACTOR, clock=clock)
+    checker = Verifier.from_url(database_url, hasher=CHEAP, clock=clock)
     yield store, checker
     checker.close()
     store.close()
@@ -60,7 +37,7 @@ def accepted(checker: Verifier, key: str) -> bool:
 
 
 def test_an_expired_key_is_refused_from_the_exact_second_even_when_cached(
-    keys: tuple[KeyStore, Verifier], clock: Clock
+    keys: tuple[KeyStore, Verifier], clock: FakeClock
 ) -> None:
     """A key that expires at 60 s works at 59.999 s from the cache and is refused at 60 s."""
     store, checker = keys
@@ -76,7 +53,7 @@ def test_an_expired_key_is_refused_from_the_exact_second_even_when_cached(
 
 
 def test_a_rotated_keys_old_secret_stops_at_the_end_of_its_grace(
-    keys: tuple[KeyStore, Verifier], clock: Clock
+    keys: tuple[KeyStore, Verifier], clock: FakeClock
 ) -> None:
     """During a 30 s grace both secrets work; at 30 s the old one is refused, cached or not."""
     store, checker = keys
@@ -96,7 +73,7 @@ def test_a_rotated_keys_old_secret_stops_at_the_end_of_its_grace(
 
 
 def test_ending_the_grace_refuses_the_old_secret_at_once(
-    keys: tuple[KeyStore, Verifier], clock: Clock
+    keys: tuple[KeyStore, Verifier], clock: FakeClock
 ) -> None:
     """--end-grace stops the previous secret at the next check (SQLite) or within the bound."""
     store, checker = keys

@@ -17,6 +17,7 @@ import pytest
 from sqlalchemy import event, text
 
 from apikey_tui import keyformat
+from apikey_tui.clock import system_clock
 from apikey_tui.errors import (
     AuthError,
     InvalidKeyError,
@@ -211,7 +212,7 @@ def test_the_last_used_writer_survives_a_failing_database(
             raise failures.pop()
         written.append(dict(used))
 
-    writer = UsageWriter(record, interval=3600)
+    writer = UsageWriter(record, interval=3600, clock=system_clock)
     with caplog.at_level(logging.WARNING, logger="apikey_tui.verifier"):
         writer.note("akaaaaaaaaaaaaaaaa")
         for _ in range(3):

@@ -27,6 +27,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, delete, select
 
 from apikey_tui import key_indexes, keyformat
+from apikey_tui.clock import Clock, system_clock
 from apikey_tui.config import current_user, mask_url, ssh_client_address
 from apikey_tui.db import WRITE, database_errors, ensure_schema, make_engine
 from apikey_tui.errors import (
@@ -316,10 +317,6 @@ class KeyDetail:
     events: tuple[Event, ...]
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
 POLICY_KEY = "max_lifetime_seconds"  # the lifetime policy's row in apikey_tui_meta
 
 
@@ -360,7 +357,7 @@ class KeyStore:
         *,
         hasher: SecretHasher | None = None,
         actor: Actor | None = None,
-        clock: Callable[[], datetime] = _now,
+        clock: Clock = system_clock,
     ) -> None:
         self.engine = engine
         self._write_engine = engine.execution_options(**WRITE)
@@ -379,7 +376,7 @@ class KeyStore:
         hasher: SecretHasher | None = None,
         actor: Actor | None = None,
         create: bool = True,
-        clock: Callable[[], datetime] = _now,
+        clock: Clock = system_clock,
     ) -> KeyStore:
         """Connect to the database at url, creating or checking its schema."""
         engine = make_engine(url)

@@ -8,13 +8,16 @@ import pytest
 
 from apikey_tui.store import KeyStore
 from apikey_tui.tui.app import ApiKeysApp
-from tests.conftest import ACTOR, CHEAP
+from tests.conftest import ACTOR, CHEAP, FakeClock
 
 
 @pytest.fixture
-def tui_store(sqlite_url: str) -> Iterator[KeyStore]:
-    """A KeyStore on a fresh SQLite file with the cheapest argon2 profile."""
-    store = KeyStore.open(sqlite_url, hasher=CHEAP, actor=ACTOR)
+def tui_store(sqlite_url: str, clock: FakeClock) -> Iterator[KeyStore]:
+    """A KeyStore on a fresh SQLite file with the cheapest argon2 profile, on the fake clock.
+
+    The app reads its time from its store, so this clock is the app's too.
+    """
+    store = KeyStore.open(sqlite_url, hasher=CHEAP, actor=ACTOR, clock=clock)
     yield store
     store.close()
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -363,7 +362,7 @@ async def test_selection_follows_the_key_when_its_row_changes(tui_store: KeyStor
         await pilot.press("down")
         table = app.screen.query_one(KeyTable)
         assert table.selected is not None and table.selected.name == "bbb"
-        tui_store.record_use({chosen.public_id: datetime.now(UTC)})
+        tui_store.record_use({chosen.public_id: tui_store.clock()})
         await pilot.pause(0.6)
         await settle(pilot)
         assert table.selected is not None and table.selected.last_used_at is not None

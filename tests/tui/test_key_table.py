@@ -5,7 +5,6 @@ Store tests run on SQLite and PostgreSQL; pilot tests on SQLite with a fixed clo
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,8 +15,8 @@ from textual.strip import Strip
 
 from apikey_tui.models import KeyRow, KeyScopeRow
 from apikey_tui.store import SORTS, KeyQuery, KeyStore
-from apikey_tui.tui import key_table
 from apikey_tui.tui.key_table import KeyFilter, KeyTable, fit, relative
+from tests.conftest import FakeClock
 from tests.tui.conftest import make_app
 from tests.tui.test_app import settle
 
@@ -27,10 +26,9 @@ LONG_TWIN = LONG[:-1] + "3"  # differs only in the last character
 
 
 @pytest.fixture(autouse=True)
-def fixed_clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Relative times are computed against NOW."""
-    monkeypatch.setattr(key_table, "now", lambda: NOW)
-    yield
+def fixed_clock(clock: FakeClock) -> None:
+    """The app's clock stands at NOW: relative times are computed against it."""
+    clock.now = NOW
 
 
 def add_keys(store: KeyStore, count: int, owner: str = "alice", prefix: str = "key") -> None:

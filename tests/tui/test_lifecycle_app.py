@@ -14,7 +14,7 @@ from textual.widgets import Button, Input
 from apikey_tui import keyformat
 from apikey_tui.errors import InvalidKeyError
 from apikey_tui.store import KeyInfo, KeyStore
-from apikey_tui.tui import key_table, lifecycle, times
+from apikey_tui.tui import lifecycle
 from apikey_tui.tui.app import ApiKeysApp
 from apikey_tui.tui.dialogs.ask_value import AskValueDialog
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
@@ -24,7 +24,7 @@ from apikey_tui.tui.key_table import KeyTable
 from apikey_tui.tui.keys_screen import KeysScreen
 from apikey_tui.tui.screens.key_detail import KeyDetailScreen
 from apikey_tui.verifier import Verifier
-from tests.conftest import CHEAP
+from tests.conftest import CHEAP, FakeClock
 from tests.tui.conftest import make_app
 from tests.tui.test_app import settle
 from tests.tui.test_snapshots import new_app, snapshot
@@ -33,33 +33,29 @@ SIZE = (100, 30)
 NOW = datetime(2026, 11, 20, 12, 3, tzinfo=UTC)
 
 
-def lifecycle_keys(store: KeyStore, clock: list[datetime]) -> None:
+def lifecycle_keys(store: KeyStore, clock: FakeClock) -> None:
     """One key of each kind, made on the store's clock: expired, soon, far, grace, off, unused."""
-    clock[0] = NOW - timedelta(days=100)
+    clock.now = NOW - timedelta(days=100)
     store.create_key("alice", "old-unused", ["project"])
-    clock[0] = NOW - timedelta(days=5)
+    clock.now = NOW - timedelta(days=5)
     store.create_key("alice", "ci-deploy", ["project"], expires=timedelta(days=5))  # expired now
     store.create_key("alice", "model-client", ["project", "serving"], expires=timedelta(days=8))
     store.create_key("alice", "reports", ["project"], expires=timedelta(days=400))
     store.create_key("alice", "rotated", ["project", "serving"])
     store.create_key("alice", "switched-off", ["project"])
-    clock[0] = NOW - timedelta(hours=1)
+    clock.now = NOW - timedelta(hours=1)
     store.rotate_key("alice", "rotated", grace=timedelta(hours=24))
     store.disable_key("alice", "switched-off", "leaked in a CI log")
-    clock[0] = NOW
+    clock.now = NOW
 
 
 @pytest.fixture
-def fixed(tui_store: KeyStore, monkeypatch: pytest.MonkeyPatch) -> KeyStore:
+def fixed(tui_store: KeyStore, clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> KeyStore:
     """The lifecycle keys with fixed ids and secrets, on one fixed clock for store and app."""
     rng = random.Random(9)
     monkeypatch.setattr(
         keyformat, "_random", lambda n: "".join(rng.choice(keyformat.ALPHABET) for _ in range(n))
     )
-    clock = [NOW]
-    tui_store.clock = lambda: clock[0]
-    monkeypatch.setattr(key_table, "now", lambda: clock[0])
-    monkeypatch.setattr(times, "utc_now", lambda: clock[0])
     lifecycle_keys(tui_store, clock)
     return tui_store
 
@@ -231,10 +227,9 @@ async def test_disable_with_a_reason_then_enable(tui_store: KeyStore) -> None:
     assert verifier.verify(f"ApiKey {plaintext}").key_name == "svc"
 
 
-async def test_set_expiry_and_never(tui_store: KeyStore) -> None:
+async def test_set_expiry_and_never(tui_store: KeyStore, clock: FakeClock) -> None:
     """E with 7d sets the expiry a week from the store's now; E with never clears it."""
-    clock = [NOW]
-    tui_store.clock = lambda: clock[0]
+    clock.now = NOW
     tui_store.create_key("alice", "svc", ["project"])
     app = make_app(tui_store)
     async with app.run_test(size=SIZE) as pilot:

@@ -16,10 +16,10 @@ from textual.pilot import Pilot
 from textual.widgets import Input
 
 from apikey_tui.store import CreatedKey, KeyInfo, KeyStore
-from apikey_tui.tui import key_table
 from apikey_tui.tui.app import ApiKeysApp
 from apikey_tui.tui.dialogs.reveal_secret import RevealSecretDialog
 from apikey_tui.tui.scope_picker import ScopePicker
+from tests.conftest import FakeClock
 from tests.tui.test_app import add_eight_scopes, settle
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
@@ -30,9 +30,9 @@ EXAMPLE_KEY = "akexampleexample00." + "x" * 52 + "aaaaaaa"
 
 
 @pytest.fixture(autouse=True)
-def fixed_clock(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Relative times ('3 min ago') are computed against a fixed moment, so pictures hold."""
-    monkeypatch.setattr(key_table, "now", lambda: NOW)
+def fixed_clock(clock: FakeClock) -> None:
+    """The app's clock stands at a fixed moment, so pictures ('3 min ago', dates) hold."""
+    clock.now = NOW
 
 
 def fixed_data(store: KeyStore) -> None:
@@ -120,7 +120,7 @@ async def test_create_dialog_with_an_error(tui_store: KeyStore) -> None:
 
 async def test_reveal(tui_store: KeyStore) -> None:
     """The picture shows a made-up key on one line, the warning and the copy prompt."""
-    info = KeyInfo("alice", "ci-deploy", "akexampleexample00", ("project",), datetime.now(UTC))
+    info = KeyInfo("alice", "ci-deploy", "akexampleexample00", ("project",), NOW)
 
     async def steps(pilot: Pilot[Any]) -> None:
         await pilot.app.push_screen(RevealSecretDialog(CreatedKey(info, EXAMPLE_KEY)))
@@ -130,7 +130,7 @@ async def test_reveal(tui_store: KeyStore) -> None:
 
 async def test_reveal_at_70_columns(tui_store: KeyStore) -> None:
     """The picture shows the made-up key at 70x24 folded into two equal lines, with the note."""
-    info = KeyInfo("alice", "ci-deploy", "akexampleexample00", ("project",), datetime.now(UTC))
+    info = KeyInfo("alice", "ci-deploy", "akexampleexample00", ("project",), NOW)
     app = new_app(tui_store, "textual-dark")
     async with app.run_test(size=(70, 24)) as pilot:
         await settle(pilot)

@@ -13,16 +13,16 @@ from sqlalchemy import text
 from textual.pilot import Pilot
 
 from apikey_tui.store import KeyStore
-from apikey_tui.tui import times
+from tests.conftest import FakeClock
 from tests.tui.test_snapshots import fixed_data, run
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture
-def views_data(tui_store: KeyStore, monkeypatch: pytest.MonkeyPatch) -> KeyStore:
+def views_data(tui_store: KeyStore, clock: FakeClock) -> KeyStore:
     """The table's fixed keys, a rescope and a third scope, every event at a fixed time."""
-    monkeypatch.setattr(times, "utc_now", lambda: NOW)
+    clock.now = NOW
     fixed_data(tui_store)
     tui_store.set_key_scopes("alice", "model-client", ["project", "serving"])
     tui_store.add_scope("billing", "Invoices, payment methods and the monthly usage report " * 2)

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
-import pytest
 from sqlalchemy import text
 from textual.pilot import Pilot
 from textual.widgets import Button, DataTable, Input, Static
 
 from apikey_tui.store import KeyStore
-from apikey_tui.tui import times
 from apikey_tui.tui.app import ApiKeysApp
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.edit_scopes import EditScopesDialog
@@ -25,6 +23,7 @@ from apikey_tui.tui.scope_picker import ScopePicker
 from apikey_tui.tui.screens.audit_trail import AuditTrailScreen
 from apikey_tui.tui.screens.key_detail import KeyDetailScreen
 from apikey_tui.tui.screens.scope_catalog import ScopeCatalogScreen
+from tests.conftest import FakeClock
 from tests.tui.conftest import make_app
 from tests.tui.test_app import settle
 
@@ -59,14 +58,12 @@ async def open_detail(pilot: Pilot[Any]) -> KeyDetailScreen:
 # --- the key detail ----------------------------------------------------------------------------
 
 
-async def test_enter_shows_the_key_in_full(
-    tui_store: KeyStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_enter_shows_the_key_in_full(tui_store: KeyStore, clock: FakeClock) -> None:
     """Enter shows owner, name, id, scopes with descriptions, times, its maker and its events."""
     info = tui_store.create_key("alice", "ci-deploy", ["project", "serving"]).info
-    used = (datetime.now(UTC) - timedelta(days=3)).replace(second=0, microsecond=0)
+    used = (clock() - timedelta(days=3)).replace(second=0)
     tui_store.record_use({info.public_id: used})
-    monkeypatch.setattr(times, "utc_now", lambda: used + timedelta(days=3))
+    clock.now = used + timedelta(days=3)
     app = make_app(tui_store)
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_detail(pilot)
@@ -90,7 +87,7 @@ async def test_enter_shows_the_key_in_full(
 async def test_made_by_names_whoever_recreated_the_key(tui_store: KeyStore) -> None:
     """After a recreate by another admin, the detail names that admin and 'recreated'."""
     tui_store.create_key("alice", "ci-deploy", ["project"])
-    other = KeyStore(tui_store.engine, hasher=tui_store.hasher)
+    other = KeyStore(tui_store.engine, hasher=tui_store.hasher, clock=tui_store.clock)
     other.actor = type(tui_store.actor)("bob-admin", None)
     other.recreate_key("alice", "ci-deploy")
     app = make_app(tui_store)

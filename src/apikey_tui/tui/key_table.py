@@ -29,6 +29,7 @@ from textual.widgets import Input
 from textual.worker import get_current_worker
 
 from apikey_tui import keyformat
+from apikey_tui.clock import Clock, system_clock
 from apikey_tui.errors import ApiKeyError
 from apikey_tui.store import SORTS, KeyInfo, KeyQuery, KeyStore, QueryCancelled
 from apikey_tui.tui import lifecycle
@@ -60,11 +61,6 @@ _MIN_WIDTH = {"owner": 8, "name": 12, "scopes": 6, "public_id": 9, "state": 9}
 Identity = tuple[str, str]  # (owner, name): unique, and kept by a recreate
 
 
-def now() -> datetime:
-    """The table's clock for relative times; looked up at call time, so tests can fix it."""
-    return datetime.now(UTC)
-
-
 def relative(moment: datetime | None, at: datetime) -> str:
     """'just now', '3 min ago', '5 h ago', '12 d ago', '3 mo ago', '2 y ago'; 'never' if none."""
     if moment is None:
@@ -85,21 +81,23 @@ def absolute(moment: datetime | None) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M") if moment else "never"
 
 
-def row_cells(key: KeyInfo, columns: Sequence[str], *, at: datetime | None = None) -> list[str]:
-    """The cells of one key's row, control characters made visible.
+def row_cells(
+    key: KeyInfo, columns: Sequence[str], now: datetime, *, absolute_times: bool = False
+) -> list[str]:
+    """The cells of one key's row at the moment now, control characters made visible.
 
-    Times are relative to at, or absolute (UTC) when at is None; the State marker is judged
-    at at (or now()).
+    Times are relative to now, or absolute (UTC) with absolute_times; the State marker is
+    judged at now either way.
     """
     show: Callable[[datetime | None], str] = (
-        absolute if at is None else (lambda moment: relative(moment, at))
+        absolute if absolute_times else (lambda moment: relative(moment, now))
     )
     values = {
         "owner": key.owner,
         "name": key.name,
         "public_id": key.public_id,
         "scopes": " ".join(key.scopes),
-        "state": lifecycle.marker(key, at if at is not None else now())[0],
+        "state": lifecycle.marker(key, now)[0],
         "created": show(key.created_at),
         "last_used": show(key.last_used_at),
     }
@@ -244,6 +242,7 @@ class KeyTable(ScrollView, can_focus=True):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.store: KeyStore | None = None
+        self.clock: Clock = system_clock  # the bound store's clock once bound (bind)
         self.key_query = KeyQuery()
         self.columns: list[str] = columns(with_owner=False)
         self.widths: list[int] = []
@@ -288,12 +287,13 @@ class KeyTable(ScrollView, can_focus=True):
 
     def row_text(self, index: int) -> list[str]:
         """The cells of loaded row index as displayed, uncut (for tests and screen readers)."""
-        at = None if self.absolute_times else now()
-        return row_cells(self.rows[index], self.columns, at=at)
+        return row_cells(
+            self.rows[index], self.columns, self.clock(), absolute_times=self.absolute_times
+        )
 
     def bind(self, store: KeyStore, *, owner: str | None) -> None:
         """Show owner's keys (None: every owner's, with an owner column) from store."""
-        self.store = store
+        self.store, self.clock = store, store.clock
         self.columns = columns(with_owner=owner is None)
         self.key_query = KeyQuery(
             owner, self.key_query.text, self.key_query.sort, self.key_query.reverse
@@ -415,7 +415,7 @@ class KeyTable(ScrollView, can_focus=True):
             for column, value in (("owner", key.owner), ("name", key.name)):
                 self._seen[column] = max(self._seen.get(column, 0), cell_len(visible(value)))
             self._seen["scopes"] = max(self._seen.get("scopes", 0), cell_len(" ".join(key.scopes)))
-            state = cell_len(lifecycle.marker(key, now())[0])
+            state = cell_len(lifecycle.marker(key, self.clock())[0])
             self._seen["state"] = max(self._seen.get("state", 0), state)
         if window.total is not None:
             self.total = window.total
@@ -511,12 +511,14 @@ class KeyTable(ScrollView, can_focus=True):
             self._want(index)
             loading = style + self.get_component_rich_style("key-table--loading")
             return self._line((" " + _ELLIPSIS, []), loading, left, width)
-        at = None if self.absolute_times else now()
-        kind = lifecycle.marker(key, now())[1]
+        now = self.clock()
+        kind = lifecycle.marker(key, now)[1]
         state = None
         if kind != lifecycle.ACTIVE and index != self.cursor_row:  # the cursor keeps its colours
             state = self.get_component_rich_style(f"key-table--{kind}", partial=True)
-        cells = self._cells(row_cells(key, self.columns, at=at), style, state)
+        cells = self._cells(
+            row_cells(key, self.columns, now, absolute_times=self.absolute_times), style, state
+        )
         return self._line(cells, style, left, width)
 
     def _line(self, parts: tuple[str, list[Segment]], style: Style, left: int, width: int) -> Strip:

@@ -171,7 +171,7 @@ class KeysScreen(Screen[None]):
         # O (end grace) is offered only for a selected key whose old secret is in grace.
         if action == "end_grace":
             key = self.selected_key()
-            return key is not None and lifecycle.in_grace(key, times.utc_now())
+            return key is not None and lifecycle.in_grace(key, self.keys_app.store.clock())
         return True
 
     @on(KeyTable.Failed)

@@ -1,16 +1,8 @@
-"""Times as the views show them: relative ("3 min ago") beside the absolute UTC time.
-
-utc_now is looked up at call time, so tests can fix the clock with monkeypatch.
-"""
+"""Times as the views show them: relative ("3 min ago") beside the absolute UTC time."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-
-
-def utc_now() -> datetime:
-    """The current time in UTC (the views' clock)."""
-    return datetime.now(UTC)
 
 
 def absolute(moment: datetime, *, seconds: bool = False) -> str:

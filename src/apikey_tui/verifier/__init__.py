@@ -7,14 +7,16 @@ import logging
 import secrets
 import sys
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Engine, event
 
 from apikey_tui import forksafety
 from apikey_tui.authorization import parse_key, split_credentials
+from apikey_tui.clock import Clock, system_clock
 from apikey_tui.db import ensure_schema, make_engine
 from apikey_tui.errors import (
     AuthError,
@@ -63,7 +65,7 @@ class _Entry:
     caller: Caller
     hash_tag: bytes
     generation: int
-    expires_at: float | None  # epoch seconds: refused from this second on, cache or not
+    expires_at: datetime | None  # refused from this moment on, cache or not
     recorded_at: float = float("-inf")
 
 
@@ -93,24 +95,25 @@ class Verifier:
         failure_burst: float = 5,
         failures_per_second: float = 1,
         flush_interval: float = 5.0,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = system_clock,
     ) -> None:
         if revocation_bound < 0:
             raise ValueError("revocation_bound must be 0 (always ask) or more seconds")
         self.realm = realm
-        self._clock = clock  # wall-clock seconds, for expiry and the end of a grace; tests fake it
+        # The one wall clock, for expiry and the end of a grace (the inner store reads it too).
+        self._clock = clock
         self._engine = engine
         if engine.dialect.name == "postgresql":
             # Reads in autocommit: a cold check is one SELECT, not BEGIN + SELECT + ROLLBACK.
             engine = engine.execution_options(isolation_level="AUTOCOMMIT")
-        store = KeyStore(engine, hasher=hasher, actor=Actor("verifier"))
+        store = KeyStore(engine, hasher=hasher, actor=Actor("verifier"), clock=clock)
         self._source: CredentialSource = store
         self._hasher = store.hasher
         self._freshness = freshness_for(engine, revocation_bound)
         self._known = KnownKeys(self._source, self._freshness)
         self._gate = CheckGate(check_workers, check_timeout, max_pending_checks)
         self._budget = FailureBudget(failure_burst, failures_per_second)
-        self._usage = UsageWriter(self._source.record_use, flush_interval)
+        self._usage = UsageWriter(self._source.record_use, flush_interval, clock)
         self.stats = VerifierStats(self._gate, self._freshness, revocation_bound)  # for metrics
         event.listen(self._engine, "handle_error", self.stats.database_error)
         self._salted = hashlib.sha256(secrets.token_bytes(32))  # per-process salt
@@ -269,7 +272,7 @@ class Verifier:
         except StoreUnavailableError as exc:
             log.warning("API keys cannot be checked: %s", exc)
             raise VerifierUnavailableError() from None
-        expires_at = stored.expires_at.timestamp() if stored and stored.expires_at else None
+        expires_at = stored.expires_at if stored is not None else None
         if (
             stored is None
             or stored.disabled

@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
+
+from apikey_tui.clock import Clock
 
 log = logging.getLogger("apikey_tui.verifier")
 
@@ -18,8 +20,10 @@ class UsageWriter:
     keys that passed a check, so its size follows the number of keys, not the traffic.
     """
 
-    def __init__(self, record: Callable[[Mapping[str, datetime]], None], interval: float) -> None:
-        self._record, self._interval = record, interval
+    def __init__(
+        self, record: Callable[[Mapping[str, datetime]], None], interval: float, clock: Clock
+    ) -> None:
+        self._record, self._interval, self._clock = record, interval, clock
         self._closed = threading.Event()
         self._failing = False
         self.reset()
@@ -41,7 +45,7 @@ class UsageWriter:
     def note(self, public_id: str) -> None:
         """Remember that the key was used now; start the writer thread if needed."""
         with self._lock:
-            self.pending[public_id] = datetime.now(UTC)
+            self.pending[public_id] = self._clock()
             if self._thread is None and not self._closed.is_set():
                 self._thread = threading.Thread(
                     target=self._loop, name="apikey-tui-last-used", daemon=True

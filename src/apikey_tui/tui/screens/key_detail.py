@@ -15,7 +15,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from apikey_tui.errors import ApiKeyError, KeyNotFoundError
 from apikey_tui.store import Event, KeyDetail, KeyInfo, KeyStore, ScopeInfo
-from apikey_tui.tui import lifecycle, times
+from apikey_tui.tui import lifecycle
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.edit_scopes import EditScopesDialog, ScopeChange
 from apikey_tui.tui.messages import KeyRescoped, KeyVanished
@@ -119,7 +119,7 @@ class KeyDetailScreen(LiveScreen[tuple[KeyDetail, list[ScopeInfo]]]):
 
     def show(self, data: tuple[KeyDetail, list[ScopeInfo]]) -> None:
         self.detail, self.catalog = data
-        info, now = self.detail.info, times.utc_now()  # looked up now: tests fix the clock
+        info, now = self.detail.info, self.keys_app.store.clock()
         origin = self.detail.origin
         if origin is None:
             made = ("Created by", "unknown (no event recorded)")
@@ -186,7 +186,7 @@ class KeyDetailScreen(LiveScreen[tuple[KeyDetail, list[ScopeInfo]]]):
         # O (end grace) is offered only while the key's old secret is in grace.
         if action == "end_grace":
             info = None if self._gone or self.detail is None else self.detail.info
-            return info is not None and lifecycle.in_grace(info, times.utc_now())
+            return info is not None and lifecycle.in_grace(info, self.keys_app.store.clock())
         return True
 
     def on_key_vanished(self, message: KeyVanished) -> None:
