@@ -52,10 +52,46 @@ class FakeClock:
         self.now = self.start + timedelta(seconds=seconds)
 
 
+# What CI runs a second time under `faketime -f '+1095d'` (pytest -m time_dependent), to prove
+# the suite passes on any date: every test on the fake clock, and every test whose name says it
+# is about expiry, grace, rotation, lifetimes or unused keys (those read the real clock).
+_ABOUT_TIME = ("grace", "expir", "rotat", "lifetime", "policy", "unused", "clock")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the time-dependent tests (see _ABOUT_TIME)."""
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        if "clock" in fixtures or any(word in item.name for word in _ABOUT_TIME):
+            item.add_marker(pytest.mark.time_dependent)
+
+
 @pytest.fixture
 def clock() -> FakeClock:
     """A fake wall clock, 400 days from today, for the store, the verifier and the app alike."""
     return FakeClock()
+
+
+# What the code reads from the environment of whoever runs the suite: a test must mean the same
+# from a plain shell, a tmux pane over SSH or CI. (Inside tmux the reveal said "Not copied: tmux"
+# and the tmux tests saw a nested pane.) Tests that need one of these set it themselves.
+_CALLERS_SESSION = (
+    "TMUX", "TMUX_PANE", "STY", "TERM_PROGRAM", "COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR",
+    "TEXTUAL", "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "USER", "USERNAME", "LNAME",
+)  # fmt: skip
+TEST_LOGIN = "tester"  # the OS login every test runs as (LOGNAME: the owner and actor default)
+
+
+@pytest.fixture(autouse=True)
+def plain_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test sees one fixed terminal and login, whatever the caller's session has."""
+    for name in _CALLERS_SESSION:
+        monkeypatch.delenv(name, raising=False)
+    for name in list(os.environ):  # the caller's database URL or argon2 profile
+        if name.startswith("APIKEY_TUI_") and name != "APIKEY_TUI_TEST_POSTGRES_URL":
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.setenv("LOGNAME", TEST_LOGIN)
 
 
 def _libpq(url: str) -> str:
