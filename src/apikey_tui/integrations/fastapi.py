@@ -10,17 +10,23 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
-from fastapi import FastAPI
+from fastapi import FastAPI, HTTPException, WebSocketException
 from fastapi.openapi.models import APIKey
 from fastapi.params import Security
 from fastapi.requests import HTTPConnection
 from fastapi.responses import Response
+from fastapi.security import SecurityScopes
 from fastapi.security.base import SecurityBase
 from starlette.types import ExceptionHandler
 from starlette.websockets import WebSocket, WebSocketState
 
-from apikey_tui.errors import AuthError
-from apikey_tui.integrations.asgi import DENIAL_EXTENSION, POLICY_VIOLATION, authorization_header
+from apikey_tui.errors import ApiKeyError, AuthError
+from apikey_tui.integrations.asgi import (
+    DENIAL_EXTENSION,
+    POLICY_VIOLATION,
+    Scope,
+    authorization_header,
+)
 from apikey_tui.verifier import Caller, Verifier
 
 SCHEME_NAME = "ApiKey"  # the key of components.securitySchemes
@@ -55,28 +61,62 @@ _PROBLEM_SCHEMA: dict[str, Any] = {
 }
 
 
-class ApiKeyDependency(SecurityBase):
-    """The dependency: checks the request's key for `scopes` and returns the Caller.
+class ApiKeyScheme(SecurityBase):
+    """The ApiKey scheme as a dependency: checks the request's key for the scopes FastAPI
+    gathered and returns the Caller.
 
-    Being a SecurityBase is what puts the scheme in the OpenAPI document; at run time it is one
-    dependency call, like a plain function.
+    FastAPI builds a route's OpenAPI `security` and the SecurityScopes handed to this call from
+    the same `Security(..., scopes=...)` declarations along the dependency chain, so the document
+    and the check cannot disagree. Being a SecurityBase is what puts the scheme in the document.
     """
 
-    def __init__(self, verifier: Verifier, scopes: tuple[str, ...], model: APIKey, name: str):
-        self.verifier, self.scopes = verifier, scopes
-        self.model, self.scheme_name = model, name
+    def __init__(self, verifier: Verifier, model: APIKey, name: str):
+        self.verifier, self.model, self.scheme_name = verifier, model, name
 
-    async def __call__(self, connection: HTTPConnection) -> Caller:
-        # Read the raw ASGI headers: no Headers object, no list, and the same rule for two
-        # Authorization headers as the middleware.
-        header = authorization_header(connection.scope["headers"])
-        caller = self.verifier.cached(header, self.scopes)
-        return caller or await self.verifier.verify_async(header, self.scopes)
+    async def __call__(self, connection: HTTPConnection, security_scopes: SecurityScopes) -> Caller:
+        scopes = security_scopes.scopes
+        try:
+            # Read the raw ASGI headers: no Headers object, no list, and the same rule for two
+            # Authorization headers as the middleware.
+            header = authorization_header(connection.scope["headers"])
+            caller = self.verifier.cached(header, scopes)
+            return caller or await self.verifier.verify_async(header, scopes)
+        except AuthError as error:
+            if answered_by_app(connection.scope, error):
+                raise
+            raise framework_refusal(connection.scope, error, self.verifier.realm) from error
+
+
+def answered_by_app(scope: Scope, error: AuthError) -> bool:
+    """Whether the app has a handler for `error` (install() registers one for AuthError).
+
+    Starlette's ExceptionMiddleware puts the handlers in force for this request in the scope,
+    and its routing looks them up there by the exception's classes, as this does.
+    """
+    handlers = scope.get("starlette.exception_handlers", ({}, {}))[0]
+    return any(cls in handlers for cls in type(error).__mro__ if issubclass(cls, ApiKeyError))
+
+
+def framework_refusal(scope: Scope, error: AuthError, realm: str) -> Exception:
+    """The refusal FastAPI answers by itself, for an app without install(): never a 500.
+
+    HTTP: the error's status and headers (its challenge, Retry-After) with FastAPI's own JSON
+    body, `{"detail": message}`, as for FastAPI's APIKeyHeader. A WebSocket handshake: a close
+    with 1008, which every server can send (the server answers the handshake with 403).
+    """
+    if scope["type"] == "websocket":
+        return WebSocketException(POLICY_VIOLATION)
+    headers = {name: value for name, value in error.http_headers(realm) if name != "content-type"}
+    return HTTPException(error.status, str(error), headers)
 
 
 class ApiKeyAuth:
     """Use: `auth = ApiKeyAuth(verifier)`; `auth.install(app)`; then in a route (HTTP or
-    WebSocket), `caller: Caller = auth.require("project")`.
+    WebSocket), `caller: Caller = auth.require("project")`, or FastAPI's own form,
+    `Security(auth.dependency(), scopes=["project"])`, in a route, a router or a dependency.
+    Enforced is the union of the dependency's scopes and every Security scope along the chain,
+    exactly what the route's OpenAPI `security` lists. Without install() a refusal keeps its
+    status and headers but has FastAPI's `{"detail": ...}` body (a WebSocket: a 1008 close).
 
     OpenAPI: `components.securitySchemes.ApiKey` is `{"type": "apiKey", "in": "header",
     "name": "Authorization"}`; each route that requires a key has `security: [{"ApiKey":
@@ -89,7 +129,7 @@ class ApiKeyAuth:
     ) -> None:
         self.verifier = verifier
         self.scheme_name = scheme_name
-        self.model = APIKey.model_validate(
+        model = APIKey.model_validate(
             {
                 "type": "apiKey",
                 "in": "header",
@@ -97,6 +137,7 @@ class ApiKeyAuth:
                 "description": SCHEME_DESCRIPTION if description is None else description,
             }
         )
+        self.scheme = ApiKeyScheme(verifier, model, scheme_name)
 
     def install(self, app: FastAPI) -> None:
         """Register the handler that turns a failed check into its RFC 9457 response, and add
@@ -130,15 +171,23 @@ class ApiKeyAuth:
         app.openapi = openapi  # type: ignore[method-assign]
 
     def require(self, *scopes: str) -> Any:
-        """A dependency that checks the key and that it holds all of `scopes`."""
-        return Security(self.dependency(*scopes), scopes=list(scopes))
+        """A dependency that checks the key and that it holds all of `scopes`, and of any
+        Security scopes around it."""
+        return Security(self.scheme, scopes=list(scopes))
 
-    def dependency(self, *scopes: str) -> Callable[[HTTPConnection], Awaitable[Caller]]:
-        """The bare dependency, for `Security(..., scopes=[...])` or `dependencies=[...]`.
+    def dependency(self, *scopes: str) -> Callable[..., Awaitable[Caller]]:
+        """The bare dependency, for `Security(..., scopes=[...])`, `Depends(...)` or
+        `dependencies=[...]`: the key must hold `scopes` and every Security scope above it.
 
-        With `Depends(...)` it checks the same, but the OpenAPI document lists no scopes.
+        It wraps require(*scopes), so its own scopes are in the OpenAPI document too.
         """
-        return ApiKeyDependency(self.verifier, scopes, self.model, self.scheme_name)
+
+        requirement = self.require(*scopes)
+
+        async def api_key(caller: Caller = requirement) -> Caller:
+            return caller
+
+        return api_key
 
 
 def add_problem_responses(document: dict[str, Any], scheme_name: str = SCHEME_NAME) -> None:
