@@ -22,6 +22,14 @@ from apikey_tui.verifier import Verifier
 KEY = re.compile(r"ak[a-z2-7]{16}\.[a-z2-7]{59}")
 
 
+TMUX_ENV = {
+    "PATH": os.environ["PATH"],
+    "HOME": os.environ.get("HOME", "/"),
+    "LANG": "C.UTF-8",
+    "TERM": "xterm-256color",
+}
+
+
 class Tmux:
     """A private tmux server (its own socket) with one 100x30 pane."""
 
@@ -38,8 +46,17 @@ class Tmux:
         self.run("set-option", "-g", "set-clipboard", "on")
 
     def run(self, *args: str) -> str:
+        # The server (and so the app in its pane) gets only this environment, never the caller's:
+        # run from a tmux pane, the pane's COLUMNS=200 and LINES=50 reached the app, which then
+        # drew for a terminal twice the size of its own.
         return subprocess.run(
-            [*self.base, *args], capture_output=True, text=True, check=True, timeout=20
+            [*self.base, *args],
+            env=TMUX_ENV,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=20,
         ).stdout
 
     def send(self, *keys: str) -> None:
