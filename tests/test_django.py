@@ -287,3 +287,84 @@ def test_drf_database_down_is_503() -> None:
             assert "WWW-Authenticate" not in answer
     finally:
         down.close()
+
+
+def test_drf_user_rate_throttle_keeps_one_bucket_per_owner(database_url: str) -> None:
+    """DRF's UserRateThrottle counts each key owner apart (ApiKeyUser.pk is per owner)."""
+    configure_django()
+    from django.core.cache import cache
+    from django.test import Client
+    from django.urls import path
+    from rest_framework.permissions import IsAuthenticated
+    from rest_framework.request import Request
+    from rest_framework.response import Response
+    from rest_framework.throttling import UserRateThrottle
+    from rest_framework.views import APIView
+
+    from apikey_tui.integrations.drf import ApiKeyAuthentication
+
+    class TwoPerDay(UserRateThrottle):  # type: ignore[misc]
+        rate = "2/day"
+        timer = staticmethod(lambda: 1_000_000.0)  # a fixed clock: the window never moves
+
+    class Limited(APIView):  # type: ignore[misc]
+        authentication_classes = [ApiKeyAuthentication]
+        permission_classes = [IsAuthenticated]
+        throttle_classes = [TwoPerDay]
+
+        def get(self, request: Request) -> Response:
+            return Response({"owner": str(request.user)})
+
+    store = KeyStore.open(database_url, hasher=CHEAP)
+    alice = store.create_key("alice", "a", ["project"]).plaintext
+    alice_too = store.create_key("alice", "b", ["project"]).plaintext
+    bob = store.create_key("bob", "b", ["project"]).plaintext
+    store.close()
+    checker = Verifier.from_url(database_url, hasher=CHEAP)
+    try:
+        with drf_settings(checker):
+            urlpatterns[:] = [path("limited", Limited.as_view())]
+            cache.clear()
+            client = Client()
+            assert client.get("/limited", headers=auth(alice)).status_code == 200
+            assert client.get("/limited", headers=auth(alice_too)).status_code == 200
+            assert client.get("/limited", headers=auth(alice)).status_code == 429  # one owner
+            assert client.get("/limited", headers=auth(bob)).json() == {"owner": "bob"}
+    finally:
+        checker.close()
+        cache.clear()
+
+
+def test_api_key_user_pk_cannot_meet_a_django_user_pk() -> None:
+    """ApiKeyUser's pk and id are 'apikey:<owner>': per owner, never an integer or a UUID."""
+    configure_django()
+    from apikey_tui.integrations.drf import ApiKeyUser
+
+    user = ApiKeyUser(Caller("alice", "k", "ak" + "a" * 16, frozenset({"project"})))
+    assert user.pk == user.id == "apikey:alice"
+    assert not user.has_perms(["auth.view_user"]) and not user.has_module_perms("auth")
+
+
+def test_drf_django_model_permissions_refuse_a_key(
+    keys: tuple[str, str, str], verifier: Verifier
+) -> None:
+    """DjangoModelPermissions asks user.has_perms: an API key holds none, so 403, not 500."""
+    configure_django()
+    from django.contrib.contenttypes.models import ContentType
+    from django.test import Client
+    from django.urls import path
+    from rest_framework.permissions import DjangoModelPermissions
+    from rest_framework.request import Request
+    from rest_framework.response import Response
+    from rest_framework.views import APIView
+
+    class Types(APIView):  # type: ignore[misc]
+        permission_classes = [DjangoModelPermissions]
+        queryset = ContentType.objects.all()  # lazy: no query runs
+
+        def post(self, request: Request) -> Response:
+            return Response({})
+
+    with drf_settings(verifier):
+        urlpatterns[:] = [path("types", Types.as_view())]
+        assert Client().post("/types", headers=auth(keys[1])).status_code == 403

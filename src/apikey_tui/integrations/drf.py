@@ -14,6 +14,7 @@ The verifier is the one of settings.APIKEY_TUI (see apikey_tui.integrations.djan
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from django.http import HttpResponse
@@ -39,6 +40,9 @@ class ApiKeyUser:
 
     Authenticated and active, never staff or superuser, with no Django permissions: nothing
     is read from or written to django.contrib.auth's tables. `caller` is the whole Caller.
+    `pk` and `id` are "apikey:<owner>": DRF's UserRateThrottle and ScopedRateThrottle key
+    their buckets on request.user.pk, so each owner (all of its keys) gets one bucket, and
+    the prefix keeps it apart from any Django user's integer or UUID pk.
     """
 
     is_authenticated = True
@@ -46,12 +50,11 @@ class ApiKeyUser:
     is_active = True
     is_staff = False
     is_superuser = False
-    pk = None
-    id = None
 
     def __init__(self, caller: Caller) -> None:
         self.caller = caller
         self.username = caller.owner
+        self.pk = self.id = f"apikey:{caller.owner}"
 
     def get_username(self) -> str:
         """The key's owner."""
@@ -59,6 +62,14 @@ class ApiKeyUser:
 
     def has_perm(self, perm: str, obj: object = None) -> bool:
         """Django permissions do not apply to API keys: scopes do (HasScopes)."""
+        return False
+
+    def has_perms(self, perm_list: Iterable[str], obj: object = None) -> bool:
+        """None held (DjangoModelPermissions asks this): scopes apply, not Django permissions."""
+        return False
+
+    def has_module_perms(self, app_label: str) -> bool:
+        """None held, as has_perm."""
         return False
 
     def __str__(self) -> str:
