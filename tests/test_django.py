@@ -228,7 +228,12 @@ def test_drf_authentication_and_scopes(keys: tuple[str, str, str], verifier: Ver
         assert 'error="invalid_request"' in malformed["WWW-Authenticate"]
         forbidden = client.post("/models/m/predict", headers=auth(project))
         assert forbidden.status_code == 403
-        assert forbidden.json()["missing_scopes"] == ["serving"]
+        assert forbidden.json() == {  # the problem fields but status, which DRF makes a string
+            "type": "about:blank",
+            "title": "Forbidden",
+            "detail": "the API key lacks the scope serving for this endpoint",
+            "missing_scopes": ["serving"],
+        }
         assert client.post("/models/m/predict", headers=auth(both)).json() == {"key": "both"}
         assert client.post("/models/m/predict").status_code == 401
         assert client.get("/projects", headers=auth(project)).json() == {"key": "proj"}
@@ -368,3 +373,49 @@ def test_drf_django_model_permissions_refuse_a_key(
     with drf_settings(verifier):
         urlpatterns[:] = [path("types", Types.as_view())]
         assert Client().post("/types", headers=auth(keys[1])).status_code == 403
+
+
+@pytest.mark.parametrize(
+    "scopes", [(), ("Serving",), (["serving"],)], ids=["none", "not-a-scope-name", "a-list"]
+)
+def test_has_scopes_of_nothing_or_of_non_scopes_is_improperly_configured(
+    scopes: tuple[Any, ...],
+) -> None:
+    """HasScopes.of() with no scope (which would admit any key) or a non-scope name raises."""
+    configure_django()
+    from django.core.exceptions import ImproperlyConfigured
+
+    from apikey_tui.integrations.drf import HasScopes
+
+    with pytest.raises(ImproperlyConfigured, match="HasScopes"):
+        HasScopes.of(*scopes)
+
+
+@pytest.mark.parametrize("required", [None, (), "project"], ids=["absent", "empty", "a-string"])
+def test_a_bare_has_scopes_without_required_scopes_is_improperly_configured(
+    keys: tuple[str, str, str], verifier: Verifier, required: Any
+) -> None:
+    """A bare HasScopes on a view without a tuple of required_scopes raises, key or not."""
+    configure_django()
+    from django.core.exceptions import ImproperlyConfigured
+    from django.test import Client
+    from django.urls import path
+    from rest_framework.request import Request
+    from rest_framework.response import Response
+    from rest_framework.views import APIView
+
+    from apikey_tui.integrations.drf import HasScopes
+
+    class Bare(APIView):  # type: ignore[misc]
+        permission_classes = [HasScopes]
+
+        def get(self, request: Request) -> Response:
+            return Response({})
+
+    if required is not None:
+        Bare.required_scopes = required
+    with drf_settings(verifier):
+        urlpatterns[:] = [path("bare", Bare.as_view())]
+        for headers in ({}, auth(keys[2])):
+            with pytest.raises(ImproperlyConfigured, match="required_scopes"):
+                Client().get("/bare", headers=headers)

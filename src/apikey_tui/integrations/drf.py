@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
+from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpResponse
 from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication
@@ -26,10 +27,12 @@ from rest_framework.request import Request
 from apikey_tui.errors import (
     AuthError,
     InsufficientScopeError,
+    InvalidInputError,
     MissingKeyError,
     VerifierUnavailableError,
 )
 from apikey_tui.integrations.django import get_verifier, problem_response
+from apikey_tui.names import parse_scopes
 from apikey_tui.verifier import Caller, Verifier
 
 _ERROR = "_apikey_error"  # where authenticate() leaves its refusal for authenticate_header()
@@ -77,7 +80,8 @@ class ApiKeyUser:
 
 
 # Each refusal carries the AuthError and realm, so exception_handler can answer exactly as the
-# middleware does; DRF's own handler renders `detail` (the problem fields) as JSON.
+# middleware does; DRF's own handler renders `detail` (the problem fields) as JSON. HasScopes'
+# 403 is DRF's own PermissionDenied, built from the permission's message and code.
 
 
 class ApiKeyRefused(exceptions.AuthenticationFailed):  # type: ignore[misc]
@@ -96,14 +100,6 @@ class ApiKeyUnavailable(exceptions.APIException):  # type: ignore[misc]
     wait = 5
 
     def __init__(self, error: AuthError, realm: str) -> None:
-        super().__init__(str(error))
-        self.error, self.realm, self.detail = error, realm, error.problem()
-
-
-class ApiKeyForbidden(exceptions.PermissionDenied):  # type: ignore[misc]
-    """403: a valid key without every scope the view needs; names the missing ones."""
-
-    def __init__(self, error: InsufficientScopeError, realm: str) -> None:
         super().__init__(str(error))
         self.error, self.realm, self.detail = error, realm, error.problem()
 
@@ -140,32 +136,92 @@ class ApiKeyAuthentication(BaseAuthentication):  # type: ignore[misc]
         return error.challenge(realm) or f'ApiKey realm="{realm}"'
 
 
-class HasScopes(BasePermission):  # type: ignore[misc]
-    """Allow a request whose key holds every scope the view requires, else 403 naming them.
+def _scope_names(values: object, where: str) -> tuple[str, ...]:
+    """The scope names in values, read as route() reads them, or ImproperlyConfigured."""
+    # A lone string is refused: iterating "project" would require the scopes p, r, o, ...
+    if not isinstance(values, tuple | list | set | frozenset) or not all(
+        isinstance(name, str) for name in values
+    ):
+        raise ImproperlyConfigured(f"{where} must be a tuple of scope names, such as ('project',)")
+    try:
+        return parse_scopes(values)
+    except InvalidInputError as error:
+        raise ImproperlyConfigured(f"{where}: {error}") from None
 
-    The scopes: `HasScopes.of("serving", "project")`, or a view's `required_scopes`. Without
-    a key (request.auth is not a Caller) DRF answers 401 with the ApiKey challenge.
+
+# Without a scope HasScopes would admit any key: a forgotten argument must not do that.
+_NO_SCOPE = (
+    "names no scope; for any valid key use IsAuthenticated with ApiKeyAuthentication as the "
+    "only authentication class"
+)
+
+
+class HasScopes(BasePermission):  # type: ignore[misc]
+    """Allow a request whose key holds every scope the view requires, else False.
+
+    The scopes: `HasScopes.of("serving", "project")`, or a view's `required_scopes` (both
+    together add up); naming none is ImproperlyConfigured, never "any key". A refusal is
+    False, as DRF's composition (|, &, ~) needs: DRF then answers 401 with the ApiKey
+    challenge when no authentication class accepted the request, else 403 with `message`,
+    which names the missing scopes when HasScopes alone refused (a composed permission gets
+    DRF's generic 403, since no one set of scopes is missing then).
     """
 
     scopes: ClassVar[tuple[str, ...]] = ()
+    # Read by DRF's permission_denied after a refusal; each request gets a new instance.
+    message: dict[str, object] | str | None = None
+    code: str | None = None
 
     @classmethod
     def of(cls, *scopes: str) -> type[HasScopes]:
-        """A HasScopes requiring these scopes."""
-        return type(f"HasScopes_{'_'.join(scopes) or 'any'}", (cls,), {"scopes": scopes})
+        """A HasScopes requiring these scopes (ImproperlyConfigured for none or a bad name)."""
+        names = _scope_names(scopes, "HasScopes.of()")
+        if not names:
+            raise ImproperlyConfigured(f"HasScopes.of() {_NO_SCOPE}")
+        return type(f"HasScopes_{'_'.join(names)}", (cls,), {"scopes": names})
 
     def has_permission(self, request: Request, view: Any) -> bool:
-        """True when the key holds them all; raises the 403 naming the missing ones."""
+        """True when the request's key holds them all; otherwise False with a message."""
+        where = f"{type(view).__name__}.required_scopes"
+        required = {*self.scopes, *_scope_names(getattr(view, "required_scopes", ()), where)}
+        if not required:
+            raise ImproperlyConfigured(
+                f"{type(self).__name__} on {type(view).__name__} {_NO_SCOPE}: use "
+                "HasScopes.of('scope', ...) or set the view's required_scopes"
+            )
         caller = request.auth
         if not isinstance(caller, Caller):
-            return False  # DRF: 401 when an authenticator could have answered, else 403
-        required = {*self.scopes, *getattr(view, "required_scopes", ())}
+            # DRF answers 401 when no authentication class accepted the request; a request
+            # that another class accepted (a session user) is told it needs a key: 403.
+            self.message = str(MissingKeyError())
+            return False
         missing = sorted(required - caller.scopes)
         if missing:
-            authenticator = request.successful_authenticator
-            verifier = getattr(authenticator, "verifier", None) or get_verifier()
-            raise ApiKeyForbidden(InsufficientScopeError(missing), verifier.realm)
+            # DRF turns every value of a message into a string: "status" (a number in RFC 9457)
+            # is left out; the HTTP status says it. exception_handler answers the problem exactly.
+            problem = InsufficientScopeError(missing).problem()
+            self.message = {name: value for name, value in problem.items() if name != "status"}
+            self.code = InsufficientScopeError.error_code
+            return False
         return True
+
+
+def _scope_refusal(exc: Exception) -> InsufficientScopeError | None:
+    """The refusal DRF raised from HasScopes' message and code, or None for anything else."""
+    if not isinstance(exc, exceptions.PermissionDenied) or not isinstance(exc.detail, dict):
+        return None
+    detail, missing = exc.detail.get("detail"), exc.detail.get("missing_scopes")
+    if getattr(detail, "code", None) != InsufficientScopeError.error_code:
+        return None
+    if not isinstance(missing, list) or not missing:
+        return None
+    return InsufficientScopeError([str(scope) for scope in missing])
+
+
+def _realm(request: Request | None) -> str:
+    """The realm of the verifier that authenticated the request, else of the settings' one."""
+    authenticator = getattr(request, "successful_authenticator", None)
+    return (getattr(authenticator, "verifier", None) or get_verifier()).realm
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> HttpResponse | None:
@@ -174,8 +230,11 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> HttpResponse |
     Status, WWW-Authenticate (error="invalid_token", scope="…"), Retry-After and body are the
     same as the middleware's. Everything else goes to DRF's own handler.
     """
-    if isinstance(exc, ApiKeyRefused | ApiKeyUnavailable | ApiKeyForbidden):
+    if isinstance(exc, ApiKeyRefused | ApiKeyUnavailable):
         return problem_response(exc.error, exc.realm)
+    forbidden = _scope_refusal(exc)
+    if forbidden is not None:
+        return problem_response(forbidden, _realm(context.get("request")))
     # Imported here: rest_framework.views loads the authentication classes named in settings
     # while it is being imported, so a module-level import would be circular.
     from rest_framework.views import exception_handler as drf_exception_handler
