@@ -29,9 +29,8 @@ import pytest
 
 from apikey_tui.store import KeyStore
 from apikey_tui.verifier import Verifier
-from tests.conftest import ACTOR, CHEAP
+from tests.conftest import ACTOR, CHEAP, FakeClock
 from tests.test_django import APPS, auth, configure_django
-from tests.test_lifecycle_verifier import Clock
 
 CHALLENGE = 'ApiKey realm="api"'
 INVALID = 'ApiKey realm="api", error="invalid_token"'
@@ -41,21 +40,20 @@ GENERIC_403 = "You do not have permission to perform this action."
 class Keys:
     """A store and a verifier on one database and one fake clock, with alice's keys."""
 
-    def __init__(self, store: KeyStore, verifier: Verifier, clock: Clock) -> None:
+    def __init__(self, store: KeyStore, verifier: Verifier, clock: FakeClock) -> None:
         self.store, self.verifier, self.clock = store, verifier, clock
         self.project = store.create_key("alice", "proj", ["project"]).plaintext
         self.serving = store.create_key("alice", "serve", ["serving"]).plaintext
 
 
 @pytest.fixture
-def keys(database_url: str) -> Iterator[Keys]:
+def keys(database_url: str, clock: FakeClock) -> Iterator[Keys]:
     """alice's 'project' and 'serving' keys, with DRF settings naming the verifier."""
     configure_django()
     from django.test import override_settings
 
-    clock = Clock()
-    store = KeyStore.open(database_url, hasher=CHEAP, actor=ACTOR, clock=clock.store)
-    verifier = Verifier.from_url(database_url, hasher=CHEAP, clock=clock.verifier)
+    store = KeyStore.open(database_url, hasher=CHEAP, actor=ACTOR, clock=clock)
+    verifier = Verifier.from_url(database_url, hasher=CHEAP, clock=clock)
     try:
         with override_settings(
             ALLOWED_HOSTS=["testserver"],
