@@ -374,6 +374,52 @@ def test_double_slash_paths_need_the_rules_of_both_readings() -> None:
     assert RouteScopes([], ["project"]).required("GET", "//anything") == ("project",)
 
 
+def test_parameter_and_case_readings_need_the_rules_of_every_reading() -> None:
+    """`;` parameters stripped and letter case folded are readings too, like merged slashes."""
+    rules = RouteScopes([route("/", public=True), route("/admin", "admin"), route("/Rep", "rep")])
+    for path in ("/admin;x", "/admin;jsessionid=1/x", "/admin%3Bx", "/ADMIN", "/Admin/x",
+                 "/;x/admin", "/aDmIn;x;y/z"):  # fmt: skip
+        assert rules.required("GET", path) == ("admin",), path
+    assert rules.required("GET", "/rep/1") == ("rep",)  # rule paths are folded too
+    assert rules.required("GET", "/docs;v=1/Page") is None  # public under every reading
+    assert rules.required("GET", "/Admin//x;y") == ("admin",)
+    # Letters whose simple case mapping is ASCII: .NET and Go read "/adm\u0131n" as "/admin".
+    for path in ("/adm\u0131n", "/ADM\u0130N/x"):
+        assert rules.required("GET", path) == ("admin",), path
+    ruled = RouteScopes([route("/", public=True), route("/secret", "s"), route("/key", "k")])
+    assert ruled.required("GET", "/\u017fecret") == ("s",)
+    assert ruled.required("GET", "/\u212aey") == ("k",)
+    assert RouteScopes([route("/admin", "admin")], ["project"]).required("GET", "/Admin") == (
+        "admin",
+        "project",
+    )
+    with pytest.raises(ValueError, match="letter case"):
+        RouteScopes([route("/admin", "a"), route("/Admin", "b")])
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/public/..;/admin", "/public/.;x/admin", "/public/..%3b/admin", "/public/..;x;y",
+     "/public;/..;/admin"],
+)  # fmt: skip
+def test_dot_segments_left_by_stripping_parameters_are_400(path: str) -> None:
+    """`/..;/` is `/../` to Tomcat: a reading with a dot segment makes the whole path a 400."""
+    rules = RouteScopes([route("/", public=True), route("/admin", "admin")])
+    with pytest.raises(AuthError) as refused:
+        rules.required("GET", path)
+    assert refused.value.status == 400
+
+
+def test_mounted_starlette_app_judges_parameter_and_case_readings(keys: Keys) -> None:
+    """In-process too, `/models;x/...`, `%3b` and `/MODELS/...` need the scopes of /models."""
+    with TestClient(attack_target(keys.verifier)) as client:
+        for path in ("/models;x/m/predict", "/models%3bx/m/predict", "/MODELS/m/predict",
+                     "/api/Models/m/predict", "/api/models;v=2/m/predict"):  # fmt: skip
+            refused = client.post(path, headers=_auth(keys.project))
+            assert refused.status_code == 403, path
+            assert refused.json()["missing_scopes"] == ["serving"], path
+
+
 @pytest.mark.parametrize(
     "path",
     ["/./models", "/models/.", "/models/..", "/models/../projects", "/models/%2e%2e/x",

@@ -165,9 +165,21 @@ def test_missing_original_request_is_refused_with_rules(ruled: TestClient, keys:
 
 
 def test_two_original_uris_are_refused(ruled: TestClient) -> None:
-    """X-Forwarded-Uri and X-Original-URI together are ambiguous: 400."""
+    """X-Forwarded-Uri and X-Original-URI with different values are ambiguous: 400."""
     answer = ask(ruled, "/health", None, "GET", X_Original_URI="/projects")
     assert answer.status_code == 400
+    answer = ask(ruled, "/health", None, "GET", X_Original_Method="DELETE")
+    assert answer.status_code == 400
+
+
+def test_both_spellings_with_one_value_are_one_request(ruled: TestClient, keys: Keys) -> None:
+    """X-Forwarded-Uri and X-Original-URI (and the methods) naming the same request are judged."""
+    assert ask(ruled, "/health", None, "GET", X_Original_URI="/health").status_code == 200
+    answer = ask(
+        ruled, "/models/x", keys.project, "POST", X_Original_URI="/models/x",
+        X_Original_Method="POST",
+    )  # fmt: skip
+    assert answer.status_code == 403
 
 
 @pytest.mark.parametrize(
@@ -187,6 +199,13 @@ def test_two_original_uris_are_refused(ruled: TestClient) -> None:
         "http://example.com/health",
         "/h%C3",  # not UTF-8 once decoded
         "/h\u00e9",  # not ASCII on the wire
+        "/health#/../models",  # not origin form: nginx forwards it verbatim
+        "/health?x=1#/../models",
+        "/health/{x}",
+        "/health/a b",
+        "/health/..;/models",  # a dot segment once Tomcat strips the parameter
+        "/health/..%3b/models",
+        "/health/.%3Bx/models",
     ],
 )
 def test_path_tricks_are_400(ruled: TestClient, uri: str) -> None:
@@ -200,6 +219,44 @@ def test_path_tricks_are_400(ruled: TestClient, uri: str) -> None:
     )
     assert answer.status_code == 400, answer.text
     assert "www-authenticate" not in answer.headers
+
+
+OPEN_RULES = {
+    "route": [
+        {"path": "/health", "public": True},
+        {"path": "/projects", "scopes": ["project"]},
+        {"path": "/admin", "scopes": ["serving"]},
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    "uri",
+    ["/admin;x", "/admin;jsessionid=1", "/admin%3bx", "/admin%3Bx/users", "/ADMIN",
+     "/Admin/users", "/aDmIn;x/users", "/;x/admin", "/adm%C4%B1n", "/projects/..;x/x"],
+)  # fmt: skip
+def test_every_reading_of_a_path_needs_its_scopes(sqlite_url: str, keys: Keys, uri: str) -> None:
+    """A path that a Java (`;` parameters) or case-blind server reads as /admin needs its scopes."""
+    with client(sqlite_url, OPEN_RULES) as c:
+        answer = ask(c, uri, keys.project)
+        if ".." in uri:
+            assert answer.status_code == 400
+        else:
+            assert answer.status_code == 403, answer.text
+            assert answer.json()["missing_scopes"] == ["serving"]
+        assert ask(c, uri, keys.both).status_code == (400 if ".." in uri else 200)
+
+
+def test_a_path_is_public_only_if_every_reading_is(sqlite_url: str, keys: Keys) -> None:
+    """Below a public `/`, `/ADMIN` and `/admin;x` need /admin's scopes; `/Docs;v=1` does not."""
+    rules = {"route": [{"path": "/", "public": True}, {"path": "/admin", "scopes": ["serving"]}]}
+    with client(sqlite_url, rules) as c:
+        assert ask(c, "/ADMIN").status_code == 401
+        assert ask(c, "/admin;x/y").status_code == 401
+        assert ask(c, "/Docs;v=1/x").status_code == 200
+    with client(sqlite_url) as c:  # unmatched = "deny": a reading that no rule covers is refused
+        assert ask(c, "/HEALTH").status_code == 403
+        assert ask(c, "/projects;x", keys.project).status_code == 403
 
 
 def test_repeated_slashes_need_the_union_of_readings(ruled: TestClient, keys: Keys) -> None:
@@ -317,10 +374,11 @@ def test_rules_file_is_toml(tmp_path: Path) -> None:
 
 
 def test_original_path_decodes_once() -> None:
-    """The forwarded URI is decoded once, query and fragment dropped; separators stay refused."""
-    assert original_path("/a%20b/c?d=%2F#e") == "/a b/c"
-    with pytest.raises(UnsafePathError):
-        original_path("/a%2Fb")
+    """The forwarded URI is decoded once, its query dropped; separators and `#` are refused."""
+    assert original_path("/a%20b/c?d=%2F&e=[1]") == "/a b/c"
+    for uri in ("/a%2Fb", "/a#b", "/a?b#c", "/a?b c"):
+        with pytest.raises(UnsafePathError):
+            original_path(uri)
 
 
 def test_serve_auth_refuses_a_bad_rules_file(tmp_path: Path, sqlite_url: str) -> None:

@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,10 @@ scopes = ["project"]
 [[route]]
 path = "/models"
 scopes = ["serving", "project"]
+
+[[route]]
+path = "/admin"
+scopes = ["admin"]
 """
 
 
@@ -273,10 +278,10 @@ class Stack:
     public_id: str
 
 
-@pytest.fixture(scope="module", params=sorted(PROXIES))
-def stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
-    """Upstream, serve-auth on a fresh SQLite key database, and one proxy in front."""
-    with tempfile.TemporaryDirectory(prefix=f"apikey-{request.param}-") as name:
+@contextmanager
+def running_stack(proxy: str, rules: str) -> Iterator[Stack]:
+    """Upstream, serve-auth with these rules on a fresh SQLite key database, one proxy in front."""
+    with tempfile.TemporaryDirectory(prefix=f"apikey-{proxy}-") as name:
         folder = Path(name)
         url = f"sqlite:///{folder / 'keys.db'}"
         store = KeyStore.open(url, hasher=CHEAP, actor=ACTOR)
@@ -288,14 +293,28 @@ def stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
         started: list[Process] = []
         try:
             started.append(start_upstream(folder))
-            started.append(start_serve_auth(folder, url))
-            started.append(PROXIES[request.param](folder, started[1].port, started[0].port))
+            started.append(start_serve_auth(folder, url, rules))
+            started.append(PROXIES[proxy](folder, started[1].port, started[0].port))
             yield Stack(
                 started[2], started[0], both.plaintext, project.plaintext, both.info.public_id
             )
         finally:
             for process in reversed(started):
                 process.stop()
+
+
+@pytest.fixture(scope="module", params=sorted(PROXIES))
+def stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
+    """The stack with RULES (unmatched = "deny")."""
+    with running_stack(request.param, RULES) as running:
+        yield running
+
+
+@pytest.fixture(scope="module", params=sorted(PROXIES))
+def open_stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
+    """The stack with RULES but unmatched = "key": a path no rule covers needs any valid key."""
+    with running_stack(request.param, RULES.replace('"deny"', '"key"')) as running:
+        yield running
 
 
 def test_allowed_request_reaches_upstream_with_identity(stack: Stack) -> None:
@@ -376,6 +395,7 @@ def test_path_tricks_are_refused(stack: Stack, path: str) -> None:
     before = seen_by_upstream(stack.upstream)
     answer = call(stack.proxy.port, path, stack.project)
     assert answer.status == 400, (answer.status, answer.body)
+    assert "retry-after" not in answer.headers and "www-authenticate" not in answer.headers
     assert seen_by_upstream(stack.upstream) == before
 
 
@@ -385,6 +405,50 @@ def test_repeated_slashes_need_both_readings(stack: Stack) -> None:
     assert call(stack.proxy.port, "//models/x", stack.both).status == 403
     assert call(stack.proxy.port, "/projects//x", stack.project).status == 200
     assert len(seen_by_upstream(stack.upstream)) == len(before) + 1
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/admin;x",
+        "/admin;jsessionid=1",
+        "/admin%3bx",
+        "/admin%3Bx/users",
+        "/ADMIN",
+        "/Admin/users",
+    ],
+)
+def test_other_readings_of_a_path_need_their_scopes(open_stack: Stack, path: str) -> None:
+    """A path Tomcat (`;` parameters) or Express (any letter case) reads as /admin needs admin."""
+    before = seen_by_upstream(open_stack.upstream)
+    answer = call(open_stack.proxy.port, path, open_stack.project)
+    assert answer.status == 403, (answer.status, answer.body)
+    assert answer.headers["www-authenticate"] == (
+        'ApiKey realm="api", error="insufficient_scope", scope="admin"'
+    )
+    assert seen_by_upstream(open_stack.upstream) == before
+    assert call(open_stack.proxy.port, "/elsewhere;x", open_stack.project).status == 200
+
+
+@pytest.mark.parametrize("path", ["/health/..;/admin", "/health/..%3B/admin", "/health#/../admin"])
+def test_paths_that_leave_a_public_prefix_under_some_reading_are_400(
+    stack: Stack, path: str
+) -> None:
+    """`..;` (a dot segment once Tomcat strips `;`) and a `#` in the target never pass as public."""
+    before = seen_by_upstream(stack.upstream)
+    answer = call(stack.proxy.port, path)
+    assert answer.status == 400, (answer.status, answer.body)
+    assert seen_by_upstream(stack.upstream) == before
+
+
+def test_malformed_authorization_is_400_with_its_challenge(stack: Stack) -> None:
+    """serve-auth's 400 reaches the client as 400 with error="invalid_request", no Retry-After."""
+    before = seen_by_upstream(stack.upstream)
+    answer = call(stack.proxy.port, "/projects", f"{stack.project} {stack.project}")
+    assert answer.status == 400, (answer.status, answer.body)
+    assert answer.headers.get("www-authenticate") == ('ApiKey realm="api", error="invalid_request"')
+    assert "retry-after" not in answer.headers
+    assert seen_by_upstream(stack.upstream) == before
 
 
 @pytest.mark.parametrize("proxy", sorted(PROXIES))

@@ -44,6 +44,12 @@ IDENTITY_HEADERS = ("x-auth-request-user", "x-apikey-name", "x-apikey-id", "x-ap
 # A "/", "." or "\" percent-encoded in the original URI: the app behind the proxy may decode it
 # (and read another path than the rules did) or not. No rule reading is safe, so it is refused.
 _ENCODED_SEPARATOR = re.compile(r"%(?:2[ef]|5c)", re.IGNORECASE)
+# Origin form (RFC 9112): an absolute path of RFC 3986 path characters and whole %XX escapes,
+# then an optional query of any visible ASCII but "#" (clients send "[" and "|" there unescaped).
+# A "#" is no fragment on the wire: nginx forwards "/health#/../admin" to the service verbatim.
+_ORIGIN_FORM = re.compile(
+    r"((?:/(?:[A-Za-z0-9\-._~!$&'()*+,;=:@]|%[0-9A-Fa-f]{2})*)+)(?:\?[\x21\x22\x24-\x7e]*)?"
+)
 _METHOD = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]{1,32}")
 _FORWARDED = {
     b"x-forwarded-method": "method",
@@ -153,13 +159,14 @@ def _flag(value: object, what: str) -> bool:
 
 
 def original_path(uri: str) -> str:
-    """The decoded path of the URI a proxy forwarded (query and fragment dropped).
+    """The decoded path of the URI a proxy forwarded (its query dropped).
 
-    Raises UnsafePathError for a URI that is not origin-form ASCII, holds an encoded separator,
-    or decodes to something that is not UTF-8; dot segments and the rest are RouteScopes' work.
+    Raises UnsafePathError for a URI not in origin form (a "#" included), one holding an encoded
+    separator, or one that decodes to something that is not UTF-8; dot segments and the other
+    readings of the path are RouteScopes' work.
     """
-    target = uri.split("?", 1)[0].split("#", 1)[0]
-    if not target.startswith("/") or not target.isascii() or _ENCODED_SEPARATOR.search(target):
+    form = _ORIGIN_FORM.fullmatch(uri)
+    if form is None or _ENCODED_SEPARATOR.search(target := form.group(1)):
         raise UnsafePathError()
     try:
         return unquote_to_bytes(target).decode("utf-8")
@@ -223,11 +230,12 @@ class ForwardAuthApp:
         for name, value in scope["headers"]:
             field = _FORWARDED.get(name.lower()) if name[:2] in (b"x-", b"X-") else None
             if field is not None:
-                if field in forwarded:
+                text = value.decode("latin-1")
+                # nginx configurations often set both spellings: one value is one request.
+                if forwarded.setdefault(field, text) != text:
                     raise ForwardedRequestError(
                         f"two values for the original {field} (X-Forwarded-* and X-Original-*)"
                     )
-                forwarded[field] = value.decode("latin-1")
         query: bytes = scope.get("query_string", b"")
         uri = forwarded.get("uri")
         if query and uri is not None and "?" in uri:

@@ -8,7 +8,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Generic, Literal, TypeVar
 
-from apikey_tui.errors import NoRouteRuleError, UnsafePathError
+from apikey_tui.errors import NoRouteRuleError
+from apikey_tui.integrations.path_readings import fold, is_plain, readings
 from apikey_tui.names import parse_scopes
 from apikey_tui.verifier import Verifier
 
@@ -22,11 +23,6 @@ _RULE_PATH = re.compile(r"/|(?:/[A-Za-z0-9\-._~!$&'()+,;=:@]+)+/?")
 _DOT_SEGMENT = re.compile(r"/\.\.?(?:/|\Z)")
 # RFC 9110 method token (tchar), upper-cased.
 _METHOD = re.compile(r"[A-Z0-9!#$%&'*+.^_`|~-]+")
-# What a server's decoding can leave in a path that the app, a proxy or a file lookup might
-# read differently from us: dot segments, a "/", "." or "\" still percent-encoded, backslashes,
-# and C0/DEL control characters. (C1 is allowed: a WSGI PATH_INFO carries UTF-8 bytes as latin-1.)
-_UNSAFE_PATH = re.compile(r"[\x00-\x1f\x7f\\]|%(?:2[ef]|5c)|/\.\.?(?:/|\Z)", re.IGNORECASE)
-_REPEATED_SLASHES = re.compile(r"/{2,}")
 # The table key of a rule that names no methods; a real method is never empty.
 _ANY_METHOD = ""
 # Answers for recent (method, path) pairs are kept, so a hot route costs one dict lookup. The
@@ -114,7 +110,21 @@ class RouteScopes:
                     shown = method or "any method"
                     raise ValueError(f"two routes for {shown} on {rule.path!r}")
                 entry[method] = rule
-        for entry in self._table.values():
+        # The same rules keyed by case-blind path, for the case-blind readings of a request.
+        self._folded = self._table
+        if any(fold(path) != path for path in self._table):
+            self._folded = {}
+            for path, entry in self._table.items():
+                blind = self._folded.setdefault(fold(path), {})
+                for method, rule in entry.items():
+                    if method in blind:
+                        shown = method or "any method"
+                        raise ValueError(
+                            f"two routes for {shown} on {blind[method].path!r} and {path!r}: a "
+                            "server that ignores letter case reads them as one path"
+                        )
+                    blind[method] = rule
+        for entry in [*self._table.values(), *self._folded.values()]:
             if "GET" in entry:
                 entry.setdefault("HEAD", entry["GET"])
         # Prefixes longer than every rule path cannot match: the lookup skips them, so a request
@@ -137,36 +147,24 @@ class RouteScopes:
     def _resolve(self, method: str, path: str) -> tuple[str, ...] | None:
         """`required` without the cache."""
         method = method.upper()
-        if (
-            "//" in path
-            or "/." in path
-            or "%" in path
-            or "\\" in path
-            or not (path.startswith("/") and path.isascii() and path.isprintable())
-        ):
-            return self._required_unusual(method, path)
-        return self._need(self._lookup(method, path))
+        if self._folded is self._table and is_plain(path):  # its only reading is itself
+            return self._need(self._lookup(self._table, method, path))
+        # The request must pass the rules of every reading, whichever one the app acts on:
+        # public only if all are, else the scopes of all of them.
+        needs: set[str] = set()
+        public = True
+        for reading, blind in readings(path):
+            if blind:
+                need = self._need(self._lookup(self._folded, method, fold(reading)))
+            else:
+                need = self._need(self._lookup(self._table, method, reading))
+            if need is not None:
+                public = False
+                needs.update(need)
+        return None if public else tuple(sorted(needs))
 
-    def _required_unusual(self, method: str, path: str) -> tuple[str, ...] | None:
-        """The slow path: refuse what is not in normal form; repeated slashes need both readings."""
-        if not path:
-            path = "/"  # the mount point itself (a WSGI PATH_INFO or Starlette route path of "")
-        if not path.startswith("/") or _UNSAFE_PATH.search(path):
-            raise UnsafePathError()
-        need = self._need(self._lookup(method, path))
-        merged = _REPEATED_SLASHES.sub("/", path)
-        if merged == path:
-            return need
-        # Werkzeug merges repeated slashes before routing and Starlette does not: the request
-        # must pass the rules of both readings, whichever one the app acts on.
-        other = self._need(self._lookup(method, merged))
-        if need is None or other is None:
-            return other if need is None else need
-        return tuple(sorted({*need, *other}))
-
-    def _lookup(self, method: str, path: str) -> Route | None:
+    def _lookup(self, table: dict[str, dict[str, Route]], method: str, path: str) -> Route | None:
         """The rule of the longest rule path that is `path` or a whole-segment prefix of it."""
-        table = self._table
         if len(path) > self._longest:
             cut = path.rfind("/", 0, self._longest + 1)
             path = path[:cut] if cut > 0 else "/"
