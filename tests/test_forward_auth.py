@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import select
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,7 +14,9 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+from apikey_tui.cli import main
 from apikey_tui.errors import UnsafePathError
+from apikey_tui.integrations import auth_server, forward_auth
 from apikey_tui.integrations.forward_auth import (
     IDENTITY_HEADERS,
     ForwardAuthApp,
@@ -23,6 +27,8 @@ from apikey_tui.integrations.forward_auth import (
 from apikey_tui.store import KeyStore
 from apikey_tui.verifier import Verifier
 from tests.conftest import ACTOR, CHEAP
+from tests.test_proxies import Process
+from tests.throwaway_postgres import free_port
 
 RULES = {
     "unmatched": "deny",
@@ -402,3 +408,115 @@ def test_metrics_are_served_at_slash_metrics(sqlite_url: str, keys: Keys) -> Non
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/plain")
     assert 'apikey_tui_verifier_checks_total{outcome="ok"} 1.0' in page.text
     assert keys.public_id not in page.text and keys.both not in page.text
+
+
+def _closed(sock: socket.socket) -> bool:
+    """Read until the server closes the connection; False if it stays open for 30 s."""
+    sock.settimeout(30)
+    try:
+        while sock.recv(4096):
+            pass
+    except TimeoutError:
+        return False
+    except ConnectionError:
+        pass  # a reset is a close too
+    return True
+
+
+def _dribbled_until_closed(sock: socket.socket) -> bool:
+    """Send a request one byte every 0.2 s; True once the server closes, False after 30 s."""
+    payload = b"GET /auth HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 200
+    for byte in payload[:150]:
+        try:
+            sock.sendall(bytes([byte]))
+        except ConnectionError:
+            return True
+        readable, _, _ = select.select([sock], [], [], 0.2)
+        if readable and _closed(sock):
+            return True
+    return False
+
+
+def test_serve_auth_closes_idle_and_slow_connections(tmp_path: Path, sqlite_url: str) -> None:
+    """A connection that sends nothing, half a request or a byte at a time is closed, as is an
+    idle one after its answer: --keep-alive-timeout and --header-timeout."""
+    port = free_port()
+    command = [sys.executable, "-m", "apikey_tui", "serve-auth", "--port", str(port),
+               "--database-url", sqlite_url, "--keep-alive-timeout", "1",
+               "--header-timeout", "1"]  # fmt: skip
+    server = Process("serve-auth", command, port, tmp_path)
+    sockets: list[socket.socket] = []
+    try:
+        for _ in range(4):
+            sockets.append(socket.create_connection(("127.0.0.1", port), timeout=30))
+        idle, half, answered, dribbling = sockets
+        half.sendall(b"GET /auth HTTP/1.1\r\nHost: x\r\n")
+        answered.sendall(b"GET /auth HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert answered.recv(12) == b"HTTP/1.1 401", server.output()
+        assert _dribbled_until_closed(dribbling), server.output()
+        for sock in (idle, half, answered):
+            assert _closed(sock), server.output()
+    finally:
+        for sock in sockets:
+            sock.close()
+        server.stop()
+
+
+def test_serve_auth_options_reach_the_verifier_and_the_server(
+    monkeypatch: pytest.MonkeyPatch, sqlite_url: str
+) -> None:
+    """The verifier's options and the connection timeouts given to serve-auth are the ones used."""
+    made: dict[str, Any] = {}
+
+    def fake_create_app(url: str, rules: str | None, **options: Any) -> str:
+        made.update(options)
+        return "app"
+
+    def fake_serve(app: str, **options: Any) -> None:
+        made.update(options)
+
+    monkeypatch.setattr(forward_auth, "create_app", fake_create_app)
+    monkeypatch.setattr(auth_server, "serve", fake_serve)
+    assert main(["serve-auth", "--database-url", sqlite_url]) == 0
+    assert made == {
+        "realm": "api",
+        "host": "127.0.0.1",
+        "port": 9180,
+        "keep_alive_timeout": 5,
+        "header_timeout": 10,
+    }
+    made.clear()
+    arguments = ["--revocation-bound", "0", "--check-timeout", "0.5", "--check-workers", "2",
+                 "--max-pending-checks", "8", "--keep-alive-timeout", "7",
+                 "--header-timeout", "3"]  # fmt: skip
+    assert main(["serve-auth", "--database-url", sqlite_url, *arguments]) == 0
+    assert made == {
+        "realm": "api",
+        "revocation_bound": 0.0,
+        "check_timeout": 0.5,
+        "check_workers": 2,
+        "max_pending_checks": 8,
+        "host": "127.0.0.1",
+        "port": 9180,
+        "keep_alive_timeout": 7,
+        "header_timeout": 3,
+    }
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [["--revocation-bound", "-1"], ["--revocation-bound", "nan"], ["--check-timeout", "0"],
+     ["--check-workers", "0"], ["--max-pending-checks", "x"], ["--keep-alive-timeout", "0"],
+     ["--header-timeout", "1.5"], ["--check-workers", "9", "--max-pending-checks", "8"]],
+)  # fmt: skip
+def test_serve_auth_refuses_bad_option_values(
+    capsys: pytest.CaptureFixture[str], sqlite_url: str, arguments: list[str]
+) -> None:
+    """A bad value for a verifier option or a timeout is a usage error (2), in one line."""
+    try:
+        code = main(["serve-auth", "--database-url", sqlite_url, "--port", "1", *arguments])
+    except SystemExit as exit_:
+        code = exit_.code  # type: ignore[assignment]
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err

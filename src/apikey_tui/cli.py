@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import sys
@@ -251,7 +252,71 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=9180, help="listen port (default 9180)")
     serve.add_argument("--rules", metavar="FILE", help="route rules (TOML, see the README)")
     serve.add_argument("--realm", default="api", help='WWW-Authenticate realm (default "api")')
+    # The verifier's options: absent ones keep the verifier's defaults (README, Options).
+    verifier = serve.add_argument_group("the verifier (defaults as in the README's Options)")
+    verifier.add_argument(
+        "--revocation-bound",
+        type=_seconds(allow_zero=True),
+        metavar="SECONDS",
+        help="PostgreSQL: how long a checked key is trusted while push is down (0: ask each time)",
+    )
+    verifier.add_argument(
+        "--check-timeout",
+        type=_seconds(allow_zero=False),
+        metavar="SECONDS",
+        help="the longest a check waits for the database or argon2 before 503",
+    )
+    verifier.add_argument(
+        "--check-workers", type=_count, metavar="N", help="threads for database reads and argon2"
+    )
+    verifier.add_argument(
+        "--max-pending-checks",
+        type=_count,
+        metavar="N",
+        help="checks queued or running before 503 at once (at least --check-workers)",
+    )
+    connections = serve.add_argument_group("connections")
+    connections.add_argument(
+        "--keep-alive-timeout",
+        type=_count,
+        default=5,
+        metavar="SECONDS",
+        help="close a connection idle this long, a new one included (default 5; keep it longer "
+        "than the proxy's idle timeout for its upstream connections)",
+    )
+    connections.add_argument(
+        "--header-timeout",
+        type=_count,
+        default=10,
+        metavar="SECONDS",
+        help="close a connection whose request has not arrived whole this long after its first "
+        "byte (default 10)",
+    )
     return parser
+
+
+def _seconds(*, allow_zero: bool) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and (value > 0 or (allow_zero and value == 0))):
+            least = "0 or more" if allow_zero else "more than 0"
+            raise argparse.ArgumentTypeError(f"expected {least} seconds, got {text[:30]!a}")
+        return value
+
+    return parse
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 1, got {text[:30]!a}")
+    return value
 
 
 def _scope_option(parser: argparse.ArgumentParser) -> None:
@@ -685,7 +750,7 @@ def _db_upgrade(url: str, args: argparse.Namespace) -> int:
 def _serve_auth(url: str, args: argparse.Namespace) -> int:
     """Run the forward-auth app under uvicorn until interrupted (needs the [serve] extra)."""
     try:
-        import uvicorn
+        from apikey_tui.integrations import auth_server
     except ImportError:
         print(
             "apikey-tui: serve-auth needs uvicorn: pip install 'apikey-tui[serve]'",
@@ -693,17 +758,28 @@ def _serve_auth(url: str, args: argparse.Namespace) -> int:
         )
         return EXIT_USAGE
     from apikey_tui.config import parse_database_url
-    from apikey_tui.integrations.forward_auth import create_app
+    from apikey_tui.integrations import forward_auth
 
     parse_database_url(url)  # a URL we cannot use is a usage error now, not a 503 per request
+    options = {
+        name: getattr(args, name)
+        for name in ("revocation_bound", "check_timeout", "check_workers", "max_pending_checks")
+        if getattr(args, name) is not None
+    }
     try:
-        app = create_app(url, args.rules, realm=args.realm)
-    except ValueError as exc:  # a bad rules file: refuse to start rather than guess
+        app = forward_auth.create_app(url, args.rules, realm=args.realm, **options)
+    except ValueError as exc:  # a bad rules file or verifier option: refuse to start, not guess
         print(f"apikey-tui: {printable(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     # One process, one verifier: its cache and key index are per process. For more, run
     # several serve-auth processes and list them all in the proxy's upstream.
-    uvicorn.run(app, host=args.host, port=args.port, access_log=False, lifespan="on")
+    auth_server.serve(
+        app,
+        host=args.host,
+        port=args.port,
+        keep_alive_timeout=args.keep_alive_timeout,
+        header_timeout=args.header_timeout,
+    )
     return EXIT_OK
 
 
