@@ -161,7 +161,9 @@ class Verifier:
                 deadline = time.monotonic() + self._gate.timeout
                 parsed = parse_key(credential)
                 if self._known.verdict(parsed.public_id, parsed.secret) is Verdict.STALE:
-                    self._gate.wait(self._gate.submit(_REFRESH, self._refresh), deadline)
+                    ticket = self._known.ticket()
+                    while not self._known.covers(ticket):  # at most twice: see KnownKeys
+                        self._gate.wait(self._gate.submit(_REFRESH, self._refresh), deadline)
                 self._precheck(parsed)
                 work = self._gate.submit(digest, lambda: self._check(parsed, digest))
                 caller = self._gate.wait(work, deadline)
@@ -185,9 +187,11 @@ class Verifier:
                 deadline = time.monotonic() + self._gate.timeout
                 parsed = parse_key(credential)
                 if self._known.verdict(parsed.public_id, parsed.secret) is Verdict.STALE:
-                    await self._gate.wait_async(
-                        self._gate.submit(_REFRESH, self._refresh), deadline
-                    )
+                    ticket = self._known.ticket()
+                    while not self._known.covers(ticket):  # at most twice: see KnownKeys
+                        await self._gate.wait_async(
+                            self._gate.submit(_REFRESH, self._refresh), deadline
+                        )
                 self._precheck(parsed)
                 work = self._gate.submit(digest, lambda: self._check(parsed, digest))
                 caller = await self._gate.wait_async(work, deadline)

@@ -150,6 +150,20 @@ class KnownKeys:
         self._newest: datetime | None = None
         self._loaded_at = float("-inf")
         self._lock = threading.Lock()
+        # Refreshes are numbered as they begin. A request that finds the index stale takes a
+        # ticket (the number begun so far) and is answered only by a refresh numbered above it:
+        # one that began earlier may have read before the request's key was committed, and
+        # joining it refused a brand-new key with 401 at its first check.
+        self._begun = 0
+        self._read_by = 0  # the number of the refresh whose reading the index holds
+
+    def ticket(self) -> int:
+        """The refreshes begun so far; `covers(ticket)` once a later one has finished."""
+        return self._begun
+
+    def covers(self, ticket: int) -> bool:
+        """Whether the index holds a reading begun after the ticket was taken."""
+        return self._read_by > ticket
 
     def verdict(self, public_id: str, secret: str, *, refreshed: bool = False) -> Verdict:
         """Judge a presented key by the index; STALE means refresh() and ask again."""
@@ -167,8 +181,11 @@ class KnownKeys:
     def refresh(self) -> None:
         """Bring the index up to date with the database (one query)."""
         with self._lock:
+            self._begun += 1
+            number = self._begun
             generation = self._freshness.generation()  # before reading: later commits show next
             if generation == self._generation:
+                self._read_by = number
                 return
             now = time.monotonic()
             full = self._newest is None or now - self._loaded_at >= self.FULL_RELOAD
@@ -183,7 +200,7 @@ class KnownKeys:
                     self._newest = created_at
             if full:
                 self._fingerprints, self._loaded_at = index, now
-            self._generation = generation
+            self._generation, self._read_by = generation, number
 
     def forget(self, public_id: str) -> None:
         """Drop a key the database no longer has."""
@@ -193,6 +210,7 @@ class KnownKeys:
         """After a fork: a new lock, and a full reload at the next refresh."""
         self._lock = threading.Lock()
         self._generation, self._newest = None, None
+        self._begun = self._read_by = 0
 
     def __len__(self) -> int:
         return len(self._fingerprints)
