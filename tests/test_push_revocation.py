@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
 import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,7 +22,7 @@ import psycopg
 import pytest
 from sqlalchemy import event
 
-from apikey_tui.errors import InsufficientScopeError, InvalidKeyError
+from apikey_tui.errors import AuthError, InsufficientScopeError, InvalidKeyError
 from apikey_tui.store import KeyStore
 from apikey_tui.verifier import Verifier
 from apikey_tui.verifier.freshness import PushFreshness
@@ -128,8 +131,11 @@ def test_bound_zero_needs_no_listener(postgres_url: str) -> None:
 
 
 @contextmanager
-def transaction_pooling_pgbouncer() -> Iterator[str]:
-    """A private PgBouncer in transaction pooling in front of the shared PostgreSQL."""
+def transaction_pooling_pgbouncer(pool_size: int = 20) -> Iterator[str]:
+    """A private PgBouncer in transaction pooling in front of the shared PostgreSQL.
+
+    pool_size server connections at most per database and user, shared by every client.
+    """
     database = f"apikey_pgb_{uuid.uuid4().hex[:10]}"  # a fresh database: options can't pass
     with psycopg.connect(SHARED, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {database}")
@@ -142,8 +148,8 @@ def transaction_pooling_pgbouncer() -> Iterator[str]:
         "[pgbouncer]\n"
         f"listen_addr = 127.0.0.1\nlisten_port = {port}\n"
         f"auth_type = trust\nauth_file = {folder}/users.txt\n"
-        "pool_mode = transaction\nunix_socket_dir =\n"
-        f"logfile = {folder}/pgbouncer.log\n"
+        f"pool_mode = transaction\ndefault_pool_size = {pool_size}\nunix_socket_dir =\n"
+        f"logfile = {folder}/pgbouncer.log\nlog_connections = 0\nlog_disconnections = 0\n"
         "ignore_startup_parameters = extra_float_digits,options\n"
     )
     as_postgres = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
@@ -194,3 +200,71 @@ def test_pgbouncer_in_transaction_pooling_is_detected_and_the_bound_still_holds(
         assert eventually(lambda: refused(checker, key), 5)
         checker.close()
         store.close()
+
+
+# Load through a transaction-pooling PgBouncer: processes x verifiers x threads x checks.
+LOAD_PROCESSES, LOAD_VERIFIERS, LOAD_THREADS, LOAD_CHECKS = 3, 2, 4, 150
+
+
+def _checks_through(url: str, keys: list[str]) -> dict[str, int]:
+    """In a fresh process: several verifiers checking keys from several threads at once.
+
+    revocation_bound=0 makes every check a read of the database; returns the outcomes, the
+    driver errors the verifiers counted and the log lines that name a prepared statement.
+    """
+    prepared: list[str] = []
+
+    class Note(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "prepared statement" in record.getMessage():
+                prepared.append(record.getMessage())
+
+    logging.getLogger("apikey_tui").addHandler(Note())
+    verifiers = [
+        Verifier.from_url(url, hasher=CHEAP, revocation_bound=0) for _ in range(LOAD_VERIFIERS)
+    ]
+    seen: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def run(checker: Verifier, offset: int) -> None:
+        for n in range(LOAD_CHECKS):
+            key = keys[(offset + n) % len(keys)]
+            try:
+                checker.verify(header(key))
+                outcome = "ok"
+            except AuthError as error:
+                outcome = str(error.status)
+            with lock:
+                seen[outcome] += 1
+
+    threads = [
+        threading.Thread(target=run, args=(checker, offset))
+        for checker in verifiers
+        for offset in range(LOAD_THREADS)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for checker in verifiers:
+        seen["database_errors"] += checker.stats.database_errors
+        checker.close()
+    seen["prepared_statement_lines"] = len(prepared)
+    return dict(seen)
+
+
+def test_many_verifiers_through_a_small_transaction_pool_get_no_503() -> None:
+    """Several processes, each with several verifiers checking at once through a PgBouncer
+    whose 2 server connections all of them share, get every valid key accepted: no 503 and no
+    driver error (psycopg's automatic prepared statements would clash across the pool)."""
+    with transaction_pooling_pgbouncer(pool_size=2) as url:
+        store = KeyStore.open(url, hasher=CHEAP)
+        keys = [store.create_key("alice", f"load-{n}", ["project"]).plaintext for n in range(8)]
+        store.close()
+        with multiprocessing.get_context("spawn").Pool(LOAD_PROCESSES) as pool:
+            results = pool.starmap(_checks_through, [(url, keys)] * LOAD_PROCESSES)
+    total: Counter[str] = Counter()
+    for result in results:
+        total.update(result)
+    expected = LOAD_PROCESSES * LOAD_VERIFIERS * LOAD_THREADS * LOAD_CHECKS
+    assert total == Counter({"ok": expected}), dict(total)

@@ -47,6 +47,12 @@ POSTGRES_KEEPALIVES = {
     "keepalives_interval": 2,
     "keepalives_count": 3,
 }
+# What each of our connections calls itself in pg_stat_activity (and in the server's log with
+# %a): admins (the CLI, the app, KeyStore.open), a verifier's pool, and its LISTEN connection.
+# A URL's ?application_name= wins.
+ADMIN_APPLICATION = "apikey-tui-admin"
+VERIFIER_APPLICATION = "apikey-tui-verifier"
+LISTENER_APPLICATION = "apikey-tui-listener"
 # SQLite result codes (the low byte of an extended code) and PostgreSQL SQLSTATEs that get a
 # clearer error than "database unavailable".
 _SQLITE_CORRUPT = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
@@ -58,26 +64,59 @@ _POSTGRES_DENIED = {"42501", "3F000"}
 _SCHEMA_LOCK = 0x61706B74  # 'apkt': serialises schema changes between PostgreSQL clients
 
 
-def make_engine(url: str, *, create: bool = True, pre_ping: bool = True) -> Engine:
+def make_engine(
+    url: str,
+    *,
+    create: bool = True,
+    pre_ping: bool = True,
+    application_name: str = ADMIN_APPLICATION,
+) -> Engine:
     """Create an engine for a SQLite or PostgreSQL URL with the settings this package relies on.
 
     With create=False a missing SQLite file stays missing (connections fail instead): a service
     must not create, as its own Unix user, the database its admins are meant to create.
     Only SQLite and PostgreSQL with psycopg 3 are accepted; any other URL raises
     DatabaseUrlError (`config.parse_database_url`) before anything is created or connected.
+    application_name names PostgreSQL connections (pg_stat_activity) unless the URL does.
     """
     parsed = parse_database_url(url)  # plain postgresql:// comes back as postgresql+psycopg
     if parsed.get_backend_name() == "sqlite":
         return _sqlite_engine(parsed, create=create)
-    return _postgres_engine(parsed, pre_ping=pre_ping)
+    return _postgres_engine(parsed, pre_ping=pre_ping, application_name=application_name)
 
 
-def _postgres_engine(url: URL, *, pre_ping: bool) -> Engine:
-    bounds: dict[str, Any] = {
+def postgres_connection(url: URL, application_name: str) -> tuple[URL, dict[str, Any]]:
+    """The URL to give libpq and the keyword arguments for psycopg.connect, for every
+    PostgreSQL connection we open: our bounds and name, each overridden by the URL's query.
+
+    psycopg never prepares statements unless the URL says `?prepare_threshold=N`: behind a
+    transaction-pooling PgBouncer (before 1.21's max_prepared_statements) each statement may
+    run on another server connection, where the name psycopg prepared (`_pg3_0`) is missing or
+    taken by another client, and checks failed with 503. That threshold is psycopg's, not
+    libpq's, so it leaves the URL and becomes an argument (a number, or `none`).
+    """
+    defaults: dict[str, Any] = {
         "connect_timeout": POSTGRES_CONNECT_TIMEOUT_S,
         "tcp_user_timeout": POSTGRES_TCP_USER_TIMEOUT_MS,
         **POSTGRES_KEEPALIVES,
+        "application_name": application_name,
     }
+    options = {k: v for k, v in defaults.items() if k not in url.query}
+    options["prepare_threshold"] = _prepare_threshold(url.query.get("prepare_threshold"))
+    return url.difference_update_query(["prepare_threshold"]), options
+
+
+def _prepare_threshold(given: str | tuple[str, ...] | None) -> int | None:
+    """The URL's prepare_threshold as psycopg takes it (it compares it with an int)."""
+    if given is None or (isinstance(given, str) and given.strip().lower() == "none"):
+        return None
+    if isinstance(given, str) and given.strip().isascii() and given.strip().isdigit():
+        return int(given)
+    raise DatabaseUrlError("prepare_threshold in the database URL must be a number or none")
+
+
+def _postgres_engine(url: URL, *, pre_ping: bool, application_name: str) -> Engine:
+    url, connect_args = postgres_connection(url, application_name)
     try:
         return create_engine(
             url,
@@ -86,7 +125,7 @@ def _postgres_engine(url: URL, *, pre_ping: bool) -> Engine:
             # (each cold check is then one round trip) and retries a read once instead.
             pool_pre_ping=pre_ping,
             pool_timeout=POSTGRES_POOL_TIMEOUT_S,
-            connect_args={k: v for k, v in bounds.items() if k not in url.query},
+            connect_args=connect_args,
         )
     except ImportError:  # the [postgres] extra is not installed
         raise DatabaseUrlError("PostgreSQL needs psycopg 3: install apikey-tui[postgres]") from None

@@ -17,7 +17,7 @@ from sqlalchemy import Engine, event
 from apikey_tui import forksafety
 from apikey_tui.authorization import parse_key, split_credentials
 from apikey_tui.clock import Clock, system_clock
-from apikey_tui.db import ensure_schema, make_engine
+from apikey_tui.db import VERIFIER_APPLICATION, ensure_schema, make_engine
 from apikey_tui.errors import (
     AuthError,
     InsufficientScopeError,
@@ -131,7 +131,10 @@ class Verifier:
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Verifier:
         """Build a verifier on the database at url (no connection is made until the first check)."""
-        return cls(make_engine(url, create=False, pre_ping=False), **options)
+        engine = make_engine(
+            url, create=False, pre_ping=False, application_name=VERIFIER_APPLICATION
+        )
+        return cls(engine, **options)
 
     # --- the request path ---------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from sqlalchemy import Engine
 from sqlalchemy.engine import URL
 
 from apikey_tui import forksafety
+from apikey_tui.db import LISTENER_APPLICATION, postgres_connection
 from apikey_tui.errors import VerifierUnavailableError
 from apikey_tui.sqlite_watch import CommitWatch, watch_for
 from apikey_tui.store import CHANGE_CHANNEL
@@ -95,6 +96,8 @@ class PushFreshness:
     RETRY = (0.5, 10.0)  # first and longest wait between reconnects
 
     def __init__(self, url: URL, bound: float) -> None:
+        # The engine's own bounds, with the URL's settings winning, under the listener's name.
+        url, self._options = postgres_connection(url, LISTENER_APPLICATION)
         self._conninfo = url.set(drivername="postgresql").render_as_string(hide_password=False)
         self._bound = bound
         self._fallback = BoundFreshness(bound)
@@ -136,9 +139,7 @@ class PushFreshness:
         wait, failing = self.RETRY[0], False
         while not self._stop.is_set():
             try:
-                self._connection = psycopg.connect(
-                    self._conninfo, autocommit=True, connect_timeout=2
-                )
+                self._connection = psycopg.connect(self._conninfo, autocommit=True, **self._options)
                 with self._connection as connection:
                     connection.execute(f"LISTEN {CHANGE_CHANNEL}")
                     if not self._probe(connection):
@@ -176,7 +177,7 @@ class PushFreshness:
         import psycopg
 
         token = secrets.token_hex(8)
-        with psycopg.connect(self._conninfo, autocommit=True, connect_timeout=2) as sender:
+        with psycopg.connect(self._conninfo, autocommit=True, **self._options) as sender:
             sender.execute("SELECT pg_notify(%s, %s)", (CHANGE_CHANNEL, f"probe:{token}"))
         for notice in connection.notifies(timeout=self.PROBE_WAIT):
             if notice.payload == f"probe:{token}":
