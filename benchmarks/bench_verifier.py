@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 import psycopg
@@ -66,6 +67,45 @@ def checks(kind: str) -> dict[str, float]:
             cold.append((time.perf_counter() - start) * 1000)
         verifier.close()
     return {"warm_us": warm, "cold_ms": statistics.median(cold)}
+
+
+def unprepared_read(pairs: int = 31, size: int = 200) -> dict[str, float]:
+    """A check that reads the database (revocation_bound=0: one SELECT, no argon2) on a direct
+    PostgreSQL connection: our default (never prepare, safe behind PgBouncer's transaction
+    pooling) against psycopg preparing it at first use (?prepare_threshold=0).
+
+    Adjacent batches in alternating order; the ratio is the median of the pairs' ratios.
+    """
+    with database("postgresql") as url:
+        key = fill(url, 1, profile="cheapest")[0]
+        header = f"ApiKey {key}"
+        verifiers = {
+            "unprepared": Verifier.from_url(
+                url, hasher=SecretHasher("cheapest"), revocation_bound=0
+            ),
+            "prepared": Verifier.from_url(
+                f"{url}&prepare_threshold=0", hasher=SecretHasher("cheapest"), revocation_bound=0
+            ),
+        }
+        times: dict[str, list[float]] = {"unprepared": [], "prepared": []}
+        for verifier in verifiers.values():
+            for _ in range(size):  # warm up: the pool connected, the statement prepared
+                verifier.verify(header)
+        for n in range(pairs):
+            order = ("unprepared", "prepared") if n % 2 == 0 else ("prepared", "unprepared")
+            for name in order:
+                check = partial(verifiers[name].verify, header)
+                times[name].append(per_call_us(check, batches=1, size=size))
+        for verifier in verifiers.values():
+            verifier.close()
+    ratios = [u / p for u, p in zip(times["unprepared"], times["prepared"], strict=True)]
+    return {
+        "unprepared_us": statistics.median(times["unprepared"]),
+        "prepared_us": statistics.median(times["prepared"]),
+        "ratio_median": statistics.median(ratios),
+        "ratio_min": min(ratios),
+        "ratio_max": max(ratios),
+    }
 
 
 def floor_us() -> float:
@@ -161,6 +201,7 @@ def main() -> None:
     results: dict[str, object] = {"floor_us": floor_us(), "peer": peer()}
     for kind in ("sqlite", "postgresql"):
         results[kind] = checks(kind)
+    results["unprepared_read"] = unprepared_read()
     results.update(cache_memory())
     print(json.dumps(results))
 
