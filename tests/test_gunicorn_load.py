@@ -68,19 +68,30 @@ def _children(pid: int) -> set[int]:
 
 
 class Gunicorn:
-    """gunicorn -w 4 -k uvicorn_worker.UvicornWorker serving examples/service.py on 127.0.0.1."""
+    """gunicorn -k uvicorn_worker.UvicornWorker on 127.0.0.1: examples/service.py, 4 workers,
+    unless told another app (a module:variable or module:factory(...)), count or environment."""
 
-    def __init__(self, database_url: str, log: Path) -> None:
+    def __init__(
+        self,
+        database_url: str,
+        log: Path,
+        *,
+        app: str = "service:app",
+        workers: int = WORKERS,
+        ready_path: str = "/health",
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.port = free_port()
         self.log = log
-        env = {**os.environ, "APIKEY_TUI_DATABASE_URL": database_url}
+        self.count, self.ready_path = workers, ready_path
+        environment = {**os.environ, "APIKEY_TUI_DATABASE_URL": database_url, **(env or {})}
         with log.open("wb") as sink:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "gunicorn", "--workers", str(WORKERS),
+                [sys.executable, "-m", "gunicorn", "--workers", str(workers),
                  "--worker-class", "uvicorn_worker.UvicornWorker",
                  "--bind", f"127.0.0.1:{self.port}", "--chdir", str(EXAMPLES),
-                 "--log-level", "info", "--graceful-timeout", "5", "service:app"],
-                env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
+                 "--log-level", "info", "--graceful-timeout", "5", app],
+                env=environment, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
 
     def log_text(self) -> str:
@@ -91,9 +102,9 @@ class Gunicorn:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and self.process.poll() is None:
             started = self.log_text().count("Application startup complete")
-            if started >= WORKERS and len(self.workers()) == WORKERS:
+            if started >= self.count and len(self.workers()) == self.count:
                 try:
-                    if get(self.port, "/health") == 200:
+                    if get(self.port, self.ready_path) == 200:
                         return
                 except OSError:
                     pass

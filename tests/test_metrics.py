@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import http.client
+import itertools
+import os
+import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from apikey_tui import keyformat
 from apikey_tui.errors import (
@@ -20,8 +27,10 @@ from apikey_tui.errors import (
 from apikey_tui.metrics import register
 from apikey_tui.store import KeyStore
 from apikey_tui.verifier import Verifier
+from apikey_tui.verifier.freshness import PushFreshness
 from apikey_tui.verifier.metrics import OUTCOMES
 from tests.conftest import CHEAP
+from tests.test_gunicorn_load import Gunicorn, get
 
 NS = "apikey_tui_verifier"
 
@@ -75,6 +84,12 @@ def test_checks_are_counted_by_outcome(store: KeyStore, database_url: str) -> No
     )
     registry = CollectorRegistry()
     register(verifier, registry)
+    freshness = verifier._freshness
+    if isinstance(freshness, PushFreshness):
+        # The listener drops the cache when it connects: let it connect before the checks, or
+        # the cached() below may find the entry the verify before it made already dropped.
+        freshness.generation()
+        assert eventually(lambda: freshness.listening)
     try:
         assert outcomes(registry) == dict.fromkeys(OUTCOMES, 0)
         for refused in (None, "ApiKey a b", header(wrong(proj.plaintext))):
@@ -235,3 +250,115 @@ def test_one_registry_takes_one_verifier() -> None:
     assert registry.get_sample_value("other_verifier_cache_hits_total") == 0
     first.close()
     second.close()
+
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def scrape(port: int) -> Samples:
+    """One GET /metrics on a fresh connection: every counter and histogram sample by name and
+    labels (the values Prometheus requires never to go down)."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.request("GET", "/metrics")
+        response = connection.getresponse()
+        page = response.read().decode()
+        assert response.status == 200, page
+    finally:
+        connection.close()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(page)
+        if family.type in ("counter", "histogram")
+        for sample in family.samples
+        if not sample.name.endswith("_created")
+    }
+
+
+OK = (f"{NS}_checks_total", (("outcome", "ok"),))
+
+
+def answered(folder: Path) -> set[int]:
+    """The pids whose verifier has answered a check: those that wrote gauges to the folder."""
+    return {int(path.stem.rpartition("_")[2]) for path in folder.glob("gauge_livesum_*.db")}
+
+
+def gauge(port: int, name: str, **labels: str) -> float | None:
+    """One gauge sample from a fresh scrape, None when absent."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.request("GET", "/metrics")
+        page = connection.getresponse().read().decode()
+    finally:
+        connection.close()
+    for family in text_string_to_metric_families(page):
+        for sample in family.samples:
+            if sample.name == f"{NS}_{name}" and sample.labels == labels:
+                return float(sample.value)
+    return None
+
+
+@pytest.mark.slow
+def test_scrapes_of_two_gunicorn_workers_never_see_a_counter_go_down(tmp_path: Path) -> None:
+    """serve-auth's app in 2 gunicorn workers with PROMETHEUS_MULTIPROC_DIR: whichever worker
+    answers a scrape, and across a worker's restart, no counter ever decreases, checks_total
+    adds up every worker's checks, and a gauge counts only live workers."""
+    url = f"sqlite:///{tmp_path / 'keys.db'}"
+    keys = KeyStore.open(url)  # the profile the workers' verifiers hash with: no upgrade
+    key = keys.create_key("alice", "scraped", ["project"]).plaintext
+    keys.close()
+    folder = tmp_path / "prometheus"
+    folder.mkdir()
+    running = Gunicorn(
+        url,
+        tmp_path / "gunicorn.log",
+        app=f"apikey_tui.integrations.forward_auth:create_app({url!r})",
+        workers=2,
+        ready_path="/metrics",
+        env={"PROMETHEUS_MULTIPROC_DIR": str(folder)},
+    )
+    sent, scrapes = 0, list[Samples]()
+
+    def rounds(count: int) -> None:
+        nonlocal sent
+        for _ in range(count):
+            for _ in range(5):  # fresh connections: the kernel spreads them over both workers
+                assert get(running.port, "/auth", key) == 200
+                sent += 1
+            scrapes.extend(scrape(running.port) for _ in range(4))
+
+    try:
+        running.wait_ready()
+        rounds(8)
+        # Every worker's checks show up (each copies its counts within a second) ...
+        assert eventually(lambda: scrape(running.port).get(OK) == sent), scrape(running.port)
+        assert gauge(running.port, "freshness_mode", mode="commit") == 1
+        # ... and stay counted after a worker that answered checks is replaced.
+        first = running.workers()
+        assert eventually(lambda: bool(answered(folder) & first))
+        victim = min(answered(folder) & first)
+        os.kill(victim, signal.SIGTERM)
+        assert eventually(lambda: len(running.workers() - first) == 1), "no new worker"
+        running.wait_ready()
+        rounds(8)
+        assert eventually(lambda: scrape(running.port).get(OK) == sent), scrape(running.port)
+        scrapes.append(scrape(running.port))
+        # A gauge sums live workers only: the key is cached once in each that has checked it.
+        assert eventually(
+            lambda: gauge(running.port, "cached_keys") == len(answered(folder) - {victim})
+        ), (gauge(running.port, "cached_keys"), answered(folder), victim)
+    finally:
+        running.stop()
+    for before, after in itertools.pairwise(scrapes):
+        fell = {k[0]: (before[k], v) for k, v in after.items() if v < before.get(k, 0)}
+        assert not fell, f"counters that went down between two scrapes: {fell}"
+
+
+def eventually(condition: Callable[[], bool], seconds: float = 15.0) -> bool:
+    """Poll condition until it holds or the time is up (a hang guard, not a timing claim)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return condition()
