@@ -86,8 +86,7 @@ def test_checks_are_counted_by_outcome(store: KeyStore, database_url: str) -> No
     register(verifier, registry)
     freshness = verifier._freshness
     if isinstance(freshness, PushFreshness):
-        # The listener drops the cache when it connects: let it connect before the checks, or
-        # the cached() below may find the entry the verify before it made already dropped.
+        # The listener drops the cache when it connects: let it connect before the checks.
         freshness.generation()
         assert eventually(lambda: freshness.listening)
     try:
@@ -96,12 +95,18 @@ def test_checks_are_counted_by_outcome(store: KeyStore, database_url: str) -> No
             with pytest.raises(AuthError):
                 verifier.verify(refused)
         assert verifier.verify(header(proj.plaintext), ["project"]).key_name == "proj"
-        assert verifier.cached(header(proj.plaintext), ["project"]) is not None
+        # On PostgreSQL a commit by any test sharing the database is pushed and drops the
+        # cache: check again until the cache answers, and count those checks too.
+        again = 0
+        while verifier.cached(header(proj.plaintext), ["project"]) is None:
+            assert verifier.verify(header(proj.plaintext), ["project"]).key_name == "proj"
+            again += 1
+            assert again < 100, "the cache never answered"
         with pytest.raises(InsufficientScopeError):
             verifier.verify(header(proj.plaintext), ["serving"])
         assert verifier.verify(header(both.plaintext), ["serving"]).key_name == "both"
         assert outcomes(registry) == {
-            "ok": 3,
+            "ok": 3 + again,
             "missing": 1,
             "malformed": 1,
             "invalid": 1,
@@ -111,7 +116,7 @@ def test_checks_are_counted_by_outcome(store: KeyStore, database_url: str) -> No
         # A revalidation never runs argon2 again: one run per key verified in this process.
         assert value(registry, "argon2_total") == 2
         hits, cold = value(registry, "cache_hits_total"), value(registry, "cold_checks_total")
-        assert hits + cold == 4 and cold >= 2
+        assert hits + cold == 4 + again and cold >= 2
         queued = value(registry, "check_queue_seconds_count")
         assert queued == value(registry, "check_run_seconds_count") >= cold
         assert value(registry, "check_queue_seconds_bucket", le="+Inf") == queued
@@ -131,7 +136,7 @@ def test_checks_are_counted_by_outcome(store: KeyStore, database_url: str) -> No
             assert time.monotonic() < deadline, "the deleted key was never refused"
             time.sleep(0.01)
         assert value(registry, "revocations_seen_total") == 1
-        assert outcomes(registry)["ok"] == 3 + passed_meanwhile
+        assert outcomes(registry)["ok"] == 3 + again + passed_meanwhile
         assert outcomes(registry)["invalid"] == 2
         mode = "commit" if database_url.startswith("sqlite") else "push"
         assert value(registry, "freshness_mode", mode=mode) == 1
