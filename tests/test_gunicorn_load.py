@@ -80,6 +80,7 @@ class Gunicorn:
         workers: int = WORKERS,
         ready_path: str = "/health",
         env: dict[str, str] | None = None,
+        preload: bool = False,
     ) -> None:
         self.port = free_port()
         self.log = log
@@ -90,7 +91,8 @@ class Gunicorn:
                 [sys.executable, "-m", "gunicorn", "--workers", str(workers),
                  "--worker-class", "uvicorn_worker.UvicornWorker",
                  "--bind", f"127.0.0.1:{self.port}", "--chdir", str(EXAMPLES),
-                 "--log-level", "info", "--graceful-timeout", "5", app],
+                 "--log-level", "info", "--graceful-timeout", "5",
+                 *(["--preload"] if preload else []), app],
                 env=environment, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
 

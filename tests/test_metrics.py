@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 
 from apikey_tui import keyformat
@@ -288,6 +289,16 @@ def answered(folder: Path) -> set[int]:
     return {int(path.stem.rpartition("_")[2]) for path in folder.glob("gauge_livesum_*.db")}
 
 
+def ok_in_files(folder: Path) -> float:
+    """checks_total{outcome="ok"} summed from the workers' files, without asking any worker."""
+    files = [str(path) for path in folder.glob("*.db")]
+    for family in MultiProcessCollector.merge(files):  # type: ignore[no-untyped-call]
+        for sample in family.samples:
+            if sample.name == OK[0] and sample.labels == dict(OK[1]):
+                return float(sample.value)
+    return 0.0
+
+
 def gauge(port: int, name: str, **labels: str) -> float | None:
     """One gauge sample from a fresh scrape, None when absent."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
@@ -304,10 +315,14 @@ def gauge(port: int, name: str, **labels: str) -> float | None:
 
 
 @pytest.mark.slow
-def test_scrapes_of_two_gunicorn_workers_never_see_a_counter_go_down(tmp_path: Path) -> None:
-    """serve-auth's app in 2 gunicorn workers with PROMETHEUS_MULTIPROC_DIR: whichever worker
-    answers a scrape, and across a worker's restart, no counter ever decreases, checks_total
-    adds up every worker's checks, and a gauge counts only live workers."""
+@pytest.mark.parametrize("preload", [False, True], ids=["app-per-worker", "preload"])
+def test_scrapes_of_two_gunicorn_workers_never_see_a_counter_go_down(
+    tmp_path: Path, preload: bool
+) -> None:
+    """serve-auth's app in 2 gunicorn workers with PROMETHEUS_MULTIPROC_DIR (built in each
+    worker, or in the master before forking): whichever worker answers a scrape, and across a
+    worker's restart, no counter ever decreases, checks_total adds up every worker's checks,
+    and a gauge counts only live workers that have checked keys."""
     url = f"sqlite:///{tmp_path / 'keys.db'}"
     keys = KeyStore.open(url)  # the profile the workers' verifiers hash with: no upgrade
     key = keys.create_key("alice", "scraped", ["project"]).plaintext
@@ -321,6 +336,7 @@ def test_scrapes_of_two_gunicorn_workers_never_see_a_counter_go_down(tmp_path: P
         workers=2,
         ready_path="/metrics",
         env={"PROMETHEUS_MULTIPROC_DIR": str(folder)},
+        preload=preload,
     )
     sent, scrapes = 0, list[Samples]()
 
@@ -348,6 +364,11 @@ def test_scrapes_of_two_gunicorn_workers_never_see_a_counter_go_down(tmp_path: P
         rounds(8)
         assert eventually(lambda: scrape(running.port).get(OK) == sent), scrape(running.port)
         scrapes.append(scrape(running.port))
+        # Every worker copies its counts by itself, scraped or not (each has its own thread).
+        for _ in range(10):
+            assert get(running.port, "/auth", key) == 200
+            sent += 1
+        assert eventually(lambda: ok_in_files(folder) == sent), (ok_in_files(folder), sent)
         # A gauge sums live workers only: the key is cached once in each that has checked it.
         assert eventually(
             lambda: gauge(running.port, "cached_keys") == len(answered(folder) - {victim})
