@@ -388,3 +388,20 @@ def eventually(condition: Callable[[], bool], seconds: float = 15.0) -> bool:
             return True
         time.sleep(0.1)
     return condition()
+
+
+def test_ok_never_goes_down_while_a_forbidden_check_is_half_counted() -> None:
+    """A check counted as a hit but not yet as forbidden is ok for a scrape; the scrape after
+    it is counted forbidden must not show fewer ok checks (Prometheus would see a reset)."""
+    verifier = Verifier.from_url("sqlite://", hasher=CHEAP)
+    registry = CollectorRegistry()
+    register(verifier, registry)
+    try:
+        verifier.stats.hits += 1  # a cached check, scraped before its scope test refuses it
+        first = outcomes(registry)["ok"]
+        verifier.stats.forbidden += 1  # its 403 is counted
+        assert outcomes(registry)["ok"] >= first
+        verifier.stats.hits += 1  # a cached check that passes
+        assert outcomes(registry) == {**dict.fromkeys(OUTCOMES, 0), "ok": 1, "forbidden": 1}
+    finally:
+        verifier.close()

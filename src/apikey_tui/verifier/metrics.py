@@ -88,7 +88,7 @@ class VerifierStats:
     an increment from two threads at once may, rarely, lose one count; no lock on the warm path.
     """
 
-    __slots__ = (*COUNTERS, "freshness", "gate", "revocation_bound")
+    __slots__ = (*COUNTERS, "_ok_high", "freshness", "gate", "revocation_bound")
 
     def __init__(self, gate: CheckGate, freshness: Freshness, revocation_bound: float) -> None:
         # Read at scrape time: the CheckGate's timings and 503 counts, and whether changes
@@ -103,6 +103,7 @@ class VerifierStats:
         self.database_errors = 0  # errors the database driver raised (any statement, connect)
         self.missing = self.malformed = self.invalid = 0
         self.forbidden = self.unavailable = 0
+        self._ok_high = 0  # the most ok checks outcomes() has reported
 
     def refused(self, error: AuthError) -> None:
         """Count a refusal by its kind (a 403 for scopes is counted where it is raised)."""
@@ -120,9 +121,18 @@ class VerifierStats:
         self.database_errors += 1
 
     def outcomes(self) -> dict[str, int]:
-        """Checks by outcome, every key of OUTCOMES present."""
+        """Checks by outcome, every key of OUTCOMES present; `ok` never goes down.
+
+        `ok` is a difference: a refused check is counted as a hit (or cold answer) first and as
+        forbidden a moment later, so read between the two it is one too many. Reporting the
+        highest value seen keeps it a counter (a drop would read as a reset); the extra one is
+        absorbed by the next ok check.
+        """
+        ok = self.hits + self.cold_answers - self.forbidden
+        if ok > self._ok_high:
+            self._ok_high = ok
         return {
-            "ok": self.hits + self.cold_answers - self.forbidden,
+            "ok": self._ok_high,
             "missing": self.missing,
             "malformed": self.malformed,
             "invalid": self.invalid,
