@@ -9,12 +9,14 @@ import os
 import re
 import sys
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 # Only the standard library and two small modules at import time: `--help`, `--version` and
 # usage errors must cost about what starting Python costs. SQLAlchemy, SQLModel and Alembic are
 # imported by the commands that use a database, inside the functions below.
 from apikey_tui import __version__
+from apikey_tui.clock import system_clock
 from apikey_tui.errors import (
     ApiKeyError,
     DatabaseUrlError,
@@ -23,6 +25,7 @@ from apikey_tui.errors import (
 )
 from apikey_tui.names import (
     Expiry,
+    check_expiry,
     check_owner,
     format_duration,
     parse_duration,
@@ -31,7 +34,7 @@ from apikey_tui.names import (
 )
 
 if TYPE_CHECKING:
-    from datetime import datetime, timedelta
+    from datetime import timedelta
 
     from apikey_tui.store import CreatedKey, KeyInfo, KeyStore
 
@@ -75,7 +78,10 @@ def _duration(text: str) -> timedelta:
 
 def _expiry(text: str) -> Expiry:
     try:
-        return parse_expiry(text)
+        expiry = parse_expiry(text)
+        # A date past the bound is malformed as a duration past it is (the store refuses both
+        # too); judged here, on the clock the CLI's store reads, to be a usage error like it.
+        return check_expiry(expiry, system_clock()) if isinstance(expiry, datetime) else expiry
     except InvalidInputError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

@@ -143,7 +143,30 @@ def parse_expiry(text: str) -> Expiry:
             f"expiry {text[:40]!a} is not allowed: a duration from now (90d, 24h), an ISO date "
             "or date and time (2030-01-31, 2030-01-31T12:00Z), or 'never'"
         ) from None
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    try:
+        return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    except OverflowError:  # 0001-01-01T00:00+01:00 lies before year 1 in UTC
+        raise InvalidInputError(f"expiry {text[:40]!a} is out of range") from None
+
+
+def check_expiry(moment: datetime, now: datetime) -> datetime:
+    """Return moment unless it lies more than DURATION_MAX after now, else raise.
+
+    Dates are bounded as durations are, so that no expiry, and no lifetime a rotation inherits
+    from one, can carry date arithmetic past year 9999.
+    """
+    if moment - now > DURATION_MAX:
+        raise InvalidInputError(
+            f"expiry {format_moment(moment)} is more than 36500d (100 years) away; for no "
+            "expiry, write 'never'"
+        )
+    return moment
+
+
+def format_moment(moment: datetime) -> str:
+    """Write a moment as messages and the audit trail do: 2030-01-31T12:00:00Z."""
+    # isoformat, not strftime: %Y leaves year 1 as '1' instead of '0001'.
+    return moment.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="seconds") + "Z"
 
 
 def check_reason(text: str) -> str:

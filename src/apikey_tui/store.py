@@ -6,7 +6,7 @@ import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
@@ -31,6 +31,7 @@ from apikey_tui.clock import Clock, system_clock
 from apikey_tui.config import current_user, mask_url, ssh_client_address
 from apikey_tui.db import WRITE, database_errors, ensure_schema, make_engine
 from apikey_tui.errors import (
+    DatabaseCorruptError,
     DuplicateKeyNameError,
     DuplicateScopeError,
     InvalidInputError,
@@ -46,14 +47,17 @@ from apikey_tui.errors import (
 from apikey_tui.hashing import SecretHasher, fingerprint
 from apikey_tui.models import EventRow, KeyRow, KeyScopeRow, SchemaInfo, ScopeRow
 from apikey_tui.names import (
+    DURATION_MAX,
     NEVER,
     Expiry,
     check_description,
+    check_expiry,
     check_key_name,
     check_owner,
     check_reason,
     check_scope_name,
     format_duration,
+    format_moment,
     parse_scopes,
 )
 
@@ -326,7 +330,7 @@ def _second(moment: datetime) -> datetime:
 
 
 def _when(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_moment(moment)
 
 
 def _expiry_note(expires_at: datetime | None) -> str:
@@ -874,6 +878,8 @@ class KeyStore:
     ) -> CreatedKey:
         if grace < timedelta(0):
             raise InvalidInputError("a grace period cannot be negative")
+        if grace > DURATION_MAX:  # now + grace must not overflow
+            raise InvalidInputError("a grace period is longer than 36500d (100 years)")
         parts, plaintext = keyformat.generate()
         # Hash before the transaction: argon2 work must not hold the database's write lock.
         secret_hash = self.hasher.hash(parts.secret)
@@ -1017,7 +1023,19 @@ class KeyStore:
     @staticmethod
     def _policy(session: Session) -> timedelta | None:
         row = session.get(SchemaInfo, POLICY_KEY)
-        return timedelta(seconds=int(row.value)) if row is not None else None
+        if row is None:
+            return None
+        try:
+            seconds = int(row.value)
+        except ValueError:
+            seconds = 0
+        if seconds <= 0:  # raw SQL: a limit we cannot read is no limit we may assume
+            raise DatabaseCorruptError(
+                f"the stored max-lifetime policy {row.value[:30]!a} is not a positive number of "
+                "seconds; set it again: apikey-tui policy set max-lifetime DURATION|none"
+            )
+        # One beyond the bound (raw SQL, past what timedelta holds) counts as the bound.
+        return timedelta(seconds=min(seconds, int(DURATION_MAX.total_seconds())))
 
     @staticmethod
     def _violators(session: Session, maximum: timedelta | None) -> int:
@@ -1044,16 +1062,22 @@ class KeyStore:
         """
         policy = self._policy(session)
         if expires is None:
-            span = inherited if inherited is not None else policy
-            if span is not None and policy is not None:
-                span = min(span, policy)
-            return _second(now + span) if span is not None else None
+            spans = [span for span in (inherited, policy) if span is not None]
+            # An inherited lifetime beyond the bound (an expiry stored by raw SQL or an older
+            # release, such as 9999-12-31) counts as the bound: rotating must never overflow.
+            return _second(now + min(*spans, DURATION_MAX)) if spans else None
         allowed = f"the lifetime policy allows at most {format_duration(policy)}" if policy else ""
         if expires == NEVER:
             if policy is not None:
                 raise LifetimePolicyError(f"a key that never expires is refused: {allowed}")
             return None
-        moment = _second(now + expires if isinstance(expires, timedelta) else expires)
+        if isinstance(expires, timedelta):
+            if expires > DURATION_MAX:  # checked before adding: now + a huge span overflows
+                raise InvalidInputError(
+                    f"expiry {format_duration(expires)} from now is longer than 36500d (100 years)"
+                )
+            expires = now + expires
+        moment = check_expiry(_second(expires), now)
         if moment <= now:
             raise InvalidInputError(f"expiry {_when(moment)} is not in the future")
         if policy is not None and moment - start > policy:
