@@ -463,3 +463,20 @@ def test_a_filter_that_matches_nothing_says_so_on_stderr(
     assert run(capsys, sqlite_url, "keys", "create", "alpha", "--scope", "project")[0] == 0
     code, out, err = run(capsys, sqlite_url, "keys", "list", "--filter", "zzz")
     assert code == 0 and out == "" and "No keys match 'zzz'" in err
+
+
+def test_an_unforeseen_error_is_one_line_without_its_message(
+    capsys: pytest.CaptureFixture[str], sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An exception no command expects ends in one line naming its type and place, exit 1:
+    never a traceback, never its message (which could quote a secret)."""
+    assert run(capsys, sqlite_url, "keys", "create", "ci", "--scope", "project")[0] == 0
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("akSECRET.plaintext-would-be-here")
+
+    monkeypatch.setattr(KeyStore, "get_key", broken)
+    code, out, err = run(capsys, sqlite_url, "keys", "show", "ci")
+    assert (code, out) == (1, "") and err.count("\n") == 1, err
+    assert "RuntimeError" in err and "test_cli.py" in err
+    assert "SECRET" not in err and "Traceback" not in err

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import errno
+import io
 import json
 import math
 import os
@@ -36,7 +38,7 @@ from apikey_tui.names import (
 if TYPE_CHECKING:
     from datetime import timedelta
 
-    from apikey_tui.store import CreatedKey, KeyInfo, KeyStore
+    from apikey_tui.store import CreatedKey, Deliver, KeyInfo, KeyStore
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a tool that the signal ended would report
@@ -377,14 +379,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         code = _main(arguments)
-        sys.stdout.flush()  # a reader that went away shows here, not at interpreter exit
+        _flush_stdout()  # a reader that went away shows here, not at interpreter exit
     except BrokenPipeError:
-        # `keys list | head`: stop quietly. As the Python docs advise, point stdout at devnull
-        # so that the flush at exit cannot fail a second time.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        # `keys list | head`: stop quietly.
+        _drop_stdout()
         return EXIT_BROKEN_PIPE
+    except ApiKeyError as exc:  # may quote database content: shown escaped, never obeyed
+        print(f"apikey-tui: {printable(str(exc))}", file=sys.stderr)
+        return EXIT_REFUSED
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # a bug: its message or a traceback's could quote a secret
+        print(
+            f"apikey-tui: internal error ({_where(exc)}); no details are shown, as they could "
+            "hold a secret. Please report it.",
+            file=sys.stderr,
+        )
+        return EXIT_REFUSED
     return code
+
+
+def _where(exc: BaseException) -> str:
+    """An exception's type and innermost place, for a bug report: never its message."""
+    import traceback  # only when something went wrong
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return type(exc).__name__
+    last = frames[-1]
+    return f"{type(exc).__name__} at {os.path.basename(last.filename)}:{last.lineno} in {last.name}"
 
 
 def _main(arguments: list[str]) -> int:
@@ -420,11 +443,6 @@ def _main(arguments: list[str]) -> int:
     except DatabaseUrlError as exc:  # a URL we cannot use is a usage error, like a bad option
         print(f"apikey-tui: {printable(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
-    except ApiKeyError as exc:  # may quote database content: shown escaped, never obeyed
-        print(f"apikey-tui: {printable(str(exc))}", file=sys.stderr)
-        return EXIT_REFUSED
-    except KeyboardInterrupt:
-        return 130
 
 
 def _open_store(url: str, *, create: bool) -> KeyStore:
@@ -473,18 +491,89 @@ def _open_app(url: str, owner: str, *, all_owners: bool, create: bool) -> int:
         store.close()
 
 
-def _emit(args: argparse.Namespace, data: Any, human: Callable[[TextIO], None]) -> int:
+class _OutputError(ApiKeyError):
+    """stdout could not be written (a full disk, /dev/full, stdout closed): one line, exit 1."""
+
+
+def _write(args: argparse.Namespace, data: Any, human: Callable[[TextIO], None]) -> None:
+    """Write a command's result to stdout and flush it, so that a failure shows now (OSError)."""
+    # Started with stdout closed (`>&-`), Python has no sys.stdout: that matters only to a
+    # command with something to say there.
+    out: TextIO = sys.stdout if sys.stdout is not None else io.StringIO()
     if getattr(args, "json", False):
-        json.dump(data, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        json.dump(data, out, indent=2)
+        out.write("\n")
     else:
-        human(sys.stdout)
+        human(out)
+    if isinstance(out, io.StringIO) and out.getvalue():
+        raise OSError(errno.EBADF, "stdout is closed")
+    out.flush()
+
+
+def _emit(args: argparse.Namespace, data: Any, human: Callable[[TextIO], None]) -> int:
+    try:
+        _write(args, data, human)
+    except BrokenPipeError:
+        raise  # a reader that went away: quiet (main)
+    except OSError as exc:
+        _drop_stdout()
+        raise _OutputError(f"could not write to stdout ({exc.strerror or exc})") from None
     return EXIT_OK
 
 
-def _show_created(
-    args: argparse.Namespace, created: CreatedKey, verb: str, note: str | None = None
-) -> int:
+def _flush_stdout() -> None:
+    if sys.stdout is not None:
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            _drop_stdout()
+            raise _OutputError(f"could not write to stdout ({exc.strerror or exc})") from None
+
+
+def _drop_stdout() -> None:
+    """Point stdout at devnull after it failed, so that the flush at exit cannot fail again
+    (as the Python docs advise for a broken pipe); what it still buffered is discarded."""
+    if sys.stdout is not None:  # else fd 1 may be a database socket by now: leave it
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+class _Delivery:
+    """Writes a new key to stdout from inside the transaction that makes it (store.Deliver):
+    a secret that could not be written is never stored, and says so in one line."""
+
+    def __init__(self, args: argparse.Namespace, undone: str) -> None:
+        self.args, self.undone, self.done = args, undone, False
+
+    def __call__(self, created: CreatedKey) -> None:
+        data = {"key": created.plaintext, **created.info.to_json()}
+        try:
+            _write(self.args, data, lambda out: print(created.plaintext, file=out))
+        except OSError as exc:  # a closed pipe too: nobody received the key
+            _drop_stdout()
+            raise _OutputError(
+                f"could not write the key to stdout ({exc.strerror or exc}): {self.undone}"
+            ) from None
+        self.done = True
+
+    def run(self, make: Callable[[Deliver], CreatedKey]) -> CreatedKey:
+        """Make the key with this delivery; a failure after it says the key shown is void."""
+        try:
+            return make(self)
+        except ApiKeyError as exc:
+            if not self.done or isinstance(exc, _OutputError):
+                raise
+            # Written, then the commit failed: the secret on stdout belongs to no key.
+            raise ApiKeyError(
+                f"{exc}; the key written to stdout was not stored: discard it"
+            ) from None
+
+
+def _tell_created(created: CreatedKey, verb: str, note: str | None = None) -> int:
+    """Say on stderr what was made, once the key was written and stored."""
     info = created.info
     # Everything but the key goes to stderr, so `KEY=$(apikey-tui keys create ...)` just works.
     print(
@@ -495,8 +584,7 @@ def _show_created(
     print(_expiry_line(info), file=sys.stderr)
     if note:
         print(note, file=sys.stderr)
-    data = {"key": created.plaintext, **info.to_json()}
-    return _emit(args, data, lambda out: print(created.plaintext, file=out))
+    return EXIT_OK
 
 
 def _expiry_line(info: KeyInfo) -> str:
@@ -510,14 +598,19 @@ def _when(moment: datetime | None) -> str:
 
 
 def _keys_create(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
-    created = store.create_key(owner, args.name, args.scope, expires=args.expires)
-    return _show_created(args, created, "Created")
+    created = _Delivery(args, "it was not created").run(
+        lambda deliver: store.create_key(
+            owner, args.name, args.scope, expires=args.expires, deliver=deliver
+        )
+    )
+    return _tell_created(created, "Created")
 
 
 def _keys_recreate(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
-    created = store.recreate_key(owner, args.name)
-    print("The old key stopped working.", file=sys.stderr)
-    return _show_created(args, created, "Recreated")
+    created = _Delivery(args, f"key {args.name!r} is unchanged").run(
+        lambda deliver: store.recreate_key(owner, args.name, deliver=deliver)
+    )
+    return _tell_created(created, "Recreated", "The old key stopped working.")
 
 
 def _keys_rotate(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
@@ -527,14 +620,18 @@ def _keys_rotate(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
         info = store.end_grace(owner, args.name)
         print(f"The old secret of key {info.name!r} stopped working.", file=sys.stderr)
         return _emit(args, info.to_json(), lambda out: None)
-    created = store.rotate_key(owner, args.name, grace=args.grace, expires=args.expires)
+    created = _Delivery(args, f"key {args.name!r} is unchanged").run(
+        lambda deliver: store.rotate_key(
+            owner, args.name, grace=args.grace, expires=args.expires, deliver=deliver
+        )
+    )
     note = "The old secret stopped working."
     if created.info.grace_until is not None:
         note = (
             f"The old secret ({created.info.old_public_id}) keeps working until "
             f"{_when(created.info.grace_until)}; end that sooner with --end-grace."
         )
-    return _show_created(args, created, "Rotated", note)
+    return _tell_created(created, "Rotated", note)
 
 
 def _keys_set_expiry(store: KeyStore, args: argparse.Namespace, owner: str) -> int:

@@ -323,6 +323,13 @@ class KeyDetail:
 
 POLICY_KEY = "max_lifetime_seconds"  # the lifetime policy's row in apikey_tui_meta
 
+Deliver = Callable[[CreatedKey], None]
+"""Hands a new key's secret over (the CLI writes it to stdout) inside the transaction that makes
+it, before the commit. If it raises, the transaction is rolled back: a secret nobody received
+leaves no key, and a recreate or rotation leaves the key as it was. The audit trail records only
+what was committed, so such an attempt leaves no event. Should the commit fail after it, the
+secret handed over belongs to no key (the caller says so)."""
+
 
 def _second(moment: datetime) -> datetime:
     """Expiries and graces fall on whole seconds (earlier, never later)."""
@@ -411,13 +418,21 @@ class KeyStore:
     # --- keys -------------------------------------------------------------------------------
 
     def create_key(
-        self, owner: str, name: str, scopes: Iterable[str], *, expires: Expiry | None = None
+        self,
+        owner: str,
+        name: str,
+        scopes: Iterable[str],
+        *,
+        expires: Expiry | None = None,
+        deliver: Deliver | None = None,
     ) -> CreatedKey:
         """Create a key; return it with its plaintext, which is shown once and never stored.
 
         expires: a span from now, a moment, or NEVER; None means the default, which is the
         lifetime policy's maximum when one is set and no expiry otherwise. An expiry past the
         policy's maximum (NEVER included) is refused, never shortened (`_expiry`).
+        deliver: hands the new key over before the commit (see Deliver); if it raises, the key
+        was never created.
         """
         check_owner(owner)
         check_key_name(name)
@@ -445,6 +460,8 @@ class KeyStore:
                 info = self._info(row, wanted)
                 detail = f"scopes: {' '.join(wanted)}" + _expiry_note(row.expires_at)
                 self._record(session, "key.create", info, detail=detail)
+                if deliver is not None:
+                    deliver(CreatedKey(info, plaintext))
                 session.commit()
             except IntegrityError as exc:
                 session.rollback()
@@ -833,15 +850,21 @@ class KeyStore:
         return info
 
     def recreate_key(
-        self, owner: str, name: str, *, expected_public_id: str | None = None
+        self,
+        owner: str,
+        name: str,
+        *,
+        expected_public_id: str | None = None,
+        deliver: Deliver | None = None,
     ) -> CreatedKey:
         """Replace a stolen key's id and secret in one transaction; same owner, name, scopes.
 
         The old secret stops at once (a rotation without grace, recorded as key.recreate).
         With expected_public_id, refuse (KeyChangedError) if the key was recreated meanwhile.
+        deliver: as for create_key; if it raises, the key stays as it was.
         """
         return self._rotate(
-            owner, name, timedelta(0), None, expected_public_id, action="key.recreate"
+            owner, name, timedelta(0), None, expected_public_id, deliver, action="key.recreate"
         )
 
     def rotate_key(
@@ -852,6 +875,7 @@ class KeyStore:
         grace: timedelta,
         expires: Expiry | None = None,
         expected_public_id: str | None = None,
+        deliver: Deliver | None = None,
     ) -> CreatedKey:
         """Give a key a new public id and secret; the previous secret works until now + grace.
 
@@ -863,8 +887,11 @@ class KeyStore:
         The new secret's expiry: expires if given (held to the policy like create_key's), else
         the lifetime the key had (expires_at - created_at) from now, at most the policy's
         maximum; a key that never expired keeps none unless a policy holds it.
+        deliver: as for create_key; if it raises, the key stays as it was, old secret and all.
         """
-        return self._rotate(owner, name, grace, expires, expected_public_id, action="key.rotate")
+        return self._rotate(
+            owner, name, grace, expires, expected_public_id, deliver, action="key.rotate"
+        )
 
     def _rotate(
         self,
@@ -873,6 +900,7 @@ class KeyStore:
         grace: timedelta,
         expires: Expiry | None,
         expected_public_id: str | None,
+        deliver: Deliver | None,
         *,
         action: str,
     ) -> CreatedKey:
@@ -911,8 +939,11 @@ class KeyStore:
             info = self._read_info(session, row)
             detail = "; ".join(notes) + _expiry_note(new_expiry)
             self._record(session, action, info, detail=detail)
+            created = CreatedKey(info, plaintext)
+            if deliver is not None:
+                deliver(created)
             session.commit()
-        return CreatedKey(info, plaintext)
+        return created
 
     def end_grace(self, owner: str, name: str, *, expected_public_id: str | None = None) -> KeyInfo:
         """Stop a rotated key's previous secret now; refused (KeyStateError) when none works."""

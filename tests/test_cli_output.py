@@ -1,0 +1,125 @@
+"""The real CLI with stdout it cannot write (/dev/full, closed): a new secret that cannot be
+delivered leaves no key behind, and nothing ends in a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from apikey_tui import keyformat
+from apikey_tui.errors import KeyNotFoundError
+from apikey_tui.store import CreatedKey, KeyStore
+from tests.conftest import ACTOR, CHEAP
+
+
+@pytest.fixture
+def ostore(database_url: str) -> Iterator[KeyStore]:
+    """A store on a fresh database (SQLite, then PostgreSQL), to prepare and inspect it."""
+    key_store = KeyStore.open(database_url, hasher=CHEAP, actor=ACTOR)
+    yield key_store
+    key_store.close()
+
+
+def _closed_stdout() -> None:
+    os.close(1)  # in the child, after its stdout was set up: it starts with fd 1 closed
+
+
+# Where the child's stdout goes: a file that refuses every write, or nothing at all.
+SINKS: dict[str, tuple[str, Callable[[], None] | None]] = {
+    "dev-full": ("/dev/full", None),
+    "closed": (os.devnull, _closed_stdout),
+}
+
+
+def _cli(url: str, sink: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run the installed command with stdout going to the sink; stderr is captured."""
+    path, preexec = SINKS[sink]
+    with open(path, "w") as out:
+        return subprocess.run(
+            [sys.executable, "-m", "apikey_tui", "--database-url", url, "--owner", "alice", *args],
+            stdout=out,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=preexec,
+            text=True,
+            timeout=120,
+        )
+
+
+def _captured(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "apikey_tui", "--database-url", url, "--owner", "alice", *args],
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        timeout=120,
+    )
+
+
+def _one_line(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    return done.stderr
+
+
+def _verifies(store: KeyStore, created: CreatedKey) -> bool:
+    parts = keyformat.parse(created.plaintext)
+    found = store.credential(parts.public_id)
+    return found is not None and store.hasher.verify(found.secret_hash, parts.secret)
+
+
+@pytest.mark.parametrize("sink", SINKS)
+@pytest.mark.parametrize("json_out", [False, True], ids=["text", "json"])
+def test_a_key_created_where_it_cannot_be_written_does_not_exist(
+    ostore: KeyStore, database_url: str, sink: str, json_out: bool
+) -> None:
+    """keys create to /dev/full or a closed stdout leaves no key and no event; a retry works."""
+    extra = ["--json"] if json_out else []
+    done = _cli(database_url, sink, "keys", "create", "ci", "--scope", "project", *extra)
+    err = _one_line(done)
+    assert "could not write" in err and "not created" in err
+    with pytest.raises(KeyNotFoundError):
+        ostore.get_key("alice", "ci")
+    assert [e.action for e in ostore.events()] == []  # the attempt left nothing to audit
+    again = _captured(database_url, "keys", "create", "ci", "--scope", "project", *extra)
+    assert again.returncode == 0, again.stderr
+    key = json.loads(again.stdout)["key"] if json_out else again.stdout.strip()
+    assert keyformat.parse(key).public_id == ostore.get_key("alice", "ci").public_id
+
+
+@pytest.mark.parametrize("sink", SINKS)
+@pytest.mark.parametrize(
+    "args", [["recreate"], ["rotate", "--grace", "1h"]], ids=["recreate", "rotate"]
+)
+def test_a_new_secret_that_cannot_be_written_leaves_the_key_as_it_was(
+    ostore: KeyStore, database_url: str, sink: str, args: list[str]
+) -> None:
+    """recreate/rotate to /dev/full or a closed stdout change nothing: the old secret still
+    works alone, nothing is audited, and a retry works."""
+    created = ostore.create_key("alice", "ci", ["project"])
+    before = ostore.get_key("alice", "ci")
+    done = _cli(database_url, sink, "keys", args[0], "ci", *args[1:])
+    err = _one_line(done)
+    assert "could not write" in err and "unchanged" in err
+    assert ostore.get_key("alice", "ci") == before  # same id, no grace, no new expiry
+    assert _verifies(ostore, created)
+    assert [e.action for e in ostore.events()] == ["key.create"]
+    again = _captured(database_url, "keys", args[0], "ci", *args[1:])
+    assert again.returncode == 0, again.stderr
+    assert (
+        keyformat.parse(again.stdout.strip()).public_id == ostore.get_key("alice", "ci").public_id
+    )
+
+
+@pytest.mark.parametrize("sink", SINKS)
+def test_a_listing_that_cannot_be_written_is_one_line(
+    ostore: KeyStore, database_url: str, sink: str
+) -> None:
+    """keys list to /dev/full or a closed stdout says so in one line, exit 1, no traceback."""
+    ostore.create_key("alice", "ci", ["project"])
+    assert "could not write" in _one_line(_cli(database_url, sink, "keys", "list"))
