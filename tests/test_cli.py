@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import shutil
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+import apikey_tui
 from apikey_tui import keyformat
 from apikey_tui.cli import main
 from apikey_tui.store import Actor, KeyStore
@@ -480,3 +482,17 @@ def test_an_unforeseen_error_is_one_line_without_its_message(
     assert (code, out) == (1, "") and err.count("\n") == 1, err
     assert "RuntimeError" in err and "test_cli.py" in err
     assert "SECRET" not in err and "Traceback" not in err
+
+
+def test_version_is_the_installed_release() -> None:
+    """`apikey-tui --version` prints the installed package's version, which is the package's
+    own __version__ and at least 0.3 (the release of schema version 3: expiry, disable)."""
+    installed = importlib.metadata.version("apikey-tui")
+    command = shutil.which("apikey-tui", path=os.path.dirname(sys.executable))
+    assert command is not None, "the package's console script is not installed"
+    done = subprocess.run(
+        [command, "--version"], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout == f"apikey-tui {installed}\n"
+    assert apikey_tui.__version__ == installed, "stale install: run pip install -e . again"
+    assert tuple(int(part) for part in installed.split(".")[:2]) >= (0, 3)
