@@ -174,9 +174,11 @@ def test_upgrade_keeps_every_key_working_and_every_old_key_refused(
     verifier_of: list[Verifier],
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """After `db upgrade` live keys verify with their scopes; deleted and recreated stay refused."""
+    """After `db upgrade` live keys verify with their scopes; deleted and recreated stay refused.
+    It says to restart the services: a running 0.1.0 verifier would accept disabled keys."""
     code, _, err = _cli(capsys, old_database.url, "db", "upgrade")
     assert code == 0 and "Upgraded the database from schema version 1 to 3." in err
+    assert "Restart every service now" in err and "disabled and expired keys" in err
     verifier = Verifier.from_url(old_database.url)
     verifier_of.append(verifier)
     for key in old_database.keys("live"):

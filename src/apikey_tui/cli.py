@@ -818,6 +818,9 @@ def _events(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
     return _emit(args, [e.to_json() for e in events], lambda out: _print_rows(header, rows, out))
 
 
+SCHEMA_WITH_EXPIRY = 3  # the schema version that brought disable and expiry (release 0.3.0)
+
+
 def _db_upgrade(url: str, args: argparse.Namespace) -> int:
     from apikey_tui.db import make_engine, upgrade_schema
 
@@ -834,9 +837,18 @@ def _db_upgrade(url: str, args: argparse.Namespace) -> int:
         message = f"Upgraded the database from schema version {before} to {after}."
     print(message, file=sys.stderr)
     if before is not None and before < after:
+        # A verifier checks the schema version when it starts, never again: one running through
+        # the upgrade keeps its old code, and before version 3 that code reads no disabled_at
+        # or expires_at, so it goes on accepting keys an admin disables or lets expire.
+        stale = (
+            ", and that release keeps accepting disabled and expired keys (it knows neither)"
+            if before < SCHEMA_WITH_EXPIRY
+            else ""
+        )
         print(
-            "Services on an older release now answer 503 from their next start, until they "
-            "run this release too.",
+            "Restart every service now, on this release: one started before the upgrade runs "
+            f"its old release until it restarts{stale}. An older release started after the "
+            "upgrade answers 503.",
             file=sys.stderr,
         )
     if not searchable:
