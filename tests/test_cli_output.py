@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
 
 import pytest
+from sqlalchemy.exc import OperationalError
+from sqlmodel import Session
 
 from apikey_tui import keyformat
+from apikey_tui.cli import main
 from apikey_tui.errors import KeyNotFoundError
 from apikey_tui.store import CreatedKey, KeyStore
-from tests.conftest import ACTOR, CHEAP
+from tests.conftest import ACTOR, CHEAP, TEST_LOGIN
 
 
 @pytest.fixture
@@ -123,3 +127,51 @@ def test_a_listing_that_cannot_be_written_is_one_line(
     """keys list to /dev/full or a closed stdout says so in one line, exit 1, no traceback."""
     ostore.create_key("alice", "ci", ["project"])
     assert "could not write" in _one_line(_cli(database_url, sink, "keys", "list"))
+
+
+def _closed_stderr() -> None:
+    os.close(2)
+
+
+@pytest.mark.parametrize("closed", [True, False], ids=["closed", "dev-full"])
+def test_stderr_that_cannot_be_written_leaves_stdout_the_key_alone(
+    sqlite_url: str, closed: bool
+) -> None:
+    """With stderr closed or /dev/full, keys create still exits 0 with only the key on stdout
+    (Python's print to a missing stderr would write the notes to stdout)."""
+    with open(os.devnull if closed else "/dev/full", "w") as err:
+        done = subprocess.run(
+            [sys.executable, "-m", "apikey_tui", "--database-url", sqlite_url, "keys", "create",
+             "ci", "--scope", "project"],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_closed_stderr if closed else None,
+            text=True,
+            timeout=120,
+        )  # fmt: skip
+    assert done.returncode == 0
+    assert done.stdout.count("\n") == 1 and keyformat.parse(done.stdout.strip())
+
+
+def test_a_commit_failing_after_the_key_was_written_says_to_discard_it(
+    capsys: pytest.CaptureFixture[str], sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If the database fails at the commit, after the key went to stdout, the one line says
+    that key was not stored, and no key exists."""
+
+    def failing_commit(self: Session) -> None:
+        raise OperationalError("COMMIT", {}, sqlite3.OperationalError("disk I/O error"))
+
+    monkeypatch.setattr(Session, "commit", failing_commit)
+    code = main(["--database-url", sqlite_url, "keys", "create", "ci", "--scope", "project"])
+    out, err = capsys.readouterr()
+    assert code == 1 and keyformat.parse(out.strip())
+    assert err.count("\n") == 1 and "not stored: discard it" in err, err
+    monkeypatch.undo()
+    store = KeyStore.open(sqlite_url, hasher=CHEAP, actor=ACTOR)
+    try:
+        with pytest.raises(KeyNotFoundError):
+            store.get_key(TEST_LOGIN, "ci")
+    finally:
+        store.close()

@@ -374,6 +374,8 @@ def _is_utf8(text: str) -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code (0 done, 1 refused, 2 usage)."""
     arguments = sys.argv[1:] if argv is None else list(argv)
+    if sys.stderr is None:  # started with stderr closed: print(file=None) would use stdout
+        sys.stderr = open(os.devnull, "w")
     if not all(_is_utf8(argument) for argument in arguments):
         print("apikey-tui: an argument is not valid UTF-8 text", file=sys.stderr)
         return EXIT_USAGE
@@ -576,14 +578,17 @@ def _tell_created(created: CreatedKey, verb: str, note: str | None = None) -> in
     """Say on stderr what was made, once the key was written and stored."""
     info = created.info
     # Everything but the key goes to stderr, so `KEY=$(apikey-tui keys create ...)` just works.
-    print(
+    lines = [
         f"{verb} key {info.name!r} for {printable(info.owner)} ({info.public_id}), "
-        f"scopes: {', '.join(info.scopes)}.\n{ONCE_WARNING}",
-        file=sys.stderr,
-    )
-    print(_expiry_line(info), file=sys.stderr)
-    if note:
-        print(note, file=sys.stderr)
+        f"scopes: {', '.join(info.scopes)}.",
+        ONCE_WARNING,
+        _expiry_line(info),
+        *([note] if note else []),
+    ]
+    try:
+        print(*lines, sep="\n", file=sys.stderr, flush=True)
+    except OSError:  # the key is stored and on stdout: unreadable notes must not fail that
+        pass
     return EXIT_OK
 
 
