@@ -69,6 +69,19 @@ def test_an_expiry_more_than_100_years_away_is_refused(lstore: KeyStore, clock: 
     assert [e.action for e in lstore.events()] == ["key.create"]
 
 
+def test_spans_past_the_bound_are_refused_by_the_store_too(lstore: KeyStore) -> None:
+    """A policy, --expiring or --unused span past 36500d given to the store directly (not through
+    parse_duration) is refused in one line, never an OverflowError."""
+    huge = timedelta(days=999_999_999)
+    with pytest.raises(InvalidInputError, match="100 years"):
+        lstore.set_lifetime_policy(huge)
+    with pytest.raises(InvalidInputError, match="100 years"):
+        lstore.list_keys(expiring_within=huge)
+    with pytest.raises(InvalidInputError, match="100 years"):
+        lstore.list_keys(unused_for=huge)
+    assert lstore.lifetime_policy() is None
+
+
 @pytest.mark.parametrize(
     "text", ["0001-01-01T00:00+14:00", "9999-12-31T23:00-05:00", "0001-01-01T00:00:00+23:59"]
 )

@@ -114,6 +114,16 @@ def parse_duration(text: str) -> timedelta:
     return span
 
 
+def check_span(span: timedelta, what: str) -> timedelta:
+    """Return span unless it is longer than DURATION_MAX, else raise InvalidInputError.
+
+    For spans that reach the store without parse_duration: now + span must never overflow.
+    """
+    if span > DURATION_MAX:
+        raise InvalidInputError(f"{what} {format_duration(span)} is longer than 36500d (100 years)")
+    return span
+
+
 def format_duration(span: timedelta) -> str:
     """Write a span the way parse_duration reads it, in the largest unit that is exact."""
     seconds = int(span.total_seconds())

@@ -56,6 +56,7 @@ from apikey_tui.names import (
     check_owner,
     check_reason,
     check_scope_name,
+    check_span,
     format_duration,
     format_moment,
     parse_scopes,
@@ -509,10 +510,10 @@ class KeyStore:
         conditions: list[Any] = []
         if expiring_within is not None:
             expires = col(KeyRow.expires_at)
-            conditions += [expires > now, expires <= now + expiring_within]
+            conditions += [expires > now, expires <= now + check_span(expiring_within, "span")]
         if unused_for is not None:
             since = func.coalesce(col(KeyRow.last_used_at), col(KeyRow.created_at))
-            conditions.append(since <= now - unused_for)
+            conditions.append(since <= now - check_span(unused_for, "span"))
         if owner is not None:
             conditions.append(KeyRow.owner == owner)
         if text:
@@ -906,8 +907,7 @@ class KeyStore:
     ) -> CreatedKey:
         if grace < timedelta(0):
             raise InvalidInputError("a grace period cannot be negative")
-        if grace > DURATION_MAX:  # now + grace must not overflow
-            raise InvalidInputError("a grace period is longer than 36500d (100 years)")
+        check_span(grace, "grace")
         parts, plaintext = keyformat.generate()
         # Hash before the transaction: argon2 work must not hold the database's write lock.
         secret_hash = self.hasher.hash(parts.secret)
@@ -1032,6 +1032,8 @@ class KeyStore:
         """
         if maximum is not None and maximum <= timedelta(0):
             raise InvalidInputError("a maximum lifetime must be longer than 0")
+        if maximum is not None:
+            check_span(maximum, "maximum lifetime")
         with self._session(write=True) as session:
             row = session.get(SchemaInfo, POLICY_KEY)
             if maximum is None:
@@ -1103,11 +1105,7 @@ class KeyStore:
                 raise LifetimePolicyError(f"a key that never expires is refused: {allowed}")
             return None
         if isinstance(expires, timedelta):
-            if expires > DURATION_MAX:  # checked before adding: now + a huge span overflows
-                raise InvalidInputError(
-                    f"expiry {format_duration(expires)} from now is longer than 36500d (100 years)"
-                )
-            expires = now + expires
+            expires = now + check_span(expires, "expiry")
         moment = check_expiry(_second(expires), now)
         if moment <= now:
             raise InvalidInputError(f"expiry {_when(moment)} is not in the future")
