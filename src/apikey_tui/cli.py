@@ -518,20 +518,24 @@ def _emit(args: argparse.Namespace, data: Any, human: Callable[[TextIO], None]) 
     except BrokenPipeError:
         raise  # a reader that went away: quiet (main)
     except OSError as exc:
-        _drop_stdout()
-        raise _OutputError(f"could not write to stdout ({exc.strerror or exc})") from None
+        raise _stdout_failed(exc, "could not write to stdout") from None
     return EXIT_OK
 
 
 def _flush_stdout() -> None:
-    if sys.stdout is not None:
-        try:
+    try:
+        if sys.stdout is not None:
             sys.stdout.flush()
-        except BrokenPipeError:
-            raise
-        except OSError as exc:
-            _drop_stdout()
-            raise _OutputError(f"could not write to stdout ({exc.strerror or exc})") from None
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise _stdout_failed(exc, "could not write to stdout") from None
+
+
+def _stdout_failed(exc: OSError, what: str, then: str = "") -> _OutputError:
+    """The one line for stdout that failed; stdout is dropped first (_drop_stdout)."""
+    _drop_stdout()
+    return _OutputError(f"{what} ({exc.strerror or exc}){then}")
 
 
 def _drop_stdout() -> None:
@@ -555,10 +559,8 @@ class _Delivery:
         try:
             _write(self.args, data, lambda out: print(created.plaintext, file=out))
         except OSError as exc:  # a closed pipe too: nobody received the key
-            _drop_stdout()
-            raise _OutputError(
-                f"could not write the key to stdout ({exc.strerror or exc}): {self.undone}"
-            ) from None
+            undone = f": {self.undone}"
+            raise _stdout_failed(exc, "could not write the key to stdout", undone) from None
         self.done = True
 
     def run(self, make: Callable[[Deliver], CreatedKey]) -> CreatedKey:
