@@ -329,7 +329,8 @@ Deliver = Callable[[CreatedKey], None]
 it, before the commit. If it raises, the transaction is rolled back: a secret nobody received
 leaves no key, and a recreate or rotation leaves the key as it was. The audit trail records only
 what was committed, so such an attempt leaves no event. Should the commit fail after it, the
-secret handed over belongs to no key (the caller says so)."""
+secret handed over belongs to no key (the caller says so). It runs while the transaction holds
+the key's row lock (on SQLite the database's write lock), so it must be quick: a short write."""
 
 
 def _second(moment: datetime) -> datetime:
