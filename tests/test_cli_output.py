@@ -40,6 +40,12 @@ SINKS: dict[str, tuple[str, Callable[[], None] | None]] = {
 }
 
 
+# The child runs without libfaketime (CI runs time-dependent tests under `faketime`): its preload
+# opens a shared-memory file at the lowest free descriptor, which with stdout closed is fd 1, so
+# the child would have a stdout after all and write the key into the parent's fake clock.
+CHILD_ENV = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and "FAKETIME" not in k}
+
+
 def _cli(url: str, sink: str, *args: str) -> subprocess.CompletedProcess[str]:
     """Run the installed command with stdout going to the sink; stderr is captured."""
     path, preexec = SINKS[sink]
@@ -50,6 +56,7 @@ def _cli(url: str, sink: str, *args: str) -> subprocess.CompletedProcess[str]:
             stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
             preexec_fn=preexec,
+            env=CHILD_ENV,
             text=True,
             timeout=120,
         )
@@ -60,6 +67,7 @@ def _captured(url: str, *args: str) -> subprocess.CompletedProcess[str]:
         [sys.executable, "-m", "apikey_tui", "--database-url", url, "--owner", "alice", *args],
         capture_output=True,
         stdin=subprocess.DEVNULL,
+        env=CHILD_ENV,
         text=True,
         timeout=120,
     )
@@ -147,6 +155,7 @@ def test_stderr_that_cannot_be_written_leaves_stdout_the_key_alone(
             stderr=err,
             stdin=subprocess.DEVNULL,
             preexec_fn=_closed_stderr if closed else None,
+            env=CHILD_ENV,
             text=True,
             timeout=120,
         )  # fmt: skip
