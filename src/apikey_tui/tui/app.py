@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from textual.app import App, SystemCommand
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
 from apikey_tui.config import current_user
+from apikey_tui.names import printable
 from apikey_tui.store import KeyStore
 from apikey_tui.tui.dialogs.switch_owner import OwnerChoice, SwitchOwnerDialog
 from apikey_tui.tui.keys_screen import KeysScreen
@@ -39,6 +41,28 @@ class ApiKeysApp(App[None]):
 
     def on_mount(self) -> None:
         self.push_screen(KeysScreen())
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = True,
+    ) -> None:
+        """Every toast (ours, and Textual's) shows control characters as escapes, never raw.
+
+        Toasts quote the database (a key's owner and name, a store error): callers that do
+        pass markup=False, so '[link=…]' in a name is text; this is the one gate for the rest.
+        """
+        super().notify(
+            printable(message),
+            title=printable(title),
+            severity=severity,
+            timeout=timeout,
+            markup=markup,
+        )
 
     def action_scope_catalog(self) -> None:
         """Show the scope catalog: descriptions, how many keys hold each scope; add, remove."""

@@ -15,7 +15,7 @@ from sqlalchemy.exc import ArgumentError
 from textual.content import Content
 from textual.widget import Widget
 
-from apikey_tui.tui.text import visible
+from apikey_tui.names import printable
 
 
 def short_database(label: str) -> str:
@@ -40,7 +40,9 @@ def fit_context(what: str, database_label: str, width: int) -> str:
     When even the shortest form is too long it is cut at the end with "…", and the database
     stands first in it, so what is cut is never the database's own name.
     """
-    full, short = visible(database_label), visible(short_database(database_label))
+    # Both parts may quote the database (a key's name and owner, the URL): shown, never obeyed.
+    what = printable(what)
+    full, short = printable(database_label), printable(short_database(database_label))
     forms = [
         f"{what} · database: {full}",
         f"{what} · database: {short}",

@@ -31,9 +31,9 @@ from textual.worker import get_current_worker
 from apikey_tui import keyformat
 from apikey_tui.clock import Clock, system_clock
 from apikey_tui.errors import ApiKeyError
+from apikey_tui.names import printable
 from apikey_tui.store import SORTS, KeyInfo, KeyQuery, KeyStore, QueryCancelled
 from apikey_tui.tui import lifecycle
-from apikey_tui.tui.text import visible
 
 CHUNK = 100  # rows read at a time; a few screens
 KEEP = 20 * CHUNK  # rows kept around the viewport before far ones are forgotten
@@ -101,7 +101,7 @@ def row_cells(
         "created": show(key.created_at),
         "last_used": show(key.last_used_at),
     }
-    return [visible(values[c]) for c in columns]
+    return [printable(values[c]) for c in columns]
 
 
 def columns(*, with_owner: bool) -> list[str]:
@@ -413,7 +413,7 @@ class KeyTable(ScrollView, can_focus=True):
         for i, key in enumerate(window.rows):
             self._rows[window.start + i] = key
             for column, value in (("owner", key.owner), ("name", key.name)):
-                self._seen[column] = max(self._seen.get(column, 0), cell_len(visible(value)))
+                self._seen[column] = max(self._seen.get(column, 0), cell_len(printable(value)))
             self._seen["scopes"] = max(self._seen.get("scopes", 0), cell_len(" ".join(key.scopes)))
             state = cell_len(lifecycle.marker(key, self.clock())[0])
             self._seen["state"] = max(self._seen.get("state", 0), state)

@@ -20,8 +20,8 @@ from textual.message import Message
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
+from apikey_tui.names import printable
 from apikey_tui.store import ScopeInfo
-from apikey_tui.tui.text import visible
 
 CHOSEN, NOT_CHOSEN = "[x]", "[ ]"  # ASCII: the same in every terminal, font and tmux
 _NAME_WIDTH_MAX = 24  # a longer scope name folds; the description keeps room to be read
@@ -53,7 +53,7 @@ class ScopePicker(OptionList):
     ) -> None:
         self._scopes = {s.name: s for s in scopes}
         self._chosen = {name for name in chosen if name in self._scopes}
-        names = [visible(name) for name in self._scopes]
+        names = [printable(name) for name in self._scopes]
         self._name_width = min(max((cell_len(n) for n in names), default=0), _NAME_WIDTH_MAX)
         super().__init__(*(Option(self._prompt(name), id=name) for name in self._scopes), id=id)
 
@@ -95,8 +95,8 @@ class ScopePicker(OptionList):
         grid.add_column(ratio=1, overflow="fold")
         grid.add_row(
             Text(CHOSEN if chosen else NOT_CHOSEN, style="bold" if chosen else ""),
-            Text(visible(name), style="bold"),
-            Text(visible(self._scopes[name].description)),
+            Text(printable(name), style="bold"),
+            Text(printable(self._scopes[name].description)),
         )
         return grid
 

@@ -9,11 +9,12 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.widgets import DataTable, Footer, Input, Static
 
+from apikey_tui.names import printable
 from apikey_tui.store import Event, KeyStore
 from apikey_tui.tui.screens.key_detail import actor_text
 from apikey_tui.tui.screens.live import LiveScreen
 from apikey_tui.tui.screens.scope_catalog import clip
-from apikey_tui.tui.text import literal, visible
+from apikey_tui.tui.text import literal
 from apikey_tui.tui.times import minute
 
 LIMIT = 500
@@ -114,7 +115,7 @@ class AuditTrailScreen(LiveScreen[list[Event]]):
                 clip(event.actor, actor_width),
                 clip(event.detail, detail_width),
             )
-            table.add_row(*(Text(visible(c)) for c in cells), key=str(event.id))
+            table.add_row(*(Text(printable(c)) for c in cells), key=str(event.id))
         ids = [e.id for e in events]
         if current is not None and current.id in ids and not newest_before:
             table.move_cursor(row=ids.index(current.id))  # stay on the event being read

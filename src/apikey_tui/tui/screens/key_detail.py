@@ -14,13 +14,14 @@ from textual.message import Message
 from textual.widgets import DataTable, Footer, Static
 
 from apikey_tui.errors import ApiKeyError, KeyNotFoundError
+from apikey_tui.names import printable
 from apikey_tui.store import Event, KeyDetail, KeyInfo, KeyStore, ScopeInfo
 from apikey_tui.tui import lifecycle
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.edit_scopes import EditScopesDialog, ScopeChange
 from apikey_tui.tui.messages import KeyRescoped, KeyVanished
 from apikey_tui.tui.screens.live import LiveScreen
-from apikey_tui.tui.text import literal, visible
+from apikey_tui.tui.text import literal
 from apikey_tui.tui.times import absolute, minute, relative, relative_and_absolute
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ def event_cells(event: Event, detail_width: int = 200) -> list[Text]:
     if len(detail) > detail_width:
         detail = detail[: max(detail_width - 1, 0)] + "…"
     cells = (minute(event.at), event.action, actor_text(event), detail)
-    return [Text(visible(v)) for v in cells]
+    return [Text(printable(v)) for v in cells]
 
 
 def lifecycle_rows(info: KeyInfo, now: datetime) -> list[tuple[str, str]]:
@@ -140,7 +141,8 @@ class KeyDetailScreen(LiveScreen[tuple[KeyDetail, list[ScopeInfo]]]):
             made,
         ]
         fields = Content("\n").join(
-            Content.assemble((label.ljust(_LABEL), "bold"), visible(value)) for label, value in rows
+            Content.assemble((label.ljust(_LABEL), "bold"), printable(value))
+            for label, value in rows
         )
         self.query_one("#detail-fields", Static).update(fields)
         self._show_scopes(info)

@@ -10,12 +10,13 @@ from textual.message import Message
 from textual.widgets import DataTable, Footer, Static
 
 from apikey_tui.errors import ScopeInUseError
+from apikey_tui.names import printable
 from apikey_tui.store import KeyStore, ScopeUsage
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.scope_form import ScopeEdit, ScopeFormDialog
 from apikey_tui.tui.messages import CatalogChanged, ScopeRemovalRefused
 from apikey_tui.tui.screens.live import LiveScreen
-from apikey_tui.tui.text import literal, visible
+from apikey_tui.tui.text import literal
 
 _SHOWN_HOLDERS = 10
 
@@ -85,9 +86,9 @@ class ScopeCatalogScreen(LiveScreen[list[ScopeUsage]]):
         table.clear()
         for scope, count in zip(data, counts, strict=True):
             table.add_row(
-                Text(visible(scope.name)),
+                Text(printable(scope.name)),
                 Text(count.rjust(count_width)),
-                Text(visible(clip(scope.description, room))),
+                Text(printable(clip(scope.description, room))),
                 key=scope.name,
             )
         names = [s.name for s in data]
