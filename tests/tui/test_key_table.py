@@ -240,3 +240,42 @@ async def test_selection_follows_its_key_through_a_reload_in_a_window(tui_store:
         await settle(pilot)
         assert table.total == 351
         assert table.selected_identity == chosen and table.cursor_row == 348
+
+
+def cursor_on_screen(app: Any, table: KeyTable) -> bool:
+    """Whether the selected key's row is drawn where the admin can see it (not under a scrollbar).
+
+    Read from the frame the terminal gets: the row of the table's visible area that shows the
+    selected key's name, and no row when it is scrolled out or covered.
+    """
+    key = table.selected
+    assert key is not None
+    region = table.scrollable_content_region  # the table's area less its scrollbars
+    strips = app.screen._compositor.render_strips()
+    shown = [s.text[region.x : region.right] for s in strips[region.y + 1 : region.bottom]]
+    return any(f" {key.name} " in text and key.owner[:5] in text for text in shown)
+
+
+@pytest.mark.parametrize(
+    ("width", "absolute", "scrollbar"), [(70, False, True), (80, True, True), (80, False, False)]
+)
+async def test_the_selected_row_is_always_visible_above_the_scrollbar(
+    tui_store: KeyStore, width: int, absolute: bool, scrollbar: bool
+) -> None:
+    """--all at 70x24 and 80x24, with and without a horizontal scrollbar: moves keep it seen."""
+    add_keys(tui_store, 40, owner="a-rather-long-owner-name", prefix="k")  # names unique on screen
+    add_keys(tui_store, 40, owner="bob", prefix="k")
+    app = make_app(tui_store, owner=None)
+    async with app.run_test(size=(width, 24)) as pilot:
+        table = await loaded(pilot)
+        if absolute:
+            await pilot.press("t")  # 16-cell times: at 80 columns the row no longer fits
+            await settle(pilot)
+        assert table.show_horizontal_scrollbar == scrollbar
+        assert cursor_on_screen(app, table)
+        moves = (["G"], ["g"], ["j"] * 25, ["k"] * 3, ["pagedown"], ["G"], ["k"], ["end"], ["t"])
+        for keys in moves:  # t: times change width, so the scrollbar comes or goes at 80
+            await pilot.press(*keys)
+            await settle(pilot)
+            assert cursor_on_screen(app, table), f"after {keys}: row {table.cursor_row} unseen"
+        assert table.selected is not None and table.selected.name == "k-0039"

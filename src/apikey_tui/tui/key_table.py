@@ -466,6 +466,11 @@ class KeyTable(ScrollView, can_focus=True):
 
     def on_resize(self) -> None:
         self._relayout()
+        self._scroll_cursor_into_view()
+
+    def watch_show_horizontal_scrollbar(self) -> None:
+        # The scrollbar takes the bottom line: the selected row must not end up beneath it.
+        self.call_after_refresh(self._scroll_cursor_into_view)
 
     def watch_absolute_times(self) -> None:
         self._relayout()
@@ -535,8 +540,12 @@ class KeyTable(ScrollView, can_focus=True):
         self._scroll_cursor_into_view()
         self.refresh()
 
+    def _visible_rows(self) -> int:
+        """Rows of keys on screen: the height less the header and a horizontal scrollbar."""
+        return max(self.scrollable_content_region.height - 1, 1)
+
     def _scroll_cursor_into_view(self) -> None:
-        visible_rows = max(self.size.height - 1, 1)
+        visible_rows = self._visible_rows()
         top = self.scroll_offset.y
         if self.cursor_row < top:
             self.scroll_to(y=self.cursor_row, animate=False)
@@ -550,7 +559,7 @@ class KeyTable(ScrollView, can_focus=True):
         self.cursor_row = max(0, min(self._last(), self.cursor_row + delta))
 
     def action_page(self, direction: int) -> None:
-        self.action_move(direction * max(self.size.height - 2, 1))
+        self.action_move(direction * max(self._visible_rows() - 1, 1))
 
     def action_first(self) -> None:
         self.cursor_row = 0
