@@ -18,7 +18,7 @@ from apikey_tui import keyformat
 from apikey_tui.errors import StoreUnavailableError
 from apikey_tui.store import KeyStore
 from apikey_tui.tui.app import ApiKeysApp
-from apikey_tui.tui.context_line import ContextLine, fit_context, short_database
+from apikey_tui.tui.context_line import ContextLine, database_forms, fit_context
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.create_key import CreateKeyDialog
 from apikey_tui.tui.dialogs.help import HelpScreen
@@ -331,7 +331,8 @@ async def test_help_palette_and_header(tui_store: KeyStore) -> None:
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         context = app.screen.query_one("#context", ContextLine).text
-        assert "owner: alice" in context and short_database(tui_store.label) in context
+        telling = database_forms(tui_store.label)[-1].removeprefix("…")  # /directory/keys.db
+        assert "owner: alice" in context and telling in context
         titles = {c.title for c in app.get_system_commands(app.screen)}
         assert {"Create key", "Delete key", "Recreate key", "Filter keys", "Help"} <= titles
         await pilot.press("question_mark")
@@ -490,17 +491,20 @@ def top_line(app: ApiKeysApp) -> str:
     return app.screen._compositor.render_strips()[0].text
 
 
-@pytest.mark.parametrize("width", [40, 70, 80, 96])
+@pytest.mark.parametrize("width", [40, 70, 80])
 async def test_the_top_line_names_the_database_at_any_width(
     tui_store: KeyStore, width: int
 ) -> None:
-    """Below the width of the full URL the top line still names the database file and owner."""
-    app = make_app(tui_store)
+    """Below the width of the full URL the top line names the file and its directory; from 70
+    columns the owner too (at 40 the directory wins: it tells production from staging)."""
+    label = "sqlite:////var/lib/apikey-tui/production-eu/keys.db"
+    app = ApiKeysApp(tui_store, owner="alice", database_label=label, poll_seconds=60)
     async with app.run_test(size=(width, 24)) as pilot:
         await settle(pilot)
         line = top_line(app)
-        assert "keys.db" in line and "alice" in line
-        assert len(tui_store.label) + 30 > width  # the full label cannot fit here
+        assert "/production-eu/keys.db" in line, line
+        assert "owner: alice" in line or width < 70, line
+        assert len(label) + 30 > width  # the full label cannot fit here
 
 
 async def test_the_top_line_shows_the_full_database_when_it_fits(tui_store: KeyStore) -> None:
@@ -511,13 +515,59 @@ async def test_the_top_line_shows_the_full_database_when_it_fits(tui_store: KeyS
         assert f"database: {tui_store.label}" in top_line(app)
 
 
-def test_database_labels_shorten_to_host_and_database_or_file_name() -> None:
-    """PostgreSQL shortens to host[:port]/db, SQLite to the file name; the forms fit in order."""
-    assert short_database("postgresql+psycopg://admin:***@db.example.com/keys") == (
+@pytest.mark.parametrize("width", [70, 80])
+async def test_the_top_line_tells_apart_databases_that_differ_in_a_parent_directory(
+    tui_store: KeyStore, width: int
+) -> None:
+    """Staging and production files of one name: the table's and the detail's top lines differ."""
+    tui_store.create_key("alice", "nightly-reporting-job", ["project"])
+    for place in ("staging", "prod"):
+        label = f"sqlite:////var/lib/apikey-tui/{place}/keys.db"
+        app = ApiKeysApp(tui_store, owner="alice", database_label=label, poll_seconds=60)
+        async with app.run_test(size=(width, 24)) as pilot:
+            await settle(pilot)
+            lines = [top_line(app)]
+            await pilot.press("enter")
+            await settle(pilot)
+            lines.append(top_line(app))
+        table, detail = lines
+        assert f"/{place}/keys.db" in table and "owner: alice" in table, table
+        assert f"/{place}/keys.db" in detail and "nightly-reporting-job" in detail, detail
+
+
+def test_database_forms_keep_what_tells_databases_apart() -> None:
+    """Shorter forms drop whole directories from the middle, never the file's own directory."""
+    label = "sqlite:////home/admin/deployments/eu-west/staging/keys.db"
+    assert database_forms(label) == [
+        label,
+        "/home/admin/deployments/eu-west/staging/keys.db",
+        "…/admin/deployments/eu-west/staging/keys.db",
+        "/home/…/deployments/eu-west/staging/keys.db",
+        "…/deployments/eu-west/staging/keys.db",
+        "/home/…/eu-west/staging/keys.db",
+        "…/eu-west/staging/keys.db",
+        "/home/…/staging/keys.db",
+        "…/staging/keys.db",
+    ]
+    what = "Key nightly-reporting-job · owner: alice"
+    for width in (60, 70, 80):
+        line = fit_context(what, label, width)
+        assert "/staging/keys.db" in line and len(line) <= width, line
+    assert fit_context(what, label, 30) == "db: …/staging/keys.db · Key n…"
+    assert fit_context(what, label, 12).endswith("/keys.db")  # not even the words fit
+    url = "postgresql+psycopg://admin:***@db-staging.internal:5433/keys"
+    assert database_forms(url) == [url, "db-staging.internal:5433/keys"]
+    assert fit_context(what, url, 40).startswith("db: db-staging.internal:5433/keys · ")
+
+
+def test_database_labels_shorten_to_host_and_database_or_file_and_directory() -> None:
+    """PostgreSQL shortens to host[:port]/db, SQLite to the file in its directory, in order."""
+    assert database_forms("postgresql+psycopg://admin:***@db.example.com/keys")[-1] == (
         "db.example.com/keys"
     )
-    assert short_database("postgresql+psycopg://admin@db:5433/keys") == "db:5433/keys"
-    assert short_database("sqlite:////var/lib/apikey-tui/prod-keys.db") == "prod-keys.db"
+    assert database_forms("postgresql+psycopg://admin@db:5433/keys")[-1] == "db:5433/keys"
+    short = database_forms("sqlite:////var/lib/apikey-tui/prod-keys.db")[-1]
+    assert short == "…/apikey-tui/prod-keys.db"
     label = "postgresql+psycopg://admin:***@db.example.com/keys"
     assert fit_context("API keys · owner: alice", label, 200).endswith(f"database: {label}")
     assert fit_context("API keys · owner: alice", label, 80) == (
