@@ -119,7 +119,7 @@ async def test_create_dialog_with_an_error(tui_store: KeyStore) -> None:
 
 
 async def test_reveal(tui_store: KeyStore) -> None:
-    """The picture shows a made-up key on one line, the warning and the copy prompt."""
+    """The picture shows the key's line blanked (no picture holds a key), warning and prompt."""
     info = KeyInfo("alice", "ci-deploy", "akexampleexample00", ("project",), NOW)
 
     async def steps(pilot: Pilot[Any]) -> None:
@@ -129,7 +129,7 @@ async def test_reveal(tui_store: KeyStore) -> None:
 
 
 async def test_reveal_at_70_columns(tui_store: KeyStore) -> None:
-    """The picture shows the made-up key at 70x24 folded into two equal lines, with the note."""
+    """The picture shows the key at 70x24 as two equal blanked lines, with the note."""
     info = KeyInfo("alice", "ci-deploy", "akexampleexample00", ("project",), NOW)
     app = new_app(tui_store, "textual-dark")
     async with app.run_test(size=(70, 24)) as pilot:

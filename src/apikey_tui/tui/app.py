@@ -11,8 +11,10 @@ from textual.screen import Screen
 from apikey_tui.config import current_user
 from apikey_tui.names import printable
 from apikey_tui.store import KeyStore
+from apikey_tui.tui.dialogs.reveal_secret import RevealSecretDialog
 from apikey_tui.tui.dialogs.switch_owner import OwnerChoice, SwitchOwnerDialog
 from apikey_tui.tui.keys_screen import KeysScreen
+from apikey_tui.tui.pictures import export_svg
 from apikey_tui.tui.screens.audit_trail import AuditTrailScreen
 from apikey_tui.tui.screens.scope_catalog import ScopeCatalogScreen
 
@@ -63,6 +65,16 @@ class ApiKeysApp(App[None]):
             timeout=timeout,
             markup=markup,
         )
+
+    def export_screenshot(self, *, title: str | None = None, simplify: bool = False) -> str:
+        """The screen as SVG, a revealed key blanked: the one gate of every screenshot.
+
+        Textual's palette command, action_screenshot, deliver_screenshot, save_screenshot and
+        TEXTUAL_SCREENSHOT all draw through here; a picture must never hold a secret (the
+        palette's Screenshot saved the whole key to ~/Downloads, world-readable).
+        """
+        hidden = [s.secret_region() for s in self.screen_stack if isinstance(s, RevealSecretDialog)]
+        return export_svg(self, hidden, title=title or self.title, simplify=simplify)
 
     def action_scope_catalog(self) -> None:
         """Show the scope catalog: descriptions, how many keys hold each scope; add, remove."""

@@ -12,6 +12,7 @@ from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.geometry import Region
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
@@ -145,6 +146,11 @@ class RevealSecretDialog(ModalScreen[None]):
 
     def on_mount(self) -> None:
         self._fit_secret()
+
+    def secret_region(self) -> Region:
+        """Where the key is drawn on screen; the whole screen until that is known (fail closed)."""
+        region = self.query_one("#secret", Static).region if self.is_mounted else None
+        return region or Region(0, 0, *self.app.size)
 
     def on_resize(self) -> None:
         self._fit_secret()
