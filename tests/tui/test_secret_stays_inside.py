@@ -2,6 +2,15 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
+import pty
+import select
+import struct
+import subprocess
+import sys
+import termios
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +20,11 @@ from textual.pilot import Pilot
 from textual.widgets import Static
 
 from apikey_tui import keyformat
+from apikey_tui.hashing import SecretHasher, fingerprint
 from apikey_tui.store import KeyStore
 from apikey_tui.tui.app import ApiKeysApp
 from apikey_tui.tui.dialogs.reveal_secret import RevealSecretDialog
+from apikey_tui.tui.keys_screen import KeysScreen
 from tests.tui.conftest import make_app
 from tests.tui.test_app import open_create, screen_lines, settle
 
@@ -28,6 +39,11 @@ def pieces(secret: str, size: int = 8) -> list[str]:
 def holds_secret(text: str, key: str) -> bool:
     secret = keyformat.parse(key).secret
     return any(piece in text for piece in pieces(secret))
+
+
+def leaked(secrets: list[str], text: str) -> list[str]:
+    """The secrets of which any 12 characters in a row are in text (a wrapped line is caught)."""
+    return [s for s in secrets if any(piece in text for piece in pieces(s, 12))]
 
 
 async def reveal_a_key(pilot: Pilot[Any]) -> str:
@@ -114,3 +130,148 @@ async def test_textual_log_and_python_logging_never_hold_the_key(
     assert "a line, so the test knows" in written
     assert not holds_secret(written, key)
     assert not holds_secret(caplog.text, key)
+
+
+# --- an error the app did not foresee ----------------------------------------------------------
+
+
+class Recorded:
+    """The secrets a rotation made before it failed: its plaintext, argon2 hash, fingerprint."""
+
+    def __init__(self) -> None:
+        self.values: list[str] = []
+
+    def found_in(self, text: str) -> list[str]:
+        return leaked(self.values, text)
+
+
+async def test_an_overflow_while_rotating_is_one_line_and_the_app_goes_on(
+    tui_store: KeyStore, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A rotation whose expiry overflows (9999-12-31) says so in one line, logs no secret, lives."""
+    tui_store.create_key("alice", "ci-deploy", ["project"])
+    made = Recorded()
+    generate, hash_secret = keyformat.generate, SecretHasher.hash
+
+    def recording_generate() -> tuple[keyformat.ParsedKey, str]:
+        parts, plaintext = generate()
+        made.values += [plaintext, parts.secret, fingerprint(parts.public_id, parts.secret)]
+        return parts, plaintext
+
+    def recording_hash(hasher: SecretHasher, secret: str) -> str:
+        made.values.append(hash_secret(hasher, secret))
+        return made.values[-1]
+
+    def overflow(*args: object, **kwargs: object) -> None:
+        raise OverflowError("date value out of range")  # as `now + lifetime` past year 9999
+
+    monkeypatch.setattr(keyformat, "generate", recording_generate)
+    monkeypatch.setattr(SecretHasher, "hash", recording_hash)
+    monkeypatch.setattr(tui_store, "_expiry", overflow)
+    caplog.set_level("ERROR", logger="apikey_tui.tui")
+    app = make_app(tui_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("R")
+        await settle(pilot)
+        await pilot.press("enter")  # the grace proposed, 24h
+        await settle(pilot)
+        assert len(made.values) == 4, "the rotation made its secrets, then failed"
+        assert isinstance(app.screen, KeysScreen), "the app goes on"
+        [note] = [n for n in app._notifications if n.severity == "error"]
+        assert "\n" not in note.message
+        assert note.message.startswith("Rotate (key 'ci-deploy' of alice) failed")
+        assert "OverflowError" in note.message
+        assert not made.found_in(note.message)
+        await pilot.press("q")
+    assert app.return_code == 0
+    [record] = [r for r in caplog.records if r.name == "apikey_tui.tui"]
+    assert record.exc_info is not None and record.exc_info[0] is OverflowError
+    assert "OverflowError" in caplog.text and not made.found_in(caplog.text)
+    assert tui_store.get_key("alice", "ci-deploy").old_public_id is None  # nothing was changed
+
+
+CRASH = """
+import os, sys
+from apikey_tui import keyformat
+from apikey_tui.hashing import SecretHasher, fingerprint
+from apikey_tui.hashing import SecretHasher, fingerprint
+from apikey_tui.tui import keys_screen
+
+def keys_loaded(self, message):
+    # A handler on the event loop fails while secrets are in its locals, as a rotation's would.
+    parts, plaintext = keyformat.generate()
+    secret_hash = SecretHasher("cheapest").hash(parts.secret)
+    secret_fingerprint = fingerprint(parts.public_id, parts.secret)
+    with open(os.environ["SECRETS_OUT"], "w") as out:
+        out.write("\\n".join([plaintext, secret_hash, secret_fingerprint]))
+    raise OverflowError("date value out of range")
+
+keys_screen.KeysScreen.on_keys_loaded = keys_loaded
+from apikey_tui.cli import main
+sys.exit(main())
+"""
+
+
+def run_in_a_terminal(args: list[str], env: dict[str, str], timeout: float = 60) -> tuple[int, str]:
+    """Run a command on a pseudo-terminal of 80x24 (the app needs one); (exit code, output)."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    process = subprocess.Popen(
+        args, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True
+    )
+    os.close(slave)
+    output = b""
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.2)
+            if ready:
+                try:
+                    data = os.read(master, 65536)
+                except OSError:  # EIO: the terminal's last writer has gone
+                    break
+                if not data:
+                    break
+                output += data
+            elif process.poll() is not None:
+                break
+        else:
+            process.kill()
+            pytest.fail(
+                f"still running after {timeout}s; it wrote:\n{output.decode(errors='replace')}"
+            )
+    finally:
+        os.close(master)
+    return process.wait(timeout=10), output.decode(errors="replace")
+
+
+def test_an_unforeseen_error_exits_non_zero_with_one_line_and_no_secret(
+    tui_store: KeyStore, tmp_path: Path
+) -> None:
+    """The real `apikey-tui` on a terminal: a crash prints one line, no traceback, exits 1."""
+    tui_store.create_key("alice", "ci-deploy", ["project"])
+    secrets_out = tmp_path / "secrets"
+    state = tmp_path / "state"
+    env = {
+        **os.environ,
+        "SECRETS_OUT": str(secrets_out),
+        "XDG_STATE_HOME": str(state),
+        "LOGNAME": "alice",
+    }
+    code, output = run_in_a_terminal(
+        [sys.executable, "-c", CRASH, "--database-url", tui_store.label], env
+    )
+    secrets = secrets_out.read_text().splitlines()
+    assert len(secrets) == 3
+    assert leaked(secrets, output) == [], "the plaintext, hash or fingerprint was printed"
+    assert code != 0
+    assert "Traceback" not in output and "plaintext" not in output
+    after = output[output.rindex("\x1b") :] if "\x1b" in output else output  # after the app
+    lines = [line for line in after.splitlines() if "apikey-tui:" in line]
+    assert len(lines) == 1 and "OverflowError" in lines[0], output[-2000:]
+    log = state / "apikey-tui" / "app.log"
+    assert log.stat().st_mode & 0o777 == 0o600
+    written = log.read_text()
+    assert "OverflowError" in written and "Traceback" in written
+    assert leaked(secrets, written) == []

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 
 from textual.app import App, SystemCommand
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
+from textual.worker import WorkerFailed
 
 from apikey_tui.config import current_user
 from apikey_tui.names import printable
 from apikey_tui.store import KeyStore
 from apikey_tui.tui.dialogs.reveal_secret import RevealSecretDialog
 from apikey_tui.tui.dialogs.switch_owner import OwnerChoice, SwitchOwnerDialog
+from apikey_tui.tui.failures import log_path, logging_to_file, unforeseen
 from apikey_tui.tui.keys_screen import KeysScreen
 from apikey_tui.tui.pictures import export_svg
 from apikey_tui.tui.screens.audit_trail import AuditTrailScreen
@@ -40,6 +43,7 @@ class ApiKeysApp(App[None]):
         self.database_label = database_label
         self.poll_seconds = poll_seconds
         self.default_owner = owner or current_user()
+        self.failure: str | None = None  # one line: why the app stopped, if an error stopped it
 
     def on_mount(self) -> None:
         self.push_screen(KeysScreen())
@@ -65,6 +69,27 @@ class ApiKeysApp(App[None]):
             timeout=timeout,
             markup=markup,
         )
+
+    def _handle_exception(self, error: Exception) -> None:
+        """An error nothing caught: logged without locals, said in one line, and the app exits 1.
+
+        Store calls in workers never get here (a refusal or an unforeseen error is a one-line
+        notice there); this is for the rest: a handler, a render, a worker's own bug.
+        """
+        original = error.error if isinstance(error, WorkerFailed) else error
+        line = unforeseen(original, "The app")
+        self.failure = self.failure or line
+        super()._handle_exception(error)  # return code 1, the error kept for tests, then exit
+
+    def _fatal_error(self) -> None:
+        # Textual's own prints a rich traceback with every frame's locals: a rotation's new
+        # plaintext, its argon2 hash and fingerprint. Exit without it (the error is logged).
+        self._close_messages_no_wait()
+
+    def _print_error_renderables(self) -> None:
+        # Whatever Textual kept to print at exit (a panic's renderables) stays unprinted: the
+        # one line run_app prints says what failed, and the log holds the rest.
+        self._exit_renderables.clear()
 
     def export_screenshot(self, *, title: str | None = None, simplify: bool = False) -> str:
         """The screen as SVG, a revealed key blanked: the one gate of every screenshot.
@@ -123,6 +148,15 @@ class ApiKeysApp(App[None]):
 
 
 def run_app(store: KeyStore, *, owner: str | None) -> int:
-    """Run the app on an open store (the CLI decides whether it may create the database)."""
-    ApiKeysApp(store, owner=owner, database_label=store.label).run()
-    return 0
+    """Run the app on an open store (the CLI decides whether it may create the database).
+
+    Returns 0, or 1 when an error stopped the app: then one line on stderr says what failed
+    and where its traceback (without locals) was logged.
+    """
+    app = ApiKeysApp(store, owner=owner, database_label=store.label)
+    with logging_to_file(log_path()):
+        app.run()
+    if app.failure is not None:
+        print(f"apikey-tui: {app.failure}", file=sys.stderr)
+        return app.return_code or 1
+    return app.return_code or 0

@@ -34,6 +34,7 @@ from apikey_tui.errors import ApiKeyError
 from apikey_tui.names import printable
 from apikey_tui.store import SORTS, KeyInfo, KeyQuery, KeyStore, QueryCancelled
 from apikey_tui.tui import lifecycle
+from apikey_tui.tui.failures import unforeseen
 
 CHUNK = 100  # rows read at a time; a few screens
 KEEP = 20 * CHUNK  # rows kept around the viewport before far ones are forgotten
@@ -368,6 +369,9 @@ class KeyTable(ScrollView, can_focus=True):
         except ApiKeyError as exc:
             if not worker.is_cancelled:
                 self.post_message(self.Failed(str(exc)))
+        except Exception as exc:  # else lost silently (exit_on_error=False): one line, logged
+            if not worker.is_cancelled:
+                self.post_message(self.Failed(unforeseen(exc, "Reading the keys")))
 
     @work(thread=True, exclusive=True, group="key-table-chunk", exit_on_error=False)
     def _read_chunk(
@@ -397,6 +401,10 @@ class KeyTable(ScrollView, can_focus=True):
         except ApiKeyError as exc:
             if not worker.is_cancelled:
                 self.post_message(self.Failed(str(exc)))
+            return
+        except Exception as exc:  # else lost silently (exit_on_error=False): one line, logged
+            if not worker.is_cancelled:
+                self.post_message(self.Failed(unforeseen(exc, "Reading the keys")))
             return
         self._post_window(_Window(generation, start, rows, total, None))
 

@@ -9,7 +9,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.message import Message
-from textual.screen import ModalScreen, Screen
+from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
 from apikey_tui.errors import ApiKeyError, KeyNotFoundError
@@ -22,6 +22,7 @@ from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.create_key import CreateKeyDialog, NewKeyRequest
 from apikey_tui.tui.dialogs.help import HelpScreen
 from apikey_tui.tui.dialogs.reveal_secret import RevealSecretDialog
+from apikey_tui.tui.failures import unforeseen
 from apikey_tui.tui.key_table import COLUMNS, SORTABLE, KeyFilter, KeyTable
 from apikey_tui.tui.messages import (
     KeyCreated,
@@ -116,6 +117,9 @@ class KeysScreen(Screen[None]):
             scopes = store.list_scopes()
         except ApiKeyError as exc:
             self.post_message(StoreFailed(str(exc), while_loading=True))
+            return
+        except Exception as exc:  # never a traceback (its locals), never a crash: one line
+            self.post_message(StoreFailed(unforeseen(exc, "Reading the keys"), while_loading=True))
             return
         self.post_message(KeysLoaded(scopes, marker))
 
@@ -244,15 +248,24 @@ class KeysScreen(Screen[None]):
     def _create_requested(self, request: NewKeyRequest | None) -> None:
         if request is not None:
             owner, name, scopes = request.owner, request.name, request.scopes
-            self.run_store(lambda store: KeyCreated(store.create_key(owner, name, scopes)))
+            self.run_store(
+                lambda store: KeyCreated(store.create_key(owner, name, scopes)),
+                f"Create (key {name!r} of {owner})",
+            )
 
     @work(thread=True, group="store")
-    def run_store(self, operation: Callable[[KeyStore], Message]) -> None:
-        """Run one store call (argon2, the database) off the event loop; report as a message."""
+    def run_store(self, operation: Callable[[KeyStore], Message], doing: str) -> None:
+        """Run one store call (argon2, the database) off the event loop; report as a message.
+
+        A refusal is one line; so is an error nobody foresaw (e.g. an OverflowError past year
+        9999), which is logged without locals: the call may hold a new key's secret in them.
+        """
         try:
             message = operation(self.keys_app.store)
         except ApiKeyError as exc:
             message = StoreFailed(str(exc))
+        except Exception as exc:
+            message = StoreFailed(unforeseen(exc, doing))
         self.post_message(message)
 
     def on_key_created(self, message: KeyCreated) -> None:
@@ -292,7 +305,7 @@ class KeysScreen(Screen[None]):
 
     def _ask_then(
         self,
-        ask: Callable[[KeyInfo], ModalScreen[Any]],
+        ask: Callable[[KeyInfo], ConfirmDialog | AskValueDialog[Any]],
         then: Callable[[KeyStore, KeyInfo, Any], Message],
         key: KeyInfo | None = None,
     ) -> None:
@@ -314,9 +327,10 @@ class KeysScreen(Screen[None]):
                         f"{exc}: it was deleted meanwhile; nothing was done"
                     ) from None
 
-            self.run_store(operation)
+            self.run_store(operation, f"{dialog.confirm_label} (key {key.name!r} of {key.owner})")
 
-        self.app.push_screen(ask(key), answered)
+        dialog = ask(key)
+        self.app.push_screen(dialog, answered)
 
     def action_delete(self, key: KeyInfo | None = None) -> None:
         self._confirm_then(

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from textual.message_pump import MessagePump
 
 from apikey_tui.errors import ApiKeyError
+from apikey_tui.tui.failures import unforeseen
 from apikey_tui.tui.messages import ReachabilityChanged
 
 
@@ -23,9 +24,11 @@ def marker_moved(
     """
     try:
         marker = read_marker()
-    except ApiKeyError as exc:
+    except Exception as exc:  # an unforeseen one too: said (and logged) once, never a crash
         if unreachable is None:
-            screen.post_message(ReachabilityChanged(str(exc)))
+            known = isinstance(exc, ApiKeyError)
+            reason = str(exc) if known else unforeseen(exc, "Checking the database for changes")
+            screen.post_message(ReachabilityChanged(reason))
         return False
     if unreachable is not None:
         screen.post_message(ReachabilityChanged(None))

@@ -52,6 +52,11 @@ class AskValueDialog(ModalScreen[Answer[T] | None], Generic[T]):
         self._parse, self._confirm_label = parse, confirm_label
         self._value, self._placeholder, self._max_length = value, placeholder, max_length
 
+    @property
+    def confirm_label(self) -> str:
+        """What the confirm button does ('Delete', 'Rotate' …): names a failure too."""
+        return self._confirm_label
+
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog danger"):
             yield Static(literal(self._title), classes="dialog-title")

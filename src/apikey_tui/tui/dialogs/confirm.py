@@ -24,6 +24,11 @@ class ConfirmDialog(ModalScreen[bool]):
         super().__init__()
         self._title, self._body, self._confirm_label = title, body, confirm_label
 
+    @property
+    def confirm_label(self) -> str:
+        """What the confirm button does ('Delete', 'Rotate' …): names a failure too."""
+        return self._confirm_label
+
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog danger"):
             yield Static(literal(self._title), classes="dialog-title")

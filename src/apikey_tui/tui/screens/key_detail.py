@@ -239,7 +239,8 @@ class KeyDetailScreen(LiveScreen[tuple[KeyDetail, list[ScopeInfo]]]):
                 self.run_store(
                     lambda store: KeyRescoped(
                         store.set_key_scopes(key.owner, key.name, change.scopes)
-                    )
+                    ),
+                    f"Change scopes (key {key.name!r} of {key.owner})",
                 )
 
         self.app.push_screen(dialog, answered)

@@ -19,6 +19,7 @@ from apikey_tui.errors import ApiKeyError
 from apikey_tui.store import KeyStore
 from apikey_tui.tui.context_line import ContextLine
 from apikey_tui.tui.dialogs.help import HelpScreen
+from apikey_tui.tui.failures import unforeseen
 from apikey_tui.tui.messages import ReachabilityChanged, StoreFailed, ViewRead
 from apikey_tui.tui.polling import marker_moved
 from apikey_tui.tui.text import literal
@@ -86,6 +87,9 @@ class LiveScreen(Screen[None], Generic[T]):
         except ApiKeyError as exc:
             self.post_message(self.read_failed(exc))
             return
+        except Exception as exc:  # never a traceback (its locals), never a crash: one line
+            self.post_message(StoreFailed(unforeseen(exc, "Reading this view"), while_loading=True))
+            return
         self.post_message(ViewRead(marker, data, generation))
 
     @work(thread=True, exclusive=True, group="poll")
@@ -122,12 +126,17 @@ class LiveScreen(Screen[None], Generic[T]):
     # --- writing ------------------------------------------------------------------------------
 
     @work(thread=True, group="store")
-    def run_store(self, operation: Callable[[KeyStore], Message]) -> None:
-        """Run one store call off the event loop; report its outcome as a message."""
+    def run_store(self, operation: Callable[[KeyStore], Message], doing: str) -> None:
+        """Run one store call off the event loop; report its outcome as a message.
+
+        As KeysScreen.run_store: a refusal, or an error nobody foresaw, is one line.
+        """
         try:
             message = operation(self.keys_app.store)
         except ApiKeyError as exc:
             message = self.write_failed(exc)
+        except Exception as exc:
+            message = StoreFailed(unforeseen(exc, doing))
         self.post_message(message)
 
     def write_failed(self, error: ApiKeyError) -> Message:

@@ -142,13 +142,15 @@ class ScopeCatalogScreen(LiveScreen[list[ScopeUsage]]):
             self.run_store(
                 lambda store: CatalogChanged(
                     f"Added scope {store.add_scope(name, description).name!r}."
-                )
+                ),
+                f"Add scope {name!r}",
             )
         else:
             self.run_store(
                 lambda store: CatalogChanged(
                     f"Described scope {store.describe_scope(name, description).name!r}."
-                )
+                ),
+                f"Describe scope {name!r}",
             )
 
     # --- remove -------------------------------------------------------------------------------
@@ -168,7 +170,7 @@ class ScopeCatalogScreen(LiveScreen[list[ScopeUsage]]):
 
         def answered(yes: bool | None) -> None:
             if yes:
-                self.run_store(lambda store: self._remove(store, name))
+                self.run_store(lambda store: self._remove(store, name), f"Remove scope {name!r}")
 
         self.app.push_screen(dialog, answered)
 
