@@ -275,3 +275,40 @@ def test_an_unforeseen_error_exits_non_zero_with_one_line_and_no_secret(
     written = log.read_text()
     assert "OverflowError" in written and "Traceback" in written
     assert leaked(secrets, written) == []
+
+
+@pytest.mark.parametrize(
+    ("method", "keys", "doing"),
+    [
+        ("key_window", [], "Reading the keys"),  # the table's own worker
+        ("list_scopes", [], "Reading the keys"),  # the screen's load worker
+        ("change_marker", [], "Reading the keys"),  # load and poll
+        ("key_detail", ["enter"], "Reading this view"),  # every LiveScreen's read
+        ("scope_usage", ["c"], "Reading this view"),
+        ("events", ["a"], "Reading this view"),
+    ],
+)
+async def test_an_unforeseen_error_in_any_read_is_one_line_and_the_app_goes_on(
+    tui_store: KeyStore, monkeypatch: pytest.MonkeyPatch, method: str, keys: list[str], doing: str
+) -> None:
+    """Each worker that reads the store turns an unexpected error into one line, never a crash."""
+    tui_store.create_key("alice", "ci-deploy", ["project"])
+    app = make_app(tui_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press(*keys)
+        await settle(pilot)
+
+        def broken(*args: object, **kwargs: object) -> None:
+            raise RuntimeError("a bug")
+
+        monkeypatch.setattr(tui_store, method, broken)
+        await pilot.press("f5")  # every view reloads on F5
+        await pilot.pause(app.poll_seconds * 2)  # and polls
+        await settle(pilot)
+        notes = [n.message for n in app._notifications if n.severity == "error"]
+        assert any(
+            n.startswith(f"{doing} failed on an unexpected error (RuntimeError)") for n in notes
+        ), notes
+        assert all("\n" not in n for n in notes)
+        assert app.return_code is None, "the app goes on"
