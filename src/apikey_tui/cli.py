@@ -125,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--all", action="store_true", default=argparse.SUPPRESS, help="all owners' keys"
     )
     commands = parser.add_subparsers(
-        dest="command", metavar="{keys,scopes,policy,events,db,serve-auth}"
+        dest="command", metavar="{keys,scopes,policy,events,db,serve-auth,scan,serve-leaks}"
     )
 
     keys = commands.add_parser("keys", help="create, list, show, delete and recreate keys")
@@ -300,6 +300,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="close a connection whose request has not arrived whole this long after its first "
         "byte (default 10)",
     )
+    from apikey_tui.leaks.commands import add_commands  # the standard library only, like here
+
+    add_commands(commands, common)
     return parser
 
 
@@ -432,6 +435,9 @@ def _main(arguments: list[str]) -> int:
             return _open_app(url, owner, all_owners=getattr(args, "all", False), create=default)
         if args.command == "serve-auth":
             return _serve_auth(url, args)
+        if hasattr(args, "run_leaks"):  # scan and serve-leaks: no store for --offline
+            run_leaks: Callable[..., int] = args.run_leaks
+            return run_leaks(url, args, _open_store)
         if args.command == "db":  # works on a database of any version: opens no store
             run_db: Callable[[str, argparse.Namespace], int] = args.run_db
             return run_db(url, args)

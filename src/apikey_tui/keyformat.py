@@ -18,10 +18,14 @@ CHECK_CHARS = 7  # CRC-32 in 7 base32 digits
 SEPARATOR = "."
 KEY_LENGTH = len(PREFIX) + ID_CHARS + len(SEPARATOR) + SECRET_CHARS + CHECK_CHARS
 
-_PUBLIC_ID = re.compile(rf"{PREFIX}[{ALPHABET}]{{{ID_CHARS}}}")
+_ID_SHAPE = rf"{PREFIX}[{ALPHABET}]{{{ID_CHARS}}}"
+_PUBLIC_ID = re.compile(_ID_SHAPE)
 _KEY = re.compile(
-    rf"({PREFIX}[{ALPHABET}]{{{ID_CHARS}}})\.([{ALPHABET}]{{{SECRET_CHARS}}})([{ALPHABET}]{{{CHECK_CHARS}}})"
+    rf"({_ID_SHAPE})\.([{ALPHABET}]{{{SECRET_CHARS}}})([{ALPHABET}]{{{CHECK_CHARS}}})"
 )
+# A key's shape as a regular expression without groups or anchors, for scanners (apikey-tui
+# scan, grep): it finds candidates; `parse` (the checksum) decides which are keys.
+KEY_PATTERN = rf"{_ID_SHAPE}\{SEPARATOR}[{ALPHABET}]{{{SECRET_CHARS + CHECK_CHARS}}}"
 
 
 class MalformedKey(ValueError):

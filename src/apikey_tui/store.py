@@ -5,8 +5,8 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
@@ -47,6 +47,7 @@ from apikey_tui.errors import (
 from apikey_tui.hashing import SecretHasher, fingerprint
 from apikey_tui.models import EventRow, KeyRow, KeyScopeRow, SchemaInfo, ScopeRow
 from apikey_tui.names import (
+    DESCRIPTION_MAX,
     DURATION_MAX,
     NEVER,
     Expiry,
@@ -60,6 +61,7 @@ from apikey_tui.names import (
     format_duration,
     format_moment,
     parse_scopes,
+    printable,
 )
 
 
@@ -98,6 +100,11 @@ class KeyInfo:
     def disabled(self) -> bool:
         """Whether an admin switched the key off (reversibly: `enable_key`)."""
         return self.disabled_at is not None
+
+    @property
+    def leaked(self) -> bool:
+        """Whether the key was disabled because it leaked (`KeyStore.leaks` says where, when)."""
+        return self.disabled_reason is not None and self.disabled_reason.startswith(LEAK_REASON)
 
     def expired(self, now: datetime) -> bool:
         """Whether the key stopped working at its expiry (from that very second on)."""
@@ -1419,3 +1426,140 @@ class KeyStore:
             rows = session.exec(select(EventRow).where(*mine).order_by(newest).limit(limit))
             events = tuple(self._event(r) for r in rows)
         return KeyDetail(info, self._event(origin) if origin else None, events)
+
+    # --- leaks: keys found where they must not be (issue 17) ---------------------------------
+
+    def contain_leak(
+        self, credential: Credential, *, source: str, where: str, delete: bool = False
+    ) -> Leak | None:
+        """Act on a key whose secret the caller proved leaked (it matched credential's hash).
+
+        A live key is disabled (reason `leaked: <where>`) or, with delete, deleted; a disabled
+        or expired one is left as it is. Either way a `key.leak` event records the source and
+        where, in the same transaction (verifiers hear of it at commit). A rotated key's
+        previous secret in grace counts as the key: the whole key is stopped. None when the key
+        was deleted or recreated meanwhile: that secret already works nowhere.
+        """
+        if source not in LEAK_SOURCES:
+            raise InvalidInputError(f"unknown leak source {source!r}")
+        public_id = credential.info.public_id
+        key = KeyRow.__table__  # type: ignore[attr-defined]
+        with self._session(write=True) as session:
+            row = session.exec(
+                select(KeyRow)
+                .where(or_(key.c.public_id == public_id, key.c.old_public_id == public_id))
+                .with_for_update()
+            ).first()
+            if row is None:
+                return None
+            now = self.clock()
+            until = row.expires_at
+            stored: str | None = None
+            if row.public_id == public_id:
+                stored = row.secret_hash
+            elif _in_grace(row.old_public_id, row.grace_until, now):
+                stored = row.old_secret_hash
+                assert row.grace_until is not None
+                until = row.grace_until if until is None else min(until, row.grace_until)
+            else:
+                return None
+            if stored != credential.secret_hash:
+                return None
+            live = row.disabled_at is None and (until is None or now < until)
+            info = self._read_info(session, row)
+            outcome = ("deleted" if delete else "disabled") if live else "recorded"
+            if outcome == "deleted":
+                session.delete(row)
+            elif outcome == "disabled":
+                row.disabled_at, row.disabled_reason = now, leak_reason(where)
+                session.add(row)
+                info = self._read_info(session, row)
+            leak = Leak(now, source, outcome, printable(where), info.owner, info.name, public_id)
+            self._record(
+                session, LEAK_EVENT, replace(info, public_id=public_id), detail=leak.detail
+            )
+            session.commit()
+        return leak
+
+    def leaks(self, owner: str, name: str, limit: int = 20) -> list[Leak]:
+        """Where and when a key was found leaked (its key.leak events), newest first.
+
+        Matched by owner and name, like key_detail: a key recreated after a leak keeps the
+        history of the leak that made its admin recreate it.
+        """
+        with self._session() as session:
+            rows = session.exec(
+                select(EventRow)
+                .where(
+                    EventRow.owner == owner,
+                    EventRow.key_name == name,
+                    EventRow.action == LEAK_EVENT,
+                )
+                .order_by(col(EventRow.id).desc())
+                .limit(limit)
+            )
+            return [Leak.from_event(self._event(r)) for r in rows]
+
+    def issued(self, public_id: str) -> bool:
+        """Whether this database ever made a key with this public id (its events name it)."""
+        with self._session() as session:
+            found = session.exec(
+                select(EventRow.id).where(EventRow.public_id == public_id).limit(1)
+            ).first()
+        return found is not None
+
+
+# A leak-disabled key is recognisable from stored data alone: its disabled reason starts with
+# LEAK_REASON, and each report of it is a LEAK_EVENT whose detail reads
+# "<source> <outcome>: <where>" (Leak.detail, Leak.from_event).
+LEAK_EVENT = "key.leak"
+LEAK_REASON = "leaked: "
+LEAK_SOURCES = ("scan", "github", "depsdev", "revoke")
+LEAK_OUTCOMES = ("disabled", "deleted", "recorded")
+_EVENT_DETAIL_MAX = 400  # EventRow.detail
+
+
+def leak_reason(where: str) -> str:
+    """The disabled reason of a leaked key: 'leaked: <where>', printable, at most 200 chars."""
+    reason = LEAK_REASON + printable(where)
+    return reason if len(reason) <= DESCRIPTION_MAX else reason[: DESCRIPTION_MAX - 1] + "…"
+
+
+@dataclass(frozen=True)
+class Leak:
+    """One report of a leaked key: when, from which source, what was done, and where it was
+    found (a URL, `file:line` or `commit:path:line`); public_id is the id that leaked (a
+    rotated key's previous id, if that one leaked)."""
+
+    at: datetime
+    source: str  # one of LEAK_SOURCES
+    outcome: str  # one of LEAK_OUTCOMES: the key was disabled, deleted, or left as it was
+    where: str
+    owner: str | None
+    name: str | None
+    public_id: str | None
+
+    @property
+    def detail(self) -> str:
+        """The event's detail: '<source> <outcome>: <where>', cut to the column's size."""
+        text = f"{self.source} {self.outcome}: {self.where}"
+        return text if len(text) <= _EVENT_DETAIL_MAX else text[: _EVENT_DETAIL_MAX - 1] + "…"
+
+    @classmethod
+    def from_event(cls, event: Event) -> Leak:
+        """Read a key.leak event back (fields it lacks are empty)."""
+        head, _, where = event.detail.partition(": ")
+        source, _, outcome = head.partition(" ")
+        return cls(event.at, source, outcome, where, event.owner, event.key_name, event.public_id)
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the leak as a JSON-ready dict."""
+        return {
+            "at": self.at.isoformat(),
+            "source": self.source,
+            "outcome": self.outcome,
+            "where": self.where,
+            "owner": self.owner,
+            "name": self.name,
+            "public_id": self.public_id,
+        }

@@ -1,0 +1,1 @@
+"""Leak response: find keys where they must not be, take leak reports, stop leaked keys."""

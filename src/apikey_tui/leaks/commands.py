@@ -1,0 +1,169 @@
+"""The `scan` and `serve-leaks` subcommands: their options here, their work in this package."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+# Standard library only at import time: the CLI builds every parser for `--help` and usage
+# errors, which must stay as cheap as starting Python.
+from apikey_tui.errors import StoreUnavailableError
+from apikey_tui.names import printable
+
+if TYPE_CHECKING:
+    from apikey_tui.leaks.scan import Found, ScanError
+    from apikey_tui.leaks.verdicts import Verdict
+    from apikey_tui.store import KeyStore
+
+EXIT_OK, EXIT_FOUND, EXIT_USAGE = 0, 1, 2
+OpenStore = Callable[..., "KeyStore"]  # cli._open_store(url, create=...)
+
+
+def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
+    """Add `scan` and `serve-leaks` to the CLI's subcommands."""
+    scan = commands.add_parser(
+        "scan",
+        parents=[common],
+        help="find API keys in files, standard input or git history; exit 1 on a live one",
+        description="Find well-formed API keys (shape and checksum) and, with a database, tell "
+        "live keys from disabled, expired, deleted and forged ones. Never prints a secret. "
+        "Exit 1: a live key was found (with --offline: any well-formed key); 0: clean; "
+        "2: usage error, a path that cannot be read, or a database that cannot be asked.",
+    )
+    scan.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        help="files and directories (recursively; symlinks inside are not followed), or - for "
+        "standard input; with --git, the repository (default: .)",
+    )
+    scan.add_argument(
+        "--git", action="store_true", help="every blob in the history of every ref, not files"
+    )
+    scan.add_argument(
+        "--disable",
+        action="store_true",
+        help="disable each live key found (reason 'leaked: <where>', a key.leak audit event)",
+    )
+    scan.add_argument(
+        "--offline",
+        action="store_true",
+        help="no database: report every well-formed key (for pre-commit hooks)",
+    )
+    scan.set_defaults(run_leaks=run_scan)
+
+
+def run_scan(url: str, args: argparse.Namespace, open_store: OpenStore) -> int:
+    """Scan, judge each distinct key once against the database, print, maybe disable."""
+    from apikey_tui.leaks.scan import ScanError, scan_git, scan_paths, scan_stream
+
+    paths: list[str] = args.paths or ["."]
+    if args.offline and args.disable:
+        return _usage("scan: --disable needs the database; it cannot go with --offline")
+    if "-" in paths and (args.git or len(paths) > 1):
+        return _usage("scan: - (standard input) goes alone, without --git")
+    if args.git and len(paths) > 1:
+        return _usage("scan --git takes one repository")
+    unreadable: list[ScanError] = []
+
+    def complain(error: ScanError) -> None:
+        unreadable.append(error)
+        print(f"apikey-tui: {printable(str(error))}", file=sys.stderr)
+
+    try:
+        if args.git:
+            found = list(scan_git(paths[0]))
+        elif paths == ["-"]:
+            found = list(scan_stream(sys.stdin.buffer))
+        else:
+            found = list(scan_paths(paths, complain))
+    except ScanError as exc:
+        print(f"apikey-tui: {printable(str(exc))}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.offline:
+        code = _report(args, found, None)
+    else:
+        try:
+            store = open_store(url, create=False)
+        except StoreUnavailableError as exc:
+            print(f"apikey-tui: {printable(str(exc))}", file=sys.stderr)
+            return EXIT_USAGE
+        try:
+            code = _report(args, found, store)
+        except StoreUnavailableError as exc:
+            print(f"apikey-tui: {printable(str(exc))}", file=sys.stderr)
+            return EXIT_USAGE
+        finally:
+            store.close()
+    if code == EXIT_OK and unreadable:
+        return EXIT_USAGE  # fail closed: a file we could not read may hold a key
+    return code
+
+
+def _report(args: argparse.Namespace, found: list[Found], store: KeyStore | None) -> int:
+    from apikey_tui.leaks.verdicts import judge, mask, token_sha256
+
+    verdicts: dict[str, Verdict] = {}
+    outcomes: dict[str, str] = {}
+    rows: list[dict[str, Any]] = []
+    for place in found:
+        digest = token_sha256(place.text)
+        verdict = None
+        if store is not None:
+            verdict = verdicts.get(digest)
+            if verdict is None:
+                verdict = verdicts[digest] = judge(store, place.key)
+                if args.disable and verdict.state == "live":
+                    assert verdict.credential is not None
+                    leak = store.contain_leak(verdict.credential, source="scan", where=place.where)
+                    outcomes[digest] = leak.outcome if leak is not None else "changed meanwhile"
+        rows.append(
+            {
+                "where": place.where,
+                "path": place.path,
+                "line": place.line,
+                "commit": place.commit,
+                "public_id": mask(place.key.public_id),
+                "token_sha256": digest,
+                "state": verdict.state if verdict is not None else "well-formed",
+                "owner": verdict.owner if verdict is not None else None,
+                "name": verdict.name if verdict is not None else None,
+                "action": outcomes.get(digest),
+            }
+        )
+    live = [row for row in rows if row["state"] in ("live", "well-formed")]
+    if getattr(args, "json", False):
+        json.dump(rows, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        for row in rows:
+            print(_line(row), file=sys.stdout)
+    keys = len({row["token_sha256"] for row in live})
+    if store is None:
+        summary = f"{keys} API key(s) found (not checked against a database)" if keys else ""
+    else:
+        summary = f"{keys} live API key(s) found" if keys else ""
+        if keys and not args.disable:
+            summary += "; disable them with --disable, then recreate or rotate them"
+    if summary:
+        print(f"apikey-tui: {summary}.", file=sys.stderr)
+    return EXIT_FOUND if live else EXIT_OK
+
+
+def _line(row: dict[str, Any]) -> str:
+    where = printable(row["where"])
+    if row["state"] == "well-formed":
+        return f"{where}: API key {row['public_id']}"
+    key = f"{row['public_id']}" + (
+        f" ({printable(row['owner'])}/{printable(row['name'])})" if row["owner"] else ""
+    )
+    action = f", {row['action']}" if row["action"] else ""
+    return f"{where}: {row['state']} key {key}{action}"
+
+
+def _usage(message: str) -> int:
+    print(f"apikey-tui {message} (see --help)", file=sys.stderr)
+    return EXIT_USAGE

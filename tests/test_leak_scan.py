@@ -1,0 +1,319 @@
+"""`apikey-tui scan`: keys found in real files, standard input, git history and pre-commit."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+
+from apikey_tui import keyformat
+from apikey_tui.cli import main
+from apikey_tui.clock import system_clock
+from apikey_tui.leaks.scan import find_keys
+from apikey_tui.leaks.verdicts import mask
+from apikey_tui.store import LEAK_EVENT, KeyStore, Leak
+from apikey_tui.verifier import Verifier
+from tests.conftest import ACTOR, CHEAP, FakeClock
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI = Path(sys.executable).with_name("apikey-tui")
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.org", "GIT_CONFIG_NOSYSTEM": "1",
+}  # fmt: skip
+
+
+def new_key() -> str:
+    return keyformat.generate()[1]
+
+
+def scan(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(["scan", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def git(folder: Path, *args: str) -> str:
+    env = {**os.environ, **GIT_ENV, "HOME": str(folder)}
+    done = subprocess.run(
+        ["git", *args], cwd=folder, env=env, capture_output=True, text=True, check=True
+    )
+    return done.stdout
+
+
+def test_offline_scan_finds_keys_in_a_tree_with_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An offline scan reports each key's file and line, masked, and exits 1; never the secret."""
+    key = new_key()
+    (tmp_path / "deep" / "er").mkdir(parents=True)
+    (tmp_path / "deep" / "er" / "settings.py").write_text(f"# one\n# two\nKEY = '{key}'\n")
+    (tmp_path / "notes.md").write_text(f"the key is {key} ok\n")
+    code, out, err = scan(capsys, "--offline", str(tmp_path))
+    assert code == 1
+    public_id = keyformat.parse(key).public_id
+    assert f"{tmp_path}/deep/er/settings.py:3: API key {mask(public_id)}" in out
+    assert f"{tmp_path}/notes.md:1: API key {mask(public_id)}" in out
+    secret = keyformat.parse(key).secret
+    assert secret not in out + err and public_id not in out + err
+
+
+def test_clean_tree_and_near_misses_exit_0(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A tree holding only a key with a broken checksum, a truncated key or none exits 0."""
+    key = new_key()
+    broken = key[:-1] + ("a" if key[-1] != "a" else "b")
+    (tmp_path / "a.txt").write_text(f"{broken}\n{key[:-3]}\nnothing\n")
+    code, out, _ = scan(capsys, "--offline", str(tmp_path))
+    assert (code, out) == (0, "")
+
+
+def test_symlinks_inside_the_tree_are_not_followed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A key reachable only through a symlink (to a folder or file outside) is not scanned."""
+    outside, tree = tmp_path / "outside", tmp_path / "tree"
+    outside.mkdir()
+    tree.mkdir()
+    (outside / "secret.txt").write_text(new_key())
+    (tree / "dir-link").symlink_to(outside)
+    (tree / "file-link").symlink_to(outside / "secret.txt")
+    (tree / "plain.txt").write_text("no key\n")
+    assert scan(capsys, "--offline", str(tree))[0] == 0
+    assert scan(capsys, "--offline", str(outside))[0] == 1  # the key is there to be found
+
+
+def test_binary_files_are_skipped_but_stdin_is_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file with a NUL in its first 8000 bytes is skipped; the same bytes on stdin are read."""
+    data = b"\x00\x01binary" + new_key().encode()
+    (tmp_path / "blob.bin").write_bytes(data)
+    assert scan(capsys, "--offline", str(tmp_path))[0] == 0
+    done = subprocess.run([CLI, "scan", "--offline", "-"], input=data, capture_output=True)
+    assert done.returncode == 1 and done.stdout.startswith(b"-:1: API key ak")
+
+
+def test_a_key_across_chunk_boundaries_is_found_once_on_its_line() -> None:
+    """find_keys finds a key split over two chunks once, with the line counted across chunks."""
+    key = new_key()
+    text = ("x\n" * 1000 + key + "\n" + "y\n" * 10 + key).encode()
+    for cut in (1990, 2000, 2010, 2040, 2070, len(text) - 5):
+        found = list(find_keys([text[:cut], text[cut:]]))
+        assert [(line, found_text) for line, _, found_text in found] == [
+            (1001, key),
+            (1012, key),
+        ]
+
+
+def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A missing path, --disable with --offline, or stdin with --git are usage errors (2)."""
+    assert scan(capsys, "--offline", str(tmp_path / "missing"))[0] == 2
+    assert scan(capsys, "--offline", "--disable", str(tmp_path))[0] == 2
+    assert scan(capsys, "--offline", "--git", "-")[0] == 2
+    assert scan(capsys, "--offline", "--git", str(tmp_path))[0] == 2  # not a repository
+
+
+def test_unreadable_file_fails_closed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A file the scan cannot open makes an otherwise clean scan exit 2, naming the problem.
+
+    The file lies deeper than PATH_MAX allows to open by name, which even root cannot read.
+    """
+    (tmp_path / "clean.txt").write_text("nothing\n")
+    folder = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(20):  # 20 x 250 characters: longer than PATH_MAX (4096)
+            os.mkdir("d" * 250, dir_fd=folder)
+            inner = os.open("d" * 250, os.O_RDONLY | os.O_DIRECTORY, dir_fd=folder)
+            os.close(folder)
+            folder = inner
+        os.close(os.open("deep.txt", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=folder))
+    finally:
+        os.close(folder)
+    code, _, err = scan(capsys, "--offline", str(tmp_path))
+    assert code == 2 and "File name too long" in err
+
+
+def test_git_history_finds_a_key_removed_by_the_next_commit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A key committed and then deleted is clean in the tree, found by --git at its commit."""
+    key = new_key()
+    git(tmp_path, "init", "-q", "-b", "main")
+    (tmp_path / "config.py").write_text(f"import os\nTOKEN = '{key}'\n")
+    git(tmp_path, "add", "config.py")
+    git(tmp_path, "commit", "-qm", "add config")
+    added = git(tmp_path, "rev-parse", "HEAD").strip()
+    (tmp_path / "config.py").write_text("import os\nTOKEN = os.environ['TOKEN']\n")
+    git(tmp_path, "commit", "-qam", "read the token from the environment")
+    assert scan(capsys, "--offline", str(tmp_path))[0] == 0
+    code, out, _ = scan(capsys, "--offline", "--git", "--json", str(tmp_path))
+    [found] = json.loads(out)
+    assert code == 1
+    assert (found["commit"], found["path"], found["line"]) == (added, "config.py", 2)
+    assert found["where"] == f"{added[:12]}:config.py:2"
+
+
+def test_git_history_covers_every_ref(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A key only on another branch is found by --git run on the main branch."""
+    git(tmp_path, "init", "-q", "-b", "main")
+    (tmp_path / "a.txt").write_text("a\n")
+    git(tmp_path, "add", "a.txt")
+    git(tmp_path, "commit", "-qm", "a")
+    git(tmp_path, "checkout", "-qb", "feature")
+    (tmp_path / "b.txt").write_text(new_key())
+    git(tmp_path, "add", "b.txt")
+    git(tmp_path, "commit", "-qm", "b")
+    git(tmp_path, "checkout", "-q", "main")
+    code, out, _ = scan(capsys, "--offline", "--git", str(tmp_path))
+    assert code == 1 and ":b.txt:1: API key" in out
+
+
+# --- with the database -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def keys_file(tmp_path: Path, database_url: str) -> tuple[Path, dict[str, str]]:
+    """A file holding a live, a disabled, an expired, a deleted, a forged and an unknown key."""
+    store = KeyStore.open(database_url, hasher=CHEAP, actor=ACTOR)
+    past = KeyStore(store.engine, hasher=CHEAP, actor=ACTOR, clock=FakeClock(system_clock()))
+    try:
+        made = {
+            name: store.create_key("alice", name, ["project"]).plaintext
+            for name in ("live", "disabled", "deleted")
+        }
+        assert isinstance(past.clock, FakeClock)
+        past.clock.advance(-timedelta(days=3))
+        expired = past.create_key("alice", "expired", ["project"], expires=timedelta(days=1))
+        made["expired"] = expired.plaintext
+        store.disable_key("alice", "disabled", "rotated out")
+        store.delete_key("alice", "deleted")
+        public_id = keyformat.parse(made["live"]).public_id
+        made["forged"] = keyformat.generate(public_id)[1]
+        made["unknown"] = new_key()
+    finally:
+        store.close()
+    lines = [f"{name} = '{key}'" for name, key in made.items()]
+    path = tmp_path / "leaky.env"
+    path.write_text("\n".join(lines) + "\n")
+    return path, made
+
+
+def test_database_scan_tells_each_state_and_exits_1_for_live(
+    keys_file: tuple[Path, dict[str, str]], database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each key's state, owner and name are reported; a forged one is never called live."""
+    path, made = keys_file
+    code, out, err = scan(capsys, "--database-url", database_url, "--json", str(path))
+    assert code == 1
+    states = {row["line"]: (row["state"], row["owner"], row["name"]) for row in json.loads(out)}
+    assert states == {
+        1: ("live", "alice", "live"),
+        2: ("disabled", "alice", "disabled"),
+        3: ("deleted", None, None),
+        4: ("expired", "alice", "expired"),
+        5: ("forged", "alice", "live"),
+        6: ("unknown", None, None),
+    }
+    for key in made.values():
+        assert keyformat.parse(key).secret not in out + err
+
+
+def test_database_scan_without_live_keys_exits_0(
+    keys_file: tuple[Path, dict[str, str]], database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only refused, forged or foreign keys found: exit 0 (they work nowhere)."""
+    path, made = keys_file
+    path.write_text("\n".join(v for k, v in made.items() if k != "live"))
+    assert scan(capsys, "--database-url", database_url, str(path))[0] == 0
+
+
+def test_disable_stops_the_live_key_with_reason_and_leak_event(
+    keys_file: tuple[Path, dict[str, str]], database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--disable disables the live key alone (reason 'leaked: <where>', a leak event that
+    KeyStore.leaks reads back), and a verifier refuses it from then on."""
+    path, made = keys_file
+    code, out, _ = scan(capsys, "--database-url", database_url, "--disable", str(path))
+    assert code == 1 and f"{path}:1: live key" in out and "disabled" in out
+    store = KeyStore.open(database_url, hasher=CHEAP)
+    try:
+        info = store.get_key("alice", "live")
+        assert info.disabled and info.leaked
+        assert info.disabled_reason == f"leaked: {path}:1"
+        assert not store.get_key("alice", "disabled").leaked  # left as it was
+        [leak] = store.leaks("alice", "live")
+        assert (leak.source, leak.outcome, leak.where) == ("scan", "disabled", f"{path}:1")
+        assert leak.public_id == info.public_id
+        [event] = store.events(action=LEAK_EVENT)
+        assert Leak.from_event(event) == leak
+    finally:
+        store.close()
+    verifier = Verifier.from_url(database_url, hasher=CHEAP)
+    try:
+        with pytest.raises(Exception, match="not valid"):
+            verifier.verify(f"ApiKey {made['live']}")
+    finally:
+        verifier.close()
+
+
+def test_database_that_cannot_be_asked_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A scan with a key and no database at the URL exits 2 (never 0: nothing was checked)."""
+    (tmp_path / "a.txt").write_text(new_key())
+    url = f"sqlite:///{tmp_path / 'missing.db'}"
+    code, _, err = scan(capsys, "--database-url", url, str(tmp_path / "a.txt"))
+    assert code == 2 and "no database" in err
+    assert not (tmp_path / "missing.db").exists()
+
+
+# --- pre-commit ---------------------------------------------------------------------------------
+
+
+def test_pre_commit_hook_blocks_a_commit_with_a_key(tmp_path: Path) -> None:
+    """The hook of .pre-commit-hooks.yaml, run by the real pre-commit, refuses a staged key and
+    lets a clean commit through.
+
+    It runs as a `repo: local` copy of the published hook with `language: system` (our
+    installed apikey-tui), so the test needs no network: `language: python` would make
+    pre-commit pip-install this package and its dependencies from PyPI first.
+    """
+    [hook] = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
+    assert hook["language"] == "python" and hook["entry"].startswith("apikey-tui scan")
+    local = {**hook, "language": "system"}
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    config = {"repos": [{"repo": "local", "hooks": [local]}]}
+    (repo / ".pre-commit-config.yaml").write_text(yaml.safe_dump(config))
+    env = {
+        **os.environ,
+        **GIT_ENV,
+        "HOME": str(repo),
+        "PRE_COMMIT_HOME": str(tmp_path / "cache"),
+        "PATH": f"{CLI.parent}{os.pathsep}{os.environ['PATH']}",
+    }
+    pre_commit = shutil.which("pre-commit", path=env["PATH"])
+    assert pre_commit is not None
+    subprocess.run([pre_commit, "install"], cwd=repo, env=env, check=True, capture_output=True)
+    (repo / "app.py").write_text(f"API_KEY = '{new_key()}'\n")
+    git(repo, "add", ".")
+    blocked = subprocess.run(
+        ["git", "commit", "-qm", "with a key"], cwd=repo, env=env, capture_output=True, text=True
+    )
+    assert blocked.returncode != 0 and "app.py:1: API key ak" in blocked.stdout + blocked.stderr
+    assert git(repo, "rev-list", "--all") == ""  # nothing was committed
+    (repo / "app.py").write_text("import os\nAPI_KEY = os.environ['API_KEY']\n")
+    git(repo, "add", ".")
+    subprocess.run(
+        ["git", "commit", "-qm", "clean"], cwd=repo, env=env, check=True, capture_output=True
+    )

@@ -1,0 +1,93 @@
+"""KeyStore.contain_leak and KeyStore.leaks: what a proven leak changes, and how it reads back."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+
+from apikey_tui.errors import InvalidInputError, KeyNotFoundError
+from apikey_tui.store import LEAK_EVENT, Credential, KeyStore
+
+
+def credential_of(store: KeyStore, public_id: str) -> Credential:
+    found = store.credential(public_id)
+    assert found is not None
+    return found
+
+
+def test_live_key_is_disabled_with_leak_reason_and_event(store: KeyStore) -> None:
+    """A live key is disabled ('leaked: <where>'), and its leak reads back as source, where."""
+    info = store.create_key("alice", "ci", ["project"]).info
+    leak = store.contain_leak(
+        credential_of(store, info.public_id), source="github", where="https://github.com/o/r"
+    )
+    assert leak is not None and leak.outcome == "disabled"
+    after = store.get_key("alice", "ci")
+    assert after.leaked and after.disabled_reason == "leaked: https://github.com/o/r"
+    [read] = store.leaks("alice", "ci")
+    assert read == replace(leak, at=read.at)  # the event's own timestamp
+    assert [e.action for e in store.events(limit=1)] == [LEAK_EVENT]
+
+
+def test_delete_action_deletes_and_keeps_the_leak_history(store: KeyStore) -> None:
+    """With delete the key is gone, and its leak is still found by owner and name."""
+    info = store.create_key("alice", "ci", ["project"]).info
+    leak = store.contain_leak(
+        credential_of(store, info.public_id), source="depsdev", where="u", delete=True
+    )
+    assert leak is not None and leak.outcome == "deleted"
+    with pytest.raises(KeyNotFoundError):
+        store.get_key("alice", "ci")
+    assert [x.outcome for x in store.leaks("alice", "ci")] == ["deleted"]
+
+
+def test_a_disabled_key_is_left_as_it_was_and_the_leak_recorded(store: KeyStore) -> None:
+    """A key already disabled keeps its reason; the leak is recorded ('recorded')."""
+    info = store.create_key("alice", "ci", ["project"]).info
+    store.disable_key("alice", "ci", "off for now")
+    leak = store.contain_leak(credential_of(store, info.public_id), source="revoke", where="x")
+    assert leak is not None and leak.outcome == "recorded"
+    after = store.get_key("alice", "ci")
+    assert after.disabled_reason == "off for now" and not after.leaked
+
+
+def test_a_recreated_key_is_not_touched_by_its_old_secrets_leak(store: KeyStore) -> None:
+    """A credential read before the key was recreated changes nothing (its secret is dead)."""
+    info = store.create_key("alice", "ci", ["project"]).info
+    old = credential_of(store, info.public_id)
+    store.recreate_key("alice", "ci")
+    assert store.contain_leak(old, source="scan", where="f:1") is None
+    assert not store.get_key("alice", "ci").disabled
+    assert store.leaks("alice", "ci") == []
+
+
+def test_previous_secret_in_grace_leaking_stops_the_whole_key(store: KeyStore) -> None:
+    """A rotated key's previous secret (in grace) leaking disables the key; the event names the
+    previous id."""
+    first = store.create_key("alice", "ci", ["project"]).info
+    store.rotate_key("alice", "ci", grace=timedelta(days=1))
+    leak = store.contain_leak(credential_of(store, first.public_id), source="scan", where="f:1")
+    assert leak is not None and leak.outcome == "disabled" and leak.public_id == first.public_id
+    assert store.get_key("alice", "ci").leaked
+
+
+def test_long_or_unprintable_where_is_cut_and_escaped(store: KeyStore) -> None:
+    """A where of 1000 characters with an escape sequence fits the reason and the event."""
+    info = store.create_key("alice", "ci", ["project"]).info
+    where = "\x1b[2J" + "u" * 1000
+    leak = store.contain_leak(credential_of(store, info.public_id), source="scan", where=where)
+    assert leak is not None
+    reason = store.get_key("alice", "ci").disabled_reason
+    assert reason is not None and len(reason) == 200 and "\x1b" not in reason
+    [event] = store.events(limit=1)
+    assert len(event.detail) <= 400 and "\x1b" not in event.detail
+
+
+def test_unknown_source_is_refused(store: KeyStore) -> None:
+    """A source outside LEAK_SOURCES is refused before anything changes."""
+    info = store.create_key("alice", "ci", ["project"]).info
+    with pytest.raises(InvalidInputError):
+        store.contain_leak(credential_of(store, info.public_id), source="mail", where="x")
+    assert not store.get_key("alice", "ci").disabled
