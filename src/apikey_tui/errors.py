@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from http import HTTPStatus
 
 
 class ApiKeyError(Exception):
@@ -236,3 +237,26 @@ class NoRouteRuleError(AuthError):
 
     def challenge(self, realm: str) -> str | None:
         return None
+
+
+class LeakRequestError(AuthError):
+    """serve-leaks refuses a request and changes nothing: a bad, missing or unknown signature
+    (401), a malformed report (400), an unknown path (404) or method (405), a body over the
+    limit (413), too many revocations from one address (429), or the database down (503).
+
+    No ApiKey challenge: these endpoints take signed reports, not API keys.
+    """
+
+    def __init__(
+        self, status: int, detail: str, *, headers: tuple[tuple[str, str], ...] = ()
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.title = HTTPStatus(status).phrase
+        self.extra_headers = headers
+
+    def challenge(self, realm: str) -> str | None:
+        return None
+
+    def http_headers(self, realm: str) -> list[tuple[str, str]]:
+        return [*super().http_headers(realm), *self.extra_headers]

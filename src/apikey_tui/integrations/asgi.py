@@ -67,6 +67,15 @@ async def send_problem(scope: Scope, send: Send, error: AuthError, realm: str) -
     await send({"type": prefix + "http.response.body", "body": body})
 
 
+async def answer(send: Send, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
+    """Send a whole HTTP response; content-length is added when headers lack it."""
+    encoded = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]
+    if not any(k == b"content-length" for k, _ in encoded):
+        encoded.append((b"content-length", str(len(body)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": encoded})
+    await send({"type": "http.response.body", "body": body})
+
+
 class ApiKeyMiddleware(RouteGuard[ASGIApp]):
     """Check every HTTP request and WebSocket handshake against the route's scopes.
 

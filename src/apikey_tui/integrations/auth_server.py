@@ -1,4 +1,4 @@
-"""serve-auth's HTTP server: uvicorn, closing connections that are idle or slow to send."""
+"""The HTTP server of serve-auth and serve-leaks: uvicorn, closing idle and slow connections."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from apikey_tui.integrations.forward_auth import ForwardAuthApp
+from apikey_tui.integrations.asgi import ASGIApp
 
 # The request's states in which it has not yet arrived whole (its head, then any body).
 _ARRIVING = (h11.IDLE, h11.SEND_BODY)
@@ -54,7 +54,7 @@ class _TimedH11Protocol(H11Protocol):
 
 
 def serve(
-    app: ForwardAuthApp, *, host: str, port: int, keep_alive_timeout: int, header_timeout: int
+    app: ASGIApp, *, host: str, port: int, keep_alive_timeout: int, header_timeout: int
 ) -> None:
     """Run the app until interrupted; the lifespan closes its verifier."""
 
@@ -71,4 +71,8 @@ def serve(
         timeout_keep_alive=keep_alive_timeout,
         access_log=False,
         lifespan="on",
+        # uvicorn would take the client's address from X-Forwarded-For when the peer is
+        # 127.0.0.1 (its default); serve-leaks judges forwarded addresses itself
+        # (--trusted-proxy), so the address an app sees is always the TCP peer's.
+        proxy_headers=False,
     )

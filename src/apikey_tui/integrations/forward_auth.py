@@ -27,6 +27,7 @@ from apikey_tui.integrations.asgi import (
     Receive,
     Scope,
     Send,
+    answer,
     authorization_header,
 )
 from apikey_tui.integrations.routes import Route, RouteScopes, Unmatched, route
@@ -207,10 +208,10 @@ class ForwardAuthApp:
                 required = self._from_envoy(scope)
             elif path == METRICS_PATH and self.metrics is not None:
                 content_type, page = self.metrics()
-                await _answer(send, 200, [("content-type", content_type)], page)
+                await answer(send, 200, [("content-type", content_type)], page)
                 return
             else:
-                await _answer(send, 404, [("content-type", "text/plain")], b"ask /auth\n")
+                await answer(send, 404, [("content-type", "text/plain")], b"ask /auth\n")
                 return
             caller: Caller | None = None
             if required is not None:
@@ -220,9 +221,9 @@ class ForwardAuthApp:
                 )
         except AuthError as error:
             status, headers, body = error.response(self.verifier.realm)
-            await _answer(send, status, headers, body)
+            await answer(send, status, headers, body)
             return
-        await _answer(send, 200, _identity(caller), b"")
+        await answer(send, 200, _identity(caller), b"")
 
     def _from_headers(self, scope: Scope) -> tuple[str, ...] | None:
         """What the request described by X-Forwarded-* needs (nginx, Caddy, Traefik)."""
@@ -338,14 +339,6 @@ def _metrics_page(verifier: Verifier) -> Callable[[], tuple[str, bytes]] | None:
     registry = CollectorRegistry()
     register(verifier, registry)
     return lambda: (CONTENT_TYPE_LATEST, generate_latest(registry))
-
-
-async def _answer(send: Send, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
-    encoded = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]
-    if not any(k == b"content-length" for k, _ in encoded):
-        encoded.append((b"content-length", str(len(body)).encode()))
-    await send({"type": "http.response.start", "status": status, "headers": encoded})
-    await send({"type": "http.response.body", "body": body})
 
 
 def create_app(

@@ -55,6 +55,49 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     scan.set_defaults(run_leaks=run_scan)
 
+    serve = commands.add_parser(
+        "serve-leaks",
+        parents=[common],
+        help="take signed leak reports (GitHub, deps.dev) and revocations; stop leaked keys",
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=9181, help="listen port (default 9181)")
+    serve.add_argument(
+        "--github-keys",
+        required=True,
+        metavar="FILE",
+        help="a saved copy of https://api.github.com/meta/public_keys/secret_scanning",
+    )
+    serve.add_argument(
+        "--depsdev-keys", metavar="FILE", help="deps.dev's public keys, same format (POST /depsdev)"
+    )
+    serve.add_argument(
+        "--action",
+        choices=["disable", "delete"],
+        default="disable",
+        help="what happens to a reported live key (default disable: reversible)",
+    )
+    serve.add_argument(
+        "--on-leak",
+        metavar="CMD",
+        help="run CMD (split like a shell, no shell) with each leak as JSON on stdin; no key",
+    )
+    serve.add_argument(
+        "--trusted-proxy",
+        action="append",
+        default=[],
+        metavar="ADDR",
+        help="a proxy (address or network) whose X-Forwarded-For names the client; repeatable",
+    )
+    serve.add_argument(
+        "--revoke-per-minute",
+        type=_positive,
+        default=30,
+        metavar="N",
+        help="POST /revoke requests per client address and minute (default 30)",
+    )
+    serve.set_defaults(run_leaks=run_serve)
+
 
 def run_scan(url: str, args: argparse.Namespace, open_store: OpenStore) -> int:
     """Scan, judge each distinct key once against the database, print, maybe disable."""
@@ -162,6 +205,57 @@ def _line(row: dict[str, Any]) -> str:
     )
     action = f", {row['action']}" if row["action"] else ""
     return f"{where}: {row['state']} key {key}{action}"
+
+
+def _positive(text: str) -> int:
+    value = int(text) if text.isdigit() else 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 1, got {text[:30]!a}")
+    return value
+
+
+def run_serve(url: str, args: argparse.Namespace, open_store: OpenStore) -> int:
+    """Run serve-leaks under uvicorn until interrupted (needs the [leaks] extra)."""
+    import shlex
+
+    try:
+        from apikey_tui.integrations import auth_server
+        from apikey_tui.leaks import reports, server
+    except ImportError:
+        print(
+            "apikey-tui: serve-leaks needs cryptography and uvicorn: "
+            "pip install 'apikey-tui[leaks]'",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    from apikey_tui.leaks.clients import parse_networks
+
+    try:
+        keys = {"github": reports.load_public_keys(args.github_keys)}
+        if args.depsdev_keys:
+            keys["depsdev"] = reports.load_public_keys(args.depsdev_keys)
+        trusted = parse_networks(args.trusted_proxy)
+        on_leak = shlex.split(args.on_leak) if args.on_leak is not None else None
+    except ValueError as exc:  # a bad key file, address or command: refuse to start
+        print(f"apikey-tui: {printable(str(exc))}", file=sys.stderr)
+        return EXIT_USAGE
+    if on_leak == []:
+        return _usage("serve-leaks: --on-leak needs a command")
+    try:
+        store = open_store(url, create=False)
+    except StoreUnavailableError as exc:
+        print(f"apikey-tui: {printable(str(exc))}", file=sys.stderr)
+        return EXIT_USAGE
+    app = server.LeaksApp(
+        store,
+        keys,
+        delete=args.action == "delete",
+        on_leak=on_leak,
+        revoke_per_minute=args.revoke_per_minute,
+        trusted_proxies=trusted,
+    )
+    auth_server.serve(app, host=args.host, port=args.port, keep_alive_timeout=5, header_timeout=10)
+    return EXIT_OK
 
 
 def _usage(message: str) -> int:

@@ -1,0 +1,293 @@
+"""serve-leaks: an ASGI app taking signed leak reports (GitHub, deps.dev) and revocations.
+
+`POST /github` and `POST /depsdev` take the secret-scanning partner format (`reports`): the
+signature is checked over the raw body before anything is read from it, each token that is a
+genuine key is contained (`KeyStore.contain_leak`), and the answer is GitHub's feedback array.
+`POST /revoke` lets anyone holding keys stop them: `{"credentials": [...]}`, always 202 with
+one body, the work done after the answer so that neither the body nor the time it takes says
+which keys were real. Tokens are never logged: only their SHA-256 and the masked public id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Coroutine, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from apikey_tui import keyformat
+from apikey_tui.errors import LeakRequestError, StoreUnavailableError
+from apikey_tui.integrations.asgi import Receive, Scope, Send, answer, send_problem
+from apikey_tui.keyformat import MalformedKey
+from apikey_tui.leaks.clients import Network, RateLimit, client_address
+from apikey_tui.leaks.reports import (
+    DEPSDEV,
+    GITHUB,
+    MAX_BODY,
+    PublicKeys,
+    Signer,
+    check_signature,
+    parse_report,
+    parse_revocation,
+)
+from apikey_tui.leaks.verdicts import judge, mask, token_sha256
+from apikey_tui.store import Actor, KeyStore, Leak
+
+logger = logging.getLogger("apikey_tui.leaks")
+
+REALM = "leaks"  # for the error tree's answer; no challenge is sent
+REVOKE_ACCEPTED = json.dumps({"message": "accepted; any live key among them is now revoked"})
+JSON = [("content-type", "application/json"), ("cache-control", "no-store")]
+ON_LEAK_TIMEOUT = 60.0  # seconds an --on-leak command may run
+MAX_PENDING_REVOCATIONS = 64  # revocation requests queued behind their answers
+_PATHS = {"/github": GITHUB, "/depsdev": DEPSDEV}
+
+
+@dataclass(frozen=True)
+class Contained:
+    """What one token turned out to be; leak is set when the key was ours and genuine."""
+
+    token_hash: str
+    leak: Leak | None
+
+
+class LeaksApp:
+    """The ASGI app behind `apikey-tui serve-leaks` (run by `integrations.auth_server.serve`)."""
+
+    def __init__(
+        self,
+        store: KeyStore,
+        keys: Mapping[str, PublicKeys],
+        *,
+        delete: bool = False,
+        on_leak: Sequence[str] | None = None,
+        revoke_per_minute: int = 30,
+        trusted_proxies: tuple[Network, ...] = (),
+    ) -> None:
+        self.store = store
+        self.keys = keys  # by signer name; an endpoint whose signer has no keys is 404
+        self.delete = delete
+        self.on_leak = list(on_leak) if on_leak else None
+        self.rate = RateLimit(revoke_per_minute)
+        self.trusted = trusted_proxies
+        self._pending: set[asyncio.Task[None]] = set()
+        self._reports = asyncio.Semaphore(4)  # reports judged at once (argon2, database)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            logger.warning("serve-leaks refused an ASGI scope of type %r", scope["type"])
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": 1008})
+            return
+        try:
+            await self._route(scope, receive, send)
+        except LeakRequestError as error:
+            await send_problem(scope, send, error, REALM)
+
+    async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope["path"]
+        signer = _PATHS.get(path)
+        if path != "/revoke" and (signer is None or signer.name not in self.keys):
+            raise LeakRequestError(404, "serve-leaks answers POST /github, /depsdev and /revoke")
+        if scope["method"] != "POST":
+            raise LeakRequestError(405, "only POST", headers=(("allow", "POST"),))
+        address = client_address(
+            (scope.get("client") or (None, 0))[0],
+            [v for k, v in scope["headers"] if k.lower() == b"x-forwarded-for"],
+            self.trusted,
+        )
+        if signer is None:
+            await self._revoke(scope, receive, send, address)
+            return
+        body = await _body(scope, receive)
+        headers = _headers(scope, signer)
+        check_signature(self.keys[signer.name], *headers, body)  # before reading anything
+        reported = parse_report(body)
+        async with self._reports:
+            try:
+                contained = await asyncio.to_thread(
+                    self._contain_all,
+                    [(r.token, r.url or f"a {signer.name} report") for r in reported],
+                    signer.name,
+                    address,
+                )
+            except StoreUnavailableError:
+                raise LeakRequestError(
+                    503, "the key database is unavailable; send it again"
+                ) from None
+        feedback = [
+            {
+                "token_hash": c.token_hash,
+                "token_type": r.type,
+                "label": "true_positive" if c.leak is not None else "false_positive",
+            }
+            for r, c in zip(reported, contained, strict=True)
+        ]
+        logger.warning(
+            "serve-leaks: %s report from %s: %d token(s), %d ours",
+            signer.name, address, len(reported), sum(c.leak is not None for c in contained),
+        )  # fmt: skip
+        await answer(send, 200, JSON, json.dumps(feedback).encode())
+        self._notify([c.leak for c in contained if c.leak is not None], contained)
+
+    async def _revoke(self, scope: Scope, receive: Receive, send: Send, address: str) -> None:
+        if not self.rate.allow(address):
+            raise LeakRequestError(
+                429,
+                "too many revocation requests from this address",
+                headers=(("retry-after", "60"),),
+            )
+        credentials = parse_revocation(await _body(scope, receive))
+        if len(self._pending) >= MAX_PENDING_REVOCATIONS:
+            raise LeakRequestError(
+                503,
+                "too many revocations in progress; send it again",
+                headers=(("retry-after", "5"),),
+            )
+        # Answered first, the same for every list: the time to answer says nothing either.
+        await answer(send, 202, JSON, REVOKE_ACCEPTED.encode())
+        pairs = [(c, f"POST /revoke from {address}") for c in credentials]
+        self._later(self._revoke_later(pairs, address))
+
+    async def _revoke_later(self, pairs: list[tuple[str, str]], address: str) -> None:
+        try:
+            contained = await asyncio.to_thread(self._contain_all, pairs, "revoke", address)
+        except StoreUnavailableError:
+            logger.error("serve-leaks: the key database is unavailable: a revocation was lost")
+            return
+        self._notify([c.leak for c in contained if c.leak is not None], contained)
+
+    def _contain_all(
+        self, tokens: list[tuple[str, str]], source: str, address: str
+    ) -> list[Contained]:
+        """Judge each token once (a thread: argon2 and the database) and contain the genuine."""
+        store = KeyStore(
+            self.store.engine,
+            hasher=self.store.hasher,
+            actor=Actor(source, address[:64]),
+            clock=self.store.clock,
+        )
+        done: dict[str, Contained] = {}
+        results = []
+        for token, where in tokens:
+            digest = token_sha256(token)
+            if digest not in done:
+                done[digest] = Contained(digest, self._contain(store, token, source, where))
+            results.append(done[digest])
+        return results
+
+    def _contain(self, store: KeyStore, token: str, source: str, where: str) -> Leak | None:
+        try:
+            key = keyformat.parse(token)
+        except MalformedKey:
+            return None
+        verdict = judge(store, key)
+        if verdict.credential is None:
+            if verdict.state == "forged":
+                logger.warning(
+                    "serve-leaks: %s named %s with a wrong secret (forged; nothing changed)",
+                    source, mask(key.public_id),
+                )  # fmt: skip
+            return None
+        leak = store.contain_leak(
+            verdict.credential, source=source, where=where, delete=self.delete
+        )
+        if leak is not None:
+            logger.warning(
+                "serve-leaks: %s: key %s/%s (%s) %s; token sha256 %s; %s",
+                source, leak.owner, leak.name, mask(key.public_id), leak.outcome,
+                token_sha256(token), where,
+            )  # fmt: skip
+        return leak
+
+    def _notify(self, leaks: list[Leak], contained: list[Contained]) -> None:
+        """Run --on-leak once per leak, with its description (never the key) on stdin."""
+        if self.on_leak is None:
+            return
+        hashes = {c.leak: c.token_hash for c in contained if c.leak is not None}
+        for leak in dict.fromkeys(leaks):
+            description = {
+                **leak.to_json(),
+                "public_id": mask(leak.public_id or ""),
+                "token_sha256": hashes[leak],
+            }
+            self._later(self._run_on_leak(json.dumps(description).encode() + b"\n"))
+
+    async def _run_on_leak(self, description: bytes) -> None:
+        assert self.on_leak is not None
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *self.on_leak,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
+            )
+        except OSError as exc:
+            logger.error("serve-leaks: --on-leak could not start: %s", exc.strerror)
+            return
+        try:
+            await asyncio.wait_for(process.communicate(description), ON_LEAK_TIMEOUT)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+            logger.error("serve-leaks: --on-leak ran over %.0f s and was killed", ON_LEAK_TIMEOUT)
+            return
+        if process.returncode != 0:
+            logger.error("serve-leaks: --on-leak exited with %s", process.returncode)
+
+    def _later(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                if self._pending:  # revocations answered 202 are finished, not dropped
+                    await asyncio.wait(set(self._pending), timeout=ON_LEAK_TIMEOUT)
+                self.store.close()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+def _headers(scope: Scope, signer: Signer) -> tuple[bytes | None, bytes | None]:
+    """The signer's key identifier and signature headers; one of each, or refused."""
+    found: dict[bytes, list[bytes]] = {signer.identifier_header: [], signer.signature_header: []}
+    for name, value in scope["headers"]:
+        values = found.get(name.lower())
+        if values is not None:
+            values.append(value)
+    if any(len(values) > 1 for values in found.values()):
+        raise LeakRequestError(401, "a signature header is given twice")
+    identifier, signature = found[signer.identifier_header], found[signer.signature_header]
+    return (identifier[0] if identifier else None, signature[0] if signature else None)
+
+
+async def _body(scope: Scope, receive: Receive) -> bytes:
+    """The request body, refused (413) as soon as it passes MAX_BODY."""
+    for name, value in scope["headers"]:
+        if name.lower() == b"content-length":
+            if not value.isdigit():
+                raise LeakRequestError(400, "content-length is not a number")
+            if int(value) > MAX_BODY:
+                raise LeakRequestError(413, f"the body is over {MAX_BODY} bytes")
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            raise LeakRequestError(400, "the request ended before its body")
+        chunk: bytes = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise LeakRequestError(413, f"the body is over {MAX_BODY} bytes")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)

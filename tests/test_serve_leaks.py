@@ -1,0 +1,450 @@
+"""serve-leaks: signed reports (GitHub, deps.dev) and /revoke, in-process and as a real process."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from starlette.testclient import TestClient
+
+from apikey_tui import keyformat
+from apikey_tui.cli import main
+from apikey_tui.leaks.clients import RateLimit, client_address, parse_networks
+from apikey_tui.leaks.reports import load_public_keys
+from apikey_tui.leaks.server import REVOKE_ACCEPTED, LeaksApp
+from apikey_tui.store import LEAK_EVENT, KeyStore
+from tests.conftest import ACTOR, CHEAP
+from tests.test_proxies import Process
+from tests.throwaway_postgres import free_port
+
+GITHUB_HEADERS = ("Github-Public-Key-Identifier", "Github-Public-Key-Signature")
+DEPSDEV_HEADERS = ("GOSST-PUBLIC-KEY-IDENTIFIER", "GOSST-PUBLIC-KEY-SIGNATURE")
+
+
+class Signer:
+    """A P-256 key made for the test, published in a keys file like GitHub's."""
+
+    def __init__(self, identifier: str) -> None:
+        self.identifier = identifier
+        self.private = ec.generate_private_key(ec.SECP256R1())
+
+    def document(self) -> dict[str, Any]:
+        pem = self.private.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+        key = {"key_identifier": self.identifier, "key": pem.decode(), "is_current": True}
+        return {"public_keys": [key]}
+
+    def sign(self, body: bytes) -> str:
+        return base64.b64encode(self.private.sign(body, ec.ECDSA(hashes.SHA256()))).decode()
+
+    def headers(self, body: bytes, names: tuple[str, str] = GITHUB_HEADERS) -> dict[str, str]:
+        return {names[0]: self.identifier, names[1]: self.sign(body)}
+
+
+def report(*tokens: str, url: str = "https://github.com/o/r/blob/abc/app.py") -> bytes:
+    entries = [{"token": t, "type": "apikey_tui", "url": url, "source": "content"} for t in tokens]
+    return json.dumps(entries).encode()
+
+
+def sha(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+@pytest.fixture
+def signer() -> Signer:
+    """GitHub's signing key, as the test plays GitHub."""
+    return Signer("github-key-1")
+
+
+@pytest.fixture
+def store(database_url: str) -> Iterator[KeyStore]:
+    """An admin's store on the database the app serves."""
+    key_store = KeyStore.open(database_url, hasher=CHEAP, actor=ACTOR)
+    yield key_store
+    key_store.close()
+
+
+def make_client(store: KeyStore, signer: Signer, **options: Any) -> TestClient:
+    """The app on the store's database, trusting signer for GitHub (and deps.dev if asked)."""
+    public = {signer.identifier: signer.private.public_key()}
+    keys = {"github": public}
+    if options.pop("depsdev", False):
+        keys["depsdev"] = public
+    address = options.pop("client", ("192.0.2.10", 40000))
+    app_store = KeyStore(store.engine, hasher=CHEAP, clock=store.clock)
+    return TestClient(LeaksApp(app_store, keys, **options), client=address)
+
+
+def write_keys(folder: Path, signer: Signer) -> Path:
+    path = folder / "github-keys.json"
+    path.write_text(json.dumps(signer.document()))
+    return path
+
+
+@pytest.fixture
+def client(store: KeyStore, signer: Signer) -> Iterator[TestClient]:
+    """The app on the store's database, trusting the test's GitHub key."""
+    with make_client(store, signer) as test_client:
+        yield test_client
+
+
+def test_signed_report_disables_a_live_key_and_answers_feedback(
+    client: TestClient, store: KeyStore, signer: Signer
+) -> None:
+    """A signed report disables our live key (reason and URL in the trail) and labels each
+    token: ours true_positive, anything else false_positive, by SHA-256."""
+    key = store.create_key("alice", "ci", ["project"]).plaintext
+    other = keyformat.generate()[1]
+    body = report(key, other, "not-a-key")
+    answer = client.post("/github", content=body, headers=signer.headers(body))
+    assert answer.status_code == 200
+    assert answer.json() == [
+        {"token_hash": sha(key), "token_type": "apikey_tui", "label": "true_positive"},
+        {"token_hash": sha(other), "token_type": "apikey_tui", "label": "false_positive"},
+        {"token_hash": sha("not-a-key"), "token_type": "apikey_tui", "label": "false_positive"},
+    ]
+    info = store.get_key("alice", "ci")
+    assert info.leaked and info.disabled_reason == "leaked: https://github.com/o/r/blob/abc/app.py"
+    [leak] = store.leaks("alice", "ci")
+    assert (leak.source, leak.outcome) == ("github", "disabled")
+    [event] = store.events(limit=1)
+    assert event.action == LEAK_EVENT and event.actor == "github"
+
+
+def test_forged_key_is_a_false_positive_and_changes_nothing(
+    client: TestClient, store: KeyStore, signer: Signer
+) -> None:
+    """A report naming a real public id with a wrong secret is false_positive; nothing changes."""
+    info = store.create_key("alice", "ci", ["project"]).info
+    forged = keyformat.generate(info.public_id)[1]
+    events = store.events()
+    body = report(forged)
+    answer = client.post("/github", content=body, headers=signer.headers(body))
+    assert answer.json()[0]["label"] == "false_positive"
+    assert not store.get_key("alice", "ci").disabled and store.events() == events
+
+
+def bad_signatures(signer: Signer, body: bytes) -> list[dict[str, str]]:
+    stranger = Signer(signer.identifier)  # same identifier, another key
+    good = signer.headers(body)
+    return [
+        {},
+        {GITHUB_HEADERS[0]: signer.identifier},
+        {GITHUB_HEADERS[1]: good[GITHUB_HEADERS[1]]},
+        {**good, GITHUB_HEADERS[0]: "unknown-key"},
+        {**good, GITHUB_HEADERS[1]: signer.sign(body + b" ")},
+        {**good, GITHUB_HEADERS[1]: "not base64!"},
+        {**good, GITHUB_HEADERS[1]: base64.b64encode(b"\x30\x03junk").decode()},
+        stranger.headers(body),
+        signer.headers(body, DEPSDEV_HEADERS),  # deps.dev's headers on GitHub's endpoint
+    ]
+
+
+def test_bad_missing_or_unknown_signature_is_401_and_changes_nothing(
+    client: TestClient, store: KeyStore, signer: Signer
+) -> None:
+    """Every bad, missing or unknown signature gets 401 problem+json, and nothing changes."""
+    key = store.create_key("alice", "ci", ["project"]).plaintext
+    events = store.events()
+    body = report(key)
+    for headers in bad_signatures(signer, body):
+        answer = client.post("/github", content=body, headers=headers)
+        assert answer.status_code == 401, headers
+        assert answer.headers["content-type"] == "application/problem+json"
+        assert "www-authenticate" not in answer.headers
+    assert not store.get_key("alice", "ci").disabled and store.events() == events
+
+
+def test_depsdev_endpoint_takes_its_own_headers(
+    store: KeyStore, signer: Signer, database_url: str
+) -> None:
+    """POST /depsdev checks GOSST-PUBLIC-KEY-* headers; without its keys it is 404."""
+    key = store.create_key("alice", "ci", ["project"]).plaintext
+    body = report(key, url="https://deps.dev/x")
+    with make_client(store, signer) as plain:
+        assert plain.post("/depsdev", content=body).status_code == 404
+    with make_client(store, signer, depsdev=True) as client:
+        wrong = client.post("/depsdev", content=body, headers=signer.headers(body))
+        assert wrong.status_code == 401
+        right = client.post("/depsdev", content=body, headers=signer.headers(body, DEPSDEV_HEADERS))
+        assert right.json()[0]["label"] == "true_positive"
+    assert [leak.source for leak in store.leaks("alice", "ci")] == ["depsdev"]
+
+
+def test_oversized_or_malformed_reports_are_refused(
+    client: TestClient, store: KeyStore, signer: Signer
+) -> None:
+    """Over 1 MiB is 413; over 1000 tokens, not an array, a non-string token, repeated names or
+    NaN are 400 even when signed; nothing changes."""
+    key = store.create_key("alice", "ci", ["project"]).plaintext
+    huge = b"[" + b" " * (1024 * 1024) + b"]"
+    assert client.post("/github", content=huge, headers=signer.headers(huge)).status_code == 413
+    bodies = [
+        report(*([key] * 1001)),
+        b'{"token": "x"}',
+        json.dumps([{"token": 5}]).encode(),
+        b'[{"token": "a", "token": "' + key.encode() + b'"}]',
+        b'[{"token": "a", "type": NaN}]',
+        b"\xff[]",
+    ]
+    for body in bodies:
+        assert client.post("/github", content=body, headers=signer.headers(body)).status_code == 400
+    assert not store.get_key("alice", "ci").disabled
+
+
+def test_only_post_on_known_paths(client: TestClient) -> None:
+    """GET is 405 with Allow: POST; an unknown path is 404; both problem+json."""
+    answer = client.get("/github")
+    assert answer.status_code == 405 and answer.headers["allow"] == "POST"
+    assert client.post("/other", content=b"[]").status_code == 404
+
+
+def test_delete_action_deletes_the_key(store: KeyStore, signer: Signer) -> None:
+    """With --action delete a reported live key is deleted; its leak stays in the trail."""
+    key = store.create_key("alice", "ci", ["project"]).plaintext
+    body = report(key)
+    with make_client(store, signer, delete=True) as client:
+        assert client.post("/github", content=body, headers=signer.headers(body)).status_code == 200
+    assert store.list_keys("alice") == []
+    assert [leak.outcome for leak in store.leaks("alice", "ci")] == ["deleted"]
+
+
+def wait_for(condition: Any) -> None:
+    deadline = time.monotonic() + 20
+    while not condition():
+        assert time.monotonic() < deadline, "the condition never held"
+        time.sleep(0.02)
+
+
+def test_revoke_always_answers_202_with_one_body(
+    client: TestClient, store: KeyStore, signer: Signer
+) -> None:
+    """/revoke answers a live key, a forged one and junk alike (202, same body), and the live
+    key is then disabled with the client's address in the trail."""
+    info = store.create_key("alice", "ci", ["project"])
+    forged = keyformat.generate(info.info.public_id)[1]
+    answers = [
+        client.post("/revoke", json={"credentials": credentials})
+        for credentials in ([forged], ["junk"], [], [info.plaintext])
+    ]
+    assert {(a.status_code, a.content) for a in answers} == {(202, REVOKE_ACCEPTED.encode())}
+    wait_for(lambda: store.get_key("alice", "ci").disabled)
+    [leak] = store.leaks("alice", "ci")
+    assert (leak.source, leak.where) == ("revoke", "POST /revoke from 192.0.2.10")
+    assert client.post("/revoke", content=b"[]").status_code == 400
+    over = {"credentials": ["x"] * 1001}
+    assert client.post("/revoke", json=over).status_code == 400
+
+
+def test_revoke_is_rate_limited_per_client_address(store: KeyStore, signer: Signer) -> None:
+    """Past the limit an address gets 429 with Retry-After; another address is unaffected."""
+    with make_client(store, signer, revoke_per_minute=2) as client:
+        codes = [client.post("/revoke", json={"credentials": []}).status_code for _ in range(3)]
+        assert codes == [202, 202, 429]
+        limited = client.post("/revoke", json={"credentials": []})
+        assert limited.headers["retry-after"] == "60"
+    with make_client(store, signer, revoke_per_minute=2, client=("192.0.2.11", 1)) as other:
+        assert other.post("/revoke", json={"credentials": []}).status_code == 202
+
+
+def test_forwarded_for_counts_only_behind_a_trusted_proxy(store: KeyStore, signer: Signer) -> None:
+    """Behind a trusted proxy each forwarded client has its own limit; from anyone else
+    X-Forwarded-For is ignored (a client cannot dodge its limit by writing one)."""
+    trusted = parse_networks(["127.0.0.1"])
+    proxied = make_client(
+        store, signer, revoke_per_minute=1, trusted_proxies=trusted, client=("127.0.0.1", 1)
+    )
+    with proxied as client:
+        for n in range(3):
+            answer = client.post(
+                "/revoke", json={"credentials": []}, headers={"x-forwarded-for": f"198.51.100.{n}"}
+            )
+            assert answer.status_code == 202
+    with make_client(store, signer, revoke_per_minute=1, trusted_proxies=trusted) as direct:
+        codes = [
+            direct.post(
+                "/revoke", json={"credentials": []}, headers={"x-forwarded-for": f"203.0.113.{n}"}
+            ).status_code
+            for n in range(2)
+        ]
+        assert codes == [202, 429]
+
+
+def test_client_address_walks_forwarded_for_from_the_right() -> None:
+    """The client is the rightmost X-Forwarded-For address that is not a trusted proxy."""
+    trusted = parse_networks(["10.0.0.0/8"])
+    assert client_address("10.0.0.1", [b"6.6.6.6, 198.51.100.7, 10.0.0.2"], trusted) == (
+        "198.51.100.7"
+    )
+    assert client_address("203.0.113.1", [b"198.51.100.7"], trusted) == "203.0.113.1"
+    assert client_address("10.0.0.1", [], trusted) == "10.0.0.1"
+    assert client_address("10.0.0.1", [b"garbage, 198.51.100.7"], trusted) == "198.51.100.7"
+    assert client_address("10.0.0.1", [b"198.51.100.7, garbage"], trusted) == "10.0.0.1"
+
+
+def test_rate_limit_counts_ipv6_per_64_and_refills() -> None:
+    """Two addresses of one IPv6 /64 share a bucket; a minute later it is full again."""
+    now = [0.0]
+    limit = RateLimit(1, clock=lambda: now[0])
+    assert limit.allow("2001:db8::1") and not limit.allow("2001:db8::2")
+    assert limit.allow("2001:db8:0:1::1")
+    now[0] = 60.0
+    assert limit.allow("2001:db8::2")
+
+
+def test_on_leak_runs_with_a_description_without_the_key(
+    tmp_path: Path, store: KeyStore, signer: Signer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """--on-leak gets each leak as JSON on stdin (owner, name, where, SHA-256), never the key;
+    the logs name the token by SHA-256 only."""
+    created = store.create_key("alice", "ci", ["project"])
+    out = tmp_path / "leak.json"
+    command = [sys.executable, "-c", f"import sys; open({str(out)!r}, 'w').write(sys.stdin.read())"]
+    body = report(created.plaintext)
+    caplog.set_level(logging.INFO, "apikey_tui")
+    with make_client(store, signer, on_leak=command) as client:
+        client.post("/github", content=body, headers=signer.headers(body))
+        wait_for(out.exists)
+        wait_for(lambda: out.read_text().endswith("\n"))
+    description = json.loads(out.read_text())
+    assert description["owner"] == "alice" and description["name"] == "ci"
+    assert description["token_sha256"] == sha(created.plaintext)
+    assert description["source"] == "github" and description["outcome"] == "disabled"
+    secret = keyformat.parse(created.plaintext).secret
+    assert secret not in out.read_text() and created.info.public_id not in out.read_text()
+    assert sha(created.plaintext) in caplog.text and secret not in caplog.text
+
+
+def test_key_files_must_hold_p256_keys(tmp_path: Path) -> None:
+    """A keys file that is not JSON, has no keys or holds a P-384 key is refused at start."""
+    path = tmp_path / "keys.json"
+    other = ec.generate_private_key(ec.SECP384R1()).public_key()
+    pem = other.public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    ).decode()
+    for text in ("nope", '{"public_keys": []}', json.dumps({"public_keys": [{"key": pem}]})):
+        path.write_text(text)
+        with pytest.raises(ValueError, match=str(path)):
+            load_public_keys(path)
+    path.write_text(json.dumps({"public_keys": [{"key_identifier": "k", "key": pem}]}))
+    with pytest.raises(ValueError, match="P-256"):
+        load_public_keys(path)
+
+
+def test_serve_leaks_refuses_a_bad_key_file(
+    tmp_path: Path, sqlite_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """serve-leaks with an unusable keys file exits 2 with one line, before serving."""
+    (tmp_path / "k.json").write_text("{}")
+    code = main(
+        ["serve-leaks", "--database-url", sqlite_url, "--github-keys", str(tmp_path / "k.json")]
+    )
+    assert code == 2 and "k.json" in capsys.readouterr().err
+
+
+# --- a real serve-leaks process and a separate verifier process ---------------------------------
+
+VERIFIER = """
+import sys, time
+from apikey_tui.errors import InvalidKeyError
+from apikey_tui.verifier import Verifier
+verifier = Verifier.from_url(sys.argv[1])
+for line in sys.stdin:
+    header = "ApiKey " + line.strip()
+    verifier.verify(header)
+    print("accepted", flush=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            verifier.verify(header)
+        except InvalidKeyError:
+            print("refused", flush=True)
+            break
+        time.sleep(0.005)
+    else:
+        print("never refused", flush=True)
+"""
+
+
+def post(port: int, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}", data=body, headers=headers, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+@pytest.mark.slow
+def test_a_separate_verifier_refuses_a_key_after_a_report_or_a_revoke(
+    tmp_path: Path, postgres_url: str, signer: Signer
+) -> None:
+    """With serve-leaks and a verifier in their own processes on PostgreSQL, a signed report
+    and a /revoke each make the verifier refuse a key it had accepted; a bad signature does
+    not."""
+    store = KeyStore.open(postgres_url, actor=ACTOR)
+    keys = [store.create_key("alice", f"k{n}", ["project"]).plaintext for n in range(3)]
+    port = free_port()
+    command = [
+        sys.executable, "-m", "apikey_tui", "serve-leaks", "--database-url", postgres_url,
+        "--port", str(port), "--github-keys", str(write_keys(tmp_path, signer)),
+    ]  # fmt: skip
+    server = Process("serve-leaks", command, port, tmp_path)
+    verifier = subprocess.Popen(
+        [sys.executable, "-c", VERIFIER, postgres_url],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert verifier.stdin is not None and verifier.stdout is not None
+
+    def accepted(key: str) -> None:
+        assert verifier.stdin is not None and verifier.stdout is not None
+        verifier.stdin.write(key + "\n")
+        verifier.stdin.flush()
+        assert verifier.stdout.readline().strip() == "accepted"
+
+    try:
+        body = report(keys[0])
+        forged = {**signer.headers(body), GITHUB_HEADERS[1]: signer.sign(body + b"x")}
+        status, _ = post(port, "/github", body, forged)
+        assert status == 401 and not store.get_key("alice", "k0").disabled
+        accepted(keys[0])
+        status, answer = post(
+            port, "/github", body, {**signer.headers(body), "content-type": "application/json"}
+        )
+        assert status == 200 and json.loads(answer)[0]["label"] == "true_positive"
+        assert verifier.stdout.readline().strip() == "refused"
+        accepted(keys[1])
+        revoke = json.dumps({"credentials": [keys[1]]}).encode()
+        status, answer = post(port, "/revoke", revoke, {"content-type": "application/json"})
+        assert (status, answer) == (202, REVOKE_ACCEPTED.encode())
+        assert verifier.stdout.readline().strip() == "refused"
+        assert not store.get_key("alice", "k2").disabled
+        log = server.output()
+        for key in keys:
+            assert keyformat.parse(key).secret not in log
+        assert sha(keys[0]) in log
+    finally:
+        verifier.kill()
+        verifier.wait()
+        verifier.stdin.close()
+        verifier.stdout.close()
+        server.stop()
+        store.close()
