@@ -91,3 +91,14 @@ def test_unknown_source_is_refused(store: KeyStore) -> None:
     with pytest.raises(InvalidInputError):
         store.contain_leak(credential_of(store, info.public_id), source="mail", where="x")
     assert not store.get_key("alice", "ci").disabled
+
+
+def test_a_hash_upgraded_meanwhile_does_not_stop_the_containment(store: KeyStore) -> None:
+    """A verifier re-hashing the secret (a profile upgrade) between the check and the write is
+    the same key and secret: the leak is still contained."""
+    info = store.create_key("alice", "ci", ["project"]).info
+    proven = credential_of(store, info.public_id)
+    store.replace_hash(info.public_id, proven.secret_hash, "$argon2id$v=19$m=8,t=1,p=1$upgraded")
+    leak = store.contain_leak(proven, source="github", where="u")
+    assert leak is not None and leak.outcome == "disabled"
+    assert store.get_key("alice", "ci").leaked

@@ -1437,8 +1437,9 @@ class KeyStore:
         A live key is disabled (reason `leaked: <where>`) or, with delete, deleted; a disabled
         or expired one is left as it is. Either way a `key.leak` event records the source and
         where, in the same transaction (verifiers hear of it at commit). A rotated key's
-        previous secret in grace counts as the key: the whole key is stopped. None when the key
-        was deleted or recreated meanwhile: that secret already works nowhere.
+        previous secret in grace counts as the key: the whole key is stopped. The key is found
+        again by the credential's public id; None when no key holds it any more (deleted,
+        recreated, or its grace ended meanwhile): the leaked secret then works nowhere.
         """
         if source not in LEAK_SOURCES:
             raise InvalidInputError(f"unknown leak source {source!r}")
@@ -1452,19 +1453,15 @@ class KeyStore:
             ).first()
             if row is None:
                 return None
+            # Public ids are never reused, so an id still naming this row means the same
+            # secret; the stored hash may differ (a verifier re-hashed it) and does not matter.
             now = self.clock()
             until = row.expires_at
-            stored: str | None = None
-            if row.public_id == public_id:
-                stored = row.secret_hash
-            elif _in_grace(row.old_public_id, row.grace_until, now):
-                stored = row.old_secret_hash
+            if row.public_id != public_id:
+                if not _in_grace(row.old_public_id, row.grace_until, now):
+                    return None
                 assert row.grace_until is not None
                 until = row.grace_until if until is None else min(until, row.grace_until)
-            else:
-                return None
-            if stored != credential.secret_hash:
-                return None
             live = row.disabled_at is None and (until is None or now < until)
             info = self._read_info(session, row)
             outcome = ("deleted" if delete else "disabled") if live else "recorded"
