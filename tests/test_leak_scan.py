@@ -317,3 +317,14 @@ def test_pre_commit_hook_blocks_a_commit_with_a_key(tmp_path: Path) -> None:
     subprocess.run(
         ["git", "commit", "-qm", "clean"], cwd=repo, env=env, check=True, capture_output=True
     )
+
+
+def test_offline_scan_never_imports_the_database_layer(tmp_path: Path) -> None:
+    """`scan --offline` (a pre-commit hook, run on every commit) imports no SQLAlchemy."""
+    (tmp_path / "a.txt").write_text("clean\n")
+    code = (
+        "import sys\nfrom apikey_tui.cli import main\n"
+        f"assert main(['scan', '--offline', {str(tmp_path)!r}]) == 0\n"
+        "assert 'sqlalchemy' not in sys.modules, 'SQLAlchemy was imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)

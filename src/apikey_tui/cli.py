@@ -417,6 +417,8 @@ def _where(exc: BaseException) -> str:
 
 def _main(arguments: list[str]) -> int:
     args = build_parser().parse_args(arguments)
+    if hasattr(args, "run_leaks"):  # scan and serve-leaks; `scan --offline` imports no SQLAlchemy
+        return _run_leaks(args)
     from apikey_tui.config import (  # SQLAlchemy: see above
         DATABASE_URL_ENV,
         current_user,
@@ -435,9 +437,6 @@ def _main(arguments: list[str]) -> int:
             return _open_app(url, owner, all_owners=getattr(args, "all", False), create=default)
         if args.command == "serve-auth":
             return _serve_auth(url, args)
-        if hasattr(args, "run_leaks"):  # scan and serve-leaks: no store for --offline
-            run_leaks: Callable[..., int] = args.run_leaks
-            return run_leaks(url, args, _open_store)
         if args.command == "db":  # works on a database of any version: opens no store
             run_db: Callable[[str, argparse.Namespace], int] = args.run_db
             return run_db(url, args)
@@ -451,6 +450,22 @@ def _main(arguments: list[str]) -> int:
     except DatabaseUrlError as exc:  # a URL we cannot use is a usage error, like a bad option
         print(f"apikey-tui: {printable(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def _run_leaks(args: argparse.Namespace) -> int:
+    def url() -> str:  # read only by the commands that open the database
+        from apikey_tui.config import resolve_database_url
+
+        return resolve_database_url(getattr(args, "database_url", None))
+
+    run: Callable[..., int] = args.run_leaks
+    try:
+        return run(url, args, _open_store)
+    except ApiKeyError as exc:  # a URL we cannot use, a database that cannot be asked: usage (2)
+        print(f"apikey-tui: {printable(str(exc))}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
 
 
 def _open_store(url: str, *, create: bool) -> KeyStore:

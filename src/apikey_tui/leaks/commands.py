@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 # Standard library only at import time: the CLI builds every parser for `--help` and usage
 # errors, which must stay as cheap as starting Python.
-from apikey_tui.errors import StoreUnavailableError
 from apikey_tui.names import printable
 
 if TYPE_CHECKING:
@@ -99,7 +98,7 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     serve.set_defaults(run_leaks=run_serve)
 
 
-def run_scan(url: str, args: argparse.Namespace, open_store: OpenStore) -> int:
+def run_scan(url: Callable[[], str], args: argparse.Namespace, open_store: OpenStore) -> int:
     """Scan, judge each distinct key once against the database, print, maybe disable."""
     from apikey_tui.leaks.scan import ScanError, scan_git, scan_paths, scan_stream
 
@@ -129,16 +128,9 @@ def run_scan(url: str, args: argparse.Namespace, open_store: OpenStore) -> int:
     if args.offline:
         code = _report(args, found, None)
     else:
-        try:
-            store = open_store(url, create=False)
-        except StoreUnavailableError as exc:
-            print(f"apikey-tui: {printable(str(exc))}", file=sys.stderr)
-            return EXIT_USAGE
+        store = open_store(url(), create=False)  # refused: 2, by the CLI (it checked nothing)
         try:
             code = _report(args, found, store)
-        except StoreUnavailableError as exc:
-            print(f"apikey-tui: {printable(str(exc))}", file=sys.stderr)
-            return EXIT_USAGE
         finally:
             store.close()
     if code == EXIT_OK and unreadable:
@@ -214,7 +206,7 @@ def _positive(text: str) -> int:
     return value
 
 
-def run_serve(url: str, args: argparse.Namespace, open_store: OpenStore) -> int:
+def run_serve(url: Callable[[], str], args: argparse.Namespace, open_store: OpenStore) -> int:
     """Run serve-leaks under uvicorn until interrupted (needs the [leaks] extra)."""
     import shlex
 
@@ -241,11 +233,7 @@ def run_serve(url: str, args: argparse.Namespace, open_store: OpenStore) -> int:
         return EXIT_USAGE
     if on_leak == []:
         return _usage("serve-leaks: --on-leak needs a command")
-    try:
-        store = open_store(url, create=False)
-    except StoreUnavailableError as exc:
-        print(f"apikey-tui: {printable(str(exc))}", file=sys.stderr)
-        return EXIT_USAGE
+    store = open_store(url(), create=False)
     app = server.LeaksApp(
         store,
         keys,
