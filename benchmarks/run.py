@@ -361,6 +361,7 @@ def render(
     ts: Any = None,
     fa: Any = None,
     rv: Any = None,
+    lk: Any = None,
 ) -> str:
     """The results page, every number with its baseline and target."""
     floor, peer = v["floor_us"], v["peer"]["is_valid_us"]
@@ -450,10 +451,12 @@ def render(
                 f"{s[name]['server_cpu_ms_per_request']:.2f} ms |"
             )
     from benchmarks.bench_forward_auth import markdown as forward_auth_section
+    from benchmarks.bench_leaks import markdown as leaks_section
     from benchmarks.bench_revocation import markdown as revocation_section
 
     lines += ["", *middleware_section(m), *floods_section(f), *revocation_section(rv)]
     lines += forward_auth_section(fa)
+    lines += leaks_section(lk)
     lines += [
         "## Terminal app (`bench_tui.py`, headless, 120x40)",
         "",
@@ -497,6 +500,7 @@ MODULES = (
     "bench_tui_scale",
     "bench_forward_auth",
     "bench_revocation",
+    "bench_leaks",
 )
 
 
