@@ -102,3 +102,14 @@ def test_a_hash_upgraded_meanwhile_does_not_stop_the_containment(store: KeyStore
     leak = store.contain_leak(proven, source="github", where="u")
     assert leak is not None and leak.outcome == "disabled"
     assert store.get_key("alice", "ci").leaked
+
+
+def test_rotating_a_leaked_key_gives_its_leaked_secret_no_grace(store: KeyStore) -> None:
+    """Rotated with a grace, then enabled, a leaked key's old secret still never works again."""
+    info = store.create_key("alice", "ci", ["project"]).info
+    store.contain_leak(credential_of(store, info.public_id), source="github", where="u")
+    rotated = store.rotate_key("alice", "ci", grace=timedelta(hours=24))
+    store.enable_key("alice", "ci")
+    assert rotated.info.old_public_id is None and rotated.info.grace_until is None
+    assert store.credential(info.public_id) is None  # the leaked id answers nothing
+    assert "no grace: the key leaked" in store.events(limit=2)[-1].detail

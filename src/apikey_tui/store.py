@@ -931,6 +931,10 @@ class KeyStore:
             until = _second(now + grace)
             if row.expires_at is not None:
                 until = min(until, row.expires_at)  # a grace never revives an expired secret
+            leaked = row.disabled_reason is not None and row.disabled_reason.startswith(LEAK_REASON)
+            if leaked:  # a leaked secret gets no grace: enabled later, it would work again
+                until = now
+                notes.append("no grace: the key leaked")
             if until > now:
                 row.old_public_id, row.old_secret_hash = row.public_id, row.secret_hash
                 row.old_fingerprint, row.grace_until = row.fingerprint, until
