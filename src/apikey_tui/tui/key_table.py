@@ -217,6 +217,7 @@ class KeyTable(ScrollView, can_focus=True):
         "key-table--soon",
         "key-table--expired",
         "key-table--disabled",
+        "key-table--leaked",
         "key-table--grace",
         "key-table--unused",
     }

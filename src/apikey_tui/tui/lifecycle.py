@@ -16,8 +16,8 @@ UNUSED_AFTER = timedelta(days=90)  # `keys list --unused 90d`
 
 # Marker kinds, each with a word or symbol of its own (never colour alone): the table styles
 # the cell with the theme variable of its kind.
-ACTIVE, SOON_KIND, EXPIRED, DISABLED, GRACE, UNUSED = (
-    "active", "soon", "expired", "disabled", "grace", "unused"
+ACTIVE, SOON_KIND, EXPIRED, DISABLED, LEAKED, GRACE, UNUSED = (
+    "active", "soon", "expired", "disabled", "leaked", "grace", "unused"
 )  # fmt: skip
 
 
@@ -49,9 +49,11 @@ def span(delta: timedelta) -> str:
 def marker(key: KeyInfo, now: datetime) -> tuple[str, str]:
     """(text, kind) of the table's State cell: the state that matters most, in ≤ 10 cells.
 
-    disabled, then expired, then '⚠ 3d left', then '↻ grace' (an old secret still works),
-    then 'unused', else 'active'.
+    leaked (disabled because it leaked: KeyInfo.leaked), then disabled, then expired, then
+    '⚠ 3d left', then '↻ grace' (an old secret still works), then 'unused', else 'active'.
     """
+    if key.leaked:
+        return "leaked", LEAKED
     if key.disabled:
         return "disabled", DISABLED
     if key.expired(now):

@@ -86,6 +86,7 @@ TEXTS = {
     ("ScopeCatalogScreen", "describe"): "describe the selected scope",
     ("ScopeCatalogScreen", "remove"): "remove it (asks; refused while keys hold it)",
     ("AuditTrailScreen", "focus_filter"): "filters: key, actor, action (Tab between)",
+    ("AuditTrailScreen", "leaks_only"): "only leak events (key.leak); again: every event",
     ("AuditTrailScreen", "back"): "from a filter: the events; else back",
     ("CreateKeyDialog", "cancel"): "cancel: nothing is written",
     ("EditScopesDialog", "cancel"): "cancel: nothing is written",

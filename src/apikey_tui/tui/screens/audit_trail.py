@@ -10,7 +10,7 @@ from textual.containers import Horizontal
 from textual.widgets import DataTable, Footer, Input, Static
 
 from apikey_tui.names import printable
-from apikey_tui.store import Event, KeyStore
+from apikey_tui.store import LEAK_EVENT, Event, KeyStore
 from apikey_tui.tui.screens.key_detail import actor_text
 from apikey_tui.tui.screens.live import LiveScreen
 from apikey_tui.tui.screens.scope_catalog import clip
@@ -44,6 +44,7 @@ class AuditTrailScreen(LiveScreen[list[Event]]):
 
     BINDINGS = [
         Binding("slash", "focus_filter", "Filter"),
+        Binding("l", "leaks_only", "Leaks only"),
         Binding("escape", "back", "Back"),
     ]
 
@@ -141,6 +142,11 @@ class AuditTrailScreen(LiveScreen[list[Event]]):
 
     def action_focus_filter(self) -> None:
         self.query_one("#filter-key", Input).focus()
+
+    def action_leaks_only(self) -> None:
+        # Through the action filter, so the admin sees why the trail is short; again: all.
+        action = self.query_one("#filter-action", Input)
+        action.value = "" if action.value == LEAK_EVENT else LEAK_EVENT
 
     def action_back(self) -> None:
         if isinstance(self.focused, Input):

@@ -15,7 +15,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from apikey_tui.errors import ApiKeyError, KeyNotFoundError
 from apikey_tui.names import printable
-from apikey_tui.store import Event, KeyDetail, KeyInfo, KeyStore, ScopeInfo
+from apikey_tui.store import Event, KeyDetail, KeyInfo, KeyStore, Leak, ScopeInfo
 from apikey_tui.tui import lifecycle
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.edit_scopes import EditScopesDialog, ScopeChange
@@ -51,6 +51,7 @@ def lifecycle_rows(info: KeyInfo, now: datetime) -> list[tuple[str, str]]:
         lifecycle.SOON_KIND: "active, expires soon (⚠)",
         lifecycle.GRACE: "active; an old secret is retiring (↻)",
         lifecycle.UNUSED: f"active, unused for {lifecycle.UNUSED_AFTER.days} days or more",
+        lifecycle.LEAKED: "leaked (disabled): services refuse it (401)",
     }.get(kind, text)
     if kind == lifecycle.EXPIRED or (kind == lifecycle.DISABLED and info.expired(now)):
         state += "; services refuse it (401)" if kind == lifecycle.EXPIRED else ", and expired"
@@ -71,7 +72,36 @@ def lifecycle_rows(info: KeyInfo, now: datetime) -> list[tuple[str, str]]:
     return rows
 
 
-class KeyDetailScreen(LiveScreen[tuple[KeyDetail, list[ScopeInfo]]]):
+# For a leaked key, recreate, not rotate: a rotation's grace keeps the leaked secret working.
+# Neither clears the disabled state, so the new secret works once the admin enables the key.
+RECREATE_HINT = (
+    "press r to recreate it (new secret, shown once; the leaked one never works again), then "
+    "x to enable it; not R, whose grace would keep the leaked secret"
+)
+RECREATED_HINT = "the leaked secret no longer works (recreated since): x enables the key"
+
+
+def leak_rows(info: KeyInfo, leaks: list[Leak], now: datetime) -> list[tuple[str, str]]:
+    """Where and when the key last leaked (from its key.leak events), and what to do next."""
+    rows = []
+    if leaks:
+        newest = leaks[0]
+        earlier = f" (+{len(leaks) - 1} earlier)" if len(leaks) > 1 else ""
+        rows.append(("Leaked at", newest.where or "unknown"))
+        reported = f"reported by {newest.source}, key {newest.outcome}{earlier}"
+        rows.append(("Reported", f"{relative_and_absolute(newest.at, now)} · {reported}"))
+    if info.leaked:
+        # The leaked id is the newest report's; with none recorded, assume the current secret.
+        leaked_id = leaks[0].public_id if leaks else info.public_id
+        current = leaked_id in (info.public_id, info.old_public_id)
+        rows.append(("Next", RECREATE_HINT if current else RECREATED_HINT))
+    return rows
+
+
+DetailData = tuple[KeyDetail, list[ScopeInfo], list[Leak]]
+
+
+class KeyDetailScreen(LiveScreen[DetailData]):
     """Enter on a key opens this; e edits its scopes, r and d act as in the table."""
 
     BINDINGS = [
@@ -90,6 +120,7 @@ class KeyDetailScreen(LiveScreen[tuple[KeyDetail, list[ScopeInfo]]]):
         self.key = key
         self.detail: KeyDetail | None = None
         self.catalog: list[ScopeInfo] = []
+        self.leaks: list[Leak] = []
         self._keys_screen = keys_screen
         self._asked_delete = False  # the admin pressed d here: the table reports the deletion
         self._gone = False
@@ -110,16 +141,17 @@ class KeyDetailScreen(LiveScreen[tuple[KeyDetail, list[ScopeInfo]]]):
 
     # --- reading ------------------------------------------------------------------------------
 
-    def read_store(self, store: KeyStore) -> tuple[KeyDetail, list[ScopeInfo]]:
-        return store.key_detail(self.key.owner, self.key.name), store.list_scopes()
+    def read_store(self, store: KeyStore) -> DetailData:
+        owner, name = self.key.owner, self.key.name
+        return store.key_detail(owner, name), store.list_scopes(), store.leaks(owner, name)
 
     def read_failed(self, error: ApiKeyError) -> Message:
         if isinstance(error, KeyNotFoundError):
             return KeyVanished(self.key.owner, self.key.name)
         return super().read_failed(error)
 
-    def show(self, data: tuple[KeyDetail, list[ScopeInfo]]) -> None:
-        self.detail, self.catalog = data
+    def show(self, data: DetailData) -> None:
+        self.detail, self.catalog, self.leaks = data
         info, now = self.detail.info, self.keys_app.store.clock()
         origin = self.detail.origin
         if origin is None:
@@ -135,6 +167,7 @@ class KeyDetailScreen(LiveScreen[tuple[KeyDetail, list[ScopeInfo]]]):
             ("Name", info.name),
             ("Public id", info.public_id),
             *lifecycle_rows(info, now),
+            *leak_rows(info, self.leaks, now),
             # created_at is the creation or the last rotation (the secret's own age)
             ("Rotated" if rotated else "Created", absolute(info.created_at, seconds=True)),
             ("Last used", relative_and_absolute(info.last_used_at, now)),
