@@ -72,11 +72,11 @@ def lifecycle_rows(info: KeyInfo, now: datetime) -> list[tuple[str, str]]:
     return rows
 
 
-# For a leaked key, recreate, not rotate: a rotation's grace keeps the leaked secret working.
-# Neither clears the disabled state, so the new secret works once the admin enables the key.
+# Recreate (or rotate: the store gives a leaked secret no grace) does not clear the disabled
+# state, so the new secret works once the admin enables the key.
 RECREATE_HINT = (
     "press r to recreate it (new secret, shown once; the leaked one never works again), then "
-    "x to enable it; not R, whose grace would keep the leaked secret"
+    "x to enable it"
 )
 RECREATED_HINT = "the leaked secret no longer works (recreated since): x enables the key"
 
