@@ -14,6 +14,7 @@ import pytest
 from apikey_tui.clock import system_clock
 from apikey_tui.hashing import SecretHasher
 from apikey_tui.store import Actor, KeyStore
+from apikey_tui.verifier import Verifier
 from tests.throwaway_postgres import ThrowawayPostgres
 
 # The machine's shared PostgreSQL (trust auth). Tests never fall back to skipping: if it is
@@ -137,6 +138,16 @@ def database_url(request: pytest.FixtureRequest) -> str:
     name = "sqlite_url" if request.param == "sqlite" else "postgres_url"
     url: str = request.getfixturevalue(name)
     return url
+
+
+@pytest.fixture
+def clocked(database_url: str, clock: FakeClock) -> Iterator[tuple[KeyStore, Verifier]]:
+    """A store and a verifier on one fresh database (both backends), both on the fake clock."""
+    store = KeyStore.open(database_url, hasher=CHEAP, actor=ACTOR, clock=clock)
+    checker = Verifier.from_url(database_url, hasher=CHEAP, clock=clock)
+    yield store, checker
+    checker.close()
+    store.close()
 
 
 @pytest.fixture

@@ -6,11 +6,9 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 from apikey_tui.store import KeyStore
 from apikey_tui.verifier import Verifier
-from tests.conftest import ACTOR, CHEAP, FakeClock
+from tests.conftest import FakeClock
 
 SOURCE = Path(__file__).parent.parent / "src" / "apikey_tui"
 # Calls that read the time of day. time.monotonic and perf_counter measure spans: allowed.
@@ -40,21 +38,11 @@ def test_only_the_clock_module_reads_the_wall_clock() -> None:
     assert list(wall_clock_reads(SOURCE / "clock.py")) == ["clock.py:19 datetime.now"]
 
 
-@pytest.fixture
-def pair(database_url: str, clock: FakeClock) -> Iterator[tuple[KeyStore, Verifier]]:
-    """A store and a verifier on one database, both given the one fake clock."""
-    store = KeyStore.open(database_url, hasher=CHEAP, actor=ACTOR, clock=clock)
-    checker = Verifier.from_url(database_url, hasher=CHEAP, clock=clock)
-    yield store, checker
-    checker.close()
-    store.close()
-
-
 def test_the_verifier_records_last_use_on_its_clock(
-    pair: tuple[KeyStore, Verifier], clock: FakeClock
+    clocked: tuple[KeyStore, Verifier], clock: FakeClock
 ) -> None:
     """The last-used time a verifier writes is its given clock's time, not the machine's."""
-    store, checker = pair
+    store, checker = clocked
     key = store.create_key("alice", "demo", ["project"]).plaintext
     checker.verify(f"ApiKey {key}")
     checker.flush()

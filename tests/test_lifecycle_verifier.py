@@ -5,26 +5,13 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from datetime import timedelta
-
-import pytest
 
 from apikey_tui.errors import InvalidKeyError
 from apikey_tui.store import KeyStore
 from apikey_tui.verifier import Verifier
 from tests.conftest import ACTOR, CHEAP, FakeClock
 from tests.test_verifier import header
-
-
-@pytest.fixture
-def keys(database_url: str, clock: FakeClock) -> Iterator[tuple[KeyStore, Verifier]]:
-    """A store and a verifier on one database, both on the fake clock."""
-    store = KeyStore.open(database_url, hasher=CHEAP, actor=ACTOR, clock=clock)
-    checker = Verifier.from_url(database_url, hasher=CHEAP, clock=clock)
-    yield store, checker
-    checker.close()
-    store.close()
 
 
 def accepted(checker: Verifier, key: str) -> bool:
@@ -37,10 +24,10 @@ def accepted(checker: Verifier, key: str) -> bool:
 
 
 def test_an_expired_key_is_refused_from_the_exact_second_even_when_cached(
-    keys: tuple[KeyStore, Verifier], clock: FakeClock
+    clocked: tuple[KeyStore, Verifier], clock: FakeClock
 ) -> None:
     """A key that expires at 60 s works at 59.999 s from the cache and is refused at 60 s."""
-    store, checker = keys
+    store, checker = clocked
     key = store.create_key("alice", "demo", ["project"], expires=timedelta(seconds=60)).plaintext
     assert accepted(checker, key)
     clock.at(59.999)
@@ -53,10 +40,10 @@ def test_an_expired_key_is_refused_from_the_exact_second_even_when_cached(
 
 
 def test_a_rotated_keys_old_secret_stops_at_the_end_of_its_grace(
-    keys: tuple[KeyStore, Verifier], clock: FakeClock
+    clocked: tuple[KeyStore, Verifier], clock: FakeClock
 ) -> None:
     """During a 30 s grace both secrets work; at 30 s the old one is refused, cached or not."""
-    store, checker = keys
+    store, checker = clocked
     old = store.create_key("alice", "demo", ["project"]).plaintext
     assert accepted(checker, old)
     new = store.rotate_key("alice", "demo", grace=timedelta(seconds=30)).plaintext
@@ -73,10 +60,10 @@ def test_a_rotated_keys_old_secret_stops_at_the_end_of_its_grace(
 
 
 def test_ending_the_grace_refuses_the_old_secret_at_once(
-    keys: tuple[KeyStore, Verifier], clock: FakeClock
+    clocked: tuple[KeyStore, Verifier], clock: FakeClock
 ) -> None:
     """--end-grace stops the previous secret at the next check (SQLite) or within the bound."""
-    store, checker = keys
+    store, checker = clocked
     old = store.create_key("alice", "demo", ["project"]).plaintext
     store.rotate_key("alice", "demo", grace=timedelta(hours=24))
     assert accepted(checker, old)
