@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 import logging
 import secrets
 import sys
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Generator, Iterable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -26,11 +28,13 @@ from apikey_tui.errors import (
     StoreUnavailableError,
     VerifierUnavailableError,
 )
-from apikey_tui.hashing import SecretHasher
+from apikey_tui.hashing import SecretHasher, fingerprint
 from apikey_tui.keyformat import ParsedKey
 from apikey_tui.store import Actor, Credential, KeyStore
-from apikey_tui.verifier.freshness import PushFreshness, freshness_for
-from apikey_tui.verifier.guard import CheckGate, FailureBudget, KnownKeys, Verdict
+from apikey_tui.verifier.changes import ChangeFeed
+from apikey_tui.verifier.freshness import CommitFreshness, PushFreshness, freshness_for
+from apikey_tui.verifier.guard import CheckGate, FailureBudget, TokenBucket
+from apikey_tui.verifier.key_index import KeyIndex, Verdict
 from apikey_tui.verifier.metrics import VerifierStats
 from apikey_tui.verifier.port import CredentialSource
 from apikey_tui.verifier.usage import UsageWriter
@@ -42,7 +46,7 @@ log = logging.getLogger("apikey_tui.verifier")
 DEFAULT_REVOCATION_BOUND = 1.0  # seconds a PostgreSQL-backed cache entry is trusted unchecked
 DEFAULT_CHECK_TIMEOUT = 2.0  # seconds a request waits for the database before 503
 LAST_USED_INTERVAL = 60.0  # at most one last_used_at write per key per minute per process
-_REFRESH = object()  # the CheckGate key of an index refresh: one at a time, shared
+_SYNC = object()  # the CheckGate key of a change-log read: one at a time, shared
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +68,6 @@ class _Entry:
 
     caller: Caller
     hash_tag: bytes
-    generation: int
     expires_at: datetime | None  # refused from this moment on, cache or not
     recorded_at: float = float("-inf")
 
@@ -94,6 +97,8 @@ class Verifier:
         max_pending_checks: int = 64,
         failure_burst: float = 5,
         failures_per_second: float = 1,
+        lookups_per_second: float = 200,
+        lookup_burst: float = 100,
         flush_interval: float = 5.0,
         clock: Clock = system_clock,
     ) -> None:
@@ -110,9 +115,16 @@ class Verifier:
         self._source: CredentialSource = store
         self._hasher = store.hasher
         self._freshness = freshness_for(engine, revocation_bound)
-        self._known = KnownKeys(self._source, self._freshness)
+        # Only SQLite's commit watch sees every commit before the next request: with push or a
+        # time bound, an id the index lacks may be a key committed a moment ago.
+        self._exact = isinstance(self._freshness, CommitFreshness)
+        self._index = KeyIndex(self._source.key_count, self._source.fingerprint_page)
+        self._feed = ChangeFeed(self._source, self._freshness, self._index, self._forget)
         self._gate = CheckGate(check_workers, check_timeout, max_pending_checks)
         self._budget = FailureBudget(failure_burst, failures_per_second)
+        # Lookups the index cannot answer (while it loads; an id it lacks, where freshness may
+        # lag): a flood of forged ids buys at most this many queries a second, then 503/401.
+        self._lookups = TokenBucket(lookup_burst, lookups_per_second)
         self._usage = UsageWriter(self._source.record_use, flush_interval, clock)
         self.stats = VerifierStats(self._gate, self._freshness, revocation_bound)  # for metrics
         event.listen(self._engine, "handle_error", self.stats.database_error)
@@ -157,20 +169,14 @@ class Verifier:
     def verify(self, authorization: str | None, required_scopes: Collection[str] = ()) -> Caller:
         """Return the caller, or raise an AuthError that knows its HTTP answer."""
         try:
-            credential = split_credentials(authorization)
-            digest = self._digest(credential)
-            caller = self._warm(digest)
-            if caller is None:
-                deadline = time.monotonic() + self._gate.timeout
-                parsed = parse_key(credential)
-                if self._known.verdict(parsed.public_id, parsed.secret) is Verdict.STALE:
-                    ticket = self._known.ticket()
-                    while not self._known.covers(ticket):  # at most twice: see KnownKeys
-                        self._gate.wait(self._gate.submit(_REFRESH, self._refresh), deadline)
-                self._precheck(parsed)
-                work = self._gate.submit(digest, lambda: self._check(parsed, digest))
-                caller = self._gate.wait(work, deadline)
-                self.stats.cold_answers += 1
+            steps = self._answer(authorization)
+            deadline = time.monotonic() + self._gate.timeout
+            try:
+                work = next(steps)
+                while True:  # each step is work in a CheckGate thread, waited for here
+                    work = steps.send(self._gate.wait(work, deadline))
+            except StopIteration as done:
+                caller: Caller = done.value
         except AuthError as error:
             self.stats.refused(error)
             raise
@@ -183,28 +189,60 @@ class Verifier:
     ) -> Caller:
         """Like verify; database and argon2 work never blocks the event loop."""
         try:
-            credential = split_credentials(authorization)
-            digest = self._digest(credential)
-            caller = self._warm(digest)
-            if caller is None:
-                deadline = time.monotonic() + self._gate.timeout
-                parsed = parse_key(credential)
-                if self._known.verdict(parsed.public_id, parsed.secret) is Verdict.STALE:
-                    ticket = self._known.ticket()
-                    while not self._known.covers(ticket):  # at most twice: see KnownKeys
-                        await self._gate.wait_async(
-                            self._gate.submit(_REFRESH, self._refresh), deadline
-                        )
-                self._precheck(parsed)
-                work = self._gate.submit(digest, lambda: self._check(parsed, digest))
-                caller = await self._gate.wait_async(work, deadline)
-                self.stats.cold_answers += 1
+            steps = self._answer(authorization)
+            deadline = time.monotonic() + self._gate.timeout
+            try:
+                work = next(steps)
+                while True:  # the same steps as verify, awaited instead of waited for
+                    work = steps.send(await self._gate.wait_async(work, deadline))
+            except StopIteration as done:
+                caller: Caller = done.value
         except AuthError as error:
             self.stats.refused(error)
             raise
         except Exception:  # anything unforeseen is a check that could not be made: 503, not 500
             raise self._unforeseen() from None
         return self._authorize(caller, required_scopes)
+
+    def _answer(self, authorization: str | None) -> Generator[Future[Any], Any, Caller]:
+        """The one check, for verify and verify_async (httpx's habit: one generator, two drivers).
+
+        It yields work submitted to the CheckGate and is sent that work's result; it returns
+        the caller or raises an AuthError. Memory answers first; the change log is read only
+        when the freshness generation moved; the key index refuses unknown ids and wrong
+        secrets before any key read or argon2.
+        """
+        credential = split_credentials(authorization)
+        digest = self._digest(credential)
+        caller = self._warm(digest)
+        if caller is not None:
+            return caller
+        parsed = parse_key(credential)
+        if self._feed.synced != self._freshness.generation():
+            yield from self._synced()
+            caller = self._warm(digest)  # an unrelated commit leaves this key cached
+            if caller is not None:
+                return caller
+        verdict = self._index.verdict(parsed.public_id, parsed.secret)
+        if verdict is Verdict.UNKNOWN and not self._exact and self._lookups.take():
+            # Push and time bounds may lag a commit: read the log once more, within a budget.
+            yield from self._synced()
+            verdict = self._index.verdict(parsed.public_id, parsed.secret)
+        if verdict is Verdict.UNKNOWN or verdict is Verdict.WRONG:
+            raise InvalidKeyError()
+        if verdict is Verdict.UNSURE and not self._lookups.take():
+            raise VerifierUnavailableError()  # index still loading and a flood of unknown ids
+        if verdict is Verdict.LEGACY and not self._budget.allows(parsed.public_id):
+            raise InvalidKeyError()
+        checked: Caller = yield self._gate.submit(digest, lambda: self._check(parsed, digest))
+        self.stats.cold_answers += 1
+        return checked
+
+    def _synced(self) -> Generator[Future[Any], Any, None]:
+        """Steps until a log read begun after this call has finished (at most two reads)."""
+        ticket = self._feed.ticket()
+        while not self._feed.covers(ticket):
+            yield self._gate.submit(_SYNC, self._sync)
 
     def _unforeseen(self) -> VerifierUnavailableError:
         log.exception("API key check failed unexpectedly; answering 503")
@@ -221,7 +259,7 @@ class Verifier:
     def _warm(self, digest: bytes) -> Caller | None:
         """The cached path: one dict lookup and one freshness test, no query, no lock."""
         entry = self._entries.get(digest)
-        if entry is None or entry.generation != self._freshness.generation():
+        if entry is None or self._feed.synced != self._freshness.generation():
             return None
         if entry.expires_at is not None and self._clock() >= entry.expires_at:
             return None  # the cold path refuses it, from the exact second
@@ -238,14 +276,6 @@ class Verifier:
             raise InsufficientScopeError(sorted(set(required) - caller.scopes))
         return caller
 
-    def _precheck(self, parsed: ParsedKey) -> None:
-        """Refuse from memory what the index already knows is wrong: no query, no argon2."""
-        verdict = self._known.verdict(parsed.public_id, parsed.secret, refreshed=True)
-        if verdict is Verdict.UNKNOWN or verdict is Verdict.WRONG:
-            raise InvalidKeyError()
-        if verdict is Verdict.LEGACY and not self._budget.allows(parsed.public_id):
-            raise InvalidKeyError()
-
     # --- in a CheckGate thread ----------------------------------------------------------------
 
     def _ensure_ready(self) -> None:
@@ -258,10 +288,10 @@ class Verifier:
             raise VerifierUnavailableError() from None
         self._ready = True
 
-    def _refresh(self) -> None:
+    def _sync(self) -> None:
         self._ensure_ready()
         try:
-            self._known.refresh()
+            self._feed.sync()
         except StoreUnavailableError as exc:
             log.warning("API keys cannot be checked: %s", exc)
             raise VerifierUnavailableError() from None
@@ -270,7 +300,7 @@ class Verifier:
         """Read the key; run argon2 only when this exact key was never verified here."""
         self.stats.cold += 1
         self._ensure_ready()
-        generation = self._freshness.generation()  # before reading: later commits show next
+        mark = self._feed.mark()  # before reading: a change read meanwhile wins, see may_cache
         try:
             try:
                 stored = self._source.credential(parsed.public_id)
@@ -284,21 +314,28 @@ class Verifier:
             stored is None
             or stored.disabled
             or (expires_at is not None and self._clock() >= expires_at)
+            or (
+                # Looked up past the index (still loading): its fingerprint still spares argon2.
+                stored.fingerprint is not None
+                and not hmac.compare_digest(
+                    stored.fingerprint, fingerprint(parsed.public_id, parsed.secret)
+                )
+            )
         ):
             # Unknown, disabled, expired, or a previous secret past its grace: one same 401.
             self.stats.revoked += parsed.public_id in self._by_id  # a key verified here
-            self._forget(parsed.public_id)
-            if stored is None:
-                self._known.forget(parsed.public_id)
+            self._forget([parsed.public_id])
             raise InvalidKeyError()
         entry = self._entries.get(digest)
         tag = _tag(stored.secret_hash)
         if entry is not None and entry.hash_tag == tag:
             # Known key, cache entry merely stale: the database still holds the same hash.
             self.stats.revalidated += 1
-            entry.caller, entry.generation = self._caller(stored), generation
-            entry.expires_at = expires_at
-            return entry.caller
+            caller = self._caller(stored)
+            with self._feed.lock:
+                if self._feed.may_cache(parsed.public_id, mark):
+                    entry.caller, entry.expires_at = caller, expires_at
+            return caller
         self.stats.argon2 += 1
         if not self._hasher.verify(stored.secret_hash, parsed.secret):
             self.stats.revoked += entry is not None  # the key verified here was recreated
@@ -307,10 +344,12 @@ class Verifier:
             raise InvalidKeyError()
         if self._hasher.needs_rehash(stored.secret_hash):
             tag = self._upgrade_hash(parsed, stored)
-        self._forget(parsed.public_id)
-        entry = _Entry(self._caller(stored), tag, generation, expires_at, time.monotonic())
-        self._entries[digest] = entry
-        self._by_id[parsed.public_id] = digest
+        entry = _Entry(self._caller(stored), tag, expires_at, time.monotonic())
+        with self._feed.lock:
+            if self._feed.may_cache(parsed.public_id, mark):
+                self._forget([parsed.public_id])
+                self._entries[digest] = entry
+                self._by_id[parsed.public_id] = digest
         self._usage.note(parsed.public_id)
         return entry.caller
 
@@ -326,10 +365,15 @@ class Verifier:
             return _tag(stored.secret_hash)
         return _tag(upgraded)
 
-    def _forget(self, public_id: str) -> None:
-        digest = self._by_id.pop(public_id, None)
-        if digest is not None:
-            self._entries.pop(digest, None)
+    def _forget(self, public_ids: Iterable[str] | None) -> None:
+        """Drop these keys from the cache (None: every key)."""
+        if public_ids is None:
+            self._entries, self._by_id = {}, {}
+            return
+        for public_id in public_ids:
+            digest = self._by_id.pop(public_id, None)
+            if digest is not None:
+                self._entries.pop(digest, None)
 
     def _caller(self, stored: Credential) -> Caller:
         info = stored.info
@@ -350,8 +394,10 @@ class Verifier:
         """In a forked child: drop the parent's threads, locks, caches and connections."""
         self._gate.reset()
         self._usage.reset()
-        self._known.reset()
+        self._index.reset()
+        self._feed.reset()
         self._budget.reset()
+        self._lookups.reset()
         self._entries, self._by_id = {}, {}
         # Inherited connections are parked, never closed or used (see forksafety._parked).
         forksafety.park(list(self._connections.values()))
@@ -368,6 +414,7 @@ class Verifier:
         The process's SQLite commit watch stays open on purpose (see sqlite_watch.CommitWatch).
         """
         self._gate.close()
+        self._index.close()
         self._usage.close()
         if isinstance(self._freshness, PushFreshness):
             self._freshness.close()
@@ -379,4 +426,12 @@ class Verifier:
 
     def known_keys(self) -> int:
         """How many public ids the key index holds."""
-        return len(self._known)
+        return len(self._index)
+
+    def index_bytes(self) -> int:
+        """The key index's size in bytes (its packed snapshot)."""
+        return self._index.nbytes()
+
+    def wait_index(self, timeout: float = 60.0) -> bool:
+        """Wait for the key index to finish loading (benchmarks, tests); whether it has."""
+        return self._index.wait_loaded(timeout)

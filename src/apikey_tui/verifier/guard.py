@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import enum
-import hmac
 import logging
 import queue
 import threading
@@ -12,14 +10,10 @@ import time
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from datetime import datetime, timedelta
 from typing import TypeVar
 
 from apikey_tui.errors import VerifierUnavailableError
-from apikey_tui.hashing import fingerprint
-from apikey_tui.verifier.freshness import Freshness
 from apikey_tui.verifier.metrics import Timings
-from apikey_tui.verifier.port import CredentialSource
 
 log = logging.getLogger("apikey_tui.verifier")
 T = TypeVar("T")
@@ -120,100 +114,35 @@ class CheckGate:
             self._threads = []
 
 
-class Verdict(enum.Enum):
-    """What the key index says about a presented key, before any query or argon2."""
+class TokenBucket:
+    """One budget for the whole process: `take()` spends a token if one is left."""
 
-    STALE = "the index may be out of date: refresh it, then ask again"
-    UNKNOWN = "no key has this public id"
-    WRONG = "the secret's fingerprint does not match"
-    MATCH = "the fingerprint matches: almost surely the right secret"
-    LEGACY = "a key made before fingerprints: only argon2 can tell"
+    _tokens: float
+    _since: float
+    denied: int
 
+    def __init__(self, burst: float, per_second: float) -> None:
+        self.burst, self.per_second = burst, per_second
+        self.reset()
 
-class KnownKeys:
-    """Public id -> fingerprint of every key, so unknown ids and wrong secrets cost no query.
-
-    Read in full on first use and every FULL_RELOAD seconds (which also forgets deleted keys,
-    so memory follows the number of keys, never the traffic); in between, when the freshness
-    generation moved, only keys created since the newest one seen (minus CLOCK_SLACK, for hosts
-    whose clocks disagree and transactions that commit late) are read. A key the index does not
-    hold yet is never refused while the index is stale: the caller refreshes it first.
-    """
-
-    FULL_RELOAD = 600.0
-    CLOCK_SLACK = timedelta(hours=1)
-
-    def __init__(self, source: CredentialSource, freshness: Freshness) -> None:
-        self._source, self._freshness = source, freshness
-        self._fingerprints: dict[str, str | None] = {}
-        self._generation: int | None = None
-        self._newest: datetime | None = None
-        self._loaded_at = float("-inf")
-        self._lock = threading.Lock()
-        # Refreshes are numbered as they begin. A request that finds the index stale takes a
-        # ticket (the number begun so far) and is answered only by a refresh numbered above it:
-        # one that began earlier may have read before the request's key was committed, and
-        # joining it refused a brand-new key with 401 at its first check.
-        self._begun = 0
-        self._read_by = 0  # the number of the refresh whose reading the index holds
-
-    def ticket(self) -> int:
-        """The refreshes begun so far; `covers(ticket)` once a later one has finished."""
-        return self._begun
-
-    def covers(self, ticket: int) -> bool:
-        """Whether the index holds a reading begun after the ticket was taken."""
-        return self._read_by > ticket
-
-    def verdict(self, public_id: str, secret: str, *, refreshed: bool = False) -> Verdict:
-        """Judge a presented key by the index; STALE means refresh() and ask again."""
-        if public_id not in self._fingerprints:
-            if refreshed or self._generation == self._freshness.generation():
-                return Verdict.UNKNOWN
-            return Verdict.STALE
-        stored = self._fingerprints.get(public_id)
-        if stored is None:
-            return Verdict.LEGACY
-        if hmac.compare_digest(stored, fingerprint(public_id, secret)):
-            return Verdict.MATCH
-        return Verdict.WRONG
-
-    def refresh(self) -> None:
-        """Bring the index up to date with the database (one query)."""
+    def take(self) -> bool:
+        """Spend one token; False (and nothing spent) when the budget is used up."""
         with self._lock:
-            self._begun += 1
-            number = self._begun
-            generation = self._freshness.generation()  # before reading: later commits show next
-            if generation == self._generation:
-                self._read_by = number
-                return
             now = time.monotonic()
-            full = self._newest is None or now - self._loaded_at >= self.FULL_RELOAD
-            since = None if full or self._newest is None else self._newest - self.CLOCK_SLACK
-            rows = self._source.key_fingerprints(since)
-            # Requests read the index without a lock: a full reload fills a new dict and swaps
-            # it in whole, so no request ever sees a half-filled index and refuses a real key.
-            index = {} if full else self._fingerprints
-            for public_id, stored, created_at in rows:
-                index[public_id] = stored
-                if self._newest is None or created_at > self._newest:
-                    self._newest = created_at
-            if full:
-                self._fingerprints, self._loaded_at = index, now
-            self._generation, self._read_by = generation, number
-
-    def forget(self, public_id: str) -> None:
-        """Drop a key the database no longer has."""
-        self._fingerprints.pop(public_id, None)
+            tokens = min(self.burst, self._tokens + (now - self._since) * self.per_second)
+            self._since = now
+            if tokens < 1.0:
+                self._tokens = tokens
+                self.denied += 1
+                return False
+            self._tokens = tokens - 1.0
+            return True
 
     def reset(self) -> None:
-        """After a fork: a new lock, and a full reload at the next refresh."""
+        """Full, with a new lock (also after a fork)."""
         self._lock = threading.Lock()
-        self._generation, self._newest = None, None
-        self._begun = self._read_by = 0
-
-    def __len__(self) -> int:
-        return len(self._fingerprints)
+        self._tokens, self._since = self.burst, time.monotonic()
+        self.denied = 0  # takes refused, for metrics and tests
 
 
 class FailureBudget:

@@ -15,10 +15,23 @@ class CredentialSource(Protocol):
     def credential(self, public_id: str) -> Credential | None:
         """The key with this public id, its scopes and its stored hash, or None."""
 
-    def key_fingerprints(
-        self, created_since: datetime | None = None
-    ) -> list[tuple[str, str | None, datetime]]:
-        """(public id, fingerprint, created at) of every key, or of those created since."""
+    def key_count(self) -> int:
+        """How many keys there are (to size the key index before loading it)."""
+
+    def fingerprint_page(self, after: int, limit: int) -> tuple[int, list[tuple[str, str | None]]]:
+        """Up to `limit` (public id, fingerprint) pairs of keys after row `after`, and the last row.
+
+        A rotated key's previous id is listed too while its grace runs.
+        """
+
+    def log_position(self) -> int:
+        """The newest entry's position in the change log."""
+
+    def changes_since(self, seq: int) -> list[tuple[int, str, str | None, bool]] | None:
+        """(seq, public id, its fingerprint now, whether a key holds it) of every change after seq.
+
+        None when entries after seq were pruned: the reader fell behind and must drop all.
+        """
 
     def record_use(self, used: Mapping[str, datetime]) -> None:
         """Move last_used_at forward for these public ids."""
