@@ -325,6 +325,8 @@ class Verifier:
             # Unknown, disabled, expired, or a previous secret past its grace: one same 401.
             self.stats.revoked += parsed.public_id in self._by_id  # a key verified here
             self._forget([parsed.public_id])
+            if stored is None:
+                self._index.forget(parsed.public_id)
             raise InvalidKeyError()
         entry = self._entries.get(digest)
         tag = _tag(stored.secret_hash)

@@ -174,6 +174,10 @@ class KeyIndex:
         if len(overlay) > max(4096, (len(base) if base else 0) // 8):
             self._reload(self._last_seq())
 
+    def forget(self, public_id: str) -> None:
+        """A lookup found no key with this id (a previous secret whose grace ran out)."""
+        self._overlay[public_id] = (self._base_seq, _GONE)
+
     def _last_seq(self) -> int:
         return max((seq for seq, _ in self._overlay.values()), default=self._base_seq)
 

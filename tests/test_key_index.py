@@ -1,0 +1,155 @@
+"""The verifier's packed key index: exact answers, a bounded size, and loading off the request path."""
+
+from __future__ import annotations
+
+import base64
+import os
+import threading
+
+import pytest
+
+from apikey_tui import keyformat
+from apikey_tui.hashing import fingerprint
+from apikey_tui.verifier.key_index import KeyIndex, PackedBuilder, PackedIds, Verdict
+
+
+def _keys(count: int) -> list[tuple[str, str, str]]:
+    """(public id, secret, fingerprint) of count fresh keys."""
+    keys = []
+    for _ in range(count):
+        parts, _text = keyformat.generate()
+        keys.append((parts.public_id, parts.secret, fingerprint(parts.public_id, parts.secret)))
+    return keys
+
+
+def _random_ids(count: int) -> list[tuple[str, str]]:
+    """(public id, fingerprint) pairs of the stored shape, made quickly (no key, no hash)."""
+    return [
+        ("ak" + base64.b32encode(os.urandom(10)).decode().lower(), os.urandom(8).hex())
+        for _ in range(count)
+    ]
+
+
+def _pages(rows: list[tuple[str, str | None]], gate: threading.Event | None = None):  # type: ignore[no-untyped-def]
+    """A fingerprint_page stand-in over rows (row ids 1..n); waits on gate before each page."""
+
+    def page(after: int, limit: int) -> tuple[int, list[tuple[str, str | None]]]:
+        if gate is not None:
+            assert gate.wait(10)
+        chunk = rows[after : after + limit]
+        return after + len(chunk), chunk
+
+    return page
+
+
+def test_packed_ids_find_every_key_and_no_other() -> None:
+    """Every added id gives back its fingerprint's 8 bytes; an id never added gives None."""
+    keys = _keys(3000)
+    builder = PackedBuilder(len(keys))
+    for public_id, _secret, fp in keys:
+        builder.add(public_id, fp)
+    packed = builder.freeze()
+    assert len(packed) == 3000
+    for public_id, _secret, fp in keys:
+        assert packed.get(public_id) == bytes.fromhex(fp)
+    for public_id, _secret, _fp in _keys(200):
+        assert packed.get(public_id) is None
+
+
+def test_a_match_across_two_records_is_not_a_key() -> None:
+    """An id whose text spans one record's fingerprint and the next record's id is not found."""
+    first, second = _keys(2)
+    tail = "abcdefgh"  # the first record's fingerprint bytes, spelled in the id alphabet
+    record_one = first[0][2:].encode() + tail.encode()
+    record_two = second[0][2:].encode() + bytes.fromhex(second[2])
+    packed = PackedIds([record_one + record_two], 2)  # one bucket: every id lands in it
+    straddling = "ak" + tail + second[0][2:10]
+    assert keyformat.is_public_id(straddling)
+    assert packed.get(straddling) is None
+    assert packed.get(second[0]) == bytes.fromhex(second[2])
+
+
+def test_the_index_costs_at_most_40_bytes_a_key() -> None:
+    """100,000 keys take at most 40 bytes each, buckets and all (a dict took ~350)."""
+    builder = PackedBuilder(100_000)
+    for public_id, fp in _random_ids(100_000):
+        builder.add(public_id, fp)
+    packed = builder.freeze()
+    assert packed.nbytes() / len(packed) <= 40
+
+
+def test_an_index_still_loading_vouches_for_nothing_it_lacks() -> None:
+    """While the snapshot loads, an absent id is UNSURE (look it up), never UNKNOWN (401)."""
+    keys = _keys(10)
+    gate = threading.Event()
+    index = KeyIndex(lambda: len(keys), _pages([(k[0], k[2]) for k in keys], gate))
+    index.load_from(1)
+    public_id, secret, _fp = keys[0]
+    assert index.verdict(public_id, secret) is Verdict.UNSURE
+    assert not index.trusted
+    gate.set()
+    assert index.wait_loaded(10)
+    assert index.verdict(public_id, secret) is Verdict.MATCH
+    assert index.verdict(public_id, keys[1][1]) is Verdict.WRONG
+    assert index.verdict(_keys(1)[0][0], secret) is Verdict.UNKNOWN
+    assert len(index) == 10
+
+
+def test_changes_from_the_log_override_the_snapshot() -> None:
+    """A deleted key becomes UNKNOWN, a new one MATCHes, a recreated one judges its new secret."""
+    keys = _keys(3)
+    index = KeyIndex(lambda: 3, _pages([(k[0], k[2]) for k in keys[:2]]))
+    index.load_from(1)
+    assert index.wait_loaded(10)
+    (gone, gone_secret, _), (recreated, old_secret, _), (new, new_secret, new_fp) = keys
+    fresh_secret = _keys(1)[0][1]
+    index.apply(
+        [
+            (2, gone, None, False),
+            (3, new, new_fp, True),
+            (4, recreated, fingerprint(recreated, fresh_secret), True),
+        ]
+    )
+    assert index.verdict(gone, gone_secret) is Verdict.UNKNOWN
+    assert index.verdict(new, new_secret) is Verdict.MATCH
+    assert index.verdict(recreated, old_secret) is Verdict.WRONG
+    assert index.verdict(recreated, fresh_secret) is Verdict.MATCH
+    assert len(index) == 2
+
+
+def test_keys_made_before_fingerprints_are_legacy() -> None:
+    """A key stored without a fingerprint can only be judged by argon2."""
+    (public_id, secret, _fp) = _keys(1)[0]
+    index = KeyIndex(lambda: 1, _pages([(public_id, None)]))
+    index.load_from(1)
+    assert index.wait_loaded(10)
+    assert index.verdict(public_id, secret) is Verdict.LEGACY
+
+
+def test_a_reader_behind_the_log_distrusts_until_reloaded() -> None:
+    """After falling behind the pruned log, an id the old snapshot lacks is UNSURE again."""
+    keys = _keys(2)
+    rows = [(keys[0][0], keys[0][2])]
+    gate = threading.Event()
+    gate.set()
+    index = KeyIndex(lambda: len(rows), _pages(rows, gate))
+    index.load_from(1)
+    assert index.wait_loaded(10)
+    assert index.verdict(keys[1][0], keys[1][1]) is Verdict.UNKNOWN
+    gate.clear()
+    rows.append((keys[1][0], keys[1][2]))
+    index.load_from(9, distrust=True)
+    assert index.verdict(keys[1][0], keys[1][1]) is Verdict.UNSURE
+    assert index.verdict(keys[0][0], keys[1][1]) is Verdict.UNSURE  # WRONG is not final either
+    gate.set()
+    assert index.wait_loaded(10)
+    assert index.verdict(keys[1][0], keys[1][1]) is Verdict.MATCH
+
+
+@pytest.mark.parametrize("count", [0, 1, 5000, 5001])
+def test_loading_reads_every_page(count: int) -> None:
+    """Keys on a page boundary, or none at all, all reach the snapshot."""
+    index = KeyIndex(lambda: count, _pages(list(_random_ids(count))))
+    index.load_from(1)
+    assert index.wait_loaded(10)
+    assert len(index) == count
