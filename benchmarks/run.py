@@ -220,7 +220,7 @@ def tui_scale_section(ts: Any) -> list[str]:
         "From spawning `python -m apikey_tui --owner bench` until the pane shows the first key's"
         " row (median of 3), then the app's memory once the status line has the count. Keys made"
         " by `scale_data.fast_fill` (fake hashes: the table never reads them), in databases with"
-        " the key table's indexes (`apikey_tui/key_indexes.py`: a trigram index for the filter,"
+        " the key table's indexes (`apikey_tui/db/key_indexes.py`: a trigram index for the filter,"
         " B-trees for the sorts).",
         "",
         "| backend | keys | first rows | count shown | app CPU until then | RSS (peak) | target |",

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import func, insert, select, text
 
 from apikey_tui import keyformat
-from apikey_tui.models import KeyRow, KeyScopeRow
+from apikey_tui.db.models import KeyRow, KeyScopeRow
 from apikey_tui.store import KeyStore
 
 SCOPE_SETS = [("project",), ("project", "serving"), ("serving",)]

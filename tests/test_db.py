@@ -16,10 +16,10 @@ from sqlalchemy import text
 from sqlmodel import SQLModel
 
 from apikey_tui.db import WRITE, ensure_schema, make_engine
+from apikey_tui.db.migrations import VERSION_TABLE, is_ours, revision_of
+from apikey_tui.db.models import SCHEMA_VERSION, Base
+from apikey_tui.db.schema import alembic_config, head_revision
 from apikey_tui.errors import SchemaVersionError, StoreUnavailableError
-from apikey_tui.migrations import VERSION_TABLE, is_ours, revision_of
-from apikey_tui.models import SCHEMA_VERSION, Base
-from apikey_tui.schema import alembic_config, head_revision
 
 
 def test_sqlite_file_is_created_owner_only(tmp_path: Path) -> None:

@@ -15,8 +15,8 @@ import sqlalchemy as sa
 from apikey_tui import keyformat
 from apikey_tui.cli import main
 from apikey_tui.clock import system_clock
+from apikey_tui.db.models import KeyRow, SchemaInfo
 from apikey_tui.errors import ApiKeyError, InvalidInputError
-from apikey_tui.models import KeyRow, SchemaInfo
 from apikey_tui.names import DURATION_MAX, parse_expiry
 from apikey_tui.store import POLICY_KEY, KeyStore
 from tests.conftest import ACTOR, CHEAP, FakeClock

@@ -17,10 +17,10 @@ import psycopg
 import pytest
 from sqlalchemy import event, insert, text
 
-from apikey_tui import key_indexes
 from apikey_tui import store as store_module
 from apikey_tui.cli import main
-from apikey_tui.models import KeyRow, KeyScopeRow
+from apikey_tui.db import key_indexes
+from apikey_tui.db.models import KeyRow, KeyScopeRow
 from apikey_tui.store import SORTS, KeyInfo, KeyQuery, KeyStore
 from tests.conftest import ACTOR, CHEAP
 

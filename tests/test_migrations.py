@@ -23,14 +23,14 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import Connection, inspect, text
 
-from apikey_tui import key_indexes, keyformat
+from apikey_tui import keyformat
 from apikey_tui.cli import main
-from apikey_tui.db import ensure_schema, make_engine, upgrade_schema
+from apikey_tui.db import ensure_schema, key_indexes, make_engine, upgrade_schema
+from apikey_tui.db.migrations import VERSION_TABLE, is_ours
+from apikey_tui.db.models import Base
+from apikey_tui.db.schema import alembic_config
 from apikey_tui.errors import InvalidKeyError, SchemaVersionError, VerifierUnavailableError
 from apikey_tui.hashing import fingerprint
-from apikey_tui.migrations import VERSION_TABLE, is_ours
-from apikey_tui.models import Base
-from apikey_tui.schema import alembic_config
 from apikey_tui.store import KeyStore
 from apikey_tui.verifier import Verifier
 from tests.conftest import ACTOR, CHEAP

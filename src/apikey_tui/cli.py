@@ -935,7 +935,12 @@ SQLITE_PRIVILEGES = (
 
 def _db_grant_verifier(url: str, args: argparse.Namespace) -> int:
     from apikey_tui.db import database_errors, ensure_schema, make_engine
-    from apikey_tui.schema import check_role_name, excess_privileges, role_exists, verifier_grants
+    from apikey_tui.db.schema import (
+        check_role_name,
+        excess_privileges,
+        role_exists,
+        verifier_grants,
+    )
 
     engine = make_engine(url, create=False)
     try:

@@ -26,10 +26,11 @@ from sqlalchemy import select as sa_select
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, delete, select
 
-from apikey_tui import key_indexes, keyformat
+from apikey_tui import keyformat
 from apikey_tui.clock import Clock, system_clock
 from apikey_tui.config import current_user, mask_url, ssh_client_address
-from apikey_tui.db import WRITE, database_errors, ensure_schema, make_engine
+from apikey_tui.db import WRITE, database_errors, ensure_schema, key_indexes, make_engine
+from apikey_tui.db.models import EventRow, KeyRow, KeyScopeRow, SchemaInfo, ScopeRow
 from apikey_tui.errors import (
     DatabaseCorruptError,
     DuplicateKeyNameError,
@@ -45,7 +46,6 @@ from apikey_tui.errors import (
     UnknownScopeError,
 )
 from apikey_tui.hashing import SecretHasher, fingerprint
-from apikey_tui.models import EventRow, KeyRow, KeyScopeRow, SchemaInfo, ScopeRow
 from apikey_tui.names import (
     DESCRIPTION_MAX,
     DURATION_MAX,

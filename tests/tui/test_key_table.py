@@ -13,7 +13,7 @@ from sqlalchemy import insert
 from textual.pilot import Pilot
 from textual.strip import Strip
 
-from apikey_tui.models import KeyRow, KeyScopeRow
+from apikey_tui.db.models import KeyRow, KeyScopeRow
 from apikey_tui.store import SORTS, KeyQuery, KeyStore
 from apikey_tui.tui.key_table import KeyFilter, KeyTable, fit, relative
 from tests.conftest import FakeClock

@@ -1,26 +1,26 @@
 """Alembic migrations of apikey-tui's own tables, shipped inside the package.
 
-Schema version n is the Alembic revision ``f"{n:04d}"`` in ``versions/``; `apikey_tui.schema`
+Schema version n is the Alembic revision ``f"{n:04d}"`` in ``versions/``; `apikey_tui.db.schema`
 runs them. Alembic keeps its bookkeeping in ``apikey_tui_alembic_version``, so a service's own
 Alembic history (``alembic_version``) in the same database is never read or touched, and the
 migrations create and alter only ``apikey_tui_*`` tables.
 
 A new revision, made against a database at the current head::
 
-    alembic -c src/apikey_tui/migrations/alembic.ini -x url=sqlite:////tmp/head.db \\
+    alembic -c src/apikey_tui/db/migrations/alembic.ini -x url=sqlite:////tmp/head.db \\
         revision --autogenerate --rev-id 0003 -m "what changes"
 
-then write it out by hand where autogenerate guesses (types from `apikey_tui.models` become
+then write it out by hand where autogenerate guesses (types from `apikey_tui.db.models` become
 plain SQLAlchemy types: a migration never imports the models it outlives), use
 ``op.batch_alter_table`` for SQLite, set the meta row ``schema_version`` to the new number and
-raise `apikey_tui.models.SCHEMA_VERSION` to match.
+raise `apikey_tui.db.models.SCHEMA_VERSION` to match.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from apikey_tui import key_indexes
+from apikey_tui.db import key_indexes
 
 LOCATION = Path(__file__).parent
 VERSION_TABLE = "apikey_tui_alembic_version"

@@ -1,6 +1,6 @@
 """Which schema version a database has, and bringing it to this release's with Alembic.
 
-Schema version n is Alembic revision ``f"{n:04d}"`` (`apikey_tui.migrations`). Version 1 is the
+Schema version n is Alembic revision ``f"{n:04d}"`` (`apikey_tui.db.migrations`). Version 1 is the
 schema of release 0.1.0, which recorded its version only in the meta row and kept no Alembic
 table: such a database is stamped with revision 0001 before it is upgraded.
 
@@ -8,7 +8,7 @@ Who upgrades: `apikey-tui db upgrade` alone. Admin commands create a fresh datab
 newest version but refuse an older one (services must be upgraded together with it), and a
 verifier never changes the schema. A database from a newer release is refused, never touched.
 
-Everything here runs on a connection the caller holds inside one transaction (`db.py` begins
+Everything here runs on a connection the caller holds inside one transaction (`db.engine` begins
 it, takes PostgreSQL's schema lock and turns driver errors into the typed tree): an upgrade
 commits whole or not at all.
 """
@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from sqlalchemy import Connection, column, inspect, select, table, text
 
-from apikey_tui import key_indexes
+from apikey_tui.db import key_indexes
+from apikey_tui.db.migrations import LOCATION, TABLE_PREFIX, VERSION_TABLE, revision_of
+from apikey_tui.db.models import SCHEMA_VERSION, SchemaInfo
 from apikey_tui.errors import InvalidInputError, SchemaVersionError
-from apikey_tui.migrations import LOCATION, TABLE_PREFIX, VERSION_TABLE, revision_of
-from apikey_tui.models import SCHEMA_VERSION, SchemaInfo
 
 if TYPE_CHECKING:  # Alembic costs ~0.3 s to import: only creating and upgrading need it
     from alembic.config import Config

@@ -1,6 +1,6 @@
 """Alembic's environment for apikey-tui's tables.
 
-`apikey_tui.schema` runs it with a connection already inside a transaction (and, on
+`apikey_tui.db.schema` runs it with a connection already inside a transaction (and, on
 PostgreSQL, holding the schema advisory lock), so the whole upgrade commits or rolls back as
 one. Run through the `alembic` command (a developer making a revision) it connects to
 ``-x url=...`` itself.
@@ -11,8 +11,8 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection, create_engine
 
-from apikey_tui.migrations import VERSION_TABLE, is_ours
-from apikey_tui.models import Base
+from apikey_tui.db.migrations import VERSION_TABLE, is_ours
+from apikey_tui.db.models import Base
 
 
 def run(connection: Connection) -> None:

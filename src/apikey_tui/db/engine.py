@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -12,18 +11,12 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import URL, Connection
-from sqlalchemy.exc import SQLAlchemyError, StatementError
-from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.pool import StaticPool
 
-from apikey_tui import schema
-from apikey_tui.config import mask_url, parse_database_url
-from apikey_tui.errors import (
-    DatabaseCorruptError,
-    DatabasePermissionError,
-    DatabaseUrlError,
-    StoreUnavailableError,
-)
+from apikey_tui.config import parse_database_url
+from apikey_tui.db import schema
+from apikey_tui.db.driver_errors import database_errors
+from apikey_tui.errors import DatabaseUrlError, StoreUnavailableError
 from apikey_tui.sqlite_watch import existing_file_uri
 
 # Execution option that makes a SQLite transaction take the write lock at BEGIN: a
@@ -53,14 +46,6 @@ POSTGRES_KEEPALIVES = {
 ADMIN_APPLICATION = "apikey-tui-admin"
 VERIFIER_APPLICATION = "apikey-tui-verifier"
 LISTENER_APPLICATION = "apikey-tui-listener"
-# SQLite result codes (the low byte of an extended code) and PostgreSQL SQLSTATEs that get a
-# clearer error than "database unavailable".
-_SQLITE_CORRUPT = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
-_SQLITE_DENIED = {3, 8, 23}  # SQLITE_PERM, SQLITE_READONLY, SQLITE_AUTH
-_POSTGRES_CORRUPT = {"XX001", "XX002"}  # data_corrupted, index_corrupted
-# insufficient_privilege; invalid_schema_name, which is what a role without USAGE on the
-# schema in its search_path meets when it looks for (or creates) the tables.
-_POSTGRES_DENIED = {"42501", "3F000"}
 _SCHEMA_LOCK = 0x61706B74  # 'apkt': serialises schema changes between PostgreSQL clients
 
 
@@ -181,74 +166,10 @@ def _create_private_file(path: Path) -> None:
         raise StoreUnavailableError(f"cannot create database file {path}: {exc.strerror}") from None
 
 
-@contextmanager
-def database_errors(engine: Engine) -> Iterator[None]:
-    """Turn every SQLAlchemy or driver error into StoreUnavailableError or one of its subclasses.
-
-    The one place that does it: wrap every use of an engine or a raw connection in it. The
-    message is one line naming the masked URL and the driver's reason; never the statement,
-    its parameters, or a value the database echoes back. Other exceptions pass unchanged.
-    """
-    try:
-        yield
-    except Exception as exc:
-        if not isinstance(exc, _driver_errors()):
-            raise
-        raise _store_error(exc, mask_url(str(engine.url))) from None
-
-
-def _driver_errors() -> tuple[type[Exception], ...]:
-    # psycopg is optional and imported only by a PostgreSQL engine: when it is not loaded, none
-    # of its errors can exist, and a SQLite-only process never pays for importing it.
-    psycopg_error = getattr(sys.modules.get("psycopg"), "Error", None)
-    found: tuple[type[Exception], ...] = (SQLAlchemyError, sqlite3.Error)
-    return found if psycopg_error is None else (*found, psycopg_error)
-
-
-def _store_error(exc: Exception, where: str) -> StoreUnavailableError:
-    origin = exc.orig if isinstance(exc, StatementError) and exc.orig is not None else exc
-    code = getattr(origin, "sqlite_errorcode", None)
-    sqlite_code = code & 0xFF if isinstance(code, int) else None
-    sqlstate = str(getattr(origin, "sqlstate", None) or "")
-    if sqlite_code in _SQLITE_CORRUPT:
-        message = "the database file is damaged or is not a SQLite database"
-        return DatabaseCorruptError(f"{message} ({where}): {_reason(exc)}")
-    if sqlstate in _POSTGRES_CORRUPT:
-        message = "the database server reports damaged data"
-        return DatabaseCorruptError(f"{message} ({where}): {_reason(exc)}")
-    if sqlite_code in _SQLITE_DENIED:
-        message = "this user may not write the database file"
-        return DatabasePermissionError(f"{message} ({where}): {_reason(exc)}")
-    if sqlstate in _POSTGRES_DENIED:
-        message = "the database role lacks a privilege apikey-tui needs"
-        return DatabasePermissionError(f"{message} ({where}): {_reason(exc)}")
-    if sqlstate.startswith("22"):
-        # A data exception's text may quote the offending value: name its kind instead.
-        return StoreUnavailableError(
-            f"the database refused a value ({where}): {type(origin).__name__}"
-        )
-    if sqlstate.startswith("23") or sqlite_code == 19:  # SQLITE_CONSTRAINT
-        # The store turns the constraint failures it expects into their own errors first.
-        return StoreUnavailableError(f"the database refused a change ({where}): {_reason(exc)}")
-    # PEP 249 gives every driver the same class names, so raw driver errors sort alike.
-    lost = {cls.__name__ for cls in type(origin).__mro__} & {"OperationalError", "InterfaceError"}
-    if lost or isinstance(exc, PoolTimeoutError):
-        return StoreUnavailableError(f"database unavailable ({where}): {_reason(exc)}")
-    return StoreUnavailableError(f"database error ({where}): {_reason(exc)}")
-
-
-def _reason(exc: Exception) -> str:
-    """The first line of the driver's message (not SQLAlchemy's, which adds the statement)."""
-    origin = exc.orig if isinstance(exc, StatementError) and exc.orig is not None else exc
-    lines = [line.strip() for line in str(origin).splitlines() if line.strip()]
-    first = lines[0] if lines else type(origin).__name__
-    return "".join(c if c.isprintable() else "?" for c in first)[:200]
-
-
 def ensure_schema(engine: Engine, *, create: bool = True) -> None:
     """Create the tables in an empty database, or check that an existing one is of our version.
 
-    An older or newer database raises SchemaVersionError (`apikey_tui.schema` says why);
+    An older or newer database raises SchemaVersionError (`apikey_tui.db.schema` says why);
     only `upgrade_schema` changes an existing schema.
     """
     # A check that may not create only reads: it need not queue for SQLite's write lock.

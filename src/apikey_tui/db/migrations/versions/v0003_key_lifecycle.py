@@ -20,7 +20,7 @@ down_revision: str | None = "0002"
 branch_labels: str | None = None
 depends_on: str | None = None
 
-UTC_DATETIME = sa.DateTime(timezone=True)  # apikey_tui.models.UTCDateTime renders as this
+UTC_DATETIME = sa.DateTime(timezone=True)  # apikey_tui.db.models.UTCDateTime renders as this
 POLICY = "max_lifetime_seconds"
 _meta = sa.table("apikey_tui_meta", sa.column("key", sa.String), sa.column("value", sa.String))
 _key = sa.table(

@@ -1,1 +1,0 @@
-"""One module per schema version; Alembic loads them by path (`apikey_tui.migrations`)."""
