@@ -12,7 +12,7 @@ from sqlmodel import Field, SQLModel
 
 # The schema this release reads and writes: Alembic revision f"{SCHEMA_VERSION:04d}" in
 # apikey_tui/migrations, which also builds every new database (a test holds the two equal).
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 class Base(SQLModel, registry=registry()):
@@ -122,3 +122,19 @@ class EventRow(Base, table=True):
     detail: str = Field(default="", max_length=400)
     actor: str = Field(max_length=64)
     actor_address: str | None = Field(default=None, max_length=64)
+
+
+class ChangeRow(Base, table=True):
+    """The change log (schema version 4): one row per key id a change touched, in commit order.
+
+    Written in the same transaction as the change itself (create, delete, recreate, rotate,
+    disable, enable, expiry, scopes, a leak); last-used writes never count. Verifiers read
+    "changes since seq N" and drop exactly those keys from their caches. Pruned by age; the
+    newest row always stays, so a reader that is up to date can tell it has missed nothing.
+    """
+
+    __tablename__ = "apikey_tui_change"
+    __table_args__ = {"sqlite_autoincrement": True}  # noqa: RUF012 (SQLAlchemy's own shape)
+    seq: int | None = Field(default=None, primary_key=True)
+    public_id: str = Field(max_length=32)
+    changed_at: datetime = _timestamp(index=True)  # pruning finds old rows by it

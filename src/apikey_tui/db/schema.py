@@ -153,7 +153,13 @@ def _scripts() -> ScriptDirectory:
 # What a verifier reads: keys, their scopes, and what the version check reads. Its only write is
 # last_used_at. Nothing here lets a compromised service plant a key, a hash or a fingerprint,
 # change scopes, or hide its tracks in the audit trail.
-VERIFIER_READS = ("apikey_tui_key", "apikey_tui_key_scope", _META, VERSION_TABLE)
+VERIFIER_READS = (
+    "apikey_tui_key",
+    "apikey_tui_key_scope",
+    "apikey_tui_change",
+    _META,
+    VERSION_TABLE,
+)
 VERIFIER_UPDATES = ("apikey_tui_key", ("last_used_at",))
 _ROLE = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,62}")
 # Names that GRANT reads as something else even when quoted ("public" is everyone).

@@ -118,6 +118,9 @@ class Verifier:
         # Only SQLite's commit watch sees every commit before the next request: with push or a
         # time bound, an id the index lacks may be a key committed a moment ago.
         self._exact = isinstance(self._freshness, CommitFreshness)
+        # A sync request on a SQLite file runs its check in its own thread when it may (see
+        # CheckGate.submit): reads there wait for a lock at most check_timeout (below).
+        self._inline = self._exact
         self._index = KeyIndex(self._source.key_count, self._source.fingerprint_page)
         self._feed = ChangeFeed(self._source, self._freshness, self._index, self._forget)
         self._gate = CheckGate(check_workers, check_timeout, max_pending_checks)
@@ -169,7 +172,7 @@ class Verifier:
     def verify(self, authorization: str | None, required_scopes: Collection[str] = ()) -> Caller:
         """Return the caller, or raise an AuthError that knows its HTTP answer."""
         try:
-            steps = self._answer(authorization)
+            steps = self._answer(authorization, inline=self._inline)
             deadline = time.monotonic() + self._gate.timeout
             try:
                 work = next(steps)
@@ -189,7 +192,7 @@ class Verifier:
     ) -> Caller:
         """Like verify; database and argon2 work never blocks the event loop."""
         try:
-            steps = self._answer(authorization)
+            steps = self._answer(authorization, inline=False)
             deadline = time.monotonic() + self._gate.timeout
             try:
                 work = next(steps)
@@ -204,7 +207,9 @@ class Verifier:
             raise self._unforeseen() from None
         return self._authorize(caller, required_scopes)
 
-    def _answer(self, authorization: str | None) -> Generator[Future[Any], Any, Caller]:
+    def _answer(
+        self, authorization: str | None, *, inline: bool
+    ) -> Generator[Future[Any], Any, Caller]:
         """The one check, for verify and verify_async (httpx's habit: one generator, two drivers).
 
         It yields work submitted to the CheckGate and is sent that work's result; it returns
@@ -219,14 +224,14 @@ class Verifier:
             return caller
         parsed = parse_key(credential)
         if self._feed.synced != self._freshness.generation():
-            yield from self._synced()
+            yield from self._synced(inline)
             caller = self._warm(digest)  # an unrelated commit leaves this key cached
             if caller is not None:
                 return caller
         verdict = self._index.verdict(parsed.public_id, parsed.secret)
         if verdict is Verdict.UNKNOWN and not self._exact and self._lookups.take():
             # Push and time bounds may lag a commit: read the log once more, within a budget.
-            yield from self._synced()
+            yield from self._synced(inline)
             verdict = self._index.verdict(parsed.public_id, parsed.secret)
         if verdict is Verdict.UNKNOWN or verdict is Verdict.WRONG:
             raise InvalidKeyError()
@@ -234,15 +239,17 @@ class Verifier:
             raise VerifierUnavailableError()  # index still loading and a flood of unknown ids
         if verdict is Verdict.LEGACY and not self._budget.allows(parsed.public_id):
             raise InvalidKeyError()
-        checked: Caller = yield self._gate.submit(digest, lambda: self._check(parsed, digest))
+        checked: Caller = yield self._gate.submit(
+            digest, lambda: self._check(parsed, digest), inline=inline
+        )
         self.stats.cold_answers += 1
         return checked
 
-    def _synced(self) -> Generator[Future[Any], Any, None]:
+    def _synced(self, inline: bool) -> Generator[Future[Any], Any, None]:
         """Steps until a log read begun after this call has finished (at most two reads)."""
         ticket = self._feed.ticket()
         while not self._feed.covers(ticket):
-            yield self._gate.submit(_SYNC, self._sync)
+            yield self._gate.submit(_SYNC, self._sync, inline=inline)
 
     def _unforeseen(self) -> VerifierUnavailableError:
         log.exception("API key check failed unexpectedly; answering 503")
@@ -388,6 +395,11 @@ class Verifier:
 
     def _on_connect(self, dbapi_connection: Any, _record: Any) -> None:
         self._connections[id(dbapi_connection)] = dbapi_connection
+        if self._inline:
+            # A check may run in the request's own thread, which no deadline can interrupt:
+            # its wait for a SQLite lock (WAL readers rarely wait at all) ends at check_timeout.
+            wait = max(1, int(self._gate.timeout * 1000))
+            dbapi_connection.execute(f"PRAGMA busy_timeout={wait}")
 
     def _on_close(self, dbapi_connection: Any, _record: Any = None) -> None:
         self._connections.pop(id(dbapi_connection), None)

@@ -44,6 +44,7 @@ class CheckGate:
         self._queue = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._pending: dict[Hashable, Future[object]] = {}
+        self._inline = 0  # runs under way in callers' threads
         self._lock = threading.Lock()
 
     def _work(self) -> None:
@@ -58,8 +59,13 @@ class CheckGate:
                     future.set_exception(exc)
                 self.ran.observe(time.monotonic() - started)
 
-    def submit(self, key: Hashable, work: Callable[[], T]) -> Future[T]:
-        """Start work (or join the run already under way for key); 503 when the queue is full."""
+    def submit(self, key: Hashable, work: Callable[[], T], *, inline: bool = False) -> Future[T]:
+        """Start work (or join the run already under way for key); 503 when the queue is full.
+
+        With `inline` (a caller that may block: a sync request on SQLite, whose reads never
+        wait long), the work runs in the calling thread while fewer than `workers` others do:
+        the handoff to a gate thread and back costs more than a SQLite read (~200 us).
+        """
         with self._lock:
             running = self._pending.get(key)
             if running is not None:
@@ -67,14 +73,31 @@ class CheckGate:
             if len(self._pending) >= self.max_pending:
                 self.rejected += 1
                 raise VerifierUnavailableError()
-            if len(self._threads) < min(self.workers, len(self._pending) + 1):
-                thread = threading.Thread(target=self._work, name="apikey-tui-check", daemon=True)
-                thread.start()
-                self._threads.append(thread)
             future: Future[T] = Future()
-            self._queue.put((future, work, time.monotonic()))  # type: ignore[arg-type]
             self._pending[key] = future  # type: ignore[assignment]
+            here = inline and self._inline < self.workers
+            if here:
+                self._inline += 1
+            else:
+                if len(self._threads) < min(self.workers, len(self._pending)):
+                    thread = threading.Thread(
+                        target=self._work, name="apikey-tui-check", daemon=True
+                    )
+                    thread.start()
+                    self._threads.append(thread)
+                self._queue.put((future, work, time.monotonic()))  # type: ignore[arg-type]
         future.add_done_callback(lambda done: self._finished(key, done))  # type: ignore[arg-type]
+        if here:
+            future.set_running_or_notify_cancel()
+            started = time.monotonic()
+            try:
+                future.set_result(work())
+            except BaseException as exc:  # the caller (and any joiner) re-raises it
+                future.set_exception(exc)
+            finally:
+                with self._lock:
+                    self._inline -= 1
+            self.ran.observe(time.monotonic() - started)
         return future
 
     def _finished(self, key: Hashable, done: Future[object]) -> None:
