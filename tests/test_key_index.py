@@ -1,4 +1,4 @@
-"""The verifier's packed key index: exact answers, a bounded size, and loading off the request path."""
+"""The verifier's packed key index: exact answers, a bounded size, loading off the request path."""
 
 from __future__ import annotations
 
@@ -153,3 +153,19 @@ def test_loading_reads_every_page(count: int) -> None:
     index.load_from(1)
     assert index.wait_loaded(10)
     assert len(index) == count
+
+
+def test_a_reload_never_shows_requests_a_half_filled_index() -> None:
+    """While a new snapshot loads page by page, requests are judged by the whole previous one."""
+    rows = _random_ids(12_000)
+    gate = threading.Event()
+    gate.set()
+    index = KeyIndex(lambda: len(rows), _pages(rows, gate))
+    index.load_from(1)
+    assert index.wait_loaded(10)
+    gate.clear()
+    index.load_from(2)  # a reload, held before its first page
+    assert index.trusted and len(index) == 12_000
+    assert all(index.verdict(pid, "x" * 52) is Verdict.WRONG for pid, _fp in rows[::500])
+    gate.set()
+    assert index.wait_loaded(10) and index.loads == 2

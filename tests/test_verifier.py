@@ -7,7 +7,6 @@ import multiprocessing
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -328,44 +327,3 @@ def test_cached_answers_only_for_a_verified_unchanged_key(
     assert checker.cached(None) is None and checker.cached("ApiKey \ud800") is None
     assert checker.cached(f"Bearer {key}") is None
     checker.close()
-
-
-class PausedIndexRead:
-    """The verifier's store, whose first key-index read pauses after reading, until released."""
-
-    def __init__(self, source: Any) -> None:
-        self._source = source
-        self.read, self.release = threading.Event(), threading.Event()
-
-    def key_fingerprints(self, created_since: Any = None) -> Any:
-        rows = self._source.key_fingerprints(created_since)
-        if not self.read.is_set():
-            self.read.set()
-            assert self.release.wait(10)
-        return rows
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._source, name)
-
-
-def test_a_key_committed_during_an_index_read_is_accepted_at_its_first_check(
-    store: KeyStore, database_url: str
-) -> None:
-    """A key made while a refresh that began before it runs is accepted at once, never 401."""
-    store.create_key("alice", "first", ["project"])
-    checker = Verifier.from_url(database_url, hasher=CHEAP)
-    paused = PausedIndexRead(checker._known._source)
-    checker._known._source = paused
-    with ThreadPoolExecutor(2) as pool:
-        try:
-            unknown = keyformat.generate()[1]  # well formed, no such key: starts a refresh
-            pool.submit(checker.verify, f"ApiKey {unknown}")
-            assert paused.read.wait(10)  # the first refresh has read the index, without...
-            new = store.create_key("alice", "new", ["project"]).plaintext  # ...this key
-            answer = pool.submit(checker.verify, f"ApiKey {new}")
-            time.sleep(0.2)  # the second request finds the index stale and joins the refresh
-            paused.release.set()
-            assert answer.result(timeout=10).key_name == "new"
-        finally:
-            paused.release.set()
-            checker.close()

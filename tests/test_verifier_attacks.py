@@ -9,7 +9,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,6 @@ from apikey_tui.errors import (
 )
 from apikey_tui.store import KeyStore
 from apikey_tui.verifier import Verifier
-from apikey_tui.verifier.guard import KnownKeys, Verdict
 from apikey_tui.verifier.usage import UsageWriter
 from tests.conftest import CHEAP
 from tests.test_verifier import CountingHasher, header
@@ -224,59 +223,6 @@ def test_the_last_used_writer_survives_a_failing_database(
     warnings = [r.getMessage() for r in caplog.records]
     assert len([w for w in warnings if "cannot record" in w]) == 1
     writer.close()
-
-
-class _Source:
-    """A stand-in store for KnownKeys: two keys, and a probe run while the index reloads."""
-
-    def __init__(self) -> None:
-        self.during_reload: list[int] = []
-        self.known: KnownKeys | None = None
-
-    def key_fingerprints(
-        self, created_since: datetime | None = None
-    ) -> list[tuple[str, str | None, datetime]]:
-        now = datetime.now(UTC)
-        return _Probing(
-            [("akaaaaaaaaaaaaaaaa", "0" * 16, now), ("akbbbbbbbbbbbbbbbb", None, now)], self
-        )
-
-
-class _Probing(list[tuple[str, str | None, datetime]]):
-    """Rows that note how many keys the index shows each time one row is taken in."""
-
-    def __init__(self, rows: list[tuple[str, str | None, datetime]], source: _Source) -> None:
-        super().__init__(rows)
-        self.source = source
-
-    def __iter__(self) -> Iterator[tuple[str, str | None, datetime]]:
-        for row in list.__iter__(self):
-            assert self.source.known is not None
-            self.source.during_reload.append(len(self.source.known))
-            yield row
-
-
-class _Moving:
-    """A freshness generation that moves every time it is asked."""
-
-    def __init__(self) -> None:
-        self.value = 0
-
-    def generation(self) -> int:
-        self.value += 1
-        return self.value
-
-
-def test_a_full_reload_never_shows_requests_a_half_filled_index() -> None:
-    """While the index reloads in full, readers still see every key of the previous load."""
-    source = _Source()
-    known = KnownKeys(source, _Moving())  # type: ignore[arg-type]
-    source.known = known
-    known.refresh()
-    known._loaded_at = float("-inf")  # make the next refresh a full reload
-    known.refresh()
-    assert source.during_reload[2:] == [2, 2]  # the second, full load: never fewer than 2
-    assert known.verdict("akbbbbbbbbbbbbbbbb", "x" * 52) is Verdict.LEGACY
 
 
 def test_a_missing_sqlite_file_is_503_with_one_log_line_per_outage(

@@ -1,0 +1,222 @@
+"""Per-key invalidation from the change log, and a key index that never blocks a request."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, event, text
+
+from apikey_tui import keyformat
+from apikey_tui.db import VERIFIER_APPLICATION, make_engine
+from apikey_tui.errors import InvalidKeyError, VerifierUnavailableError
+from apikey_tui.store import KeyStore
+from apikey_tui.verifier import Verifier
+from tests.conftest import ACTOR, CHEAP, FakeClock
+
+CREDENTIAL_READ = "apikey_tui_key_scope"  # only a key's own read joins its scopes
+LOG_READ = "apikey_tui_change"
+
+
+def _engine(url: str) -> Engine:
+    return make_engine(url, create=False, pre_ping=False, application_name=VERIFIER_APPLICATION)
+
+
+class Statements:
+    """Counts (and can hold up) the statements a verifier's engine runs, by a word they contain."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.seen: list[str] = []
+        self.hold: Callable[[str], bool] | None = None  # those it picks wait for `release`
+        self.held, self.release = threading.Event(), threading.Event()
+        event.listen(engine, "before_cursor_execute", self._before)
+
+    def _before(self, _conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        self.seen.append(statement)
+        if self.hold is not None and self.hold(statement) and not self.release.is_set():
+            self.held.set()
+            assert self.release.wait(20)
+
+    def count(self, word: str) -> int:
+        return sum(word in statement for statement in self.seen)
+
+
+def _index_read(statement: str) -> bool:
+    """Whether a statement reads the whole key index (not one key, not the log)."""
+    return (
+        "fingerprint" in statement
+        and CREDENTIAL_READ not in statement
+        and LOG_READ not in (statement)
+    )
+
+
+@pytest.fixture
+def checker(database_url: str) -> Iterator[tuple[Verifier, Statements]]:
+    """A verifier on its own engine (push or commit watch), with its statements counted."""
+    engine = _engine(database_url)
+    statements = Statements(engine)
+    verifier = Verifier(engine, hasher=CHEAP, revocation_bound=0.2)
+    yield verifier, statements
+    statements.release.set()
+    verifier.close()
+
+
+def _settle(database_url: str) -> None:
+    """Long enough for PostgreSQL's push (or its time bound) to move the generation."""
+    if database_url.startswith("postgresql"):
+        time.sleep(0.5)
+
+
+def test_an_unrelated_commit_rereads_no_cached_key(
+    store: KeyStore, database_url: str, checker: tuple[Verifier, Statements]
+) -> None:
+    """After an admin edits a scope's description, 30 cached keys answer with no key read."""
+    verifier, statements = checker
+    keys = [store.create_key("alice", f"k{i}", ["project"]).plaintext for i in range(30)]
+    for key in keys:
+        verifier.verify(f"ApiKey {key}", ["project"])
+    before = statements.count(CREDENTIAL_READ)
+    store.describe_scope("project", "an unrelated edit")
+    _settle(database_url)
+    for key in keys:
+        assert verifier.verify(f"ApiKey {key}", ["project"]).key_name.startswith("k")
+    assert statements.count(CREDENTIAL_READ) == before
+
+
+def test_a_changed_key_alone_is_reread(
+    store: KeyStore, database_url: str, checker: tuple[Verifier, Statements]
+) -> None:
+    """Rescoping one of 10 cached keys re-reads that key only, and the new scopes apply."""
+    verifier, statements = checker
+    keys = [store.create_key("alice", f"k{i}", ["project"]).plaintext for i in range(10)]
+    for key in keys:
+        verifier.verify(f"ApiKey {key}")
+    before = statements.count(CREDENTIAL_READ)
+    store.add_scope("serving")
+    store.rescope_key("alice", "k3", ["serving"])
+    _settle(database_url)
+    for key in keys:
+        verifier.verify(f"ApiKey {key}")
+    assert statements.count(CREDENTIAL_READ) == before + 1
+    assert verifier.verify(f"ApiKey {keys[3]}").scopes == {"serving"}
+
+
+def test_a_service_answers_its_first_request_while_the_index_loads(
+    store: KeyStore, checker: tuple[Verifier, Statements]
+) -> None:
+    """With the full index read held up (as at 1M keys), the first request still gets its 200."""
+    verifier, statements = checker
+    key = store.create_key("alice", "first", ["project"]).plaintext
+    wrong = keyformat.generate(keyformat.parse(key).public_id)[1]  # same id, another secret
+    statements.hold = _index_read
+    assert verifier.verify(f"ApiKey {key}").key_name == "first"
+    with pytest.raises(InvalidKeyError):
+        verifier.verify(f"ApiKey {wrong}")
+    assert statements.held.wait(10)  # the index read was under way (and held) all along
+
+
+def test_a_key_committed_during_a_log_read_is_accepted_at_its_first_check(
+    store: KeyStore, database_url: str, checker: tuple[Verifier, Statements]
+) -> None:
+    """A key made while a log read that began before it runs is accepted at once, never 401."""
+    verifier, statements = checker
+    first = store.create_key("alice", "first", ["project"]).plaintext
+    verifier.verify(f"ApiKey {first}")
+    assert verifier.wait_index(10)
+    store.describe_scope("project", "moves the generation")
+    _settle(database_url)
+    statements.hold = lambda statement: LOG_READ in statement
+    with ThreadPoolExecutor(2) as pool:
+        pool.submit(verifier.verify, f"ApiKey {first}")  # finds the cache stale: reads the log
+        assert statements.held.wait(10)  # that read is under way, without...
+        new = store.create_key("alice", "new", ["project"]).plaintext  # ...this key
+        _settle(database_url)
+        answer = pool.submit(verifier.verify, f"ApiKey {new}")
+        time.sleep(0.2)  # the second request finds the cache stale and joins the read
+        statements.release.set()
+        assert answer.result(timeout=10).key_name == "new"
+
+
+def test_a_reader_behind_the_pruned_log_still_refuses_a_deleted_key(
+    database_url: str, clock: FakeClock
+) -> None:
+    """A verifier whose log position was pruned away drops its cache: a deleted key is 401."""
+    store = KeyStore.open(database_url, hasher=CHEAP, actor=ACTOR, clock=clock)
+    verifier = Verifier.from_url(database_url, hasher=CHEAP, clock=clock, revocation_bound=0.2)
+    try:
+        key = store.create_key("alice", "doomed", ["project"]).plaintext
+        verifier.verify(f"ApiKey {key}")
+        store.delete_key("alice", "doomed")
+        clock.advance(timedelta(days=2))  # past the log's retention...
+        store.create_key("alice", "later", ["project"])  # ...so this change prunes the delete
+        with store.engine.connect() as conn:
+            logged = {
+                row[0] for row in conn.execute(text("SELECT public_id FROM apikey_tui_change"))
+            }
+        assert keyformat.parse(key).public_id not in logged
+        _settle(database_url)
+        with pytest.raises(InvalidKeyError):
+            verifier.verify(f"ApiKey {key}")
+    finally:
+        verifier.close()
+        store.close()
+
+
+def test_every_change_logs_the_ids_it_touched_and_use_logs_nothing(store: KeyStore) -> None:
+    """Create, rotate, disable, enable, expiry, rescope, delete append ids; last use does not."""
+
+    def logged() -> list[str]:
+        with store.engine.connect() as conn:
+            rows = conn.execute(text("SELECT public_id FROM apikey_tui_change ORDER BY seq"))
+            return [row[0] for row in rows]
+
+    start = len(logged())
+    created = store.create_key("alice", "ci", ["project"])
+    first = created.info.public_id
+    assert logged()[start:] == [first]
+    store.record_use({first: store.clock()})
+    assert logged()[start:] == [first]
+    rotated = store.rotate_key("alice", "ci", grace=timedelta(hours=1)).info.public_id
+    assert set(logged()[start + 1 :]) == {first, rotated}
+    store.recreate_key("alice", "ci")  # ends the grace of `rotated`'s predecessor, replaces it
+    mark = len(logged())
+    store.disable_key("alice", "ci")
+    store.enable_key("alice", "ci")
+    store.add_scope("serving")
+    store.rescope_key("alice", "ci", ["serving"])
+    current = store.key_detail("alice", "ci").public_id
+    assert logged()[mark:] == [current] * 3
+    store.delete_key("alice", "ci")
+    assert logged()[-1] == current
+
+
+def test_forged_ids_while_the_index_loads_buy_bounded_queries(
+    store: KeyStore, database_url: str
+) -> None:
+    """300 forged ids while the index loads run at most the lookup budget's key reads."""
+    engine = _engine(database_url)
+    statements = Statements(engine)
+    statements.hold = _index_read  # the index never finishes loading
+    verifier = Verifier(engine, hasher=CHEAP, lookups_per_second=1, lookup_burst=20)
+    store.create_key("alice", "real", ["project"])
+    refused = unavailable = 0
+    started = time.monotonic()
+    try:
+        for _ in range(300):
+            try:
+                verifier.verify(f"ApiKey {keyformat.generate()[1]}")
+            except InvalidKeyError:
+                refused += 1
+            except VerifierUnavailableError:
+                unavailable += 1
+        budget = 20 + (time.monotonic() - started) * 1 + 1
+        assert refused + unavailable == 300 and unavailable > 0
+        assert statements.count(CREDENTIAL_READ) <= budget
+    finally:
+        statements.release.set()
+        verifier.close()
