@@ -8,7 +8,7 @@ from sqlalchemy import func, insert, select, text
 
 from apikey_tui import keyformat
 from apikey_tui.db.models import KeyRow, KeyScopeRow
-from apikey_tui.hashing import SecretHasher
+from apikey_tui.hashing import SecretHasher, fingerprint
 from apikey_tui.store import KeyStore
 
 SCOPE_SETS = [("project",), ("project", "serving"), ("serving",)]
@@ -32,6 +32,8 @@ def fill(url: str, count: int, *, profile: str = "cheapest", owner: str = "bench
                     "name": f"key-{n:06d}",
                     "public_id": parts.public_id,
                     "secret_hash": hasher.hash(parts.secret),
+                    # As the store writes it: the index's size and refusals depend on it.
+                    "fingerprint": fingerprint(parts.public_id, parts.secret),
                     "created_at": start + timedelta(minutes=n),
                     "last_used_at": None,
                 }

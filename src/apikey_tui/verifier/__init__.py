@@ -122,7 +122,7 @@ class Verifier:
         # CheckGate.submit): reads there wait for a lock at most check_timeout (below).
         self._inline = self._exact
         self._index = KeyIndex(self._source.key_count, self._source.fingerprint_page)
-        self._feed = ChangeFeed(self._source, self._freshness, self._index, self._forget)
+        self._feed = ChangeFeed(self._source, self._freshness, self._index, self._suspect)
         self._gate = CheckGate(check_workers, check_timeout, max_pending_checks)
         self._budget = FailureBudget(failure_burst, failures_per_second)
         # Lookups the index cannot answer (while it loads; an id it lacks, where freshness may
@@ -132,7 +132,8 @@ class Verifier:
         self.stats = VerifierStats(self._gate, self._freshness, revocation_bound)  # for metrics
         event.listen(self._engine, "handle_error", self.stats.database_error)
         self._salted = hashlib.sha256(secrets.token_bytes(32))  # per-process salt
-        self._entries: dict[bytes, _Entry] = {}
+        self._entries: dict[bytes, _Entry] = {}  # verified and unchanged since: the warm path
+        self._stale: dict[bytes, _Entry] = {}  # verified, changed since: re-read, no argon2
         self._by_id: dict[str, bytes] = {}
         self._scope_sets: dict[frozenset[str], frozenset[str]] = {}
         self._ready = False
@@ -331,11 +332,11 @@ class Verifier:
         ):
             # Unknown, disabled, expired, or a previous secret past its grace: one same 401.
             self.stats.revoked += parsed.public_id in self._by_id  # a key verified here
-            self._forget([parsed.public_id])
+            self._drop(parsed.public_id)
             if stored is None:
                 self._index.forget(parsed.public_id)
             raise InvalidKeyError()
-        entry = self._entries.get(digest)
+        entry = self._entries.get(digest) or self._stale.get(digest)
         tag = _tag(stored.secret_hash)
         if entry is not None and entry.hash_tag == tag:
             # Known key, cache entry merely stale: the database still holds the same hash.
@@ -344,6 +345,8 @@ class Verifier:
             with self._feed.lock:
                 if self._feed.may_cache(parsed.public_id, mark):
                     entry.caller, entry.expires_at = caller, expires_at
+                    if self._stale.pop(digest, None) is not None:
+                        self._entries[digest] = entry
             return caller
         self.stats.argon2 += 1
         if not self._hasher.verify(stored.secret_hash, parsed.secret):
@@ -356,7 +359,7 @@ class Verifier:
         entry = _Entry(self._caller(stored), tag, expires_at, time.monotonic())
         with self._feed.lock:
             if self._feed.may_cache(parsed.public_id, mark):
-                self._forget([parsed.public_id])
+                self._drop(parsed.public_id)
                 self._entries[digest] = entry
                 self._by_id[parsed.public_id] = digest
         self._usage.note(parsed.public_id)
@@ -374,15 +377,30 @@ class Verifier:
             return _tag(stored.secret_hash)
         return _tag(upgraded)
 
-    def _forget(self, public_ids: Iterable[str] | None) -> None:
-        """Drop these keys from the cache (None: every key)."""
-        if public_ids is None:
-            self._entries, self._by_id = {}, {}
+    def _suspect(self, changes: Iterable[tuple[int, str, str | None, bool]] | None) -> None:
+        """Changed keys leave the warm cache (None: every key); deleted ones are dropped.
+
+        The others wait in `_stale`: re-read once, a key whose hash did not change (a new
+        scope, an expiry) is trusted again without argon2.
+        """
+        if changes is None:
+            self._stale.update(self._entries)
+            self._entries = {}
             return
-        for public_id in public_ids:
-            digest = self._by_id.pop(public_id, None)
-            if digest is not None:
-                self._entries.pop(digest, None)
+        for _seq, public_id, _stored, exists in changes:
+            if not exists:
+                self._drop(public_id)
+                continue
+            digest = self._by_id.get(public_id)
+            entry = None if digest is None else self._entries.pop(digest, None)
+            if entry is not None:
+                self._stale[digest] = entry  # type: ignore[index]
+
+    def _drop(self, public_id: str) -> None:
+        digest = self._by_id.pop(public_id, None)
+        if digest is not None:
+            self._entries.pop(digest, None)
+            self._stale.pop(digest, None)
 
     def _caller(self, stored: Credential) -> Caller:
         info = stored.info
@@ -412,7 +430,7 @@ class Verifier:
         self._feed.reset()
         self._budget.reset()
         self._lookups.reset()
-        self._entries, self._by_id = {}, {}
+        self._entries, self._stale, self._by_id = {}, {}, {}
         # Inherited connections are parked, never closed or used (see forksafety._parked).
         forksafety.park(list(self._connections.values()))
         self._connections = {}

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from apikey_tui.verifier.freshness import Freshness
 from apikey_tui.verifier.key_index import KeyIndex
 from apikey_tui.verifier.port import CredentialSource
 
+Change = tuple[int, str, str | None, bool]  # seq, public id, its fingerprint now, whether it exists
 RECENT = 10_000  # changed ids remembered for racing checks; past it, such checks skip caching
 
 
@@ -30,10 +31,10 @@ class ChangeFeed:
         source: CredentialSource,
         freshness: Freshness,
         index: KeyIndex,
-        forget: Callable[[Iterable[str] | None], None],
+        suspect: Callable[[list[Change] | None], None],
     ) -> None:
         self._source, self._freshness, self._index = source, freshness, index
-        self._forget = forget  # drops these ids from the cache; None drops everything
+        self._suspect = suspect  # takes these changed keys out of the warm cache (None: all)
         self.reset()
 
     def reset(self) -> None:
@@ -81,7 +82,7 @@ class ChangeFeed:
                 # Fell behind the pruned log: what changed is unknown, so trust nothing held.
                 position = self._source.log_position()
                 with self.lock:
-                    self._forget(None)
+                    self._suspect(None)
                     self._changed, self._floor, self._seq = {}, position, position
                 self._index.load_from(position, distrust=True)
             elif changes:
@@ -90,7 +91,7 @@ class ChangeFeed:
                         self._changed, self._floor = {}, changes[-1][0]
                     for seq, public_id, _, _ in changes:
                         self._changed[public_id] = seq
-                    self._forget([public_id for _, public_id, _, _ in changes])
+                    self._suspect(changes)
                     self._seq = changes[-1][0]
                 self._index.apply(changes)
         with self.lock:
