@@ -97,8 +97,7 @@ def test_a_changed_key_alone_is_reread(
     for key in keys:
         verifier.verify(f"ApiKey {key}")
     before = statements.count(CREDENTIAL_READ)
-    store.add_scope("serving")
-    store.rescope_key("alice", "k3", ["serving"])
+    store.set_key_scopes("alice", "k3", ["serving"])
     _settle(database_url)
     for key in keys:
         verifier.verify(f"ApiKey {key}")
@@ -187,9 +186,8 @@ def test_every_change_logs_the_ids_it_touched_and_use_logs_nothing(store: KeySto
     mark = len(logged())
     store.disable_key("alice", "ci")
     store.enable_key("alice", "ci")
-    store.add_scope("serving")
-    store.rescope_key("alice", "ci", ["serving"])
-    current = store.key_detail("alice", "ci").public_id
+    store.set_key_scopes("alice", "ci", ["serving"])
+    current = store.get_key("alice", "ci").public_id
     assert logged()[mark:] == [current] * 3
     store.delete_key("alice", "ci")
     assert logged()[-1] == current

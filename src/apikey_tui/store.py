@@ -19,14 +19,13 @@ from sqlalchemy import (
     func,
     literal_column,
     or_,
-    union_all,
     update,
 )
 from sqlalchemy import select as sa_select
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, delete, select
 
-from apikey_tui import keyformat
+from apikey_tui import change_log, keyformat
 from apikey_tui.clock import Clock, system_clock
 from apikey_tui.config import current_user, mask_url, ssh_client_address
 from apikey_tui.db import WRITE, database_errors, ensure_schema, key_indexes, make_engine
@@ -368,6 +367,31 @@ def _like(text: str) -> str:
     return f"%{escaped}%"
 
 
+_KEY, _SCOPE = KeyRow.__table__, KeyScopeRow.__table__  # type: ignore[attr-defined]
+# Built once: on SQLite, building a select() costs more than running it.
+_CREDENTIAL = (
+    sa_select(
+        _KEY.c.public_id,
+        _KEY.c.owner,
+        _KEY.c.name,
+        _KEY.c.secret_hash,
+        _KEY.c.fingerprint,
+        _KEY.c.created_at,
+        _KEY.c.last_used_at,
+        _KEY.c.expires_at,
+        _KEY.c.disabled_at,
+        _KEY.c.old_public_id,
+        _KEY.c.old_secret_hash,
+        _KEY.c.old_fingerprint,
+        _KEY.c.grace_until,
+        _SCOPE.c.scope,
+    )
+    .select_from(_KEY.outerjoin(_SCOPE, _SCOPE.c.key_id == _KEY.c.id))
+    .where(or_(_KEY.c.public_id == bindparam("pid"), _KEY.c.old_public_id == bindparam("pid")))
+    .order_by(_SCOPE.c.scope)
+)
+
+
 class KeyStore:
     """The one place that reads and writes keys, scopes and events in the database."""
 
@@ -387,6 +411,7 @@ class KeyStore:
         # clock (timezone-aware UTC); tests pass a fake one.
         self.clock = clock
         self._key_indexes: bool | None = None  # found on the first filtered read
+        self._reads = change_log.ReusedConnections(engine)  # the verifier's hot reads
 
     @classmethod
     def open(
@@ -414,6 +439,7 @@ class KeyStore:
 
     def close(self) -> None:
         """Release the store's database connections."""
+        self._reads.close()
         self.engine.dispose()
 
     @contextmanager
@@ -923,6 +949,7 @@ class KeyStore:
         with self._session(write=True) as session:
             row = self._row(session, owner, name, lock=True, expected_public_id=expected_public_id)
             now = self.clock()
+            replaced = (row.public_id, row.old_public_id)  # both stop or change: log them
             notes = [f"replaces {row.public_id}"]
             if _in_grace(row.old_public_id, row.grace_until, now):
                 notes.append(f"ends the grace of {row.old_public_id} now")
@@ -950,7 +977,7 @@ class KeyStore:
             session.add(row)
             info = self._read_info(session, row)
             detail = "; ".join(notes) + _expiry_note(new_expiry)
-            self._record(session, action, info, detail=detail)
+            self._record(session, action, info, detail=detail, also=[i for i in replaced if i])
             created = CreatedKey(info, plaintext)
             if deliver is not None:
                 deliver(created)
@@ -970,7 +997,13 @@ class KeyStore:
             row.grace_until = None
             session.add(row)
             info = self._read_info(session, row)
-            self._record(session, "key.end-grace", info, detail=f"{previous} stopped working")
+            self._record(
+                session,
+                "key.end-grace",
+                info,
+                detail=f"{previous} stopped working",
+                also=[previous] if previous else [],
+            )
             session.commit()
         return info
 
@@ -1171,30 +1204,8 @@ class KeyStore:
         (expires_at, disabled), for the verifier to refuse. One SELECT joining the scopes: a
         cold check costs one round trip.
         """
-        key, scope = KeyRow.__table__, KeyScopeRow.__table__  # type: ignore[attr-defined]
-        query = (
-            sa_select(
-                key.c.public_id,
-                key.c.owner,
-                key.c.name,
-                key.c.secret_hash,
-                key.c.fingerprint,
-                key.c.created_at,
-                key.c.last_used_at,
-                key.c.expires_at,
-                key.c.disabled_at,
-                key.c.old_public_id,
-                key.c.old_secret_hash,
-                key.c.old_fingerprint,
-                key.c.grace_until,
-                scope.c.scope,
-            )
-            .select_from(key.outerjoin(scope, scope.c.key_id == key.c.id))
-            .where(or_(key.c.public_id == public_id, key.c.old_public_id == public_id))
-            .order_by(scope.c.scope)
-        )
-        with database_errors(self.engine), self.engine.connect() as conn:
-            rows = conn.execute(query).all()
+        with self._reads.connection() as conn:
+            rows = conn.execute(_CREDENTIAL, {"pid": public_id}).all()
         if not rows:
             return None
         r = rows[0]
@@ -1222,27 +1233,33 @@ class KeyStore:
         until = r.grace_until if r.expires_at is None else min(r.expires_at, r.grace_until)
         return Credential(info, r.old_secret_hash, r.old_fingerprint, until, disabled)
 
-    def key_fingerprints(
-        self, created_since: datetime | None = None
-    ) -> list[tuple[str, str | None, datetime]]:
-        """(public id, fingerprint, created at) of every key, or of those created since a time.
+    def key_count(self) -> int:
+        """How many keys there are (to size the verifier's key index)."""
+        with self._reads.connection() as conn:
+            return int(conn.execute(change_log.KEY_COUNT).scalar_one())
 
-        A rotated key's previous id is listed too while its grace runs (store clock), with the
-        rotation time as created at, so an incremental read finds it. One query of plain
-        columns (the created_at index serves the second form); fingerprint is None for keys
-        made before schema version 2.
+    def fingerprint_page(self, after: int, limit: int) -> tuple[int, list[tuple[str, str | None]]]:
+        """Up to `limit` (public id, fingerprint) of keys after row `after`, and the last row.
+
+        A rotated key's previous id is listed too while its grace runs (store clock); the
+        fingerprint is None for keys made before schema version 2. Keyset paging on the
+        primary key: each page is one short indexed query, however many keys there are.
         """
-        key = KeyRow.__table__  # type: ignore[attr-defined]
-        current = sa_select(key.c.public_id, key.c.fingerprint, key.c.created_at)
-        previous = sa_select(key.c.old_public_id, key.c.old_fingerprint, key.c.created_at).where(
-            key.c.old_public_id.is_not(None), key.c.grace_until > self.clock()
-        )
-        if created_since is not None:
-            current = current.where(key.c.created_at >= created_since)
-            previous = previous.where(key.c.created_at >= created_since)
-        query = union_all(current, previous)
-        with database_errors(self.engine), self.engine.connect() as conn:
-            return [(public_id, fp, created) for public_id, fp, created in conn.execute(query)]
+        with self._reads.connection() as conn:
+            return change_log.page(conn, after, limit, self.clock())
+
+    def log_position(self) -> int:
+        """The newest entry's position in the change log."""
+        with self._reads.connection() as conn:
+            return change_log.position(conn)
+
+    def changes_since(self, seq: int) -> list[tuple[int, str, str | None, bool]] | None:
+        """Every change after seq: (seq, public id, its fingerprint now, whether a key has it).
+
+        None when seq's own entry was pruned: the reader fell behind and must drop everything.
+        """
+        with self._reads.connection() as conn:
+            return change_log.since(conn, seq, self.clock())
 
     def replace_hash(self, public_id: str, old_hash: str, new_hash: str) -> None:
         """Store an upgraded hash, unless the key was recreated or deleted meanwhile."""
@@ -1355,7 +1372,10 @@ class KeyStore:
         *,
         scope: str | None = None,
         detail: str = "",
+        also: Iterable[str] = (),
     ) -> None:
+        if key is not None:  # every change to a key, and only those, reaches the change log
+            change_log.append(session, [key.public_id, key.old_public_id, *also], self.clock())
         session.add(
             EventRow(
                 at=self.clock(),
@@ -1477,7 +1497,11 @@ class KeyStore:
                 info = self._read_info(session, row)
             leak = Leak(now, source, outcome, printable(where), info.owner, info.name, public_id)
             self._record(
-                session, LEAK_EVENT, replace(info, public_id=public_id), detail=leak.detail
+                session,
+                LEAK_EVENT,
+                replace(info, public_id=public_id),
+                detail=leak.detail,
+                also=[info.public_id],
             )
             session.commit()
         return leak

@@ -1,0 +1,199 @@
+"""The verifier at scale: start-up on a million keys, per-key invalidation, the index's size."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from sqlalchemy import event
+
+from apikey_tui.db import VERIFIER_APPLICATION, make_engine
+from apikey_tui.errors import AuthError
+from apikey_tui.hashing import SecretHasher
+from apikey_tui.store import KeyStore
+from apikey_tui.verifier import Verifier
+from benchmarks.bench_verifier import database
+from benchmarks.scale_data import fast_fill
+
+CHEAPEST = SecretHasher("cheapest")
+MILLION = int(os.environ.get("BENCH_SCALE_KEYS", "1000000"))
+
+
+def _verifier(url: str, **options: Any) -> tuple[Verifier, list[str]]:
+    """A verifier on its own engine, and the statements it runs (for counting)."""
+    engine = make_engine(url, create=False, pre_ping=False, application_name=VERIFIER_APPLICATION)
+    statements: list[str] = []
+    event.listen(
+        engine, "before_cursor_execute", lambda _c, _k, statement, *_a: statements.append(statement)
+    )
+    return Verifier(engine, hasher=CHEAPEST, **options), statements
+
+
+def start_up(kind: str, count: int = MILLION) -> dict[str, float]:
+    """A service starting on `count` keys: its first answer, the index's load and its size."""
+    with database(kind) as url:
+        fast_fill(url, count)
+        store = KeyStore.open(url, hasher=CHEAPEST)
+        key = store.create_key("bench", "presented", ["project"]).plaintext
+        store.close()
+        verifier, _ = _verifier(url)
+        started = time.perf_counter()
+        caller = verifier.verify(f"ApiKey {key}")
+        first = time.perf_counter() - started
+        assert caller.key_name == "presented"
+        assert verifier.wait_index(600)
+        loaded = time.perf_counter() - started
+        size = verifier.index_bytes()
+        held = verifier.known_keys()
+        verifier.close()
+    return {
+        "keys": count,
+        "first_answer_ms": first * 1000,
+        "index_load_s": loaded,
+        "index_mib": size / 2**20,
+        "index_bytes_per_key": size / held,
+    }
+
+
+def new_key_race(kind: str, tries: int = 100, count: int = 10_000) -> dict[str, float]:
+    """A key created while a log read runs, presented at once: how many first tries fail."""
+    with database(kind) as url:
+        fast_fill(url, count)
+        store = KeyStore.open(url, hasher=CHEAPEST)
+        warm = store.create_key("bench", "warm", ["project"]).plaintext
+        verifier, _ = _verifier(url)
+        verifier.verify(f"ApiKey {warm}")
+        assert verifier.wait_index(600)
+        refused = 0
+        with ThreadPoolExecutor(1) as pool:
+            for n in range(tries):
+                store.describe_scope("project", f"edit {n}")  # moves the generation
+                pool.submit(verifier.verify, f"ApiKey {warm}")  # starts a log read
+                new = store.create_key("bench", f"new-{n}", ["project"]).plaintext
+                try:
+                    verifier.verify(f"ApiKey {new}")
+                except AuthError:
+                    refused += 1
+        verifier.close()
+        store.close()
+    return {"tries": tries, "refused": refused}
+
+
+def pass_after_commit(count: int = 10_000) -> dict[str, float]:
+    """SQLite: one pass over `count` cached keys, warm, and right after one unrelated commit."""
+    with database("sqlite") as url:
+        store = KeyStore.open(url, hasher=CHEAPEST)
+        headers = [
+            f"ApiKey {store.create_key('bench', f'k{n}', ['project']).plaintext}"
+            for n in range(count)
+        ]
+        verifier, statements = _verifier(url)
+        for header in headers:
+            verifier.verify(header)
+
+        def one_pass() -> float:
+            started = time.perf_counter()
+            for header in headers:
+                verifier.verify(header)
+            return time.perf_counter() - started
+
+        warm = statistics.median(one_pass() for _ in range(5))
+        after = []
+        for n in range(5):
+            store.describe_scope("project", f"unrelated {n}")
+            before = len(statements)
+            after.append(one_pass())
+            reads = len(statements) - before
+        verifier.close()
+        store.close()
+    cold = statistics.median(after)
+    return {
+        "keys": count,
+        "warm_pass_s": warm,
+        "after_commit_pass_s": cold,
+        "ratio": cold / warm,
+        "statements_in_pass": reads,
+    }
+
+
+def cold_reread(rounds: int = 400) -> dict[str, float]:
+    """SQLite: verify a cached key right after it changed (re-read, argon2 skipped)."""
+    with database("sqlite") as url:
+        store = KeyStore.open(url, hasher=CHEAPEST)
+        header = f"ApiKey {store.create_key('bench', 'changing', ['project']).plaintext}"
+        verifier, _ = _verifier(url)
+        verifier.verify(header)
+        times = []
+        scopes = (["project"], ["project", "serving"])
+        for n in range(rounds):
+            store.set_key_scopes("bench", "changing", scopes[n % 2])
+            started = time.perf_counter_ns()
+            verifier.verify(header)
+            times.append((time.perf_counter_ns() - started) / 1000)
+        assert verifier.stats.argon2 == 1
+        verifier.close()
+        store.close()
+    times.sort()
+    return {"rounds": rounds, "p50_us": times[len(times) // 2], "p90_us": times[rounds * 9 // 10]}
+
+
+def forged_flood_while_loading(kind: str, count: int = MILLION, requests: int = 20_000) -> dict:
+    """Forged ids during the index's load: the key reads they buy, and the memory they cost."""
+    import resource
+
+    with database(kind) as url:
+        fast_fill(url, count)
+        verifier, statements = _verifier(url)
+        from apikey_tui import keyformat
+
+        forged = [f"ApiKey {keyformat.generate()[1]}" for _ in range(2000)]
+        rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        started = time.perf_counter()
+        answers: dict[str, int] = {}
+        done = 0
+        while done < requests and not verifier.wait_index(0):
+            try:
+                verifier.verify(forged[done % len(forged)])
+            except AuthError as error:
+                answers[str(error.status)] = answers.get(str(error.status), 0) + 1
+            done += 1
+        seconds = time.perf_counter() - started
+        reads = sum("apikey_tui_key_scope" in s for s in statements)
+        verifier.wait_index(600)
+        rss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        verifier.close()
+    return {
+        "requests": done,
+        "seconds": seconds,
+        "key_reads": reads,
+        "reads_per_second": reads / seconds,
+        "answers": answers,
+        "max_rss_growth_mib": (rss_after - rss_before) / 1024,
+    }
+
+
+def main() -> None:
+    """Print one JSON object with every measurement."""
+    which = sys.argv[1:] or ["start_up", "race", "after_commit", "reread", "flood"]
+    results: dict[str, Any] = {}
+    if "after_commit" in which:
+        results["after_commit"] = pass_after_commit()
+    if "reread" in which:
+        results["cold_reread"] = cold_reread()
+    for kind in ("sqlite", "postgresql"):
+        if "race" in which:
+            results[f"race_{kind}"] = new_key_race(kind)
+        if "start_up" in which:
+            results[f"start_up_{kind}"] = start_up(kind)
+        if "flood" in which:
+            results[f"flood_{kind}"] = forged_flood_while_loading(kind)
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()

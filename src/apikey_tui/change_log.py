@@ -1,0 +1,152 @@
+"""The change log: writers append the ids a change touched; verifiers read what changed since."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+
+from sqlalchemy import Connection, Engine, bindparam, delete, func, insert
+from sqlalchemy import select as sa_select
+from sqlmodel import Session
+
+from apikey_tui import forksafety
+from apikey_tui.db import database_errors
+from apikey_tui.db.models import ChangeRow, KeyRow
+
+# How long a change stays in the log. A verifier that has not read the log for longer (on
+# SQLite: one that served no request for that long) finds its position pruned and drops its
+# whole cache once; everyone else reads only the changes.
+RETENTION = timedelta(days=1)
+# PostgreSQL: change transactions take this advisory lock before appending, so sequence numbers
+# are handed out in commit order and a reader at N never misses an N-1 committed after it.
+LOG_LOCK = 0x61706B79  # "apky"
+
+CHANGE = ChangeRow.__table__  # type: ignore[attr-defined]
+KEY = KeyRow.__table__  # type: ignore[attr-defined]
+_current, _previous = KEY.alias("current_key"), KEY.alias("previous_key")
+
+POSITION = sa_select(func.max(CHANGE.c.seq))
+# Every change from a position on (that position's own row included: if it is gone, the log
+# was pruned past the reader), with the changed id's fingerprint now, as a current id or as a
+# previous one in grace.
+CHANGES = (
+    sa_select(
+        CHANGE.c.seq,
+        CHANGE.c.public_id,
+        _current.c.id,
+        _current.c.fingerprint,
+        _previous.c.old_fingerprint,
+        _previous.c.grace_until,
+    )
+    .select_from(
+        CHANGE.outerjoin(_current, _current.c.public_id == CHANGE.c.public_id).outerjoin(
+            _previous, _previous.c.old_public_id == CHANGE.c.public_id
+        )
+    )
+    .where(CHANGE.c.seq >= bindparam("seq"))
+    .order_by(CHANGE.c.seq)
+)
+KEY_COUNT = sa_select(func.count()).select_from(KEY)
+PAGE = (
+    sa_select(
+        KEY.c.id, KEY.c.public_id, KEY.c.fingerprint, KEY.c.old_public_id, KEY.c.old_fingerprint,
+        KEY.c.grace_until,
+    )
+    .where(KEY.c.id > bindparam("after"))
+    .order_by(KEY.c.id)
+    .limit(bindparam("limit"))
+)  # fmt: skip
+
+
+def append(session: Session, public_ids: Iterable[str | None], now: datetime) -> None:
+    """Log these ids as changed, in the caller's transaction; prune what is past RETENTION."""
+    ids = sorted({public_id for public_id in public_ids if public_id})
+    if not ids:
+        return
+    connection = session.connection()
+    if connection.dialect.name == "postgresql":
+        connection.execute(sa_select(func.pg_advisory_xact_lock(LOG_LOCK)))
+    connection.execute(insert(CHANGE), [{"public_id": i, "changed_at": now} for i in ids])
+    newest = sa_select(func.max(CHANGE.c.seq)).scalar_subquery()
+    connection.execute(
+        delete(CHANGE).where(CHANGE.c.changed_at < now - RETENTION, CHANGE.c.seq < newest)
+    )
+
+
+def position(connection: Connection) -> int:
+    """The newest entry's seq (the migration's first row keeps the log from being empty)."""
+    return int(connection.execute(POSITION).scalar_one() or 0)
+
+
+def since(
+    connection: Connection, seq: int, now: datetime
+) -> list[tuple[int, str, str | None, bool]] | None:
+    """Changes after seq with each id's fingerprint now; None if seq's row was pruned."""
+    rows = connection.execute(CHANGES, {"seq": seq}).all()
+    if not rows or rows[0].seq != seq:
+        return None
+    changes = []
+    for row in rows[1:]:
+        if row.id is not None:
+            changes.append((row.seq, row.public_id, row.fingerprint, True))
+        elif row.grace_until is not None and row.grace_until > now:
+            changes.append((row.seq, row.public_id, row.old_fingerprint, True))
+        else:
+            changes.append((row.seq, row.public_id, None, False))
+    return changes
+
+
+def page(
+    connection: Connection, after: int, limit: int, now: datetime
+) -> tuple[int, list[tuple[str, str | None]]]:
+    """Up to limit keys after row `after` (and their previous ids in grace), and the last row."""
+    pairs: list[tuple[str, str | None]] = []
+    last = after
+    for row in connection.execute(PAGE, {"after": after, "limit": limit}):
+        last = row.id
+        pairs.append((row.public_id, row.fingerprint))
+        if row.old_public_id is not None and row.grace_until is not None and row.grace_until > now:
+            pairs.append((row.old_public_id, row.old_fingerprint))
+    return last, pairs
+
+
+class ReusedConnections:
+    """A few engine connections kept checked out and reused by the verifier's reads.
+
+    A pool checkout and return costs more than a SQLite read; keeping one connection per
+    concurrent reader (a free list: at most as many as ever ran at once, which the CheckGate
+    bounds) skips both. A connection that failed is closed, never reused. In a forked child
+    the list starts empty: the parent's connections are parked by the verifier, never used.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._free: list[Connection] = []
+        forksafety.reset_in_child(self._after_fork)
+
+    def _after_fork(self) -> None:
+        self._free = []
+
+    @contextmanager
+    def connection(self) -> Iterator[Connection]:
+        """A connection for one read; database errors come out typed (`database_errors`)."""
+        with database_errors(self._engine):
+            try:
+                conn = self._free.pop()
+            except IndexError:
+                conn = self._engine.connect()
+            try:
+                yield conn
+                conn.rollback()  # ends the read (SQLAlchemy's implicit transaction)
+            except BaseException:
+                conn.invalidate()
+                conn.close()
+                raise
+            self._free.append(conn)
+
+    def close(self) -> None:
+        """Return every kept connection to the engine's pool."""
+        free, self._free = self._free, []
+        for conn in free:
+            conn.close()
