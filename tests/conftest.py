@@ -165,3 +165,14 @@ def throwaway_postgres() -> Iterator[ThrowawayPostgres]:
     server.start()
     yield server
     server.cleanup()
+
+
+def every_fingerprint(store: KeyStore, page: int = 2) -> dict[str, str | None]:
+    """Public id -> fingerprint of every key, read as the verifier's index reads them (paged)."""
+    found: dict[str, str | None] = {}
+    after = 0
+    while True:
+        after, pairs = store.fingerprint_page(after, page)
+        found.update(pairs)
+        if not pairs:
+            return found

@@ -57,13 +57,13 @@ def test_fresh_database_gets_default_scopes_and_version(database_url: str) -> No
         version = conn.execute(text("SELECT value FROM apikey_tui_meta")).scalar()
         revision = conn.execute(text("SELECT version_num FROM apikey_tui_alembic_version")).all()
         scopes = conn.execute(text("SELECT name FROM apikey_tui_scope ORDER BY name")).scalars()
-        assert (version, revision, list(scopes)) == ("3", [("0003",)], ["project", "serving"])
+        assert (version, revision, list(scopes)) == ("4", [("0004",)], ["project", "serving"])
     engine.dispose()
 
 
 def test_shipped_migrations_end_at_this_releases_schema_version() -> None:
     """The newest shipped Alembic revision is the schema version the models describe."""
-    assert head_revision() == revision_of(SCHEMA_VERSION) == "0003"
+    assert head_revision() == revision_of(SCHEMA_VERSION) == "0004"
 
 
 def test_migrations_build_exactly_the_models(database_url: str) -> None:
@@ -81,7 +81,7 @@ def test_migrations_build_exactly_the_models(database_url: str) -> None:
 @pytest.mark.parametrize(
     ("revision", "message"),
     [
-        ("0004", r"schema version 4, newer than this release .*\(3\): upgrade apikey-tui"),
+        ("0005", r"schema version 5, newer than this release .*\(4\): upgrade apikey-tui"),
         ("f00dcafe", r"revision 'f00dcafe', which this release .* does not know"),
     ],
 )
@@ -177,7 +177,7 @@ def test_concurrent_openers_create_the_schema_once(postgres_url: str) -> None:
         list(pool.map(ensure_schema, engines))
     with engines[0].connect() as conn:
         assert conn.execute(text("SELECT version_num FROM apikey_tui_alembic_version")).all() == [
-            ("0003",)
+            ("0004",)
         ]
         assert conn.execute(text("SELECT count(*) FROM apikey_tui_scope")).scalar() == 2
     for engine in engines:

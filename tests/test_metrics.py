@@ -162,15 +162,17 @@ def test_sqlite_counts_hits_revalidations_exactly(store: KeyStore, sqlite_url: s
     try:
         for _ in range(5):
             verifier.verify(header(key))
-        keys.create_key("bob", "other", ["project"])  # any commit moves the generation
+        keys.create_key("bob", "other", ["project"])  # another key's change: still a hit
+        verifier.verify(header(key))
+        keys.set_key_scopes("bob", "k", ["project", "serving"])  # this key's: re-read once
         verifier.verify(header(key))
         verifier.verify(header(key))
-        assert value(registry, "cache_hits_total") == 5
+        assert value(registry, "cache_hits_total") == 6
         assert value(registry, "cold_checks_total") == 2
         assert value(registry, "revalidations_total") == 1
         assert value(registry, "argon2_total") == 1
         assert value(registry, "revocations_seen_total") == 0
-        assert outcomes(registry)["ok"] == 7
+        assert outcomes(registry)["ok"] == 8
     finally:
         verifier.close()
         keys.close()

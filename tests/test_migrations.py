@@ -27,13 +27,13 @@ from apikey_tui import keyformat
 from apikey_tui.cli import main
 from apikey_tui.db import ensure_schema, key_indexes, make_engine, upgrade_schema
 from apikey_tui.db.migrations import VERSION_TABLE, is_ours
-from apikey_tui.db.models import Base
+from apikey_tui.db.models import SCHEMA_VERSION, Base
 from apikey_tui.db.schema import alembic_config
 from apikey_tui.errors import InvalidKeyError, SchemaVersionError, VerifierUnavailableError
 from apikey_tui.hashing import fingerprint
 from apikey_tui.store import KeyStore
 from apikey_tui.verifier import Verifier
-from tests.conftest import ACTOR, CHEAP
+from tests.conftest import ACTOR, CHEAP, every_fingerprint
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FIXTURE_SCHEMA = "apikey_tui_v1_fixture"  # the schema make_v1.py dumped
@@ -177,7 +177,7 @@ def test_upgrade_keeps_every_key_working_and_every_old_key_refused(
     """After `db upgrade` live keys verify with their scopes; deleted and recreated stay refused.
     It says to restart the services: a running 0.1.0 verifier would accept disabled keys."""
     code, _, err = _cli(capsys, old_database.url, "db", "upgrade")
-    assert code == 0 and "Upgraded the database from schema version 1 to 3." in err
+    assert code == 0 and "Upgraded the database from schema version 1 to 4." in err
     assert "Restart every service now" in err and "disabled and expired keys" in err
     verifier = Verifier.from_url(old_database.url)
     verifier_of.append(verifier)
@@ -191,7 +191,7 @@ def test_upgrade_keeps_every_key_working_and_every_old_key_refused(
     for key in old_database.keys("deleted") + old_database.keys("recreated"):
         with pytest.raises(InvalidKeyError):
             verifier.verify("ApiKey " + key["key"])
-    assert _rows(old_database.url, "SELECT value FROM apikey_tui_meta") == [("3",)]
+    assert _rows(old_database.url, "SELECT value FROM apikey_tui_meta") == [("4",)]
 
 
 def test_upgrade_keeps_events_and_usage_and_fingerprints_only_new_keys(
@@ -210,7 +210,7 @@ def test_upgrade_keeps_events_and_usage_and_fingerprints_only_new_keys(
     store = KeyStore.open(old_database.url, hasher=CHEAP, actor=ACTOR)
     try:
         new = keyformat.parse(store.create_key("alice", "after-upgrade", ["project"]).plaintext)
-        fingerprints = {public_id: fp for public_id, fp, _ in store.key_fingerprints()}
+        fingerprints = every_fingerprint(store)
         assert store.events(limit=1)[0].action == "key.create"
     finally:
         store.close()
@@ -224,8 +224,12 @@ def test_second_upgrade_says_it_is_already_done(
     """Running `db upgrade` on an upgraded database changes nothing and says so."""
     assert _cli(capsys, old_database.url, "db", "upgrade")[0] == 0
     code, out, err = _cli(capsys, old_database.url, "db", "upgrade", "--json")
-    assert code == 0 and "already at schema version 3" in err
-    assert json.loads(out) == {"from_version": 3, "to_version": 3, "filter_index": True}
+    assert code == 0 and f"already at schema version {SCHEMA_VERSION}" in err
+    assert json.loads(out) == {
+        "from_version": SCHEMA_VERSION,
+        "to_version": SCHEMA_VERSION,
+        "filter_index": True,
+    }
 
 
 def test_admin_commands_refuse_an_old_database_with_one_line(
@@ -281,7 +285,7 @@ def test_a_services_own_alembic_history_is_never_touched(
     assert _cli(capsys, old_database.url, "db", "upgrade")[0] == 0
     assert _rows(old_database.url, "SELECT * FROM alembic_version") == [("svc_0042",)]
     assert _rows(old_database.url, "SELECT * FROM orders") == [(1, "tea")]
-    assert _rows(old_database.url, "SELECT * FROM apikey_tui_alembic_version") == [("0003",)]
+    assert _rows(old_database.url, "SELECT * FROM apikey_tui_alembic_version") == [("0004",)]
 
 
 def test_upgrade_refuses_a_database_from_a_newer_release(
@@ -291,12 +295,12 @@ def test_upgrade_refuses_a_database_from_a_newer_release(
     assert main(["--database-url", old_database.url, "db", "upgrade"]) == 0
     engine = make_engine(old_database.url)
     with engine.begin() as conn:
-        conn.execute(text("UPDATE apikey_tui_alembic_version SET version_num = '0004'"))
+        conn.execute(text("UPDATE apikey_tui_alembic_version SET version_num = '0005'"))
     engine.dispose()
     capsys.readouterr()
     code, _, err = _cli(capsys, old_database.url, "db", "upgrade")
     assert code == 1 and "newer than this release" in err and err.count("\n") == 1
-    assert _rows(old_database.url, "SELECT * FROM apikey_tui_alembic_version") == [("0004",)]
+    assert _rows(old_database.url, "SELECT * FROM apikey_tui_alembic_version") == [("0005",)]
 
 
 def test_downgrade_to_0001_gives_back_the_0_1_0_schema(old_database: OldDatabase) -> None:
@@ -312,7 +316,10 @@ def test_downgrade_to_0001_gives_back_the_0_1_0_schema(old_database: OldDatabase
             assert _shape(conn) == before
             assert conn.execute(text("SELECT value FROM apikey_tui_meta")).all() == [("1",)]
             assert conn.execute(text("SELECT count(*) FROM apikey_tui_key_scope")).scalar() == 7
-        assert upgrade_schema(engine)[:2] == (1, 3)  # and up again, from Alembic's own 0001
+        assert upgrade_schema(engine)[:2] == (
+            1,
+            SCHEMA_VERSION,
+        )  # and up again, from Alembic's own 0001
     finally:
         engine.dispose()
 
@@ -327,14 +334,14 @@ def test_concurrent_upgrades_on_postgres_upgrade_once(postgres_url: str) -> None
     finally:
         for engine in engines:
             engine.dispose()
-    assert results == [(1, 3), (3, 3)]
+    assert results == [(1, SCHEMA_VERSION), (SCHEMA_VERSION, SCHEMA_VERSION)]
 
 
 def test_upgraded_fixture_matches_the_models(old_database: OldDatabase) -> None:
     """A 0.1.0 database upgraded to version 3 has exactly the tables a fresh one has."""
     engine = make_engine(old_database.url)
     try:
-        assert upgrade_schema(engine)[:2] == (1, 3)
+        assert upgrade_schema(engine)[:2] == (1, SCHEMA_VERSION)
         with engine.connect() as conn:
             context = MigrationContext.configure(
                 conn, opts={"include_name": is_ours, "version_table": VERSION_TABLE}
@@ -383,7 +390,7 @@ def test_downgrade_0003_to_0002_refuses_while_a_key_is_disabled_then_works(
         with pytest.raises(RuntimeError, match="disabled or expire"), engine.begin() as conn:
             command.downgrade(alembic_config(conn), "0002")
         assert _rows(old_database.url, "SELECT value FROM apikey_tui_meta WHERE key = "
-                     "'schema_version'") == [("3",)]  # fmt: skip
+                     "'schema_version'") == [("4",)]  # fmt: skip
         store.enable_key("ci-bot", "deploy")
         with engine.begin() as conn:
             command.downgrade(alembic_config(conn), "0002")
@@ -395,7 +402,7 @@ def test_downgrade_0003_to_0002_refuses_while_a_key_is_disabled_then_works(
                 ("schema_version", "2")
             ]
             assert conn.execute(text("SELECT count(*) FROM apikey_tui_key_scope")).scalar() == 7
-        assert upgrade_schema(engine)[:2] == (2, 3)
+        assert upgrade_schema(engine)[:2] == (2, 4)
         with engine.connect() as conn:
             assert _shape(conn) == version_3
     finally:

@@ -21,7 +21,7 @@ from apikey_tui.errors import (
 )
 from apikey_tui.hashing import fingerprint
 from apikey_tui.store import KeyStore
-from tests.conftest import CHEAP
+from tests.conftest import CHEAP, every_fingerprint
 from tests.throwaway_postgres import ThrowawayPostgres
 
 
@@ -174,25 +174,21 @@ def test_credential_is_one_select_with_the_scopes(store: KeyStore) -> None:
     assert len(queries) == 2 and all(q.startswith("SELECT") for q in queries)
 
 
-def test_key_fingerprints_lists_every_key_or_those_created_since(store: KeyStore) -> None:
-    """key_fingerprints gives (id, fingerprint, created) of all keys, or of those created since."""
-    first = store.create_key("alice", "one", ["project"])
-    second = store.create_key("bob", "two", ["project"])
+def test_fingerprint_pages_list_every_key_once(store: KeyStore) -> None:
+    """Paged two at a time, five keys come back once each with their fingerprint (or None)."""
+    created = [store.create_key("alice", f"k{n}", ["project"]) for n in range(5)]
     with store.engine.begin() as conn:  # a key made before schema version 2 has none
         conn.execute(
             text("UPDATE apikey_tui_key SET fingerprint = NULL WHERE public_id = :p"),
-            {"p": first.info.public_id},
+            {"p": created[0].info.public_id},
         )
-    everything = sorted(store.key_fingerprints())
-    expected_second = (
-        second.info.public_id,
-        fingerprint(second.info.public_id, keyformat.parse(second.plaintext).secret),
-        second.info.created_at,
-    )
-    assert everything == sorted(
-        [(first.info.public_id, None, first.info.created_at), expected_second]
-    )
-    assert store.key_fingerprints(second.info.created_at) == [expected_second]
+    expected: dict[str, str | None] = {
+        c.info.public_id: fingerprint(c.info.public_id, keyformat.parse(c.plaintext).secret)
+        for c in created[1:]
+    }
+    expected[created[0].info.public_id] = None
+    assert every_fingerprint(store, page=2) == expected
+    assert store.key_count() == 5
 
 
 def test_set_key_scopes_replaces_them(store: KeyStore) -> None:

@@ -46,6 +46,7 @@ log = logging.getLogger("apikey_tui.verifier")
 DEFAULT_REVOCATION_BOUND = 1.0  # seconds a PostgreSQL-backed cache entry is trusted unchecked
 DEFAULT_CHECK_TIMEOUT = 2.0  # seconds a request waits for the database before 503
 LAST_USED_INTERVAL = 60.0  # at most one last_used_at write per key per minute per process
+RECHECK_BURST, RECHECKS_PER_SECOND = 3, 1.0  # log re-reads for ids unknown where push may lag
 _SYNC = object()  # the CheckGate key of a change-log read: one at a time, shared
 
 
@@ -128,6 +129,7 @@ class Verifier:
         # Lookups the index cannot answer (while it loads; an id it lacks, where freshness may
         # lag): a flood of forged ids buys at most this many queries a second, then 503/401.
         self._lookups = TokenBucket(lookup_burst, lookups_per_second)
+        self._rechecks = TokenBucket(RECHECK_BURST, RECHECKS_PER_SECOND)
         self._usage = UsageWriter(self._source.record_use, flush_interval, clock)
         self.stats = VerifierStats(self._gate, self._freshness, revocation_bound)  # for metrics
         event.listen(self._engine, "handle_error", self.stats.database_error)
@@ -230,8 +232,9 @@ class Verifier:
             if caller is not None:
                 return caller
         verdict = self._index.verdict(parsed.public_id, parsed.secret)
-        if verdict is Verdict.UNKNOWN and not self._exact and self._lookups.take():
-            # Push and time bounds may lag a commit: read the log once more, within a budget.
+        if verdict is Verdict.UNKNOWN and not self._exact and self._rechecks.take():
+            # A push (or time bound) may lag a commit by milliseconds: a key created a moment
+            # ago reads the log once more. Forged ids share a small budget for it (1 a second).
             yield from self._synced(inline)
             verdict = self._index.verdict(parsed.public_id, parsed.secret)
         if verdict is Verdict.UNKNOWN or verdict is Verdict.WRONG:
@@ -389,6 +392,7 @@ class Verifier:
             return
         for _seq, public_id, _stored, exists in changes:
             if not exists:
+                self.stats.revoked += public_id in self._by_id  # a key verified here
                 self._drop(public_id)
                 continue
             digest = self._by_id.get(public_id)
@@ -430,6 +434,7 @@ class Verifier:
         self._feed.reset()
         self._budget.reset()
         self._lookups.reset()
+        self._rechecks.reset()
         self._entries, self._stale, self._by_id = {}, {}, {}
         # Inherited connections are parked, never closed or used (see forksafety._parked).
         forksafety.park(list(self._connections.values()))

@@ -90,6 +90,7 @@ class CheckGate:
         if here:
             future.set_running_or_notify_cancel()
             started = time.monotonic()
+            self.waited.observe(0.0)  # no queue: counted, so runs and waits stay one per run
             try:
                 future.set_result(work())
             except BaseException as exc:  # the caller (and any joiner) re-raises it
