@@ -28,7 +28,7 @@ from apikey_tui.errors import (
 )
 from apikey_tui.hashing import SecretHasher
 from apikey_tui.keyformat import ParsedKey
-from apikey_tui.store import Actor, Credential, KeyStore
+from apikey_tui.store.credentials import Credential, credential_source
 from apikey_tui.verifier.freshness import PushFreshness, freshness_for
 from apikey_tui.verifier.guard import CheckGate, FailureBudget, KnownKeys, Verdict
 from apikey_tui.verifier.metrics import VerifierStats
@@ -106,7 +106,7 @@ class Verifier:
         if engine.dialect.name == "postgresql":
             # Reads in autocommit: a cold check is one SELECT, not BEGIN + SELECT + ROLLBACK.
             engine = engine.execution_options(isolation_level="AUTOCOMMIT")
-        store = KeyStore(engine, hasher=hasher, actor=Actor("verifier"), clock=clock)
+        store = credential_source(engine, hasher=hasher, clock=clock)
         self._source: CredentialSource = store
         self._hasher = store.hasher
         self._freshness = freshness_for(engine, revocation_bound)

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Protocol
 
-from apikey_tui.store import Credential
+from apikey_tui.store.credentials import Credential
 
 
 class CredentialSource(Protocol):
