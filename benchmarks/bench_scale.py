@@ -142,7 +142,9 @@ def cold_reread(rounds: int = 400) -> dict[str, float]:
     return {"rounds": rounds, "p50_us": times[len(times) // 2], "p90_us": times[rounds * 9 // 10]}
 
 
-def forged_flood_while_loading(kind: str, count: int = MILLION, requests: int = 20_000) -> dict:
+def forged_flood_while_loading(
+    kind: str, count: int = MILLION, requests: int = 20_000
+) -> dict[str, Any]:
     """Forged ids during the index's load: the key reads they buy, and the memory they cost."""
     import resource
 

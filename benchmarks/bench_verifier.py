@@ -186,8 +186,8 @@ def cache_memory(count: int = 100_000) -> dict[str, float]:
         size = deep_size([verifier._entries, verifier._by_id, verifier._scope_sets])
         # The key index (public id -> fingerprint of every key in the database) is held
         # whatever the traffic; measured apart from the cache.
-        assert verifier.known_keys() == count
-        index = deep_size([verifier._known._fingerprints])
+        assert verifier.wait_index() and verifier.known_keys() == count
+        index = verifier.index_bytes()
         verifier.close()
     return {
         "cache_mib_100k": size / 2**20,

@@ -22,7 +22,7 @@ def _keys(count: int) -> list[tuple[str, str, str]]:
     return keys
 
 
-def _random_ids(count: int) -> list[tuple[str, str]]:
+def _random_ids(count: int) -> list[tuple[str, str | None]]:
     """(public id, fingerprint) pairs of the stored shape, made quickly (no key, no hash)."""
     return [
         ("ak" + base64.b32encode(os.urandom(10)).decode().lower(), os.urandom(8).hex())
@@ -129,7 +129,7 @@ def test_keys_made_before_fingerprints_are_legacy() -> None:
 def test_a_reader_behind_the_log_distrusts_until_reloaded() -> None:
     """After falling behind the pruned log, an id the old snapshot lacks is UNSURE again."""
     keys = _keys(2)
-    rows = [(keys[0][0], keys[0][2])]
+    rows: list[tuple[str, str | None]] = [(keys[0][0], keys[0][2])]
     gate = threading.Event()
     gate.set()
     index = KeyIndex(lambda: len(rows), _pages(rows, gate))

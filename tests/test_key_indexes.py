@@ -17,11 +17,10 @@ import psycopg
 import pytest
 from sqlalchemy import event, insert, text
 
-from apikey_tui import store as store_module
 from apikey_tui.cli import main
 from apikey_tui.db import key_indexes
 from apikey_tui.db.models import KeyRow, KeyScopeRow
-from apikey_tui.store import SORTS, KeyInfo, KeyQuery, KeyStore
+from apikey_tui.store import SORTS, KeyInfo, KeyQuery, KeyStore, queries
 from tests.conftest import ACTOR, CHEAP
 
 NOW = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
@@ -83,7 +82,7 @@ def test_filter_answers_agree_with_a_python_filter_on_both_paths(
     with store.engine.connect() as conn:
         assert key_indexes.present(conn)  # a fresh database gets the index
     for sparse in (5, 10_000):  # common text scans; rare text reads the index's candidates
-        monkeypatch.setattr(store_module, "SPARSE", sparse)
+        monkeypatch.setattr(queries, "SPARSE", sparse)
         for owner in (None, "alice", "bob"):
             for needle in NEEDLES:
                 for sort in ("name", "created"):

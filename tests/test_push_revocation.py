@@ -24,6 +24,7 @@ from sqlalchemy import event
 
 from apikey_tui.errors import AuthError, InsufficientScopeError, InvalidKeyError
 from apikey_tui.store import KeyStore
+from apikey_tui.store.credentials import CredentialReads
 from apikey_tui.verifier import Verifier
 from apikey_tui.verifier.freshness import PushFreshness
 from tests.conftest import CHEAP
@@ -117,7 +118,7 @@ def test_with_bound_zero_a_cold_check_is_one_statement_outside_a_transaction(
     assert len(statements) == 5
     assert checker._engine.pool._pre_ping is False
     source = checker._source
-    assert isinstance(source, KeyStore)
+    assert isinstance(source, CredentialReads)
     assert source.engine.get_execution_options()["isolation_level"] == "AUTOCOMMIT"
     checker.close()
     store.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -172,6 +174,19 @@ def test_credential_is_one_select_with_the_scopes(store: KeyStore) -> None:
     assert credential.info == info
     queries = [s for s in statements if "apikey_tui" in s]
     assert len(queries) == 2 and all(q.startswith("SELECT") for q in queries)
+
+
+def test_the_verifiers_credential_carries_the_same_key_info_as_list_keys(store: KeyStore) -> None:
+    """credential() gives the verifier the very KeyInfo list_keys gives, disabled reason too."""
+    store.create_key("alice", "demo", ["serving", "project"])
+    store.rotate_key("alice", "demo", grace=timedelta(hours=1))
+    store.disable_key("alice", "demo", "suspected leak")
+    [listed] = store.list_keys("alice")
+    assert listed.disabled_reason == "suspected leak" and listed.old_public_id is not None
+    current = store.credential(listed.public_id)
+    previous = store.credential(listed.old_public_id)
+    assert current is not None and current.info == listed
+    assert previous is not None and previous.info == replace(listed, public_id=listed.old_public_id)
 
 
 def test_fingerprint_pages_list_every_key_once(store: KeyStore) -> None:

@@ -21,7 +21,7 @@ from textual.widgets import Static
 
 from apikey_tui import keyformat
 from apikey_tui.hashing import SecretHasher, fingerprint
-from apikey_tui.store import KeyStore
+from apikey_tui.store import KeyStore, policy
 from apikey_tui.tui.app import ApiKeysApp
 from apikey_tui.tui.dialogs.reveal_secret import RevealSecretDialog
 from apikey_tui.tui.keys_screen import KeysScreen
@@ -167,7 +167,7 @@ async def test_an_overflow_while_rotating_is_one_line_and_the_app_goes_on(
 
     monkeypatch.setattr(keyformat, "generate", recording_generate)
     monkeypatch.setattr(SecretHasher, "hash", recording_hash)
-    monkeypatch.setattr(tui_store, "_expiry", overflow)
+    monkeypatch.setattr(policy, "expiry", overflow)
     caplog.set_level("ERROR", logger="apikey_tui.tui")
     app = make_app(tui_store)
     async with app.run_test(size=SIZE) as pilot:

@@ -1,6 +1,6 @@
 """The database: engines, the error mapper, the schema and its migrations, the tables."""
 
-from apikey_tui.db.driver_errors import database_errors
+from apikey_tui.db.driver_errors import FOREIGN_KEY, UNIQUE, Conflicts, database_errors
 from apikey_tui.db.engine import (
     ADMIN_APPLICATION,
     LISTENER_APPLICATION,
@@ -20,14 +20,17 @@ from apikey_tui.db.engine import (
 
 __all__ = [
     "ADMIN_APPLICATION",
+    "FOREIGN_KEY",
     "LISTENER_APPLICATION",
     "POSTGRES_CONNECT_TIMEOUT_S",
     "POSTGRES_KEEPALIVES",
     "POSTGRES_POOL_TIMEOUT_S",
     "POSTGRES_TCP_USER_TIMEOUT_MS",
     "SQLITE_BUSY_TIMEOUT_MS",
+    "UNIQUE",
     "VERIFIER_APPLICATION",
     "WRITE",
+    "Conflicts",
     "database_errors",
     "ensure_schema",
     "make_engine",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 
 from sqlalchemy import Engine
@@ -12,7 +12,21 @@ from sqlalchemy.exc import SQLAlchemyError, StatementError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from apikey_tui.config import mask_url
-from apikey_tui.errors import DatabaseCorruptError, DatabasePermissionError, StoreUnavailableError
+from apikey_tui.errors import (
+    ApiKeyError,
+    DatabaseCorruptError,
+    DatabasePermissionError,
+    StoreUnavailableError,
+)
+
+# The constraint failures a caller may give a meaning of its own (`database_errors`).
+UNIQUE = "unique"
+FOREIGN_KEY = "foreign key"
+Conflicts = Mapping[str, Callable[[], ApiKeyError]]
+# Told apart by code, never by message text: SQLite's extended result codes (the sqlite3 module
+# reports them), PostgreSQL's SQLSTATEs.
+_SQLITE_CONFLICTS = {2067: UNIQUE, 1555: UNIQUE, 787: FOREIGN_KEY}
+_POSTGRES_CONFLICTS = {"23505": UNIQUE, "23503": FOREIGN_KEY}
 
 # SQLite result codes (the low byte of an extended code) and PostgreSQL SQLSTATEs that get a
 # clearer error than "database unavailable".
@@ -25,19 +39,34 @@ _POSTGRES_DENIED = {"42501", "3F000"}
 
 
 @contextmanager
-def database_errors(engine: Engine) -> Iterator[None]:
+def database_errors(engine: Engine, conflicts: Conflicts | None = None) -> Iterator[None]:
     """Turn every SQLAlchemy or driver error into StoreUnavailableError or one of its subclasses.
 
     The one place that does it: wrap every use of an engine or a raw connection in it. The
     message is one line naming the masked URL and the driver's reason; never the statement,
     its parameters, or a value the database echoes back. Other exceptions pass unchanged.
+    conflicts: what a UNIQUE or FOREIGN_KEY failure means to this caller (a duplicate name, a
+    scope removed meanwhile); the error it makes is raised instead. Any other constraint
+    failure is a refused change.
     """
     try:
         yield
     except Exception as exc:
         if not isinstance(exc, _driver_errors()):
             raise
+        meaning = (conflicts or {}).get(_conflict(exc) or "")
+        if meaning is not None:
+            raise meaning() from None
         raise _store_error(exc, mask_url(str(engine.url))) from None
+
+
+def _conflict(exc: Exception) -> str | None:
+    """UNIQUE or FOREIGN_KEY for those constraint failures, else None."""
+    origin = exc.orig if isinstance(exc, StatementError) and exc.orig is not None else exc
+    code = getattr(origin, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return _SQLITE_CONFLICTS.get(code)
+    return _POSTGRES_CONFLICTS.get(str(getattr(origin, "sqlstate", None) or ""))
 
 
 def _driver_errors() -> tuple[type[Exception], ...]:
@@ -71,7 +100,7 @@ def _store_error(exc: Exception, where: str) -> StoreUnavailableError:
             f"the database refused a value ({where}): {type(origin).__name__}"
         )
     if sqlstate.startswith("23") or sqlite_code == 19:  # SQLITE_CONSTRAINT
-        # The store turns the constraint failures it expects into their own errors first.
+        # Those a caller expects have their own errors (`conflicts` above).
         return StoreUnavailableError(f"the database refused a change ({where}): {_reason(exc)}")
     # PEP 249 gives every driver the same class names, so raw driver errors sort alike.
     lost = {cls.__name__ for cls in type(origin).__mro__} & {"OperationalError", "InterfaceError"}

@@ -134,7 +134,7 @@ class ChangeRow(Base, table=True):
     """
 
     __tablename__ = "apikey_tui_change"
-    __table_args__ = {"sqlite_autoincrement": True}  # noqa: RUF012 (SQLAlchemy's own shape)
+    __table_args__ = {"sqlite_autoincrement": True}
     seq: int | None = Field(default=None, primary_key=True)
     public_id: str = Field(max_length=32)
     changed_at: datetime = _timestamp(index=True)  # pruning finds old rows by it

@@ -30,7 +30,7 @@ from apikey_tui.errors import (
 )
 from apikey_tui.hashing import SecretHasher, fingerprint
 from apikey_tui.keyformat import ParsedKey
-from apikey_tui.store import Actor, Credential, KeyStore
+from apikey_tui.store.credentials import Change, Credential, credential_source
 from apikey_tui.verifier.changes import ChangeFeed
 from apikey_tui.verifier.freshness import CommitFreshness, PushFreshness, freshness_for
 from apikey_tui.verifier.guard import CheckGate, FailureBudget, TokenBucket
@@ -112,7 +112,7 @@ class Verifier:
         if engine.dialect.name == "postgresql":
             # Reads in autocommit: a cold check is one SELECT, not BEGIN + SELECT + ROLLBACK.
             engine = engine.execution_options(isolation_level="AUTOCOMMIT")
-        store = KeyStore(engine, hasher=hasher, actor=Actor("verifier"), clock=clock)
+        store = credential_source(engine, hasher=hasher, clock=clock)
         self._source: CredentialSource = store
         self._hasher = store.hasher
         self._freshness = freshness_for(engine, revocation_bound)
@@ -380,7 +380,7 @@ class Verifier:
             return _tag(stored.secret_hash)
         return _tag(upgraded)
 
-    def _suspect(self, changes: Iterable[tuple[int, str, str | None, bool]] | None) -> None:
+    def _suspect(self, changes: Iterable[Change] | None) -> None:
         """Changed keys leave the warm cache (None: every key); deleted ones are dropped.
 
         The others wait in `_stale`: re-read once, a key whose hash did not change (a new

@@ -5,11 +5,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+from apikey_tui.store.credentials import Change
 from apikey_tui.verifier.freshness import Freshness
 from apikey_tui.verifier.key_index import KeyIndex
 from apikey_tui.verifier.port import CredentialSource
 
-Change = tuple[int, str, str | None, bool]  # seq, public id, its fingerprint now, whether it exists
 RECENT = 10_000  # changed ids remembered for racing checks; past it, such checks skip caching
 
 

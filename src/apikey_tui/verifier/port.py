@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Protocol
 
-from apikey_tui.store import Credential
+from apikey_tui.store.credentials import Change, Credential
 
 
 class CredentialSource(Protocol):
@@ -27,7 +27,7 @@ class CredentialSource(Protocol):
     def log_position(self) -> int:
         """The newest entry's position in the change log."""
 
-    def changes_since(self, seq: int) -> list[tuple[int, str, str | None, bool]] | None:
+    def changes_since(self, seq: int) -> list[Change] | None:
         """(seq, public id, its fingerprint now, whether a key holds it) of every change after seq.
 
         None when entries after seq were pruned: the reader fell behind and must drop all.

@@ -1,10 +1,11 @@
-"""The change log: writers append the ids a change touched; verifiers read what changed since."""
+"""The change log: writers append the ids a change touched; verifiers read what changed."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from sqlalchemy import Connection, Engine, bindparam, delete, func, insert
 from sqlalchemy import select as sa_select
@@ -21,6 +22,16 @@ RETENTION = timedelta(days=1)
 # PostgreSQL: change transactions take this advisory lock before appending, so sequence numbers
 # are handed out in commit order and a reader at N never misses an N-1 committed after it.
 LOG_LOCK = 0x61706B79  # "apky"
+
+
+class Change(NamedTuple):
+    """One entry of the log as a reader sees it: the id's state now, not at the change."""
+
+    seq: int
+    public_id: str
+    fingerprint: str | None  # None: made before fingerprints (or gone)
+    exists: bool  # False: no key answers to this id any more (deleted, recreated, grace over)
+
 
 CHANGE = ChangeRow.__table__  # type: ignore[attr-defined]
 KEY = KeyRow.__table__  # type: ignore[attr-defined]
@@ -79,9 +90,7 @@ def position(connection: Connection) -> int:
     return int(connection.execute(POSITION).scalar_one() or 0)
 
 
-def since(
-    connection: Connection, seq: int, now: datetime
-) -> list[tuple[int, str, str | None, bool]] | None:
+def since(connection: Connection, seq: int, now: datetime) -> list[Change] | None:
     """Changes after seq with each id's fingerprint now; None if seq's row was pruned."""
     rows = connection.execute(CHANGES, {"seq": seq}).all()
     if not rows or rows[0].seq != seq:
@@ -89,11 +98,11 @@ def since(
     changes = []
     for row in rows[1:]:
         if row.id is not None:
-            changes.append((row.seq, row.public_id, row.fingerprint, True))
+            changes.append(Change(row.seq, row.public_id, row.fingerprint, True))
         elif row.grace_until is not None and row.grace_until > now:
-            changes.append((row.seq, row.public_id, row.old_fingerprint, True))
+            changes.append(Change(row.seq, row.public_id, row.old_fingerprint, True))
         else:
-            changes.append((row.seq, row.public_id, None, False))
+            changes.append(Change(row.seq, row.public_id, None, False))
     return changes
 
 

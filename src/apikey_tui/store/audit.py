@@ -1,0 +1,120 @@
+"""The audit trail: recording every change, and reading it back."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, or_
+from sqlalchemy import select as sa_select
+from sqlmodel import Session, col, select
+
+from apikey_tui.db.models import EventRow, KeyRow
+from apikey_tui.store import change_log
+from apikey_tui.store.context import StoreContext
+from apikey_tui.store.credentials import CHANGE_CHANNEL
+from apikey_tui.store.records import key_row, like_pattern, read_info
+from apikey_tui.store.types import Event, KeyDetail, KeyInfo
+
+
+def record(
+    ctx: StoreContext,
+    session: Session,
+    action: str,
+    key: KeyInfo | None = None,
+    *,
+    scope: str | None = None,
+    detail: str = "",
+    also: Iterable[str | None] = (),
+) -> None:
+    """Add an event to session's transaction: it is recorded if and when that commits.
+
+    A change to a key also appends the ids it touched (the key's, its previous one's, and
+    `also`: ids the change retired) to the change log, in the same transaction.
+    """
+    if key is not None:
+        change_log.append(session, [key.public_id, key.old_public_id, *also], ctx.clock())
+    session.add(
+        EventRow(
+            at=ctx.clock(),
+            action=action,
+            owner=key.owner if key else None,
+            key_name=key.name if key else None,
+            public_id=key.public_id if key else None,
+            scope=scope,
+            detail=detail,
+            actor=ctx.actor.user,
+            actor_address=ctx.actor.address,
+        )
+    )
+    if ctx.engine.dialect.name == "postgresql":
+        with session.no_autoflush:  # pending rows flush at commit, where callers expect it
+            session.execute(sa_select(func.pg_notify(CHANGE_CHANNEL, "")))
+
+
+def events(
+    ctx: StoreContext, limit: int = 50, *, key: str = "", actor: str = "", action: str = ""
+) -> list[Event]:
+    """Return the newest events first, optionally only those whose key (owner, name or
+    public id), actor or action contains the given text (case-insensitive)."""
+    conditions: list[Any] = []
+    filters: list[tuple[str, tuple[Any, ...]]] = [
+        (key, (EventRow.owner, EventRow.key_name, EventRow.public_id)),
+        (actor, (EventRow.actor, EventRow.actor_address)),
+        (action, (EventRow.action,)),
+    ]
+    for text, columns in filters:
+        if text.strip():
+            pattern = like_pattern(text.strip().lower())
+            conditions.append(
+                or_(*(func.lower(col(c)).like(pattern, escape="\\") for c in columns))
+            )
+    query = select(EventRow).where(*conditions).order_by(col(EventRow.id).desc())
+    with ctx.session() as session:
+        return [event_of(r) for r in session.exec(query.limit(limit))]
+
+
+def event_of(r: EventRow) -> Event:
+    """The event of a row."""
+    return Event(
+        r.id or 0,
+        r.at,
+        r.action,
+        r.owner,
+        r.key_name,
+        r.public_id,
+        r.scope,
+        r.detail,
+        r.actor,
+        r.actor_address,
+    )
+
+
+def key_detail(ctx: StoreContext, owner: str, name: str, limit: int = 100) -> KeyDetail:
+    """Return a key, the event that created or last recreated it, and its newest events.
+
+    Events are matched by owner and name, so a key deleted and created again under the same
+    name shares its history with the earlier one.
+    """
+    mine = (EventRow.owner == owner, EventRow.key_name == name)
+    newest = col(EventRow.id).desc()
+    with ctx.session() as session:
+        info = read_info(session, key_row(session, owner, name), ctx.clock())
+        origin = session.exec(
+            select(EventRow)
+            .where(*mine, col(EventRow.action).in_(("key.create", "key.recreate", "key.rotate")))
+            .order_by(newest)
+            .limit(1)
+        ).first()
+        rows = session.exec(select(EventRow).where(*mine).order_by(newest).limit(limit))
+        found = tuple(event_of(r) for r in rows)
+    return KeyDetail(info, event_of(origin) if origin else None, found)
+
+
+def change_marker(ctx: StoreContext) -> tuple[int, datetime | None]:
+    """A cheap value that changes whenever keys change (newest event) or are used."""
+    with ctx.session() as session:
+        newest = session.exec(select(func.max(EventRow.id))).one()
+        used = session.exec(select(func.max(KeyRow.last_used_at))).one()
+    return (newest or 0, used)

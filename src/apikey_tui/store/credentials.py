@@ -1,0 +1,175 @@
+"""The verifier's port: what it reads from the key database and the little it writes.
+
+Nothing here can create a key, change a secret's scopes or hide anything from the audit
+trail; the verifier imports nothing else of the store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine, bindparam, or_, update
+from sqlalchemy import select as sa_select
+from sqlmodel import col
+
+from apikey_tui.clock import Clock, system_clock
+from apikey_tui.db.models import KeyRow
+from apikey_tui.hashing import SecretHasher
+from apikey_tui.store import change_log
+from apikey_tui.store.change_log import Change as Change  # the verifier's view of a change
+from apikey_tui.store.context import StoreContext
+from apikey_tui.store.records import INFO_COLUMNS, KEY_TABLE, SCOPE_TABLE, in_grace, key_info
+from apikey_tui.store.types import Actor, KeyInfo
+
+# PostgreSQL: every recorded change also NOTIFYs this channel in its own transaction, so
+# verifiers on every host hear of it at commit (and never before: a rolled-back change is silent).
+CHANGE_CHANNEL = "apikey_tui_changes"
+
+
+@dataclass(frozen=True)
+class Credential:
+    """A key with its stored argon2id hash and secret fingerprint, for the verifier.
+
+    Neither shows in a repr. fingerprint is None for keys made before schema version 2.
+    For a rotated key's previous id (still in grace), info is the key's own (owner, name,
+    scopes: a scope change applies to both secrets) with that id as public_id, and the hash and
+    fingerprint are the previous secret's. expires_at is the moment this secret stops working:
+    the key's expiry, or for a previous secret the earlier of that and the end of the grace.
+    """
+
+    info: KeyInfo
+    secret_hash: str = field(repr=False)
+    fingerprint: str | None = field(default=None, repr=False)
+    expires_at: datetime | None = None
+    disabled: bool = False
+
+
+# Built once: on SQLite, building a select() costs more than running it.
+_CREDENTIAL = (
+    sa_select(
+        *INFO_COLUMNS,
+        KEY_TABLE.c.secret_hash,
+        KEY_TABLE.c.fingerprint,
+        KEY_TABLE.c.old_secret_hash,
+        KEY_TABLE.c.old_fingerprint,
+        SCOPE_TABLE.c.scope,
+    )
+    .select_from(KEY_TABLE.outerjoin(SCOPE_TABLE, SCOPE_TABLE.c.key_id == KEY_TABLE.c.id))
+    .where(
+        or_(
+            KEY_TABLE.c.public_id == bindparam("pid"), KEY_TABLE.c.old_public_id == bindparam("pid")
+        )
+    )
+    .order_by(SCOPE_TABLE.c.scope)
+)
+
+
+class CredentialReads(StoreContext):
+    """Reads credentials and records use; the store's admin side (`KeyStore`) builds on it."""
+
+    def __init__(self, engine: Engine, **options: Any) -> None:
+        super().__init__(engine, **options)
+        self._reads = change_log.ReusedConnections(engine)  # the verifier's hot reads
+
+    def close(self) -> None:
+        """Release the store's database connections."""
+        self._reads.close()
+        super().close()
+
+    def credential(self, public_id: str) -> Credential | None:
+        """Return the key with this public id, its hash and fingerprint, or None.
+
+        public_id may be a key's current id or a rotated key's previous id while its grace runs
+        (by the store's clock; after it, None). Expired and disabled keys are returned, marked
+        (expires_at, disabled), for the verifier to refuse. One prebuilt SELECT joining the
+        scopes, on a reused connection: a cold check costs one round trip.
+        """
+        with self._reads.connection() as conn:
+            rows = conn.execute(_CREDENTIAL, {"pid": public_id}).all()
+        if not rows:
+            return None
+        r = rows[0]
+        scopes = (row.scope for row in rows if row.scope is not None)
+        now = self.clock()
+        info = key_info(r, scopes, now, public_id=public_id)
+        disabled = r.disabled_at is not None
+        if r.public_id == public_id:
+            return Credential(info, r.secret_hash, r.fingerprint, r.expires_at, disabled)
+        if not in_grace(r.old_public_id, r.grace_until, now) or r.old_secret_hash is None:
+            return None  # the previous secret's grace has ended
+        assert r.grace_until is not None
+        until = r.grace_until if r.expires_at is None else min(r.expires_at, r.grace_until)
+        return Credential(info, r.old_secret_hash, r.old_fingerprint, until, disabled)
+
+    def key_count(self) -> int:
+        """How many keys there are (to size the verifier's key index)."""
+        with self._reads.connection() as conn:
+            return int(conn.execute(change_log.KEY_COUNT).scalar_one())
+
+    def fingerprint_page(self, after: int, limit: int) -> tuple[int, list[tuple[str, str | None]]]:
+        """Up to `limit` (public id, fingerprint) of keys after row `after`, and the last row.
+
+        A rotated key's previous id is listed too while its grace runs (store clock); the
+        fingerprint is None for keys made before schema version 2. Keyset paging on the
+        primary key: each page is one short indexed query, however many keys there are.
+        """
+        with self._reads.connection() as conn:
+            return change_log.page(conn, after, limit, self.clock())
+
+    def log_position(self) -> int:
+        """The newest entry's position in the change log."""
+        with self._reads.connection() as conn:
+            return change_log.position(conn)
+
+    def changes_since(self, seq: int) -> list[Change] | None:
+        """Every change after seq: (seq, public id, its fingerprint now, whether a key has it).
+
+        None when seq's own entry was pruned: the reader fell behind and must drop everything.
+        """
+        with self._reads.connection() as conn:
+            return change_log.since(conn, seq, self.clock())
+
+    def replace_hash(self, public_id: str, old_hash: str, new_hash: str) -> None:
+        """Store an upgraded hash, unless the key was recreated or deleted meanwhile."""
+        with self.session(write=True) as session:
+            session.exec(
+                update(KeyRow)
+                .where(col(KeyRow.public_id) == public_id, col(KeyRow.secret_hash) == old_hash)
+                .values(secret_hash=new_hash)
+            )
+            session.commit()
+
+    def record_use(self, used: Mapping[str, datetime]) -> None:
+        """Move last_used_at forward for the given public ids (never backwards).
+
+        A rotated key's previous id counts as a use of the key.
+        """
+        if not used:
+            return
+        table = KEY_TABLE
+        statement = (
+            update(table)
+            .where(
+                or_(
+                    table.c.public_id == bindparam("pid"), table.c.old_public_id == bindparam("pid")
+                ),
+                or_(table.c.last_used_at.is_(None), table.c.last_used_at < bindparam("at")),
+            )
+            .values(last_used_at=bindparam("at"))
+        )
+        with self.session(write=True) as session:
+            # One executemany: a service that used 10,000 keys in a minute writes them at once.
+            session.connection().execute(
+                statement, [{"pid": pid, "at": at} for pid, at in used.items()]
+            )
+            session.commit()
+
+
+def credential_source(
+    engine: Engine, *, hasher: SecretHasher | None = None, clock: Clock = system_clock
+) -> CredentialReads:
+    """The verifier's reads on engine (it records no event; its actor only names it)."""
+    return CredentialReads(engine, hasher=hasher, actor=Actor("verifier"), clock=clock)

@@ -1,0 +1,305 @@
+"""KeyStore: the one face of the store for the CLI, the app and the leak tools.
+
+Each method hands over to the module of its concern (`lifecycle`, `queries`, `policy`,
+`catalog`, `audit`, `leaks`); the verifier's reads (`credentials`) are its base.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+
+from apikey_tui.clock import Clock, system_clock
+from apikey_tui.db import ensure_schema, make_engine
+from apikey_tui.hashing import SecretHasher
+from apikey_tui.names import Expiry
+from apikey_tui.store import audit, catalog, leaks, lifecycle, policy, queries
+from apikey_tui.store.credentials import Credential, CredentialReads
+from apikey_tui.store.lifecycle import Deliver
+from apikey_tui.store.queries import Cancel
+from apikey_tui.store.types import (
+    Actor,
+    CreatedKey,
+    Event,
+    KeyDetail,
+    KeyInfo,
+    KeyQuery,
+    Leak,
+    ScopeInfo,
+    ScopeUsage,
+)
+
+
+class KeyStore(CredentialReads):
+    """The one place that reads and writes keys, scopes and events in the database."""
+
+    @classmethod
+    def open(
+        cls,
+        url: str,
+        *,
+        hasher: SecretHasher | None = None,
+        actor: Actor | None = None,
+        create: bool = True,
+        clock: Clock = system_clock,
+    ) -> KeyStore:
+        """Connect to the database at url, creating or checking its schema."""
+        engine = make_engine(url)
+        try:
+            ensure_schema(engine, create=create)
+        except BaseException:
+            engine.dispose()
+            raise
+        return cls(engine, hasher=hasher, actor=actor, clock=clock)
+
+    # --- keys: commands ------------------------------------------------------------------------
+
+    def create_key(
+        self,
+        owner: str,
+        name: str,
+        scopes: Iterable[str],
+        *,
+        expires: Expiry | None = None,
+        deliver: Deliver | None = None,
+    ) -> CreatedKey:
+        """Create a key; return it with its plaintext, shown once (`lifecycle.create_key`)."""
+        return lifecycle.create_key(self, owner, name, scopes, expires=expires, deliver=deliver)
+
+    def delete_key(
+        self, owner: str, name: str, *, expected_public_id: str | None = None
+    ) -> KeyInfo:
+        """Delete a key: from the commit on, no verifier accepts it.
+
+        With expected_public_id, refuse (KeyChangedError) if the key was recreated since the
+        caller read it: a confirmation names one key, and only that one may be deleted.
+        """
+        return lifecycle.delete_key(self, owner, name, expected_public_id=expected_public_id)
+
+    def recreate_key(
+        self,
+        owner: str,
+        name: str,
+        *,
+        expected_public_id: str | None = None,
+        deliver: Deliver | None = None,
+    ) -> CreatedKey:
+        """Replace a stolen key's id and secret in one transaction; same owner, name, scopes.
+
+        The old secret stops at once (a rotation without grace, recorded as key.recreate).
+        With expected_public_id, refuse (KeyChangedError) if the key was recreated meanwhile.
+        deliver: as for create_key; if it raises, the key stays as it was.
+        """
+        return lifecycle.rotate(
+            self,
+            owner,
+            name,
+            timedelta(0),
+            None,
+            expected_public_id,
+            deliver,
+            action="key.recreate",
+        )
+
+    def rotate_key(
+        self,
+        owner: str,
+        name: str,
+        *,
+        grace: timedelta,
+        expires: Expiry | None = None,
+        expected_public_id: str | None = None,
+        deliver: Deliver | None = None,
+    ) -> CreatedKey:
+        """Give a key a new public id and secret; the previous secret works until now + grace.
+
+        Same owner, name and scopes; both secrets are the same key, so a scope change, a
+        disable or an expiry applies to both. The previous secret never outlives the key's
+        expiry as it was, and a grace of 0 stops it at once (like recreate_key). Rotating during
+        a grace ends that grace: the secret before the previous one stops at once.
+
+        The new secret's expiry: expires if given (held to the policy like create_key's), else
+        the lifetime the key had (expires_at - created_at) from now, at most the policy's
+        maximum; a key that never expired keeps none unless a policy holds it.
+        deliver: as for create_key; if it raises, the key stays as it was, old secret and all.
+        """
+        return lifecycle.rotate(
+            self, owner, name, grace, expires, expected_public_id, deliver, action="key.rotate"
+        )
+
+    def end_grace(self, owner: str, name: str, *, expected_public_id: str | None = None) -> KeyInfo:
+        """Stop a rotated key's previous secret now; refused (KeyStateError) when none works."""
+        return lifecycle.end_grace(self, owner, name, expected_public_id=expected_public_id)
+
+    def set_expiry(
+        self, owner: str, name: str, expires: Expiry, *, expected_public_id: str | None = None
+    ) -> KeyInfo:
+        """Set when a key stops working (a span from now, a moment, or NEVER).
+
+        Held to the lifetime policy counted from the key's creation or last rotation: to
+        extend a key past that, rotate it. A moment not in the future is refused; to stop a key
+        now, disable or delete it.
+        """
+        return lifecycle.set_expiry(
+            self, owner, name, expires, expected_public_id=expected_public_id
+        )
+
+    def disable_key(
+        self, owner: str, name: str, reason: str = "", *, expected_public_id: str | None = None
+    ) -> KeyInfo:
+        """Switch a key off, reversibly: both secrets are refused; name, scopes, history stay."""
+        return lifecycle.disable_key(
+            self, owner, name, reason, expected_public_id=expected_public_id
+        )
+
+    def enable_key(
+        self, owner: str, name: str, *, expected_public_id: str | None = None
+    ) -> KeyInfo:
+        """Switch a disabled key on again (an expired key stays expired)."""
+        return lifecycle.enable_key(self, owner, name, expected_public_id=expected_public_id)
+
+    def set_key_scopes(
+        self,
+        owner: str,
+        name: str,
+        scopes: Iterable[str],
+        *,
+        expected_public_id: str | None = None,
+    ) -> KeyInfo:
+        """Replace the scopes a key holds; verifiers see the change like a deletion.
+
+        With expected_public_id, refuse (KeyChangedError) if the key was recreated meanwhile.
+        """
+        return lifecycle.set_key_scopes(
+            self, owner, name, scopes, expected_public_id=expected_public_id
+        )
+
+    # --- keys: reads ---------------------------------------------------------------------------
+
+    def get_key(self, owner: str, name: str) -> KeyInfo:
+        """Return one key of an owner by name."""
+        return queries.get_key(self, owner, name)
+
+    def list_keys(
+        self,
+        owner: str | None = None,
+        text: str = "",
+        *,
+        limit: int | None = None,
+        expiring_within: timedelta | None = None,
+        unused_for: timedelta | None = None,
+        violating_policy: bool = False,
+    ) -> list[KeyInfo]:
+        """List keys of one owner (or all), by owner and name (`queries.list_keys`)."""
+        return queries.list_keys(
+            self,
+            owner,
+            text,
+            limit=limit,
+            expiring_within=expiring_within,
+            unused_for=unused_for,
+            violating_policy=violating_policy,
+        )
+
+    def count_keys(self, query: KeyQuery, *, cancelled: Cancel | None = None) -> int:
+        """How many keys match query (for the scrollbar and the status line)."""
+        return queries.count_keys(self, query, cancelled=cancelled)
+
+    def key_window(
+        self,
+        query: KeyQuery,
+        offset: int,
+        limit: int,
+        *,
+        total: int | None = None,
+        after: KeyInfo | None = None,
+        before: KeyInfo | None = None,
+        cancelled: Cancel | None = None,
+    ) -> list[KeyInfo]:
+        """Keys offset … offset + limit - 1 of query's order (`queries.key_window`)."""
+        return queries.key_window(
+            self,
+            query,
+            offset,
+            limit,
+            total=total,
+            after=after,
+            before_key=before,
+            cancelled=cancelled,
+        )
+
+    def key_position(
+        self, query: KeyQuery, owner: str, name: str, *, cancelled: Cancel | None = None
+    ) -> int | None:
+        """Where the key (owner, name) stands in query's order (`queries.key_position`)."""
+        return queries.key_position(self, query, owner, name, cancelled=cancelled)
+
+    def change_marker(self) -> tuple[int, datetime | None]:
+        """A cheap value that changes whenever keys change (newest event) or are used."""
+        return audit.change_marker(self)
+
+    # --- the lifetime policy -------------------------------------------------------------------
+
+    def lifetime_policy(self) -> timedelta | None:
+        """The maximum lifetime of new keys, or None when no policy is set."""
+        return policy.lifetime_policy(self)
+
+    def set_lifetime_policy(self, maximum: timedelta | None) -> list[KeyInfo]:
+        """Hold new keys to a maximum lifetime (None: no policy); return the keys that break it.
+
+        Existing keys are never changed: those that break the new policy are only listed (here
+        and by list_keys(violating_policy=True)), for an admin to rotate or re-expire.
+        """
+        policy.set_lifetime_policy(self, maximum)
+        return self.list_keys(violating_policy=True)
+
+    # --- the scope catalog ---------------------------------------------------------------------
+
+    def list_scopes(self) -> list[ScopeInfo]:
+        """Return the scope catalog, sorted by name."""
+        return catalog.list_scopes(self)
+
+    def scope_usage(self) -> list[ScopeUsage]:
+        """Return the scope catalog, sorted by name, with how many keys hold each scope."""
+        return catalog.scope_usage(self)
+
+    def add_scope(self, name: str, description: str = "") -> ScopeInfo:
+        """Add a scope to the catalog."""
+        return catalog.add_scope(self, name, description)
+
+    def describe_scope(self, name: str, description: str) -> ScopeInfo:
+        """Change the description of a catalog scope."""
+        return catalog.describe_scope(self, name, description)
+
+    def remove_scope(self, name: str) -> None:
+        """Remove a scope from the catalog; refused while keys hold it."""
+        catalog.remove_scope(self, name)
+
+    # --- the audit trail -----------------------------------------------------------------------
+
+    def events(
+        self, limit: int = 50, *, key: str = "", actor: str = "", action: str = ""
+    ) -> list[Event]:
+        """Return the newest events first, optionally only those whose key (owner, name or
+        public id), actor or action contains the given text (case-insensitive)."""
+        return audit.events(self, limit, key=key, actor=actor, action=action)
+
+    def key_detail(self, owner: str, name: str, limit: int = 100) -> KeyDetail:
+        """Return a key, the event that created or last recreated it, and its newest events."""
+        return audit.key_detail(self, owner, name, limit)
+
+    # --- leaks: keys found where they must not be (issue 17) -----------------------------------
+
+    def contain_leak(
+        self, credential: Credential, *, source: str, where: str, delete: bool = False
+    ) -> Leak | None:
+        """Disable (or delete) a key whose secret leaked, and record it (`leaks.contain_leak`)."""
+        return leaks.contain_leak(self, credential, source=source, where=where, delete=delete)
+
+    def leaks(self, owner: str, name: str, limit: int = 20) -> list[Leak]:
+        """Where and when a key was found leaked (its key.leak events), newest first."""
+        return leaks.leaks(self, owner, name, limit)
+
+    def issued(self, public_id: str) -> bool:
+        """Whether this database ever made a key with this public id (its events name it)."""
+        return leaks.issued(self, public_id)

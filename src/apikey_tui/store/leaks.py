@@ -1,0 +1,95 @@
+"""Leaked keys: stopping a key whose secret was found where it must not be, and its record."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from sqlalchemy import or_
+from sqlmodel import col, select
+
+from apikey_tui.db.models import EventRow, KeyRow
+from apikey_tui.errors import InvalidInputError
+from apikey_tui.names import printable
+from apikey_tui.store import audit
+from apikey_tui.store.context import StoreContext
+from apikey_tui.store.credentials import Credential
+from apikey_tui.store.records import KEY_TABLE, in_grace, read_info
+from apikey_tui.store.types import LEAK_EVENT, LEAK_SOURCES, Leak, leak_reason
+
+
+def contain_leak(
+    ctx: StoreContext, credential: Credential, *, source: str, where: str, delete: bool = False
+) -> Leak | None:
+    """Act on a key whose secret the caller proved leaked (it matched credential's hash).
+
+    A live key is disabled (reason `leaked: <where>`) or, with delete, deleted; a disabled
+    or expired one is left as it is. Either way a `key.leak` event records the source and
+    where, in the same transaction (verifiers hear of it at commit). A rotated key's
+    previous secret in grace counts as the key: the whole key is stopped. The key is found
+    again by the credential's public id; None when no key holds it any more (deleted,
+    recreated, or its grace ended meanwhile): the leaked secret then works nowhere.
+    """
+    if source not in LEAK_SOURCES:
+        raise InvalidInputError(f"unknown leak source {source!r}")
+    public_id = credential.info.public_id
+    key = KEY_TABLE
+    with ctx.session(write=True) as session:
+        row = session.exec(
+            select(KeyRow)
+            .where(or_(key.c.public_id == public_id, key.c.old_public_id == public_id))
+            .with_for_update()
+        ).first()
+        if row is None:
+            return None
+        # Public ids are never reused, so an id still naming this row means the same
+        # secret; the stored hash may differ (a verifier re-hashed it) and does not matter.
+        now = ctx.clock()
+        until = row.expires_at
+        if row.public_id != public_id:
+            if not in_grace(row.old_public_id, row.grace_until, now):
+                return None
+            assert row.grace_until is not None
+            until = row.grace_until if until is None else min(until, row.grace_until)
+        live = row.disabled_at is None and (until is None or now < until)
+        info = read_info(session, row, now)
+        outcome = ("deleted" if delete else "disabled") if live else "recorded"
+        if outcome == "deleted":
+            session.delete(row)
+        elif outcome == "disabled":
+            row.disabled_at, row.disabled_reason = now, leak_reason(where)
+            session.add(row)
+            info = read_info(session, row, now)
+        leak = Leak(now, source, outcome, printable(where), info.owner, info.name, public_id)
+        reported = replace(info, public_id=public_id)
+        audit.record(ctx, session, LEAK_EVENT, reported, detail=leak.detail, also=[info.public_id])
+        session.commit()
+    return leak
+
+
+def leaks(ctx: StoreContext, owner: str, name: str, limit: int = 20) -> list[Leak]:
+    """Where and when a key was found leaked (its key.leak events), newest first.
+
+    Matched by owner and name, like key_detail: a key recreated after a leak keeps the
+    history of the leak that made its admin recreate it.
+    """
+    with ctx.session() as session:
+        rows = session.exec(
+            select(EventRow)
+            .where(
+                EventRow.owner == owner,
+                EventRow.key_name == name,
+                EventRow.action == LEAK_EVENT,
+            )
+            .order_by(col(EventRow.id).desc())
+            .limit(limit)
+        )
+        return [Leak.from_event(audit.event_of(r)) for r in rows]
+
+
+def issued(ctx: StoreContext, public_id: str) -> bool:
+    """Whether this database ever made a key with this public id (its events name it)."""
+    with ctx.session() as session:
+        found = session.exec(
+            select(EventRow.id).where(EventRow.public_id == public_id).limit(1)
+        ).first()
+    return found is not None

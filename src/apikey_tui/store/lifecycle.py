@@ -1,0 +1,262 @@
+"""Key commands: create, delete, recreate, rotate, end a grace, expire, disable, enable, rescope.
+
+Each runs in one write transaction that locks the key's row, records its event, and commits
+whole or not at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from datetime import timedelta
+
+from sqlmodel import col, delete
+
+from apikey_tui import keyformat
+from apikey_tui.db import FOREIGN_KEY, UNIQUE
+from apikey_tui.db.models import KeyRow, KeyScopeRow
+from apikey_tui.errors import DuplicateKeyNameError, InvalidInputError, KeyStateError
+from apikey_tui.hashing import fingerprint
+from apikey_tui.names import (
+    Expiry,
+    check_key_name,
+    check_owner,
+    check_reason,
+    check_span,
+    format_moment,
+)
+from apikey_tui.store import audit, catalog, policy
+from apikey_tui.store.context import StoreContext
+from apikey_tui.store.records import in_grace, key_info, key_row, read_info
+from apikey_tui.store.types import LEAK_REASON, CreatedKey, KeyInfo
+
+Deliver = Callable[[CreatedKey], None]
+"""Hands a new key's secret over (the CLI writes it to stdout) inside the transaction that makes
+it, before the commit. If it raises, the transaction is rolled back: a secret nobody received
+leaves no key, and a recreate or rotation leaves the key as it was. The audit trail records only
+what was committed, so such an attempt leaves no event. Should the commit fail after it, the
+secret handed over belongs to no key (the caller says so). It runs while the transaction holds
+the key's row lock (on SQLite the database's write lock), so it must be quick: a short write."""
+
+
+def create_key(
+    ctx: StoreContext,
+    owner: str,
+    name: str,
+    scopes: Iterable[str],
+    *,
+    expires: Expiry | None = None,
+    deliver: Deliver | None = None,
+) -> CreatedKey:
+    """Create a key; return it with its plaintext, which is shown once and never stored.
+
+    expires: a span from now, a moment, or NEVER; None means the default, which is the
+    lifetime policy's maximum when one is set and no expiry otherwise. An expiry past the
+    policy's maximum (NEVER included) is refused, never shortened (`policy.expiry`).
+    deliver: hands the new key over before the commit (see Deliver); if it raises, the key
+    was never created.
+    """
+    check_owner(owner)
+    check_key_name(name)
+    wanted = catalog.wanted_scopes(scopes)
+    parts, plaintext = keyformat.generate()
+    # Hash before the transaction: argon2 work must not hold the database's write lock.
+    secret_hash = ctx.hasher.hash(parts.secret)
+    now = ctx.clock()
+    row = KeyRow(
+        owner=owner,
+        name=name,
+        public_id=parts.public_id,
+        secret_hash=secret_hash,
+        fingerprint=fingerprint(parts.public_id, parts.secret),
+        created_at=now,
+    )
+    conflicts = {
+        UNIQUE: lambda: DuplicateKeyNameError(owner, name),
+        FOREIGN_KEY: lambda: catalog.removed_meanwhile(ctx, wanted),
+    }
+    with ctx.session(write=True, conflicts=conflicts) as session:
+        catalog.check_catalog(session, wanted)
+        row.expires_at = policy.expiry(session, expires, start=now, now=now)
+        session.add(row)
+        session.flush()
+        assert row.id is not None
+        session.add_all(KeyScopeRow(key_id=row.id, scope=s) for s in wanted)
+        info = key_info(row, wanted, now)
+        detail = f"scopes: {' '.join(wanted)}" + policy.expiry_note(row.expires_at)
+        audit.record(ctx, session, "key.create", info, detail=detail)
+        if deliver is not None:
+            deliver(CreatedKey(info, plaintext))
+        session.commit()
+    return CreatedKey(info, plaintext)
+
+
+def delete_key(
+    ctx: StoreContext, owner: str, name: str, *, expected_public_id: str | None
+) -> KeyInfo:
+    """Delete a key: from the commit on, no verifier accepts it (`KeyStore.delete_key`)."""
+    with ctx.session(write=True) as session:
+        row = key_row(session, owner, name, lock=True, expected_public_id=expected_public_id)
+        info = read_info(session, row, ctx.clock())
+        session.delete(row)  # the key's scope rows go with it (ON DELETE CASCADE)
+        audit.record(ctx, session, "key.delete", info)
+        session.commit()
+    return info
+
+
+def rotate(
+    ctx: StoreContext,
+    owner: str,
+    name: str,
+    grace: timedelta,
+    expires: Expiry | None,
+    expected_public_id: str | None,
+    deliver: Deliver | None,
+    *,
+    action: str,
+) -> CreatedKey:
+    """A new public id and secret for the key; the previous one works for grace (key.rotate),
+    or stops at once (key.recreate). See `KeyStore.rotate_key` and `KeyStore.recreate_key`."""
+    if grace < timedelta(0):
+        raise InvalidInputError("a grace period cannot be negative")
+    check_span(grace, "grace")
+    parts, plaintext = keyformat.generate()
+    # Hash before the transaction: argon2 work must not hold the database's write lock.
+    secret_hash = ctx.hasher.hash(parts.secret)
+    secret_fingerprint = fingerprint(parts.public_id, parts.secret)
+    with ctx.session(write=True) as session:
+        row = key_row(session, owner, name, lock=True, expected_public_id=expected_public_id)
+        now = ctx.clock()
+        replaced = (row.public_id, row.old_public_id)  # both stop or change: logged as changed
+        notes = [f"replaces {row.public_id}"]
+        if in_grace(row.old_public_id, row.grace_until, now):
+            notes.append(f"ends the grace of {row.old_public_id} now")
+        lifetime = row.expires_at - row.created_at if row.expires_at is not None else None
+        new_expiry = policy.expiry(session, expires, start=now, now=now, inherited=lifetime)
+        until = policy.second(now + grace)
+        if row.expires_at is not None:
+            until = min(until, row.expires_at)  # a grace never revives an expired secret
+        leaked = row.disabled_reason is not None and row.disabled_reason.startswith(LEAK_REASON)
+        if leaked:  # a leaked secret gets no grace: enabled later, it would work again
+            until = now
+            notes.append("no grace: the key leaked")
+        if until > now:
+            row.old_public_id, row.old_secret_hash = row.public_id, row.secret_hash
+            row.old_fingerprint, row.grace_until = row.fingerprint, until
+            notes[0] += f", which works until {format_moment(until)}"
+        else:
+            row.old_public_id = row.old_secret_hash = row.old_fingerprint = None
+            row.grace_until = None
+            notes[0] += " at once" if action == "key.rotate" else ""
+        row.public_id, row.secret_hash = parts.public_id, secret_hash
+        row.fingerprint = secret_fingerprint
+        row.created_at, row.last_used_at = now, None
+        row.expires_at = new_expiry
+        session.add(row)
+        info = read_info(session, row, now)
+        detail = "; ".join(notes) + policy.expiry_note(new_expiry)
+        audit.record(ctx, session, action, info, detail=detail, also=replaced)
+        created = CreatedKey(info, plaintext)
+        if deliver is not None:
+            deliver(created)
+        session.commit()
+    return created
+
+
+def end_grace(
+    ctx: StoreContext, owner: str, name: str, *, expected_public_id: str | None
+) -> KeyInfo:
+    """Stop a rotated key's previous secret now; refused (KeyStateError) when none works."""
+    with ctx.session(write=True) as session:
+        row = key_row(session, owner, name, lock=True, expected_public_id=expected_public_id)
+        previous = row.old_public_id
+        now = ctx.clock()
+        if not in_grace(previous, row.grace_until, now):
+            raise KeyStateError(
+                f"key {name!r} of {owner} has no previous secret in grace; nothing was done"
+            )
+        row.old_public_id = row.old_secret_hash = row.old_fingerprint = None
+        row.grace_until = None
+        session.add(row)
+        info = read_info(session, row, now)
+        detail = f"{previous} stopped working"
+        audit.record(ctx, session, "key.end-grace", info, detail=detail, also=[previous])
+        session.commit()
+    return info
+
+
+def set_expiry(
+    ctx: StoreContext, owner: str, name: str, expires: Expiry, *, expected_public_id: str | None
+) -> KeyInfo:
+    """Set when a key stops working, held to the policy (`KeyStore.set_expiry`)."""
+    with ctx.session(write=True) as session:
+        row = key_row(session, owner, name, lock=True, expected_public_id=expected_public_id)
+        now = ctx.clock()
+        row.expires_at = policy.expiry(session, expires, start=row.created_at, now=now)
+        session.add(row)
+        info = read_info(session, row, now)
+        detail = policy.expiry_note(row.expires_at).removeprefix("; ") or "never expires"
+        audit.record(ctx, session, "key.expire-set", info, detail=detail)
+        session.commit()
+    return info
+
+
+def disable_key(
+    ctx: StoreContext, owner: str, name: str, reason: str, *, expected_public_id: str | None
+) -> KeyInfo:
+    """Switch a key off, reversibly: both secrets are refused; name, scopes, history stay."""
+    check_reason(reason)
+    with ctx.session(write=True) as session:
+        row = key_row(session, owner, name, lock=True, expected_public_id=expected_public_id)
+        if row.disabled_at is not None:
+            raise KeyStateError(
+                f"key {name!r} of {owner} is already disabled (since "
+                f"{format_moment(row.disabled_at)}); nothing was done"
+            )
+        now = ctx.clock()
+        row.disabled_at, row.disabled_reason = now, reason or None
+        session.add(row)
+        info = read_info(session, row, now)
+        audit.record(ctx, session, "key.disable", info, detail=reason)
+        session.commit()
+    return info
+
+
+def enable_key(
+    ctx: StoreContext, owner: str, name: str, *, expected_public_id: str | None
+) -> KeyInfo:
+    """Switch a disabled key on again (an expired key stays expired)."""
+    with ctx.session(write=True) as session:
+        row = key_row(session, owner, name, lock=True, expected_public_id=expected_public_id)
+        if row.disabled_at is None:
+            raise KeyStateError(f"key {name!r} of {owner} is not disabled; nothing was done")
+        since = row.disabled_at
+        row.disabled_at = row.disabled_reason = None
+        session.add(row)
+        info = read_info(session, row, ctx.clock())
+        detail = f"disabled since {format_moment(since)}"
+        audit.record(ctx, session, "key.enable", info, detail=detail)
+        session.commit()
+    return info
+
+
+def set_key_scopes(
+    ctx: StoreContext,
+    owner: str,
+    name: str,
+    scopes: Iterable[str],
+    *,
+    expected_public_id: str | None,
+) -> KeyInfo:
+    """Replace the scopes a key holds; verifiers see the change like a deletion."""
+    wanted = catalog.wanted_scopes(scopes)
+    conflicts = {FOREIGN_KEY: lambda: catalog.removed_meanwhile(ctx, wanted)}
+    with ctx.session(write=True, conflicts=conflicts) as session:
+        row = key_row(session, owner, name, lock=True, expected_public_id=expected_public_id)
+        catalog.check_catalog(session, wanted)
+        assert row.id is not None
+        session.exec(delete(KeyScopeRow).where(col(KeyScopeRow.key_id) == row.id))
+        session.add_all(KeyScopeRow(key_id=row.id, scope=s) for s in wanted)
+        info = key_info(row, wanted, ctx.clock())
+        audit.record(ctx, session, "key.rescope", info, detail=f"scopes: {' '.join(wanted)}")
+        session.commit()
+    return info

@@ -1,0 +1,294 @@
+"""Reading keys: the one key filter, the table's window, and the listings built on them."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import Connection, false, func, literal_column, or_
+from sqlalchemy import select as sa_select
+from sqlmodel import col
+
+from apikey_tui.db import database_errors, key_indexes
+from apikey_tui.db.models import KeyRow
+from apikey_tui.errors import StoreUnavailableError
+from apikey_tui.names import check_span
+from apikey_tui.store import catalog, policy
+from apikey_tui.store.context import StoreContext
+from apikey_tui.store.ordering import before, order, sort_values
+from apikey_tui.store.records import (
+    INFO_COLUMNS,
+    KEY_TABLE,
+    SCOPE_TABLE,
+    key_info,
+    key_row,
+    like_pattern,
+    read_info,
+)
+from apikey_tui.store.types import KeyInfo, KeyQuery
+
+Cancel = Callable[[], bool]
+# Fewer candidates than this from the trigram index: read just them; more: the text is common,
+# and scanning in the table's order finds a screenful long before the end.
+SPARSE = 2000
+
+
+class QueryCancelled(Exception):
+    """The caller cancelled a read (a newer keystroke made it stale); nothing to report."""
+
+
+def get_key(ctx: StoreContext, owner: str, name: str) -> KeyInfo:
+    """Return one key of an owner by name."""
+    with ctx.session() as session:
+        return read_info(session, key_row(session, owner, name), ctx.clock())
+
+
+def list_keys(
+    ctx: StoreContext,
+    owner: str | None = None,
+    text: str = "",
+    *,
+    limit: int | None = None,
+    expiring_within: timedelta | None = None,
+    unused_for: timedelta | None = None,
+    violating_policy: bool = False,
+) -> list[KeyInfo]:
+    """List keys of one owner (or all owners), whose owner, name or public id contains text.
+
+    expiring_within: only keys not yet expired that expire within this span from now.
+    unused_for: only keys not used for this long (a key never used counts from its creation
+    or last rotation). violating_policy: only keys whose lifetime breaks the lifetime
+    policy (none when no policy is set).
+    """
+    now = ctx.clock()
+    conditions: list[Any] = []
+    if expiring_within is not None:
+        expires = col(KeyRow.expires_at)
+        conditions += [expires > now, expires <= now + check_span(expiring_within, "span")]
+    if unused_for is not None:
+        since = func.coalesce(col(KeyRow.last_used_at), col(KeyRow.created_at))
+        conditions.append(since <= now - check_span(unused_for, "span"))
+    if owner is not None:
+        conditions.append(KeyRow.owner == owner)
+    if text:
+        pattern = like_pattern(text.lower())
+        conditions.append(
+            or_(
+                *(
+                    func.lower(c).like(pattern, escape="\\")
+                    for c in (col(KeyRow.name), col(KeyRow.public_id), col(KeyRow.owner))
+                )
+            )
+        )
+    ordered = sa_select(KEY_TABLE.c.id).where(*conditions).order_by(KeyRow.owner, KeyRow.name)
+    maximum: timedelta | None = None
+    if violating_policy:
+        maximum = policy.lifetime_policy(ctx)
+        if maximum is None:
+            return []
+    wanted = ordered.limit(limit) if limit is not None and maximum is None else ordered
+    # Plain columns, not ORM objects, and all scopes in one query: 100,000 keys load in
+    # about a second instead of three.
+    with reading(ctx, None) as conn:
+        rows = conn.execute(
+            sa_select(*INFO_COLUMNS)
+            .where(KEY_TABLE.c.id.in_(wanted))
+            .order_by(KEY_TABLE.c.owner, KEY_TABLE.c.name)
+        ).all()
+        scopes = _scopes(conn, wanted)
+    keys = [key_info(r, scopes.get(r.id, ()), now) for r in rows]
+    if maximum is not None:
+        keys = [k for k in keys if policy.breaks(k.created_at, k.expires_at, maximum)][:limit]
+    return keys
+
+
+def count_keys(ctx: StoreContext, query: KeyQuery, *, cancelled: Cancel | None = None) -> int:
+    """How many keys match query (for the scrollbar and the status line)."""
+    with reading(ctx, cancelled) as conn:
+        terms = matching(ctx, conn, query)
+        statement = sa_select(func.count()).select_from(KEY_TABLE).where(*terms)
+        return int(conn.execute(statement).scalar_one())
+
+
+def key_window(
+    ctx: StoreContext,
+    query: KeyQuery,
+    offset: int,
+    limit: int,
+    *,
+    total: int | None = None,
+    after: KeyInfo | None = None,
+    before_key: KeyInfo | None = None,
+    cancelled: Cancel | None = None,
+) -> list[KeyInfo]:
+    """Keys offset … offset + limit - 1 of query's order, scopes included.
+
+    Only these rows are read: at a million keys the first screen costs a millisecond when
+    an index gives the order. Given total, a window in the far half is read from the other
+    end (OFFSET walks the rows it skips), so the last page costs as little as the first.
+    Given the key just before the window (after=) or just after it (before_key=), offset is
+    ignored and the window starts from that key through the index (keyset paging): the
+    cost of scrolling does not grow with the depth.
+    """
+    offset, limit = max(offset, 0), max(limit, 0)
+    flipped = before_key is not None or (
+        after is None and total is not None and offset > total // 2
+    )
+    anchor: list[Any] = []
+    if after is not None:
+        offset, anchor = 0, [before(query, sort_values(after), reverse=not query.reverse)]
+    elif before_key is not None:
+        offset, anchor = 0, [before(query, sort_values(before_key))]
+    elif flipped:
+        assert total is not None
+        end = min(offset + limit, total)
+        offset, limit = total - end, max(end - offset, 0)
+    hint = bool(anchor) or (total is not None and total > 5000)
+    with reading(ctx, cancelled) as conn:
+        statement = (
+            sa_select(*INFO_COLUMNS)
+            .where(*matching(ctx, conn, query, hint_order=hint), *anchor)
+            .order_by(*order(query, reverse=query.reverse != flipped))
+            .offset(offset)
+            .limit(limit)
+        )
+        rows = list(conn.execute(statement).all())
+        if flipped:
+            rows.reverse()
+        scopes = _scopes(conn, [r.id for r in rows]) if rows else {}
+    now = ctx.clock()
+    return [key_info(r, scopes.get(r.id, ()), now) for r in rows]
+
+
+def key_position(
+    ctx: StoreContext, query: KeyQuery, owner: str, name: str, *, cancelled: Cancel | None = None
+) -> int | None:
+    """Where the key (owner, name) stands in query's order, or None if it does not match.
+
+    One count of the keys before it (an index range where the order has an index), so a
+    selection can follow its key through a reload without reading the rows before it.
+    """
+    key = KEY_TABLE
+    with reading(ctx, cancelled) as conn:
+        terms = matching(ctx, conn, query)
+        found = conn.execute(
+            sa_select(key.c.id, key.c.public_id, key.c.created_at, key.c.last_used_at).where(
+                key.c.owner == owner, key.c.name == name, *terms
+            )
+        ).first()
+        if found is None:
+            return None
+        values = {
+            "owner": owner,
+            "name": name,
+            "public_id": found.public_id,
+            "created_at": found.created_at,
+            "last_used_at": found.last_used_at,
+        }
+        statement = sa_select(func.count()).select_from(key).where(*terms, before(query, values))
+        return int(conn.execute(statement).scalar_one())
+
+
+def _scopes(conn: Connection, key_ids: Any) -> dict[int, list[str]]:
+    """The scopes of these keys (ids, or a query of them), each key's sorted by name."""
+    scope = SCOPE_TABLE
+    found: dict[int, list[str]] = {}
+    for key_id, name in conn.execute(
+        sa_select(scope.c.key_id, scope.c.scope)
+        .where(scope.c.key_id.in_(key_ids))
+        .order_by(scope.c.key_id, scope.c.scope)
+    ):
+        found.setdefault(key_id, []).append(name)
+    return found
+
+
+def matching(
+    ctx: StoreContext, conn: Connection, query: KeyQuery, *, hint_order: bool = False
+) -> list[Any]:
+    """WHERE terms: the owner, and the text in owner, name, public id or a scope's name.
+
+    The one key filter: the app's table and `keys list --filter` both read through it.
+    """
+    key, sqlite = KEY_TABLE, ctx.engine.dialect.name == "sqlite"
+    terms: list[Any] = []
+    # SQLite keeps no statistics unless ANALYZE ran, so it takes any owner for a handful of
+    # keys and reads through the owner index; a unary + keeps it off that index where a
+    # better path exists (the order's own index, or the trigram candidates below).
+    owner_unindexed = sqlite and hint_order and query.sort not in ("owner", "name")
+    needle = query.text.strip()
+    if "\x00" in needle:
+        # No owner, name, id or scope holds a NUL; PostgreSQL and FTS5 refuse one outright.
+        return [false()]
+    if needle and not (query.owner and needle.lower() in query.owner.lower()):
+        pattern = like_pattern(needle)
+
+        # Names, owners, ids and scopes are ASCII; SQLite's LIKE ignores ASCII case already,
+        # and lower() around every column would double the cost of a scan.
+        def contains(column: Any) -> Any:
+            if sqlite:
+                return column.like(pattern, escape="\\")
+            if len(needle) < key_indexes.SHORTEST:
+                # pg_trgm can take text this short only by reading its whole index (half a
+                # second at a million keys); lower() keeps the planner off that index.
+                return func.lower(column).like(pattern.lower(), escape="\\")
+            return column.ilike(pattern, escape="\\")
+
+        found = [contains(key.c.name), contains(key.c.public_id)]
+        if query.owner is None:
+            found.append(contains(key.c.owner))
+        scope_names = [s.name for s in catalog.list_scopes(ctx) if needle.lower() in s.name]
+        if scope_names:
+            scope = SCOPE_TABLE
+            found.append(
+                sa_select(scope.c.key_id)
+                .where(scope.c.key_id == key.c.id, scope.c.scope.in_(scope_names))
+                .exists()
+            )
+        terms.append(or_(*found))
+        if sqlite and _searchable(ctx, conn):
+            # SQLite cannot serve LIKE '%text%' from an index, so a rare text would scan
+            # every key; the trigram table names the few keys that may match, and the
+            # exact terms above still decide. Common text scans: the first rows come fast.
+            ids = key_indexes.candidate_ids(conn, needle, scope_names, SPARSE)
+            if ids is not None:
+                terms.append(key.c.id.in_(ids))
+                owner_unindexed = True  # read the few ids, not the owner's every key
+    # (A text inside the owner's name matches every key of theirs: the owner term alone.)
+    if query.owner is not None:
+        if owner_unindexed:
+            terms.append(literal_column(f"+{key.name}.owner") == query.owner)
+        else:
+            terms.append(key.c.owner == query.owner)
+    return terms
+
+
+def _searchable(ctx: StoreContext, conn: Connection) -> bool:
+    """Whether the database has the trigram index (asked once per store)."""
+    if ctx.key_indexes is None:
+        ctx.key_indexes = key_indexes.present(conn)
+    return ctx.key_indexes
+
+
+@contextmanager
+def reading(ctx: StoreContext, cancelled: Cancel | None) -> Iterator[Connection]:
+    """A read connection; on SQLite a query stops within milliseconds once cancelled()."""
+    try:
+        with database_errors(ctx.engine), ctx.engine.connect() as conn:
+            raw = conn.connection.driver_connection
+            if cancelled is None or not isinstance(raw, sqlite3.Connection):
+                yield conn
+                return
+            # every million SQLite instructions (a few milliseconds): more often, the
+            # callback's fight for the GIL would slow the event loop down
+            raw.set_progress_handler(lambda: 1 if cancelled() else 0, 1_000_000)
+            try:
+                yield conn
+            finally:
+                raw.set_progress_handler(None, 0)
+    except StoreUnavailableError:
+        if cancelled is not None and cancelled():
+            raise QueryCancelled from None
+        raise

@@ -1,0 +1,96 @@
+"""Rows into KeyInfo: the one place a stored key becomes what may be known about it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Column, Table
+from sqlmodel import Session, select
+
+from apikey_tui.db.models import KeyRow, KeyScopeRow
+from apikey_tui.errors import KeyChangedError, KeyNotFoundError
+from apikey_tui.store.types import KeyInfo
+
+KEY_TABLE: Table = KeyRow.__table__  # type: ignore[attr-defined]
+SCOPE_TABLE: Table = KeyScopeRow.__table__  # type: ignore[attr-defined]
+# What a KeyInfo is read from (with the id, to find the key's scopes): plain columns, so a
+# listing of many keys need not build ORM objects.
+INFO_COLUMNS: tuple[Column[Any], ...] = tuple(
+    KEY_TABLE.c[name]
+    for name in (
+        "id",
+        "owner",
+        "name",
+        "public_id",
+        "created_at",
+        "last_used_at",
+        "expires_at",
+        "disabled_at",
+        "disabled_reason",
+        "old_public_id",
+        "grace_until",
+    )
+)
+
+
+def in_grace(old_public_id: str | None, grace_until: datetime | None, now: datetime) -> bool:
+    """Whether a rotation's previous secret still works: up to, not at, grace_until."""
+    return old_public_id is not None and grace_until is not None and now < grace_until
+
+
+def key_info(
+    row: Any, scopes: Iterable[str], now: datetime, *, public_id: str | None = None
+) -> KeyInfo:
+    """The key of a row (a KeyRow, or a result row with the INFO_COLUMNS) and its scopes.
+
+    A previous secret shows only while its grace runs (by now, the store's clock). public_id
+    names the key by another id it answers to (a previous secret's, for the verifier).
+    """
+    grace = in_grace(row.old_public_id, row.grace_until, now)
+    return KeyInfo(
+        row.owner,
+        row.name,
+        row.public_id if public_id is None else public_id,
+        tuple(scopes),
+        row.created_at,
+        row.last_used_at,
+        expires_at=row.expires_at,
+        disabled_at=row.disabled_at,
+        disabled_reason=row.disabled_reason,
+        old_public_id=row.old_public_id if grace else None,
+        grace_until=row.grace_until if grace else None,
+    )
+
+
+def read_info(session: Session, row: KeyRow, now: datetime) -> KeyInfo:
+    """The key of a row, with its scopes read in the same transaction."""
+    scopes = session.exec(
+        select(KeyScopeRow.scope).where(KeyScopeRow.key_id == row.id).order_by(KeyScopeRow.scope)
+    )
+    return key_info(row, scopes, now)
+
+
+def key_row(
+    session: Session,
+    owner: str,
+    name: str,
+    *,
+    lock: bool = False,
+    expected_public_id: str | None = None,
+) -> KeyRow:
+    """The row of the key (owner, name); refused if missing, or recreated since it was read."""
+    query = select(KeyRow).where(KeyRow.owner == owner, KeyRow.name == name)
+    row = session.exec(query.with_for_update() if lock else query).first()
+    if row is None:
+        raise KeyNotFoundError(owner, name)
+    if expected_public_id is not None and row.public_id != expected_public_id:
+        raise KeyChangedError(owner, name)
+    return row
+
+
+def like_pattern(text: str) -> str:
+    """A LIKE pattern (escape backslash) that finds text anywhere in a stored column."""
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
