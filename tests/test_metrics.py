@@ -121,6 +121,7 @@ def test_checks_are_counted_by_outcome(store: KeyStore, database_url: str) -> No
         queued = value(registry, "check_queue_seconds_count")
         assert queued == value(registry, "check_run_seconds_count") >= cold
         assert value(registry, "check_queue_seconds_bucket", le="+Inf") == queued
+        assert verifier.wait_index()  # the key index loads in the background
         assert value(registry, "cached_keys") == 2 and value(registry, "known_keys") == 2
 
         # Revocation: the cached key is refused once the deletion is seen (at once on SQLite,
