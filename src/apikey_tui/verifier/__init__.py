@@ -8,11 +8,11 @@ import logging
 import secrets
 import sys
 import time
-from collections.abc import Collection, Generator, Iterable
+from collections.abc import Callable, Collection, Generator, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Engine, event
 
@@ -42,6 +42,7 @@ from apikey_tui.verifier.usage import UsageWriter
 __all__ = ["Caller", "Verifier"]
 
 log = logging.getLogger("apikey_tui.verifier")
+T = TypeVar("T")
 
 DEFAULT_REVOCATION_BOUND = 1.0  # seconds a PostgreSQL-backed cache entry is trusted unchecked
 DEFAULT_CHECK_TIMEOUT = 2.0  # seconds a request waits for the database before 503
@@ -301,8 +302,18 @@ class Verifier:
 
     def _sync(self) -> None:
         self._ensure_ready()
+        self._read(self._feed.sync)
+
+    def _read(self, read: Callable[[], T]) -> T:
+        """A database read, once more if it failed (a kept connection the server dropped).
+
+        A second failure is a database that cannot answer: logged, and 503.
+        """
         try:
-            self._feed.sync()
+            try:
+                return read()
+            except StoreUnavailableError:
+                return read()
         except StoreUnavailableError as exc:
             log.warning("API keys cannot be checked: %s", exc)
             raise VerifierUnavailableError() from None
@@ -312,14 +323,7 @@ class Verifier:
         self.stats.cold += 1
         self._ensure_ready()
         mark = self._feed.mark()  # before reading: a change read meanwhile wins, see may_cache
-        try:
-            try:
-                stored = self._source.credential(parsed.public_id)
-            except StoreUnavailableError:  # a pooled connection the server dropped: once more
-                stored = self._source.credential(parsed.public_id)
-        except StoreUnavailableError as exc:
-            log.warning("API keys cannot be checked: %s", exc)
-            raise VerifierUnavailableError() from None
+        stored = self._read(lambda: self._source.credential(parsed.public_id))
         expires_at = stored.expires_at if stored is not None else None
         if (
             stored is None
@@ -455,6 +459,7 @@ class Verifier:
         self._usage.close()
         if isinstance(self._freshness, PushFreshness):
             self._freshness.close()
+        self._source.close()  # its kept connections, then the engine's pool
         self._engine.dispose()
 
     def cache_size(self) -> int:

@@ -38,3 +38,6 @@ class CredentialSource(Protocol):
 
     def replace_hash(self, public_id: str, old_hash: str, new_hash: str) -> None:
         """Store an upgraded hash of the same secret (skipped when the role may not)."""
+
+    def close(self) -> None:
+        """Release the connections kept for reads."""
