@@ -54,8 +54,10 @@ def test_two_processes_creating_one_name_exactly_one_wins(database_url: str) -> 
     assert len(outcomes) == ROUNDS
 
 
-def _churn(url: str) -> None:
+def _churn(url: str, ready: Any = None) -> None:
     store = KeyStore.open(url, hasher=SecretHasher("cheapest"))
+    if ready is not None:
+        ready.set()  # killed from now on: at random moments of its writes, not of its start-up
     rng = random.Random()
     while True:
         name = f"k{rng.randrange(4)}"
@@ -105,8 +107,10 @@ def test_kill_9_during_create_and_recreate_leaves_no_half_written_key(database_u
     context = multiprocessing.get_context("fork")
     rng = random.Random(9)
     for _ in range(ROUNDS):
-        worker = context.Process(target=_churn, args=(database_url,))
+        ready = context.Event()
+        worker = context.Process(target=_churn, args=(database_url, ready))
         worker.start()
+        assert ready.wait(30)
         time.sleep(rng.uniform(0.02, 0.12))
         assert worker.pid is not None
         os.kill(worker.pid, signal.SIGKILL)

@@ -127,6 +127,7 @@ class ReusedConnections:
     concurrent reader (a free list: at most as many as ever ran at once, which the CheckGate
     bounds) skips both. A connection that failed is closed, never reused. In a forked child
     the list starts empty: the parent's connections are parked by the verifier, never used.
+    After any failure every kept connection is let go, so one retry reaches a fresh one.
     """
 
     def __init__(self, engine: Engine) -> None:
@@ -149,8 +150,13 @@ class ReusedConnections:
                 yield conn
                 conn.rollback()  # ends the read (SQLAlchemy's implicit transaction)
             except BaseException:
+                # The others likely share its fate (a server restart): the next read connects.
                 conn.invalidate()
                 conn.close()
+                free, self._free = self._free, []
+                for other in free:
+                    other.invalidate()
+                    other.close()
                 raise
             self._free.append(conn)
 

@@ -32,7 +32,12 @@ from apikey_tui.hashing import SecretHasher, fingerprint
 from apikey_tui.keyformat import ParsedKey
 from apikey_tui.store.credentials import Change, Credential, credential_source
 from apikey_tui.verifier.changes import ChangeFeed
-from apikey_tui.verifier.freshness import CommitFreshness, PushFreshness, freshness_for
+from apikey_tui.verifier.freshness import (
+    BoundFreshness,
+    CommitFreshness,
+    PushFreshness,
+    freshness_for,
+)
 from apikey_tui.verifier.guard import CheckGate, FailureBudget, TokenBucket
 from apikey_tui.verifier.key_index import KeyIndex, Verdict
 from apikey_tui.verifier.metrics import VerifierStats
@@ -123,6 +128,7 @@ class Verifier:
         # A sync request on a SQLite file runs its check in its own thread when it may (see
         # CheckGate.submit): reads there wait for a lock at most check_timeout (below).
         self._inline = self._exact
+        self._ask_always = revocation_bound == 0 and isinstance(self._freshness, BoundFreshness)
         self._index = KeyIndex(self._source.key_count, self._source.fingerprint_page)
         self._feed = ChangeFeed(self._source, self._freshness, self._index, self._suspect)
         self._gate = CheckGate(check_workers, check_timeout, max_pending_checks)
@@ -227,12 +233,16 @@ class Verifier:
         if caller is not None:
             return caller
         parsed = parse_key(credential)
-        if self._feed.synced != self._freshness.generation():
+        verdict = self._index.verdict(parsed.public_id, parsed.secret)
+        if self._feed.synced != self._freshness.generation() and not (
+            # Asked at every check (bound 0), a key the index vouches for is read anyway.
+            self._ask_always and verdict in (Verdict.MATCH, Verdict.LEGACY)
+        ):
             yield from self._synced(inline)
             caller = self._warm(digest)  # an unrelated commit leaves this key cached
             if caller is not None:
                 return caller
-        verdict = self._index.verdict(parsed.public_id, parsed.secret)
+            verdict = self._index.verdict(parsed.public_id, parsed.secret)
         if verdict is Verdict.UNKNOWN and not self._exact and self._rechecks.take():
             # A push (or time bound) may lag a commit by milliseconds: a key created a moment
             # ago reads the log once more. Forged ids share a small budget for it (1 a second).
