@@ -16,7 +16,7 @@ import sqlalchemy as sa
 import apikey_tui
 from apikey_tui import keyformat
 from apikey_tui.cli import main
-from apikey_tui.store import Actor, KeyStore
+from apikey_tui.store import Actor, KeyQuery, KeyStore
 from tests.conftest import ACTOR, CHEAP
 from tests.throwaway_postgres import ThrowawayPostgres
 
@@ -465,6 +465,23 @@ def test_a_filter_that_matches_nothing_says_so_on_stderr(
     assert run(capsys, sqlite_url, "keys", "create", "alpha", "--scope", "project")[0] == 0
     code, out, err = run(capsys, sqlite_url, "keys", "list", "--filter", "zzz")
     assert code == 0 and out == "" and "No keys match 'zzz'" in err
+
+
+@pytest.mark.parametrize("text", ["billing", "BILL", "deploy", "alice", "serv", "o", "zzz"])
+def test_the_cli_filter_and_the_apps_filter_find_the_same_keys(
+    capsys: pytest.CaptureFixture[str], sqlite_url: str, text: str
+) -> None:
+    """keys list --filter finds the keys the app's filter finds, a scope name's match included."""
+    store = KeyStore.open(sqlite_url, hasher=CHEAP, actor=ACTOR)
+    store.add_scope("billing")
+    store.create_key("alice", "ci-deploy", ["billing"])
+    store.create_key("alice", "laptop", ["project"])
+    store.create_key("bob", "deploy-prod", ["serving"])
+    in_app = {(k.owner, k.name) for k in store.key_window(KeyQuery(None, text), 0, 100)}
+    store.close()
+    code, out, _ = run(capsys, sqlite_url, "keys", "list", "--all", "--filter", text, "--json")
+    assert code == 0
+    assert {(k["owner"], k["name"]) for k in json.loads(out)} == in_app
 
 
 def test_an_unforeseen_error_is_one_line_without_its_message(

@@ -6,6 +6,8 @@ import sqlite3
 import sys
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
@@ -14,9 +16,11 @@ from sqlalchemy import text
 
 from apikey_tui.cli import main
 from apikey_tui.db import (
+    FOREIGN_KEY,
     POSTGRES_CONNECT_TIMEOUT_S,
     POSTGRES_POOL_TIMEOUT_S,
     POSTGRES_TCP_USER_TIMEOUT_MS,
+    UNIQUE,
     database_errors,
     make_engine,
 )
@@ -57,61 +61,24 @@ def _key_in(url: str) -> str:
         store.close()
 
 
-# --- a damaged SQLite file --------------------------------------------------------------------
+# --- an unusable database: the CLI, the verifier and the store each refuse it in their way ------
 
 
-@pytest.fixture(params=["whole-file", "after-first-page"])
-def damaged_sqlite(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
-    """A SQLite database holding a key, then overwritten with garbage: all of it, or every page
-    after the first (the header and the catalog stay readable, the tables do not)."""
+def _damaged_sqlite(tmp_path: Path, start: int) -> tuple[str, str]:
+    """A SQLite database holding a key, then overwritten with garbage from start on: all of it
+    (0), or every page after the first (the header and the catalog stay readable)."""
     path = tmp_path / "keys.db"
     url = f"sqlite:///{path}"
     key = _key_in(url)  # closing the store checkpoints the WAL into the file
     size = path.stat().st_size
-    start = 0 if request.param == "whole-file" else 4096
     with path.open("r+b") as file:
         file.seek(start)
         file.write(b"\xa5" * (size - start))
     return url, key
 
 
-def test_damaged_sqlite_file_is_one_line_in_the_cli(
-    capsys: pytest.CaptureFixture[str], damaged_sqlite: tuple[str, str]
-) -> None:
-    """A SQLite file full of garbage makes the CLI print one line naming the damage and exit 1."""
-    url, _ = damaged_sqlite
-    err = _one_line_refusal(capsys, url)
-    assert "damaged or is not a SQLite database" in err
-
-
-def test_damaged_sqlite_file_makes_the_verifier_answer_503(
-    damaged_sqlite: tuple[str, str],
-) -> None:
-    """A verifier on a damaged SQLite file refuses with 503, never a raw DatabaseError (500)."""
-    url, key = damaged_sqlite
-    verifier = Verifier.from_url(url)
-    try:
-        with pytest.raises(VerifierUnavailableError) as info:
-            verifier.verify("ApiKey " + key)
-        assert info.value.status == 503
-    finally:
-        verifier.close()
-
-
-def test_damaged_sqlite_file_is_a_database_corrupt_error(
-    damaged_sqlite: tuple[str, str],
-) -> None:
-    """Opening a damaged SQLite file raises DatabaseCorruptError, a StoreUnavailableError."""
-    url, _ = damaged_sqlite
-    with pytest.raises(DatabaseCorruptError):
-        KeyStore.open(url).close()
-
-
-# --- a PostgreSQL role without the privileges it needs ----------------------------------------
-
-
-@pytest.fixture(params=["no-usage-on-schema", "usage-only"])
-def unprivileged(request: pytest.FixtureRequest, postgres_url: str) -> Iterator[tuple[str, str]]:
+@contextmanager
+def _unprivileged(postgres_url: str, *, usage: bool) -> Iterator[tuple[str, str]]:
     """A LOGIN role made for this test that may not read apikey-tui's tables (it may not even
     use their schema, or it may use the schema only), a key in those tables, dropped after."""
     key = _key_in(postgres_url)
@@ -119,7 +86,7 @@ def unprivileged(request: pytest.FixtureRequest, postgres_url: str) -> Iterator[
     schema = postgres_url.rpartition("search_path%3D")[2]
     with psycopg.connect(_libpq(POSTGRES_URL), autocommit=True) as conn:
         conn.execute(f"CREATE ROLE {role} LOGIN")
-        if request.param == "usage-only":
+        if usage:
             conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
     try:
         yield postgres_url.replace("://postgres@", f"://{role}@", 1), key
@@ -129,36 +96,57 @@ def unprivileged(request: pytest.FixtureRequest, postgres_url: str) -> Iterator[
             conn.execute(f"DROP ROLE {role}")
 
 
-def test_role_without_privileges_is_one_line_in_the_cli(
-    capsys: pytest.CaptureFixture[str], unprivileged: tuple[str, str]
-) -> None:
-    """A role that may not read the tables makes the CLI print one line and exit 1."""
-    url, _ = unprivileged
-    err = _one_line_refusal(capsys, url)
-    assert "the database role lacks a privilege apikey-tui needs" in err
+@dataclass(frozen=True)
+class Unusable:
+    """A database the tools may not use, a key in it, and how the store and the CLI say so."""
+
+    url: str
+    key: str
+    error: type[StoreUnavailableError]
+    says: str
 
 
-def test_role_without_privileges_makes_the_verifier_answer_503(
-    unprivileged: tuple[str, str],
+DAMAGED = "damaged or is not a SQLite database"
+DENIED = "the database role lacks a privilege apikey-tui needs"
+
+
+@pytest.fixture(
+    params=["damaged-whole-file", "damaged-after-first-page", "no-usage-on-schema", "usage-only"]
+)
+def unusable(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Unusable]:
+    """A damaged SQLite file, or a PostgreSQL role without the privileges it needs."""
+    case: str = request.param
+    if case.startswith("damaged"):
+        url, key = _damaged_sqlite(tmp_path, 0 if case == "damaged-whole-file" else 4096)
+        yield Unusable(url, key, DatabaseCorruptError, DAMAGED)
+        return
+    postgres_url: str = request.getfixturevalue("postgres_url")
+    with _unprivileged(postgres_url, usage=case == "usage-only") as (url, key):
+        yield Unusable(url, key, DatabasePermissionError, DENIED)
+
+
+def test_an_unusable_database_is_one_line_in_the_cli(
+    capsys: pytest.CaptureFixture[str], unusable: Unusable
 ) -> None:
-    """A verifier whose role may not read the tables refuses with 503, never ProgrammingError."""
-    url, key = unprivileged
-    verifier = Verifier.from_url(url)
+    """The CLI prints one line naming why the database is unusable, and exits 1."""
+    assert unusable.says in _one_line_refusal(capsys, unusable.url)
+
+
+def test_an_unusable_database_makes_the_verifier_answer_503(unusable: Unusable) -> None:
+    """A verifier on an unusable database refuses with 503, never a raw driver error (500)."""
+    verifier = Verifier.from_url(unusable.url)
     try:
         with pytest.raises(VerifierUnavailableError) as info:
-            verifier.verify("ApiKey " + key)
+            verifier.verify("ApiKey " + unusable.key)
         assert info.value.status == 503
     finally:
         verifier.close()
 
 
-def test_role_without_privileges_is_a_database_permission_error(
-    unprivileged: tuple[str, str],
-) -> None:
-    """Opening the store as a role without privileges raises DatabasePermissionError."""
-    url, _ = unprivileged
-    with pytest.raises(DatabasePermissionError):
-        KeyStore.open(url).close()
+def test_an_unusable_database_is_a_typed_store_error(unusable: Unusable) -> None:
+    """Opening the store raises DatabaseCorruptError or DatabasePermissionError, as the case is."""
+    with pytest.raises(unusable.error):
+        KeyStore.open(unusable.url).close()
 
 
 # --- database_errors itself ---------------------------------------------------------------------
@@ -181,8 +169,33 @@ def test_constraint_failure_that_reaches_database_errors_is_mapped(database_url:
         engine.dispose()
 
 
+@pytest.mark.parametrize("kind", [UNIQUE, FOREIGN_KEY])
+def test_a_conflict_the_caller_expects_becomes_the_callers_error(
+    database_url: str, kind: str
+) -> None:
+    """A unique or foreign-key failure becomes the error its caller gave, told apart by code."""
+    engine = make_engine(database_url)
+    expected = {kind: lambda: DuplicateKeyNameError("alice", kind)}
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("CREATE TABLE parent (id INTEGER PRIMARY KEY)"))
+            conn.execute(text("CREATE TABLE child (id INTEGER UNIQUE REFERENCES parent (id))"))
+            conn.execute(text("INSERT INTO parent VALUES (1)"))
+            conn.execute(text("INSERT INTO child VALUES (1)"))
+        clash = "INSERT INTO child VALUES (1)" if kind == UNIQUE else "INSERT INTO child VALUES (2)"
+        with pytest.raises(DuplicateKeyNameError, match=kind), database_errors(engine, expected):
+            with engine.begin() as conn:
+                conn.execute(text(clash))
+        other = {UNIQUE: FOREIGN_KEY, FOREIGN_KEY: UNIQUE}[kind]
+        with pytest.raises(StoreUnavailableError, match="refused a change"):
+            with database_errors(engine, {other: expected[kind]}), engine.begin() as conn:
+                conn.execute(text(clash))
+    finally:
+        engine.dispose()
+
+
 def test_duplicate_key_name_is_still_the_stores_own_error(database_url: str) -> None:
-    """The store turns its expected IntegrityError into DuplicateKeyNameError before mapping."""
+    """The mapper turns the store's expected unique failure into DuplicateKeyNameError."""
     store = KeyStore.open(database_url, hasher=CHEAP, actor=ACTOR)
     try:
         store.create_key("alice", "demo", ["project"])

@@ -137,7 +137,11 @@ def build_parser() -> argparse.ArgumentParser:
     create.set_defaults(run=_keys_create)
     listing = key_commands.add_parser("list", parents=[common], help="list keys (no secrets)")
     listing.add_argument("--all", action="store_true", default=argparse.SUPPRESS)
-    listing.add_argument("--filter", default="", help="only keys whose name or id contains this")
+    listing.add_argument(
+        "--filter",
+        default="",
+        help="only keys whose owner, name, id or a scope's name contains this (as in the app)",
+    )
     listing.add_argument(
         "--expiring",
         type=_duration,

@@ -56,7 +56,7 @@ def list_keys(
     unused_for: timedelta | None = None,
     violating_policy: bool = False,
 ) -> list[KeyInfo]:
-    """List keys of one owner (or all owners), whose owner, name or public id contains text.
+    """List keys of one owner (or all owners) that the app's filter finds for text (`matching`).
 
     expiring_within: only keys not yet expired that expire within this span from now.
     unused_for: only keys not used for this long (a key never used counts from its creation
@@ -71,28 +71,17 @@ def list_keys(
     if unused_for is not None:
         since = func.coalesce(col(KeyRow.last_used_at), col(KeyRow.created_at))
         conditions.append(since <= now - check_span(unused_for, "span"))
-    if owner is not None:
-        conditions.append(KeyRow.owner == owner)
-    if text:
-        pattern = like_pattern(text.lower())
-        conditions.append(
-            or_(
-                *(
-                    func.lower(c).like(pattern, escape="\\")
-                    for c in (col(KeyRow.name), col(KeyRow.public_id), col(KeyRow.owner))
-                )
-            )
-        )
-    ordered = sa_select(KEY_TABLE.c.id).where(*conditions).order_by(KeyRow.owner, KeyRow.name)
     maximum: timedelta | None = None
     if violating_policy:
         maximum = policy.lifetime_policy(ctx)
         if maximum is None:
             return []
-    wanted = ordered.limit(limit) if limit is not None and maximum is None else ordered
     # Plain columns, not ORM objects, and all scopes in one query: 100,000 keys load in
     # about a second instead of three.
     with reading(ctx, None) as conn:
+        conditions += matching(ctx, conn, KeyQuery(owner, text))
+        ordered = sa_select(KEY_TABLE.c.id).where(*conditions).order_by(KeyRow.owner, KeyRow.name)
+        wanted = ordered.limit(limit) if limit is not None and maximum is None else ordered
         rows = conn.execute(
             sa_select(*INFO_COLUMNS)
             .where(KEY_TABLE.c.id.in_(wanted))
