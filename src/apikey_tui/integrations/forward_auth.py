@@ -333,7 +333,7 @@ def _metrics_page(verifier: Verifier) -> Callable[[], tuple[str, bytes]] | None:
     try:
         from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-        from apikey_tui.metrics import register
+        from apikey_tui.integrations.prometheus import register
     except ImportError:
         return None
     registry = CollectorRegistry()
