@@ -17,13 +17,8 @@ from starlette.testclient import TestClient
 from apikey_tui.cli import main
 from apikey_tui.errors import UnsafePathError
 from apikey_tui.integrations import auth_server, forward_auth
-from apikey_tui.integrations.forward_auth import (
-    IDENTITY_HEADERS,
-    ForwardAuthApp,
-    load_rules,
-    original_path,
-    rules_from_mapping,
-)
+from apikey_tui.integrations.forward_auth import IDENTITY_HEADERS, ForwardAuthApp, original_path
+from apikey_tui.integrations.rules_file import load_rules, rules_from_mapping
 from apikey_tui.store import KeyStore
 from apikey_tui.verifier import Verifier
 from tests.conftest import ACTOR, CHEAP
@@ -438,8 +433,8 @@ def _dribbled_until_closed(sock: socket.socket) -> bool:
 
 
 def test_serve_auth_closes_idle_and_slow_connections(tmp_path: Path, sqlite_url: str) -> None:
-    """A connection that sends nothing, half a request or a byte at a time is closed, as is an
-    idle one after its answer: --keep-alive-timeout and --header-timeout."""
+    """A connection that sends nothing, half a request, blank lines or a byte at a time is
+    closed, as is an idle one after its answer: --keep-alive-timeout and --header-timeout."""
     port = free_port()
     command = [sys.executable, "-m", "apikey_tui", "serve-auth", "--port", str(port),
                "--database-url", sqlite_url, "--keep-alive-timeout", "1",
@@ -447,14 +442,15 @@ def test_serve_auth_closes_idle_and_slow_connections(tmp_path: Path, sqlite_url:
     server = Process("serve-auth", command, port, tmp_path)
     sockets: list[socket.socket] = []
     try:
-        for _ in range(4):
+        for _ in range(5):
             sockets.append(socket.create_connection(("127.0.0.1", port), timeout=30))
-        idle, half, answered, dribbling = sockets
+        idle, half, answered, blank, dribbling = sockets
         half.sendall(b"GET /auth HTTP/1.1\r\nHost: x\r\n")
         answered.sendall(b"GET /auth HTTP/1.1\r\nHost: x\r\n\r\n")
         assert answered.recv(12) == b"HTTP/1.1 401", server.output()
+        blank.sendall(b"\r\n")  # begins no request, but is a byte: the clock runs
         assert _dribbled_until_closed(dribbling), server.output()
-        for sock in (idle, half, answered):
+        for sock in (idle, half, answered, blank):
             assert _closed(sock), server.output()
     finally:
         for sock in sockets:

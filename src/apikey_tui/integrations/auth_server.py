@@ -8,7 +8,7 @@ import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from apikey_tui.integrations.asgi import ASGIApp
+from apikey_tui.integrations.asgi_messages import ASGIApp
 
 # The request's states in which it has not yet arrived whole (its head, then any body).
 _ARRIVING = (h11.IDLE, h11.SEND_BODY)
