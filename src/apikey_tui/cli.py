@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import functools
 import io
 import json
 import math
@@ -258,6 +259,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="answer reverse proxies' forward-auth requests (nginx, Caddy, Traefik, Envoy)",
     )
     add_server_options(serve, port=9180)
+    serve.add_argument(
+        "--workers",
+        type=count,
+        default=1,
+        metavar="N",
+        help="worker processes, each with its own verifier (default 1)",
+    )
     serve.add_argument("--rules", metavar="FILE", help="route rules (TOML, see the README)")
     serve.add_argument("--realm", default="api", help='WWW-Authenticate realm (default "api")')
     # The verifier's options: absent ones keep the verifier's defaults (README, Options).
@@ -882,14 +890,20 @@ def _serve_auth(url: str, args: argparse.Namespace) -> int:
         for name in ("revocation_bound", "check_timeout", "check_workers", "max_pending_checks")
         if getattr(args, name) is not None
     }
+    # One verifier per process: its cache and key index are per process. With --workers, each
+    # worker (a new interpreter) builds its own app from `build`.
+    build = functools.partial(forward_auth.create_app, url, args.rules, realm=args.realm, **options)
     try:
-        app = forward_auth.create_app(url, args.rules, realm=args.realm, **options)
-    except ValueError as exc:  # a bad rules file or verifier option: refuse to start, not guess
+        auth_server.protocol(args.http)  # --http httptools without httptools
+        app = build()  # a bad rules file or verifier option: refuse to start, not guess
+    except ValueError as exc:
         print(f"apikey-tui: {printable(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
-    # One process, one verifier: its cache and key index are per process. For more, run
-    # several serve-auth processes and list them all in the proxy's upstream.
-    auth_server.serve(app, **server_options(args))
+    if args.workers == 1:
+        auth_server.serve(app, **server_options(args))
+    else:
+        app.verifier.close()  # it only checked the settings
+        auth_server.serve(build, workers=args.workers, **server_options(args))
     return EXIT_OK
 
 

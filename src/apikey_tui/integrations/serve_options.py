@@ -1,4 +1,4 @@
-"""The options every serve-* command shares: where it listens and its connection timeouts."""
+"""The options every serve-* command shares: where it listens, its timeouts, its HTTP parser."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 # The standard library only: the CLI builds every parser for `--help` and usage errors.
+PARSERS = ("auto", "httptools", "h11")  # auth_server.PARSERS, without importing uvicorn
 
 
 def count(text: str) -> int:
@@ -20,7 +21,7 @@ def count(text: str) -> int:
 
 
 def add_server_options(parser: argparse.ArgumentParser, *, port: int) -> None:
-    """--host and --port, and the connection group: keep-alive and header timeouts."""
+    """--host and --port, and the connection group: keep-alive and header timeouts, --http."""
     parser.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=port, help=f"listen port (default {port})")
     connections = parser.add_argument_group("connections")
@@ -40,6 +41,12 @@ def add_server_options(parser: argparse.ArgumentParser, *, port: int) -> None:
         help="close a connection whose request has not arrived whole this long after its first "
         "byte (default 10)",
     )
+    connections.add_argument(
+        "--http",
+        choices=PARSERS,
+        default="auto",
+        help="the HTTP parser (default auto: httptools when installed, as [serve] does, else h11)",
+    )
 
 
 def server_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -49,4 +56,5 @@ def server_options(args: argparse.Namespace) -> dict[str, Any]:
         "port": args.port,
         "keep_alive_timeout": args.keep_alive_timeout,
         "header_timeout": args.header_timeout,
+        "http": args.http,
     }

@@ -221,6 +221,7 @@ def run_serve(url: Callable[[], str], args: argparse.Namespace, open_store: Open
             keys["depsdev"] = reports.load_public_keys(args.depsdev_keys)
         trusted = parse_networks(args.trusted_proxy)
         on_leak = shlex.split(args.on_leak) if args.on_leak is not None else None
+        auth_server.protocol(args.http)  # --http httptools without httptools
     except ValueError as exc:  # a bad key file, address or command: refuse to start
         print(f"apikey-tui: {printable(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
