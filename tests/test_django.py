@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -116,6 +117,39 @@ def test_middleware_answers_per_route(keys: tuple[str, str, str], verifier: Veri
         # Below a mount point the rules match the path under it (path_info), like WSGI.
         mounted = client.get("/models/m/predict", SCRIPT_NAME="/api", headers=auth(project))
         assert mounted.status_code == 403
+
+
+def test_middleware_reads_serve_auths_rules_file(
+    tmp_path: Path, keys: tuple[str, str, str], verifier: Verifier
+) -> None:
+    """RULES_FILE gives the middleware serve-auth's TOML rules; with ROUTES as well, or a bad
+    file, it is ImproperlyConfigured."""
+    configure_django()
+    from django.core.exceptions import ImproperlyConfigured
+    from django.test import Client, override_settings
+
+    from apikey_tui.integrations.django import ApiKeyMiddleware
+
+    _, project, both = keys
+    rules = tmp_path / "rules.toml"
+    rules.write_text(
+        'unmatched = "deny"\n[[route]]\npath = "/health"\npublic = true\n'
+        '[[route]]\npath = "/models"\nscopes = ["serving"]\n'
+    )
+    urlpatterns[:] = plain_views()
+    settings = {"ROOT_URLCONF": __name__, "ALLOWED_HOSTS": ["testserver"], "MIDDLEWARE": MIDDLEWARE}
+    with override_settings(**settings, APIKEY_TUI={"VERIFIER": verifier, "RULES_FILE": rules}):
+        client = Client()
+        assert client.get("/health").content == b"ok"
+        assert client.get("/projects", headers=auth(both)).status_code == 403  # unmatched: deny
+        assert client.get("/models/m/predict", headers=auth(project)).status_code == 403
+        assert client.get("/models/m/predict", headers=auth(both)).content == b"alice/both"
+    for bad in (
+        {"VERIFIER": verifier, "RULES_FILE": rules, "ROUTES": RULES},
+        {"VERIFIER": verifier, "RULES_FILE": tmp_path / "absent.toml"},
+    ):
+        with override_settings(APIKEY_TUI=bad), pytest.raises(ImproperlyConfigured):
+            ApiKeyMiddleware(lambda request: None)
 
 
 async def test_middleware_in_an_async_chain(keys: tuple[str, str, str]) -> None:

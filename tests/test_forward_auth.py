@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import select
 import socket
 import subprocess
@@ -17,13 +18,8 @@ from starlette.testclient import TestClient
 from apikey_tui.cli import main
 from apikey_tui.errors import UnsafePathError
 from apikey_tui.integrations import auth_server, forward_auth
-from apikey_tui.integrations.forward_auth import (
-    IDENTITY_HEADERS,
-    ForwardAuthApp,
-    load_rules,
-    original_path,
-    rules_from_mapping,
-)
+from apikey_tui.integrations.forward_auth import IDENTITY_HEADERS, ForwardAuthApp, original_path
+from apikey_tui.integrations.rules_file import load_rules, rules_from_mapping
 from apikey_tui.store import KeyStore
 from apikey_tui.verifier import Verifier
 from tests.conftest import ACTOR, CHEAP
@@ -437,24 +433,29 @@ def _dribbled_until_closed(sock: socket.socket) -> bool:
     return False
 
 
-def test_serve_auth_closes_idle_and_slow_connections(tmp_path: Path, sqlite_url: str) -> None:
-    """A connection that sends nothing, half a request or a byte at a time is closed, as is an
-    idle one after its answer: --keep-alive-timeout and --header-timeout."""
+@pytest.mark.parametrize("parser", ["httptools", "h11"])
+def test_serve_auth_closes_idle_and_slow_connections(
+    tmp_path: Path, sqlite_url: str, parser: str
+) -> None:
+    """A connection that sends nothing, half a request, blank lines or a byte at a time is
+    closed, as is an idle one after its answer: --keep-alive-timeout and --header-timeout, with
+    either HTTP parser."""
     port = free_port()
     command = [sys.executable, "-m", "apikey_tui", "serve-auth", "--port", str(port),
                "--database-url", sqlite_url, "--keep-alive-timeout", "1",
-               "--header-timeout", "1"]  # fmt: skip
+               "--header-timeout", "1", "--http", parser]  # fmt: skip
     server = Process("serve-auth", command, port, tmp_path)
     sockets: list[socket.socket] = []
     try:
-        for _ in range(4):
+        for _ in range(5):
             sockets.append(socket.create_connection(("127.0.0.1", port), timeout=30))
-        idle, half, answered, dribbling = sockets
+        idle, half, answered, blank, dribbling = sockets
         half.sendall(b"GET /auth HTTP/1.1\r\nHost: x\r\n")
         answered.sendall(b"GET /auth HTTP/1.1\r\nHost: x\r\n\r\n")
         assert answered.recv(12) == b"HTTP/1.1 401", server.output()
+        blank.sendall(b"\r\n")  # begins no request, but is a byte: the clock runs
         assert _dribbled_until_closed(dribbling), server.output()
-        for sock in (idle, half, answered):
+        for sock in (idle, half, answered, blank):
             assert _closed(sock), server.output()
     finally:
         for sock in sockets:
@@ -484,11 +485,12 @@ def test_serve_auth_options_reach_the_verifier_and_the_server(
         "port": 9180,
         "keep_alive_timeout": 5,
         "header_timeout": 10,
+        "http": "auto",
     }
     made.clear()
     arguments = ["--revocation-bound", "0", "--check-timeout", "0.5", "--check-workers", "2",
                  "--max-pending-checks", "8", "--keep-alive-timeout", "7",
-                 "--header-timeout", "3"]  # fmt: skip
+                 "--header-timeout", "3", "--http", "h11"]  # fmt: skip
     assert main(["serve-auth", "--database-url", sqlite_url, *arguments]) == 0
     assert made == {
         "realm": "api",
@@ -500,6 +502,7 @@ def test_serve_auth_options_reach_the_verifier_and_the_server(
         "port": 9180,
         "keep_alive_timeout": 7,
         "header_timeout": 3,
+        "http": "h11",
     }
 
 
@@ -520,3 +523,86 @@ def test_serve_auth_refuses_bad_option_values(
     assert code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err, err
+
+
+def _process_children(pid: int) -> set[int]:
+    """The pids whose parent is pid, read from /proc."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            if (
+                entry.name.isdigit()
+                and int((entry / "stat").read_text().rpartition(")")[2].split()[1]) == pid
+            ):
+                found.add(int(entry.name))
+        except OSError:
+            continue  # ended while we looked
+    return found
+
+
+def _serving_pid(server_port: int, client: socket.socket, pids: set[int]) -> int | None:
+    """Which of pids holds the server side of the client's TCP connection (from /proc)."""
+    client_port = client.getsockname()[1]
+    inode = None
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, remote = fields[1].split(":")[1], fields[2].split(":")[1]
+        if int(local, 16) == server_port and int(remote, 16) == client_port:
+            inode = fields[9]
+    for pid in pids:
+        try:
+            links = [os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()]
+        except OSError:
+            continue
+        if f"socket:[{inode}]" in links:
+            return pid
+    return None
+
+
+def _status(sock: socket.socket, key: str) -> int:
+    """One GET /auth with the key on a kept-alive connection; the answer's status."""
+    sock.sendall(f"GET /auth HTTP/1.1\r\nHost: x\r\nAuthorization: ApiKey {key}\r\n\r\n".encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = sock.recv(4096)
+        assert chunk, "the server closed the connection"
+        head += chunk
+    return int(head.split(b" ", 2)[1])
+
+
+@pytest.mark.slow
+def test_serve_auth_workers_each_answer_and_each_refuse_a_deleted_key(
+    tmp_path: Path, sqlite_url: str, keys: Keys
+) -> None:
+    """serve-auth --workers 2 runs two processes, each with its own verifier: both let a key
+    pass, and both refuse it once it is deleted."""
+    port = free_port()
+    command = [sys.executable, "-m", "apikey_tui", "serve-auth", "--port", str(port),
+               "--database-url", sqlite_url, "--workers", "2"]  # fmt: skip
+    server = Process("serve-auth", command, port, tmp_path)
+    by_worker: dict[int, socket.socket] = {}
+    opened: list[socket.socket] = []
+    try:
+        # Each connection stays with the worker that accepted it: open connections until
+        # both workers hold one (the kernel hands each accept to either).
+        for _ in range(200):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+            opened.append(sock)
+            assert _status(sock, keys.project) == 200, server.output()
+            pid = _serving_pid(port, sock, _process_children(server.process.pid))
+            if pid is not None:
+                by_worker.setdefault(pid, sock)
+            if len(by_worker) == 2:
+                break
+        assert len(by_worker) == 2, server.output()
+        store = KeyStore.open(sqlite_url, hasher=CHEAP, actor=ACTOR)
+        try:
+            store.delete_key("alice", "reports")
+        finally:
+            store.close()
+        for sock in by_worker.values():
+            assert _status(sock, keys.project) == 401, server.output()
+    finally:
+        for sock in opened:
+            sock.close()
+        server.stop()

@@ -25,7 +25,7 @@ from apikey_tui.errors import (
     InvalidKeyError,
     VerifierUnavailableError,
 )
-from apikey_tui.metrics import register
+from apikey_tui.integrations.prometheus import register
 from apikey_tui.store import KeyStore
 from apikey_tui.verifier import Verifier
 from apikey_tui.verifier.freshness import PushFreshness
@@ -65,7 +65,7 @@ def test_importing_the_verifier_never_needs_prometheus_client() -> None:
         "sys.modules['prometheus_client'] = None  # as if not installed\n"
         "import apikey_tui.verifier, apikey_tui.integrations.asgi, apikey_tui.integrations.wsgi\n"
         "try:\n"
-        "    import apikey_tui.metrics\n"
+        "    import apikey_tui.integrations.prometheus\n"
         "except ImportError:\n"
         "    print('metrics needs prometheus_client')\n"
         "print(sorted(m for m, v in sys.modules.items() if m.startswith('prometheus') and v))"

@@ -140,11 +140,13 @@ def start_upstream(folder: Path) -> Process:
     )  # fmt: skip
 
 
-def start_serve_auth(folder: Path, database_url: str, rules: str | None = RULES) -> Process:
+def start_serve_auth(
+    folder: Path, database_url: str, rules: str | None = RULES, options: Sequence[str] = ()
+) -> Process:
     """`apikey-tui serve-auth` on a free port (the real command, in its own process)."""
     port = free_port()
     command = [sys.executable, "-m", "apikey_tui", "serve-auth", "--port", str(port),
-               "--database-url", database_url]  # fmt: skip
+               "--database-url", database_url, *options]  # fmt: skip
     if rules is not None:
         (folder / "rules.toml").write_text(rules)
         command += ["--rules", str(folder / "rules.toml")]

@@ -16,7 +16,8 @@ from starlette.routing import WebSocketRoute
 from starlette.testclient import WebSocketDenialResponse
 from starlette.websockets import WebSocket
 
-from apikey_tui.integrations.asgi import ApiKeyMiddleware, Message, Receive, Scope, Send
+from apikey_tui.integrations.asgi import ApiKeyMiddleware
+from apikey_tui.integrations.asgi_messages import Message, Receive, Scope, Send
 from apikey_tui.integrations.fastapi import ApiKeyAuth
 from apikey_tui.integrations.routes import route
 from apikey_tui.store import KeyStore

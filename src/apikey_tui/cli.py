@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import functools
 import io
 import json
 import math
@@ -25,6 +26,7 @@ from apikey_tui.errors import (
     InvalidInputError,
     StoreUnavailableError,
 )
+from apikey_tui.integrations.serve_options import add_server_options, count, server_options
 from apikey_tui.names import (
     Expiry,
     check_expiry,
@@ -260,8 +262,14 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="answer reverse proxies' forward-auth requests (nginx, Caddy, Traefik, Envoy)",
     )
-    serve.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=9180, help="listen port (default 9180)")
+    add_server_options(serve, port=9180)
+    serve.add_argument(
+        "--workers",
+        type=count,
+        default=1,
+        metavar="N",
+        help="worker processes, each with its own verifier (default 1)",
+    )
     serve.add_argument("--rules", metavar="FILE", help="route rules (TOML, see the README)")
     serve.add_argument("--realm", default="api", help='WWW-Authenticate realm (default "api")')
     # The verifier's options: absent ones keep the verifier's defaults (README, Options).
@@ -279,30 +287,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="the longest a check waits for the database or argon2 before 503",
     )
     verifier.add_argument(
-        "--check-workers", type=_count, metavar="N", help="threads for database reads and argon2"
+        "--check-workers", type=count, metavar="N", help="threads for database reads and argon2"
     )
     verifier.add_argument(
         "--max-pending-checks",
-        type=_count,
+        type=count,
         metavar="N",
         help="checks queued or running before 503 at once (at least --check-workers)",
-    )
-    connections = serve.add_argument_group("connections")
-    connections.add_argument(
-        "--keep-alive-timeout",
-        type=_count,
-        default=5,
-        metavar="SECONDS",
-        help="close a connection idle this long, a new one included (default 5; keep it longer "
-        "than the proxy's idle timeout for its upstream connections)",
-    )
-    connections.add_argument(
-        "--header-timeout",
-        type=_count,
-        default=10,
-        metavar="SECONDS",
-        help="close a connection whose request has not arrived whole this long after its first "
-        "byte (default 10)",
     )
     from apikey_tui.leaks.commands import add_commands  # the standard library only, like here
 
@@ -322,16 +313,6 @@ def _seconds(*, allow_zero: bool) -> Callable[[str], float]:
         return value
 
     return parse
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number from 1, got {text[:30]!a}")
-    return value
 
 
 def _scope_option(parser: argparse.ArgumentParser) -> None:
@@ -913,20 +894,20 @@ def _serve_auth(url: str, args: argparse.Namespace) -> int:
         for name in ("revocation_bound", "check_timeout", "check_workers", "max_pending_checks")
         if getattr(args, name) is not None
     }
+    # One verifier per process: its cache and key index are per process. With --workers, each
+    # worker (a new interpreter) builds its own app from `build`.
+    build = functools.partial(forward_auth.create_app, url, args.rules, realm=args.realm, **options)
     try:
-        app = forward_auth.create_app(url, args.rules, realm=args.realm, **options)
-    except ValueError as exc:  # a bad rules file or verifier option: refuse to start, not guess
+        auth_server.protocol(args.http)  # --http httptools without httptools
+        app = build()  # a bad rules file or verifier option: refuse to start, not guess
+    except ValueError as exc:
         print(f"apikey-tui: {printable(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
-    # One process, one verifier: its cache and key index are per process. For more, run
-    # several serve-auth processes and list them all in the proxy's upstream.
-    auth_server.serve(
-        app,
-        host=args.host,
-        port=args.port,
-        keep_alive_timeout=args.keep_alive_timeout,
-        header_timeout=args.header_timeout,
-    )
+    if args.workers == 1:
+        auth_server.serve(app, **server_options(args))
+    else:
+        app.verifier.close()  # it only checked the settings
+        auth_server.serve(build, workers=args.workers, **server_options(args))
     return EXIT_OK
 
 

@@ -9,6 +9,9 @@
         "UNMATCHED": "key",                               # or "deny"
     }
 
+or, instead of ROUTES, DEFAULT_SCOPES and UNMATCHED, serve-auth's rules file (read at start-up):
+`"RULES_FILE": "/etc/apikey-tui/rules.toml"`.
+
 The caller lands in `request.apikey`. Rules match `request.path_info`, the path below the
 mount point (SCRIPT_NAME, or the ASGI root_path), like the WSGI and ASGI middleware. A refusal
 is the same problem+json answer as every other adapter's.
@@ -27,10 +30,13 @@ from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 
 from apikey_tui.errors import AuthError
+from apikey_tui.integrations.guard import Guard
 from apikey_tui.integrations.routes import RouteScopes
+from apikey_tui.integrations.rules_file import load_rules
 from apikey_tui.verifier import Verifier
 
 SETTING = "APIKEY_TUI"
+_RULE_SETTINGS = ("ROUTES", "DEFAULT_SCOPES", "UNMATCHED")
 
 _by_url: dict[str, Verifier] = {}
 _by_url_lock = threading.Lock()
@@ -65,6 +71,33 @@ def get_verifier() -> Verifier:
         return built
 
 
+def request_authorization(request: HttpRequest) -> str | None:
+    """The Authorization header of a Django (or DRF) request."""
+    header: str | None = request.META.get("HTTP_AUTHORIZATION")
+    return header
+
+
+def route_rules() -> RouteScopes:
+    """The route rules of the settings: ROUTES (with DEFAULT_SCOPES, UNMATCHED) or RULES_FILE."""
+    configured = config()
+    path = configured.get("RULES_FILE")
+    if path is None:
+        return RouteScopes(
+            configured.get("ROUTES", ()),
+            configured.get("DEFAULT_SCOPES", ()),
+            unmatched=configured.get("UNMATCHED", "key"),
+        )
+    both = [name for name in _RULE_SETTINGS if name in configured]
+    if both:
+        raise ImproperlyConfigured(
+            f"settings.{SETTING}: RULES_FILE holds the rules; drop {', '.join(both)}"
+        )
+    try:
+        return load_rules(path)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"settings.{SETTING}['RULES_FILE']: {exc}") from None
+
+
 def problem_response(error: AuthError, realm: str) -> HttpResponse:
     """The error's RFC 9457 answer as a Django response."""
     status, headers, body = error.response(realm)
@@ -86,13 +119,7 @@ class ApiKeyMiddleware:
 
     def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
         self.get_response = get_response
-        configured = config()
-        self.verifier = get_verifier()
-        self.rules = RouteScopes(
-            configured.get("ROUTES", ()),
-            configured.get("DEFAULT_SCOPES", ()),
-            unmatched=configured.get("UNMATCHED", "key"),
-        )
+        self.guard = Guard(get_verifier(), request_authorization, route_rules())
         self.is_async = iscoroutinefunction(get_response)
         if self.is_async:
             markcoroutinefunction(self)
@@ -101,23 +128,20 @@ class ApiKeyMiddleware:
         if self.is_async:
             return self._acall(request)
         try:
-            required = self.rules.required(request.method or "GET", request.path_info)
-            if required is not None:
-                request.apikey = self.verifier.verify(
-                    request.META.get("HTTP_AUTHORIZATION"), required
-                )
+            caller = self.guard.check(request.method or "GET", request.path_info, request)
         except AuthError as error:
-            return problem_response(error, self.verifier.realm)
+            return problem_response(error, self.guard.verifier.realm)
+        if caller is not None:
+            request.apikey = caller
         return self.get_response(request)
 
     async def _acall(self, request: HttpRequest) -> HttpResponse:
         try:
-            required = self.rules.required(request.method or "GET", request.path_info)
-            if required is not None:
-                header = request.META.get("HTTP_AUTHORIZATION")
-                caller = self.verifier.cached(header, required)
-                request.apikey = caller or await self.verifier.verify_async(header, required)
+            method, path = request.method or "GET", request.path_info
+            caller = await self.guard.check_async(method, path, request)
         except AuthError as error:
-            return problem_response(error, self.verifier.realm)
+            return problem_response(error, self.guard.verifier.realm)
+        if caller is not None:
+            request.apikey = caller
         response: Awaitable[HttpResponse] = self.get_response(request)
         return await response

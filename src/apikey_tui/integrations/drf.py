@@ -31,7 +31,8 @@ from apikey_tui.errors import (
     MissingKeyError,
     VerifierUnavailableError,
 )
-from apikey_tui.integrations.django import get_verifier, problem_response
+from apikey_tui.integrations.django import get_verifier, problem_response, request_authorization
+from apikey_tui.integrations.guard import Guard
 from apikey_tui.names import parse_scopes
 from apikey_tui.verifier import Caller, Verifier
 
@@ -119,7 +120,7 @@ class ApiKeyAuthentication(BaseAuthentication):  # type: ignore[misc]
         """Check the key (no scopes here: HasScopes asks for them)."""
         verifier = self.verifier or get_verifier()
         try:
-            caller = verifier.verify(request.META.get("HTTP_AUTHORIZATION"))
+            caller = Guard(verifier, request_authorization).caller(request)
         except MissingKeyError:
             return None
         except AuthError as error:

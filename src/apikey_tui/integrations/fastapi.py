@@ -21,12 +21,13 @@ from starlette.types import ExceptionHandler
 from starlette.websockets import WebSocket, WebSocketState
 
 from apikey_tui.errors import ApiKeyError, AuthError
-from apikey_tui.integrations.asgi import (
+from apikey_tui.integrations.asgi_messages import (
     DENIAL_EXTENSION,
     POLICY_VIOLATION,
     Scope,
-    authorization_header,
+    scope_authorization,
 )
+from apikey_tui.integrations.guard import Guard
 from apikey_tui.verifier import Caller, Verifier
 
 SCHEME_NAME = "ApiKey"  # the key of components.securitySchemes
@@ -71,20 +72,19 @@ class ApiKeyScheme(SecurityBase):
     """
 
     def __init__(self, verifier: Verifier, model: APIKey, name: str):
-        self.verifier, self.model, self.scheme_name = verifier, model, name
+        self.model, self.scheme_name = model, name
+        # The raw ASGI headers, as the middleware reads them: no Headers object, no list, and
+        # the same rule for two Authorization headers.
+        self.guard = Guard(verifier, scope_authorization)
 
     async def __call__(self, connection: HTTPConnection, security_scopes: SecurityScopes) -> Caller:
-        scopes = security_scopes.scopes
         try:
-            # Read the raw ASGI headers: no Headers object, no list, and the same rule for two
-            # Authorization headers as the middleware.
-            header = authorization_header(connection.scope["headers"])
-            caller = self.verifier.cached(header, scopes)
-            return caller or await self.verifier.verify_async(header, scopes)
+            return await self.guard.caller_async(connection.scope, security_scopes.scopes)
         except AuthError as error:
             if answered_by_app(connection.scope, error):
                 raise
-            raise framework_refusal(connection.scope, error, self.verifier.realm) from error
+            realm = self.guard.verifier.realm
+            raise framework_refusal(connection.scope, error, realm) from error
 
 
 def answered_by_app(scope: Scope, error: AuthError) -> bool:
@@ -145,7 +145,7 @@ class ApiKeyAuth:
 
         async def handle(connection: HTTPConnection, exc: Exception) -> Response | None:
             assert isinstance(exc, AuthError)
-            status, headers, body = exc.response(self.verifier.realm)
+            status, headers, body = self.scheme.guard.refusal(exc)
             # Starlette hands a WebSocket to the handler for websocket scopes and sends a
             # returned Response as a denial, which only works before accept and only on
             # servers offering the extension; anywhere else the refusal is a 1008 close.

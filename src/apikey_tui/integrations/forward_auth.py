@@ -9,28 +9,30 @@ with `WWW-Authenticate`, 400 for a request that cannot be judged, 503 when the k
 cannot be asked. Never 202 or 204 (Envoy denies them), never a 200 on any doubt.
 
 Which scopes a request needs: `scope=` parameters on the auth URL (fixed per proxy location),
-else the route rules of a TOML file (`load_rules`), else any valid key.
+else the route rules of a TOML file (`rules_file.load_rules`), else any valid key.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-import tomllib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote_to_bytes
 
 from apikey_tui.errors import AuthError, InvalidInputError, UnsafePathError
-from apikey_tui.integrations.asgi import (
+from apikey_tui.integrations.asgi_messages import (
+    HTTPApp,
     Receive,
     Scope,
     Send,
-    answer,
-    authorization_header,
+    respond,
+    scope_authorization,
 )
-from apikey_tui.integrations.routes import Route, RouteScopes, Unmatched, route
+from apikey_tui.integrations.guard import Guard
+from apikey_tui.integrations.routes import RouteScopes
+from apikey_tui.integrations.rules_file import load_rules
 from apikey_tui.names import parse_scopes
 from apikey_tui.verifier import Caller, Verifier
 
@@ -58,8 +60,6 @@ _FORWARDED = {
     b"x-forwarded-uri": "uri",
     b"x-original-uri": "uri",
 }
-_RULE_KEYS = {"path", "scopes", "methods", "public"}
-_FILE_KEYS = {"unmatched", "default_scopes", "route"}
 
 
 class ForwardedRequestError(AuthError):
@@ -75,88 +75,6 @@ class ForwardedRequestError(AuthError):
 
     def challenge(self, realm: str) -> str | None:
         return None
-
-
-def load_rules(path: str | Path) -> RouteScopes:
-    """Read route rules from a TOML file; ValueError naming the file and the problem if bad.
-
-    ```toml
-    unmatched = "deny"          # or "key" (the default): any valid key
-    [[route]]
-    path = "/health"
-    public = true
-    [[route]]
-    path = "/models"
-    scopes = ["serving", "project"]
-    methods = ["POST"]          # optional; a GET rule also covers HEAD
-    ```
-    """
-    try:
-        with open(path, "rb") as handle:
-            data = tomllib.load(handle)
-    except OSError as exc:
-        raise ValueError(f"cannot read the rules file {path}: {exc.strerror}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ValueError(f"rules file {path} is not valid TOML: {exc}") from None
-    try:
-        return rules_from_mapping(data)
-    except (ValueError, InvalidInputError, TypeError) as exc:
-        raise ValueError(f"rules file {path}: {exc}") from None
-
-
-def rules_from_mapping(data: Mapping[str, Any]) -> RouteScopes:
-    """Build the rule table from a parsed rules file (see load_rules)."""
-    unknown = set(data) - _FILE_KEYS
-    if unknown:
-        raise ValueError(f"unknown setting {sorted(unknown)}; expected {sorted(_FILE_KEYS)}")
-    unmatched: Unmatched = data.get("unmatched", "key")
-    if unmatched not in ("key", "deny"):
-        raise ValueError(f'unmatched must be "key" or "deny", not {unmatched!r}')
-    entries = data.get("route", [])
-    if not isinstance(entries, list):
-        raise ValueError("route must be an array of tables: [[route]]")
-    routes: list[Route] = []
-    for number, entry in enumerate(entries, 1):
-        if not isinstance(entry, dict):
-            raise ValueError(f"route {number} must be a table")
-        extra = set(entry) - _RULE_KEYS
-        if extra or "path" not in entry:
-            raise ValueError(
-                f"route {number}: needs path and takes only {sorted(_RULE_KEYS)}"
-                + (f", not {sorted(extra)}" if extra else "")
-            )
-        routes.append(
-            route(
-                _text(entry["path"], f"route {number} path"),
-                *_texts(entry.get("scopes", []), f"route {number} scopes"),
-                methods=(
-                    None
-                    if entry.get("methods") is None
-                    else _texts(entry["methods"], f"route {number} methods")
-                ),
-                public=_flag(entry.get("public", False), f"route {number} public"),
-            )
-        )
-    defaults = _texts(data.get("default_scopes", []), "default_scopes")
-    return RouteScopes(routes, defaults, unmatched=unmatched)
-
-
-def _text(value: object, what: str) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"{what} must be a string")
-    return value
-
-
-def _texts(value: object, what: str) -> list[str]:
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ValueError(f"{what} must be a list of strings")
-    return list(value)
-
-
-def _flag(value: object, what: str) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"{what} must be true or false")
-    return value
 
 
 def original_path(uri: str) -> str:
@@ -175,31 +93,29 @@ def original_path(uri: str) -> str:
         raise UnsafePathError() from None
 
 
-class ForwardAuthApp:
+class ForwardAuthApp(HTTPApp):
     """The ASGI app behind `apikey-tui serve-auth`; proxies ask it about each request.
 
     `rules` decide what a request needs when the auth URL names no `scope=`; without rules any
     valid key passes. The verifier is closed at lifespan shutdown.
     """
 
+    name = "serve-auth"
+    logger = logger
+
     def __init__(self, verifier: Verifier, rules: RouteScopes | None = None) -> None:
-        self.verifier = verifier
+        self.guard = Guard(verifier, scope_authorization, rules)
         self.has_rules = rules is not None
         # An empty table checks a path's normal form and asks for any valid key.
         self.normal_form = RouteScopes(())
-        self.rules = rules if rules is not None else self.normal_form
         self.metrics = _metrics_page(verifier)  # None without the `metrics` extra
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        kind = scope["type"]
-        if kind == "lifespan":
-            await self._lifespan(receive, send)
-            return
-        if kind != "http":
-            logger.warning("serve-auth refused an ASGI scope of type %r", kind)
-            if kind == "websocket":
-                await send({"type": "websocket.close", "code": 1008})
-            return
+    @property
+    def verifier(self) -> Verifier:
+        """The guard's verifier."""
+        return self.guard.verifier
+
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope["path"]
         try:
             if path == AUTH_PATH:
@@ -208,22 +124,21 @@ class ForwardAuthApp:
                 required = self._from_envoy(scope)
             elif path == METRICS_PATH and self.metrics is not None:
                 content_type, page = self.metrics()
-                await answer(send, 200, [("content-type", content_type)], page)
+                await respond(scope, send, 200, [("content-type", content_type)], page)
                 return
             else:
-                await answer(send, 404, [("content-type", "text/plain")], b"ask /auth\n")
+                await respond(scope, send, 404, [("content-type", "text/plain")], b"ask /auth\n")
                 return
             caller: Caller | None = None
             if required is not None:
-                header = authorization_header(scope["headers"])
-                caller = self.verifier.cached(header, required) or (
-                    await self.verifier.verify_async(header, required)
-                )
+                caller = await self.guard.caller_async(scope, required)
         except AuthError as error:
-            status, headers, body = error.response(self.verifier.realm)
-            await answer(send, status, headers, body)
+            await respond(scope, send, *self.guard.refusal(error))
             return
-        await answer(send, 200, _identity(caller), b"")
+        await respond(scope, send, 200, _identity(caller), b"")
+
+    async def shutdown(self) -> None:
+        self.guard.verifier.close()  # flush last-used times
 
     def _from_headers(self, scope: Scope) -> tuple[str, ...] | None:
         """What the request described by X-Forwarded-* needs (nginx, Caddy, Traefik)."""
@@ -262,7 +177,7 @@ class ForwardAuthApp:
             )
         if uri is None:
             return ()
-        return self.rules.required(method or "GET", original_path(uri))
+        return self.guard.rules.required(method or "GET", original_path(uri))
 
     def _from_envoy(self, scope: Scope) -> tuple[str, ...] | None:
         """Envoy's check request: its own method and path are the original's, after the prefix."""
@@ -273,7 +188,7 @@ class ForwardAuthApp:
             raise UnsafePathError()
         rest = raw[len(ENVOY_PREFIX) :].decode("latin-1") or "/"
         method = _method(scope.get("method"))
-        return self.rules.required(method or "GET", original_path(rest))
+        return self.guard.rules.required(method or "GET", original_path(rest))
 
     @staticmethod
     def _query_scopes(query: bytes) -> tuple[str, ...] | None:
@@ -290,16 +205,6 @@ class ForwardAuthApp:
             return parse_scopes(values)
         except InvalidInputError as exc:
             raise ForwardedRequestError(f"the auth URL names a bad scope: {exc}") from None
-
-    async def _lifespan(self, receive: Receive, send: Send) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                self.verifier.close()  # flush last-used times
-                await send({"type": "lifespan.shutdown.complete"})
-                return
 
 
 def _method(value: str | None) -> str | None:
@@ -333,7 +238,7 @@ def _metrics_page(verifier: Verifier) -> Callable[[], tuple[str, bytes]] | None:
     try:
         from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-        from apikey_tui.metrics import register
+        from apikey_tui.integrations.prometheus import register
     except ImportError:
         return None
     registry = CollectorRegistry()

@@ -1,4 +1,4 @@
-"""Which scopes each route needs: one rule table shared by the ASGI and WSGI middleware."""
+"""Which scopes each route needs: one rule table for every integration and serve-auth."""
 
 from __future__ import annotations
 
@@ -6,14 +6,12 @@ import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Generic, Literal, TypeVar
+from typing import Literal
 
 from apikey_tui.errors import NoRouteRuleError
 from apikey_tui.integrations.path_readings import fold, is_plain, readings
 from apikey_tui.names import parse_scopes
-from apikey_tui.verifier import Verifier
 
-AppT = TypeVar("AppT")
 Unmatched = Literal["key", "deny"]
 
 # A rule path is a literal prefix of RFC 3986 path characters without "%" and "*": what a rule
@@ -185,24 +183,3 @@ class RouteScopes:
         if rule is None:
             raise NoRouteRuleError()
         return None if rule.public else rule.scopes
-
-
-class RouteGuard(Generic[AppT]):
-    """What every middleware holds: the wrapped app, the verifier and the route rules.
-
-    Rule paths are relative to where the middleware is installed: below a mount point
-    (Starlette `Mount`, ASGI `root_path`, WSGI `SCRIPT_NAME`) they omit the mount's prefix.
-    """
-
-    def __init__(
-        self,
-        app: AppT,
-        verifier: Verifier,
-        routes: Iterable[Route] = (),
-        default_scopes: Iterable[str] = (),
-        *,
-        unmatched: Unmatched = "key",
-    ) -> None:
-        self.app = app
-        self.verifier = verifier
-        self.rules = RouteScopes(routes, default_scopes, unmatched=unmatched)

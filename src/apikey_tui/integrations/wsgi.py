@@ -6,13 +6,19 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from apikey_tui.errors import AuthError
-from apikey_tui.integrations.routes import RouteGuard
+from apikey_tui.integrations.guard import GuardedApp
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment  # noqa: F401
 
 
-class ApiKeyWSGIMiddleware(RouteGuard["WSGIApplication"]):
+def environ_authorization(request: WSGIEnvironment) -> str | None:
+    """The Authorization header of a WSGI environ."""
+    header: str | None = request.get("HTTP_AUTHORIZATION")
+    return header
+
+
+class ApiKeyWSGIMiddleware(GuardedApp["WSGIApplication", "WSGIEnvironment"]):
     """Check every request's key against the route's scopes; the caller lands in environ["apikey"].
 
     Rules match PATH_INFO, the path below the mount point (SCRIPT_NAME).
@@ -20,15 +26,16 @@ class ApiKeyWSGIMiddleware(RouteGuard["WSGIApplication"]):
     Flask: `app.wsgi_app = ApiKeyWSGIMiddleware(app.wsgi_app, verifier, routes)`.
     """
 
+    authorization = staticmethod(environ_authorization)
+
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         try:
-            required = self.rules.required(environ["REQUEST_METHOD"], environ.get("PATH_INFO", ""))
-            if required is not None:
-                environ["apikey"] = self.verifier.verify(
-                    environ.get("HTTP_AUTHORIZATION"), required
-                )
+            method, path = environ["REQUEST_METHOD"], environ.get("PATH_INFO", "")
+            caller = self.guard.check(method, path, environ)
         except AuthError as error:
-            status, headers, body = error.response(self.verifier.realm)
+            status, headers, body = self.guard.refusal(error)
             start_response(f"{status} {error.title}", headers)
             return [body]
+        if caller is not None:
+            environ["apikey"] = caller
         return self.app(environ, start_response)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 # Standard library only at import time: the CLI builds every parser for `--help` and usage
 # errors, which must stay as cheap as starting Python.
+from apikey_tui.integrations.serve_options import add_server_options, count, server_options
 from apikey_tui.names import printable
 
 if TYPE_CHECKING:
@@ -59,8 +60,7 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
         parents=[common],
         help="take signed leak reports (GitHub, deps.dev) and revocations; stop leaked keys",
     )
-    serve.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=9181, help="listen port (default 9181)")
+    add_server_options(serve, port=9181)
     serve.add_argument(
         "--github-keys",
         required=True,
@@ -90,7 +90,7 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     serve.add_argument(
         "--revoke-per-minute",
-        type=_positive,
+        type=count,
         default=30,
         metavar="N",
         help="POST /revoke requests per client address and minute (default 30)",
@@ -199,13 +199,6 @@ def _line(row: dict[str, Any]) -> str:
     return f"{where}: {row['state']} key {key}{action}"
 
 
-def _positive(text: str) -> int:
-    value = int(text) if text.isdigit() else 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number from 1, got {text[:30]!a}")
-    return value
-
-
 def run_serve(url: Callable[[], str], args: argparse.Namespace, open_store: OpenStore) -> int:
     """Run serve-leaks under uvicorn until interrupted (needs the [leaks] extra)."""
     import shlex
@@ -228,6 +221,7 @@ def run_serve(url: Callable[[], str], args: argparse.Namespace, open_store: Open
             keys["depsdev"] = reports.load_public_keys(args.depsdev_keys)
         trusted = parse_networks(args.trusted_proxy)
         on_leak = shlex.split(args.on_leak) if args.on_leak is not None else None
+        auth_server.protocol(args.http)  # --http httptools without httptools
     except ValueError as exc:  # a bad key file, address or command: refuse to start
         print(f"apikey-tui: {printable(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
@@ -242,7 +236,7 @@ def run_serve(url: Callable[[], str], args: argparse.Namespace, open_store: Open
         revoke_per_minute=args.revoke_per_minute,
         trusted_proxies=trusted,
     )
-    auth_server.serve(app, host=args.host, port=args.port, keep_alive_timeout=5, header_timeout=10)
+    auth_server.serve(app, **server_options(args))
     return EXIT_OK
 
 

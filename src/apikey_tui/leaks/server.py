@@ -19,7 +19,7 @@ from typing import Any
 
 from apikey_tui import keyformat
 from apikey_tui.errors import LeakRequestError, StoreUnavailableError
-from apikey_tui.integrations.asgi import Receive, Scope, Send, answer, send_problem
+from apikey_tui.integrations.asgi_messages import HTTPApp, Receive, Scope, Send, respond
 from apikey_tui.keyformat import MalformedKey
 from apikey_tui.leaks.clients import Network, RateLimit, client_address
 from apikey_tui.leaks.reports import (
@@ -53,8 +53,11 @@ class Contained:
     leak: Leak | None
 
 
-class LeaksApp:
+class LeaksApp(HTTPApp):
     """The ASGI app behind `apikey-tui serve-leaks` (run by `integrations.auth_server.serve`)."""
+
+    name = "serve-leaks"
+    logger = logger
 
     def __init__(
         self,
@@ -75,19 +78,11 @@ class LeaksApp:
         self._pending: set[asyncio.Task[None]] = set()
         self._reports = asyncio.Semaphore(4)  # reports judged at once (argon2, database)
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await self._lifespan(receive, send)
-            return
-        if scope["type"] != "http":
-            logger.warning("serve-leaks refused an ASGI scope of type %r", scope["type"])
-            if scope["type"] == "websocket":
-                await send({"type": "websocket.close", "code": 1008})
-            return
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await self._route(scope, receive, send)
         except LeakRequestError as error:
-            await send_problem(scope, send, error, REALM)
+            await respond(scope, send, *error.response(REALM))
 
     async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope["path"]
@@ -132,7 +127,7 @@ class LeaksApp:
             "serve-leaks: %s report from %s: %d token(s), %d ours",
             signer.name, address, len(reported), sum(c.leak is not None for c in contained),
         )  # fmt: skip
-        await answer(send, 200, JSON, json.dumps(feedback).encode())
+        await respond(scope, send, 200, JSON, json.dumps(feedback).encode())
         self._notify([c.leak for c in contained if c.leak is not None], contained)
 
     async def _revoke(self, scope: Scope, receive: Receive, send: Send, address: str) -> None:
@@ -150,7 +145,7 @@ class LeaksApp:
                 headers=(("retry-after", "5"),),
             )
         # Answered first, the same for every list: the time to answer says nothing either.
-        await answer(send, 202, JSON, REVOKE_ACCEPTED.encode())
+        await respond(scope, send, 202, JSON, REVOKE_ACCEPTED.encode())
         pairs = [(c, f"POST /revoke from {address}") for c in credentials]
         self._later(self._revoke_later(pairs, address))
 
@@ -245,17 +240,10 @@ class LeaksApp:
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
 
-    async def _lifespan(self, receive: Receive, send: Send) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                if self._pending:  # revocations answered 202 are finished, not dropped
-                    await asyncio.wait(set(self._pending), timeout=ON_LEAK_TIMEOUT)
-                self.store.close()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+    async def shutdown(self) -> None:
+        if self._pending:  # revocations answered 202 are finished, not dropped
+            await asyncio.wait(set(self._pending), timeout=ON_LEAK_TIMEOUT)
+        self.store.close()
 
 
 def _headers(scope: Scope, signer: Signer) -> tuple[bytes | None, bytes | None]:

@@ -1,6 +1,6 @@
 """Prometheus metrics of a Verifier (needs the `metrics` extra: prometheus-client).
 
-    from apikey_tui.metrics import register
+    from apikey_tui.integrations.prometheus import register
     register(verifier)                  # on prometheus_client's default REGISTRY
     register(verifier, registry)        # or on a service's own CollectorRegistry
 

@@ -1,0 +1,102 @@
+"""The route guard every integration calls: the scopes a request needs, then who is asking."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable
+from typing import Generic, TypeVar
+
+from apikey_tui.errors import AuthError
+from apikey_tui.integrations.routes import Route, RouteScopes, Unmatched
+from apikey_tui.verifier import Caller, Verifier
+
+AppT = TypeVar("AppT")
+RequestT = TypeVar("RequestT")
+
+# What a refusal is on the wire in every framework: status, headers (content-length included)
+# and the problem+json body.
+Refusal = tuple[int, list[tuple[str, str]], bytes]
+# The rules of a guard given none: any valid key, on any path in normal form. It holds no state
+# but its bounded answer cache, so every such guard shares one.
+_ANY_KEY = RouteScopes(())
+
+
+class Guard(Generic[RequestT]):
+    """Route rules, the verifier's cache, the verifier, and the refusal: the four steps of every
+    integration, once.
+
+    `authorization` reads a request's Authorization header in the framework's own form (an ASGI
+    scope, a WSGI environ, a Django request); it is read only when the route needs a key, so a
+    public route never judges the header. Every method raises an AuthError to refuse;
+    `refusal(error)` is its answer. Without rules, every request needs any valid key.
+    """
+
+    def __init__(
+        self,
+        verifier: Verifier,
+        authorization: Callable[[RequestT], str | None],
+        rules: RouteScopes | None = None,
+    ) -> None:
+        self.verifier = verifier
+        self.authorization = authorization
+        self.rules = rules if rules is not None else _ANY_KEY
+
+    def check(self, method: str, path: str, request: RequestT) -> Caller | None:
+        """The caller of a request to `path`, or None for a public route (blocking)."""
+        required = self.rules.required(method, path)
+        return None if required is None else self.caller(request, required)
+
+    async def check_async(self, method: str, path: str, request: RequestT) -> Caller | None:
+        """check for an event loop: a cached key is answered in place, a cold one in a thread."""
+        required = self.rules.required(method, path)
+        if required is None:
+            return None
+        header = self.authorization(request)
+        return self.verifier.cached(header, required) or (
+            await self.verifier.verify_async(header, required)
+        )
+
+    def caller(self, request: RequestT, required: Collection[str] = ()) -> Caller:
+        """The caller if the request's key holds `required` (scopes decided elsewhere)."""
+        return self.verifier.verify(self.authorization(request), required)
+
+    async def caller_async(self, request: RequestT, required: Collection[str] = ()) -> Caller:
+        """caller for an event loop (FastAPI's scopes, serve-auth's `scope=`)."""
+        header = self.authorization(request)
+        return self.verifier.cached(header, required) or (
+            await self.verifier.verify_async(header, required)
+        )
+
+    def refusal(self, error: AuthError) -> Refusal:
+        """The answer to a refused request: the same in every framework."""
+        return error.response(self.verifier.realm)
+
+
+class GuardedApp(Generic[AppT, RequestT]):
+    """What every middleware holds: the wrapped app and its guard over the route rules.
+
+    Rule paths are relative to where the middleware is installed: below a mount point
+    (Starlette `Mount`, ASGI `root_path`, WSGI `SCRIPT_NAME`) they omit the mount's prefix.
+    """
+
+    def __init__(
+        self,
+        app: AppT,
+        verifier: Verifier,
+        routes: Iterable[Route] = (),
+        default_scopes: Iterable[str] = (),
+        *,
+        unmatched: Unmatched = "key",
+    ) -> None:
+        self.app = app
+        rules = RouteScopes(routes, default_scopes, unmatched=unmatched)
+        self.guard: Guard[RequestT] = Guard(verifier, self.authorization, rules)
+
+    @staticmethod
+    def authorization(request: RequestT) -> str | None:
+        """The request's Authorization header (each middleware knows its framework's form)."""
+        raise NotImplementedError
+
+    @property
+    def verifier(self) -> Verifier:
+        """The guard's verifier."""
+        return self.guard.verifier
