@@ -8,6 +8,7 @@ from textual.widgets import Input
 
 from apikey_tui.store import KeyInfo, KeyStore, Leak
 from apikey_tui.tui import lifecycle
+from apikey_tui.tui.app import help_sections
 from apikey_tui.tui.dialogs.help import help_text
 from apikey_tui.tui.screens.audit_trail import AuditTrailScreen
 from apikey_tui.tui.screens.key_detail import KeyDetailScreen
@@ -107,4 +108,4 @@ async def test_audit_trail_l_shows_only_leak_events(tui_store: KeyStore) -> None
         screen.query_one("#filter-action", Input).value = "leak"
         await settle(pilot)
         assert [r[1] for r in table_cells(app, "#events-table")] == ["key.leak"]
-    assert "l  only leak events" in help_text()
+    assert "l  only leak events" in help_text(help_sections())

@@ -15,7 +15,7 @@ from apikey_tui import keyformat
 from apikey_tui.errors import InvalidKeyError
 from apikey_tui.store import KeyInfo, KeyStore
 from apikey_tui.tui import lifecycle
-from apikey_tui.tui.app import ApiKeysApp
+from apikey_tui.tui.app import ApiKeysApp, help_sections
 from apikey_tui.tui.dialogs.ask_value import AskValueDialog
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.help import help_text
@@ -303,10 +303,10 @@ async def test_end_grace_is_offered_only_for_a_key_in_grace(fixed: KeyStore) -> 
 
 def test_help_lists_the_lifecycle_keys() -> None:
     """Help names R, O, x and E in the table and the detail, from their bindings."""
-    text = help_text()
+    text = help_text(help_sections())
     for line in ("R  rotate", "O  end the grace", "x  disable", "E  set the expiry"):
         assert line in text
-    assert "R  rotate with a grace, as in the table" in text
+    assert text.count("R  rotate: new secret") == 2  # the table's and the detail's
 
 
 # --- pictures at 80x24 -------------------------------------------------------------------------

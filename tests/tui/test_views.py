@@ -10,7 +10,7 @@ from textual.pilot import Pilot
 from textual.widgets import Button, DataTable, Input, Static
 
 from apikey_tui.store import KeyStore
-from apikey_tui.tui.app import ApiKeysApp
+from apikey_tui.tui.app import ApiKeysApp, help_sections
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.edit_scopes import EditScopesDialog
 from apikey_tui.tui.dialogs.help import help_text
@@ -445,7 +445,7 @@ async def test_switch_owner_and_all_owners_without_restarting(tui_store: KeyStor
 
 def test_help_lists_the_view_keys() -> None:
     """The help text names Enter, c, a, o and the keys inside the detail and catalog views."""
-    text = help_text()
+    text = help_text(help_sections())
     for row in ("Enter  the selected key", "c  the scope catalog", "a  the audit trail"):
         assert row in text
     assert "o  switch owner" in text and "e  edit the key's scopes" in text

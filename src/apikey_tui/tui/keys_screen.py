@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -20,9 +20,9 @@ from apikey_tui.tui.context_line import ContextLine
 from apikey_tui.tui.dialogs.ask_value import Answer, AskValueDialog
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.create_key import CreateKeyDialog, NewKeyRequest
-from apikey_tui.tui.dialogs.help import HelpScreen
 from apikey_tui.tui.dialogs.reveal_secret import RevealSecretDialog
 from apikey_tui.tui.failures import unforeseen
+from apikey_tui.tui.key_actions import TABLE, bindings
 from apikey_tui.tui.key_table import COLUMNS, SORTABLE, KeyFilter, KeyTable
 from apikey_tui.tui.messages import (
     KeyCreated,
@@ -34,10 +34,8 @@ from apikey_tui.tui.messages import (
 )
 from apikey_tui.tui.polling import marker_moved
 from apikey_tui.tui.screens.key_detail import KeyDetailScreen
+from apikey_tui.tui.session import Session
 from apikey_tui.tui.text import literal
-
-if TYPE_CHECKING:
-    from apikey_tui.tui.app import ApiKeysApp
 
 
 def _when(moment: Any) -> str:
@@ -48,47 +46,25 @@ class KeysScreen(Screen[None]):
     """Lists keys and runs every store call in a thread worker, so the UI never freezes."""
 
     BINDINGS = [
-        Binding("n", "create", "New"),
-        Binding("d", "delete", "Delete"),
-        Binding("r", "recreate", "Recreate"),
-        # The lifecycle: not in the footer (full at 80 columns); help and the palette list them.
-        Binding("R", "rotate", "Rotate", show=False),
-        Binding("O", "end_grace", "End grace", show=False),
-        Binding("x", "toggle_disabled", "Disable/enable", show=False),
-        Binding("E", "set_expiry", "Set expiry", show=False),
-        Binding("slash", "focus_filter", "Filter"),
-        Binding("s", "sort", "Sort", show=False),  # also a header click; listed in help
-        Binding("f5", "reload", "Reload"),
-        Binding("question_mark", "help", "Help"),
-        # Not in the footer, which is full at 80 columns: help and the palette list them.
-        Binding("enter", "details", "Details", show=False),
-        Binding("c", "app.scope_catalog", "Scopes", show=False),
-        Binding("a", "app.audit_trail", "Audit trail", show=False),
-        Binding("o", "app.switch_owner", "Owner", show=False),
+        *bindings(TABLE),
         Binding("escape", "focus_table", "Table", show=False),
     ]
 
-    def __init__(self) -> None:
+    def __init__(self, session: Session) -> None:
         super().__init__()
+        self.session = session
         self.scopes: list[ScopeInfo] = []
         self._marker: tuple[object, ...] | None = None  # None until the first load
         self._unreachable: str | None = None  # why the database cannot be reached, if it cannot
         # The reason a write just failed, while the reload after it runs: one toast says it once.
         self._reloading_after: str | None = None
 
-    @property
-    def keys_app(self) -> ApiKeysApp:
-        from apikey_tui.tui.app import ApiKeysApp
-
-        assert isinstance(self.app, ApiKeysApp)
-        return self.app
-
     # --- layout -------------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
-        app = self.keys_app
-        owner = "all owners" if app.owner is None else f"owner: {app.owner}"
-        yield ContextLine(f"API keys · {owner}", app.database_label)
+        session = self.session
+        owner = "all owners" if session.owner is None else f"owner: {session.owner}"
+        yield ContextLine(f"API keys · {owner}", session.database_label)
         yield KeyFilter(
             placeholder="/ filter by name, public id, scope or owner", id="filter", compact=True
         )
@@ -102,16 +78,16 @@ class KeysScreen(Screen[None]):
         self.watch(table, "cursor_row", self.refresh_bindings, init=False)  # O follows the key
         table.display = False
         table.focus()
-        table.bind(self.keys_app.store, owner=self.keys_app.owner)  # the first rows, at once
+        table.bind(self.session.store, owner=self.session.owner)  # the first rows, at once
         self.reload()
-        self.set_interval(self.keys_app.poll_seconds, self.poll)
+        self.set_interval(self.session.poll_seconds, self.poll)
 
     # --- loading ------------------------------------------------------------------------------
 
     @work(thread=True, exclusive=True, group="load")
     def reload(self) -> None:
         """Read the change marker and scopes off the event loop (the table reads its rows)."""
-        store = self.keys_app.store
+        store = self.session.store
         try:
             marker = store.change_marker()
             scopes = store.list_scopes()
@@ -126,7 +102,7 @@ class KeysScreen(Screen[None]):
     @work(thread=True, exclusive=True, group="poll")
     def poll(self) -> None:
         """Reload when another admin, the CLI or a verifier changed something."""
-        store = self.keys_app.store
+        store = self.session.store
         if marker_moved(self, store.change_marker, self._unreachable, self._marker):
             self.reload()
 
@@ -150,7 +126,7 @@ class KeysScreen(Screen[None]):
         text = table.key_query.text.strip()
         empty = self.query_one("#empty", Static)
         if table.total == 0 and not text:
-            who = "anyone" if self.keys_app.owner is None else self.keys_app.owner
+            who = "anyone" if self.session.owner is None else self.session.owner
             empty.update(literal(f"No API keys for {who} yet. Press n to create the first one."))
         elif table.total == 0:
             empty.update(literal(f"No key matches {text!r}."))
@@ -175,7 +151,7 @@ class KeysScreen(Screen[None]):
         # O (end grace) is offered only for a selected key whose old secret is in grace.
         if action == "end_grace":
             key = self.selected_key()
-            return key is not None and lifecycle.in_grace(key, self.keys_app.store.clock())
+            return key is not None and lifecycle.in_grace(key, self.session.store.clock())
         return True
 
     @on(KeyTable.Failed)
@@ -218,28 +194,29 @@ class KeysScreen(Screen[None]):
         self.reload()
         self.query_one(KeyTable).reload()
 
-    def action_help(self) -> None:
-        self.app.push_screen(HelpScreen())
-
     def action_details(self) -> None:
         key = self.selected_key()
         if key is None:
             self.notify("Select a key in the table first.", severity="warning")
         else:
-            self.app.push_screen(KeyDetailScreen(key, self))
+            self.app.push_screen(KeyDetailScreen(key, self.session, self.act_on))
+
+    def act_on(self, action: str, key: KeyInfo) -> None:
+        """Run a key action (delete, rotate, …) on key: how the key's detail acts, as here."""
+        getattr(self, f"action_{action}")(key)
 
     # --- create -------------------------------------------------------------------------------
 
     def action_create(self) -> None:
-        app = self.keys_app
+        session = self.session
         if not self.scopes:
             self.notify("The scope catalog is empty: add a scope with 'apikey-tui scopes add'.")
             return
         table = self.query_one(KeyTable)
         dialog = CreateKeyDialog(
             self.scopes,
-            owner=app.owner or app.default_owner,
-            ask_owner=app.owner is None,
+            owner=session.owner or session.default_owner,
+            ask_owner=session.owner is None,
             # a quick hint from the rows read so far; the database's unique key is the judge
             taken=lambda owner, name: table.known((owner, name)),
         )
@@ -261,7 +238,7 @@ class KeysScreen(Screen[None]):
         9999), which is logged without locals: the call may hold a new key's secret in them.
         """
         try:
-            message = operation(self.keys_app.store)
+            message = operation(self.session.store)
         except ApiKeyError as exc:
             message = StoreFailed(str(exc))
         except Exception as exc:
