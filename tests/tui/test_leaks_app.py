@@ -63,7 +63,7 @@ async def test_table_and_detail_show_where_and_when_a_key_leaked(
         fields = shown(app, "#detail-fields")
         assert "State        leaked (disabled): services refuse it (401)" in fields
         assert f"Leaked at    {URL}\\x1b[31m" in fields  # stored text, never obeyed
-        assert "Reported     2 hours ago (2026-11-20 10:03 UTC) · reported by github" in fields
+        assert "Reported     2 h ago (2026-11-20 10:03 UTC) · reported by github" in fields
         assert "press r to recreate it" in fields and "\x1b" not in fields
 
 

@@ -170,8 +170,8 @@ def help_sections() -> list[Section]:
             "Create a key (n), edit its scopes (e)",
             (CreateKeyDialog, EditScopesDialog, ScopePicker),
             (
-                ("Tab", "next: name, scopes, Create (never Cancel)"),
-                ("Enter", "name: create; scopes: choose or drop"),
+                ("Tab", "next: name, scopes, expiry, Create (never Cancel)"),
+                ("Enter", "name or expiry: create; scopes: choose or drop"),
             ),
         ),
         Section("The one-time reveal", (RevealSecretDialog,)),

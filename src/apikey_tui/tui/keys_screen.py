@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from textual import on, work
@@ -15,7 +16,7 @@ from textual.widgets import Footer, Input, Static
 from apikey_tui.errors import ApiKeyError, KeyNotFoundError
 from apikey_tui.names import DESCRIPTION_MAX, check_reason, parse_duration, parse_expiry
 from apikey_tui.store import KeyInfo, KeyStore, ScopeInfo
-from apikey_tui.tui import lifecycle, times
+from apikey_tui.tui import lifecycle
 from apikey_tui.tui.context_line import ContextLine
 from apikey_tui.tui.dialogs.ask_value import Answer, AskValueDialog
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
@@ -36,10 +37,14 @@ from apikey_tui.tui.polling import marker_moved
 from apikey_tui.tui.screens.key_detail import KeyDetailScreen
 from apikey_tui.tui.session import Session
 from apikey_tui.tui.text import literal
+from apikey_tui.tui.times import absolute
 
 
-def _when(moment: Any) -> str:
-    return times.absolute(moment, seconds=True)
+def _expiry(expires_at: datetime | None) -> str:
+    """'never expires', or 'expires 2030-01-31 12:00:00 UTC'."""
+    return (
+        "never expires" if expires_at is None else f"expires {absolute(expires_at, seconds=True)}"
+    )
 
 
 class KeysScreen(Screen[None]):
@@ -219,14 +224,20 @@ class KeysScreen(Screen[None]):
             ask_owner=session.owner is None,
             # a quick hint from the rows read so far; the database's unique key is the judge
             taken=lambda owner, name: table.known((owner, name)),
+            clock=session.store.clock,
         )
         self.app.push_screen(dialog, self._create_requested)
 
     def _create_requested(self, request: NewKeyRequest | None) -> None:
         if request is not None:
-            owner, name, scopes = request.owner, request.name, request.scopes
+            owner, name, scopes, expires = (
+                request.owner,
+                request.name,
+                request.scopes,
+                request.expires,
+            )
             self.run_store(
-                lambda store: KeyCreated(store.create_key(owner, name, scopes)),
+                lambda store: KeyCreated(store.create_key(owner, name, scopes, expires=expires)),
                 f"Create (key {name!r} of {owner})",
             )
 
@@ -369,7 +380,8 @@ class KeysScreen(Screen[None]):
             )
             until = created.info.grace_until
             verb = (
-                f"rotated: the old secret {key.public_id} works until {_when(until)}"
+                f"rotated: the old secret {key.public_id} works until "
+                f"{absolute(until, seconds=True)}"
                 if until is not None
                 else "rotated (the old secret no longer works)"
             )
@@ -380,9 +392,10 @@ class KeysScreen(Screen[None]):
     def action_end_grace(self, key: KeyInfo | None = None) -> None:
         def ask(key: KeyInfo) -> ConfirmDialog:
             assert key.grace_until is not None
+            retiring = absolute(key.grace_until, seconds=True)
             return ConfirmDialog(
                 f"End the grace of key {key.name!r} of {key.owner}?",
-                f"Its old secret {key.old_public_id} (retiring at {_when(key.grace_until)}) "
+                f"Its old secret {key.old_public_id} (retiring at {retiring}) "
                 f"stops working now, for every service. The current secret {key.public_id} "
                 "keeps working.",
                 "End grace",
@@ -424,7 +437,7 @@ class KeysScreen(Screen[None]):
 
     def _enable(self, key: KeyInfo) -> None:
         def ask(key: KeyInfo) -> ConfirmDialog:
-            since = _when(key.disabled_at) if key.disabled_at else "unknown"
+            since = absolute(key.disabled_at, seconds=True) if key.disabled_at else "unknown"
             reason = f" ({key.disabled_reason})" if key.disabled_reason else ""
             return ConfirmDialog(
                 f"Enable key {key.name!r} of {key.owner}?",
@@ -441,7 +454,7 @@ class KeysScreen(Screen[None]):
 
     def action_set_expiry(self, key: KeyInfo | None = None) -> None:
         def ask(key: KeyInfo) -> AskValueDialog[Any]:
-            now = "never expires" if key.expires_at is None else f"expires {_when(key.expires_at)}"
+            now = _expiry(key.expires_at)
             return AskValueDialog(
                 f"Set the expiry of key {key.name!r} of {key.owner}?",
                 f"Public id {key.public_id}; it {now}. Services refuse it from the second it "
@@ -456,9 +469,7 @@ class KeysScreen(Screen[None]):
             info = store.set_expiry(
                 key.owner, key.name, when.value, expected_public_id=key.public_id
             )
-            then = (
-                "never expires" if info.expires_at is None else f"expires {_when(info.expires_at)}"
-            )
+            then = _expiry(info.expires_at)
             return KeyLifecycleChanged(info, f"Key {key.name!r} of {key.owner} now {then}.")
 
         self._ask_then(ask, set_expiry, key)
