@@ -83,7 +83,9 @@ class CreateKeyDialog(ModalScreen[NewKeyRequest | None]):
                             compact=True,
                         )
                 else:
-                    yield Static(literal(f"Owner: {self._owner}"), classes="dim")
+                    with Horizontal(classes="field dim"):
+                        yield Static("Owner:", classes="field-label")
+                        yield Static(literal(self._owner))
                 with Horizontal(classes="field"):
                     yield Static("Name:", classes="field-label")
                     yield Input(
