@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +16,14 @@ from textual.widgets import Button, Input, Static
 from textual.worker import WorkerCancelled
 
 from apikey_tui import keyformat
+from apikey_tui.cli import build_parser
+from apikey_tui.clock import system_clock
 from apikey_tui.errors import StoreUnavailableError
 from apikey_tui.store import KeyStore
 from apikey_tui.tui.app import ApiKeysApp
 from apikey_tui.tui.context_line import ContextLine, database_forms, fit_context
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
-from apikey_tui.tui.dialogs.create_key import CreateKeyDialog
+from apikey_tui.tui.dialogs.create_key import CreateKeyDialog, expiry_problem
 from apikey_tui.tui.dialogs.help import HelpScreen
 from apikey_tui.tui.dialogs.reveal_secret import RevealSecretDialog
 from apikey_tui.tui.key_table import KeyTable
@@ -29,7 +32,7 @@ from apikey_tui.tui.scope_picker import ScopePicker
 from apikey_tui.verifier import Verifier
 from tests.conftest import CHEAP
 from tests.throwaway_postgres import ThrowawayPostgres
-from tests.tui.conftest import make_app
+from tests.tui.conftest import Toasts, make_app
 
 SIZE = (100, 30)
 
@@ -142,6 +145,43 @@ async def test_name_validation_is_live_and_create_needs_a_scope(tui_store: KeySt
         assert not dialog.query_one("#create", Button).disabled
 
 
+async def test_create_sets_the_expiry_asked_for(tui_store: KeyStore) -> None:
+    """Expires: 90d gives a key expiring 90 days out; a past date keeps the dialog open."""
+    app = make_app(tui_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        dialog = await open_create(pilot, "short-lived", ["project"])
+        expires = dialog.query_one("#expires", Input)
+        expires.value = "2001-01-01"
+        await pilot.pause()
+        assert "is not in the future" in str(dialog.query_one("#expires-error", Static).render())
+        assert dialog.query_one("#create", Button).disabled
+        expires.value = "90d"
+        await pilot.pause()
+        assert not dialog.query_one("#expires-error", Static).display
+        await pilot.click("#create")
+        await settle(pilot)
+        assert isinstance(app.screen, RevealSecretDialog)
+    key = tui_store.get_key("alice", "short-lived")
+    assert key.expires_at == tui_store.clock() + timedelta(days=90)
+
+
+@pytest.mark.parametrize(
+    "text", ["", "90d", "24h", "never", "NEVER", "2099-01-31", "2099-01-31T12:00Z", "36500d",
+             "36501d", "5y", "-5d", "soon", "9999-12-31", "2099-02-30"],
+)  # fmt: skip
+def test_create_reads_an_expiry_as_the_cli_does(text: str) -> None:
+    """The dialog accepts an expiry exactly when `keys create --expires` parses it."""
+    args = ["keys", "create", "k", "--scope", "project"] + (["--expires", text] if text else [])
+    try:
+        parsed = build_parser().parse_args(args)
+    except SystemExit:
+        parsed = None
+    expiry, problem = expiry_problem(text, system_clock())
+    assert (problem is None) == (parsed is not None), problem
+    assert expiry == (parsed.expires if parsed is not None else None)
+
+
 async def test_escape_cancels_and_writes_nothing(tui_store: KeyStore) -> None:
     """Escape closes the create dialog and no key or event is written."""
     app = make_app(tui_store)
@@ -214,12 +254,13 @@ async def test_key_deleted_elsewhere_is_a_notification(tui_store: KeyStore) -> N
     tui_store.create_key("alice", "gone", ["project"])
     app = make_app(tui_store, owner="alice")
     app.poll_seconds = 60  # keep the stale row on screen for this test
-    async with app.run_test(size=SIZE) as pilot:
+    toasts = Toasts()
+    async with app.run_test(size=SIZE, message_hook=toasts.hook) as pilot:
         await settle(pilot)
         tui_store.delete_key("alice", "gone")
         await pilot.press("d", "y")
         await settle(pilot)
-        messages = [n.message for n in app._notifications]
+        messages = toasts.messages
         assert any("alice has no key named 'gone'" in m for m in messages)
         assert table_rows(app) == []
         assert isinstance(app.screen, KeysScreen)
@@ -230,7 +271,8 @@ async def test_database_down_is_a_notification(throwaway_postgres: ThrowawayPost
     store = KeyStore.open(throwaway_postgres.url, hasher=CHEAP)
     store.create_key("alice", "k", ["project"])
     app = make_app(store)
-    async with app.run_test(size=SIZE) as pilot:
+    toasts = Toasts()
+    async with app.run_test(size=SIZE, message_hook=toasts.hook) as pilot:
         await settle(pilot)
         throwaway_postgres.stop()
         await pilot.press("f5")
@@ -238,7 +280,7 @@ async def test_database_down_is_a_notification(throwaway_postgres: ThrowawayPost
         await open_create(pilot, "new", ["project"])
         await pilot.click("#create")
         await settle(pilot)
-        messages = [n.message for n in app._notifications]
+        messages = toasts.messages
         assert sum("database unavailable" in m for m in messages) >= 2
         assert all("\n" not in m for m in messages)
         assert isinstance(app.screen, KeysScreen)
@@ -384,14 +426,15 @@ async def test_a_key_recreated_while_confirming_is_not_deleted(tui_store: KeySto
     """If the confirmed key is recreated before y, the app says so and deletes nothing."""
     tui_store.create_key("alice", "busy", ["project"])
     app = make_app(tui_store)
-    async with app.run_test(size=SIZE) as pilot:
+    toasts = Toasts()
+    async with app.run_test(size=SIZE, message_hook=toasts.hook) as pilot:
         await settle(pilot)
         await pilot.press("d")
         assert isinstance(app.screen, ConfirmDialog)
         recreated = tui_store.recreate_key("alice", "busy").info
         await pilot.press("y")
         await settle(pilot)
-        messages = [n.message for n in app._notifications]
+        messages = toasts.messages
         assert any("changed meanwhile" in m and "nothing was done" in m for m in messages)
         assert isinstance(app.screen, KeysScreen)
     assert tui_store.get_key("alice", "busy") == recreated
@@ -403,14 +446,15 @@ async def test_a_key_deleted_while_confirming_recreate_is_not_recreated(
     """If the key is deleted (and a new one of that name made) before y, recreate does nothing."""
     tui_store.create_key("alice", "twin", ["project"])
     app = make_app(tui_store)
-    async with app.run_test(size=SIZE) as pilot:
+    toasts = Toasts()
+    async with app.run_test(size=SIZE, message_hook=toasts.hook) as pilot:
         await settle(pilot)
         await pilot.press("r")
         assert isinstance(app.screen, ConfirmDialog)
         tui_store.delete_key("alice", "twin")
         await pilot.press("y")
         await settle(pilot)
-        messages = [n.message for n in app._notifications]
+        messages = toasts.messages
         assert any("deleted meanwhile; nothing was done" in m for m in messages)
         assert not any(isinstance(s, RevealSecretDialog) for s in app.screen_stack)
     assert tui_store.list_keys("alice") == []
@@ -737,7 +781,8 @@ async def test_a_failed_write_is_one_toast_not_two(
     tui_store.create_key("alice", "k", ["project"])
     app = make_app(tui_store)
     app.poll_seconds = 60
-    async with app.run_test(size=SIZE) as pilot:
+    toasts = Toasts()
+    async with app.run_test(size=SIZE, message_hook=toasts.hook) as pilot:
         await settle(pilot)
 
         def down(*args: object, **kwargs: object) -> None:
@@ -748,5 +793,5 @@ async def test_a_failed_write_is_one_toast_not_two(
         monkeypatch.setattr(tui_store, "change_marker", down)
         await pilot.press("d", "y")
         await settle(pilot)
-        messages = [n.message for n in app._notifications]
+        messages = toasts.messages
         assert messages.count("database unavailable (test): it is down") == 1

@@ -37,6 +37,7 @@ from apikey_tui.tui.screens.audit_trail import AuditTrailScreen
 from apikey_tui.tui.screens.key_detail import KeyDetailScreen
 from apikey_tui.tui.screens.scope_catalog import ScopeCatalogScreen
 from tests.conftest import FakeClock
+from tests.tui.conftest import Toasts
 from tests.tui.test_app import settle
 
 SIZE = (100, 30)
@@ -189,7 +190,8 @@ async def test_every_screen_shows_hostile_database_text_literally(
 ) -> None:
     """Table, views, dialogs, toasts and top lines show hostile text as escapes, markup as text."""
     app = hostile_app
-    async with app.run_test(size=SIZE, notifications=True) as pilot:
+    toasts = Toasts()
+    async with app.run_test(size=SIZE, notifications=True, message_hook=toasts.hook) as pilot:
         await settle(pilot)
         assert_literal(assert_safe(app, "key table"), "key table", markup=False)
 
@@ -231,7 +233,7 @@ async def test_every_screen_shows_hostile_database_text_literally(
         await press(pilot, "escape")
         await visit(pilot, "d", ConfirmDialog, "remove scope")
         await press(pilot, "y")
-        assert app._notifications, "the refusal is a toast"
+        assert toasts.shown, "the refusal is a toast"
         assert_literal(assert_safe(app, "refusal toast"), "refusal toast")
         await press(pilot, "escape")
 
@@ -247,24 +249,24 @@ async def test_every_screen_shows_hostile_database_text_literally(
         await press(pilot, "escape")
 
         # Toasts: a lifecycle change, a refusal quoting the key, a deletion, a key vanished.
-        app.clear_notifications()
+        toasts.clear(app)
         await select(pilot, "ci")
         await visit(pilot, "x", AskValueDialog, "disable")
         await press(pilot, "enter")
         assert_literal(assert_safe(app, "disabled toast"), "disabled toast")
-        app.clear_notifications()
+        toasts.clear(app)
         await select(pilot, "race")
         await visit(pilot, "d", ConfirmDialog, "delete")
         tui_store.delete_key(OWNER, NAMES["race"])  # deleted elsewhere while asking
         await press(pilot, "y")
-        assert any(n.severity == "error" for n in app._notifications)
+        assert any(n.severity == "error" for n in toasts.shown)
         assert_literal(assert_safe(app, "not-done toast"), "not-done toast")
-        app.clear_notifications()
+        toasts.clear(app)
         await select(pilot, "del")
         await visit(pilot, "d", ConfirmDialog, "delete")
         await press(pilot, "y")
         assert_literal(assert_safe(app, "deleted toast"), "deleted toast")
-        app.clear_notifications()
+        toasts.clear(app)
         await select(pilot, "gone")
         detail = app.screen_stack[1]
         assert isinstance(detail, KeysScreen)
@@ -275,11 +277,11 @@ async def test_every_screen_shows_hostile_database_text_literally(
         screen.reload()
         await settle(pilot)
         assert isinstance(app.screen, KeysScreen), "the detail closed"
-        assert app._notifications, "and said why"
+        assert toasts.shown, "and said why"
         assert_literal(assert_safe(app, "vanished toast"), "vanished toast")
 
         # The one-time reveal after a recreate names the key.
-        app.clear_notifications()
+        toasts.clear(app)
         await select(pilot, "off")
         await visit(pilot, "r", ConfirmDialog, "recreate")
         await press(pilot, "y")

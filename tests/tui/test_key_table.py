@@ -15,7 +15,8 @@ from textual.strip import Strip
 
 from apikey_tui.db.models import KeyRow, KeyScopeRow
 from apikey_tui.store import SORTS, KeyQuery, KeyStore
-from apikey_tui.tui.key_table import KeyFilter, KeyTable, fit, relative
+from apikey_tui.tui.key_table import KeyFilter, KeyTable, fit
+from apikey_tui.tui.times import relative
 from tests.conftest import FakeClock
 from tests.tui.conftest import make_app
 from tests.tui.test_app import settle
@@ -116,11 +117,15 @@ def test_window_filter_matches_name_id_owner_and_scope(store: KeyStore) -> None:
 
 
 def test_fit_cuts_with_an_ellipsis_and_relative_times_read_naturally() -> None:
-    """A cut cell ends in '…'; times read 'just now', '3 min ago', '2 d ago', 'never'."""
+    """A cut cell ends in '…'; times read 'just now', '3 min ago', '2 d ago', 'in 5 h', 'never'.
+
+    The one wording of tui.times: the table, the detail and the dialogs all say it this way.
+    """
     assert fit("abcdef", 4) == "abc…" and fit("ab", 4) == "ab  "
     assert relative(NOW - timedelta(seconds=5), NOW) == "just now"
     assert relative(NOW - timedelta(minutes=3), NOW) == "3 min ago"
     assert relative(NOW - timedelta(days=2, hours=1), NOW) == "2 d ago"
+    assert relative(NOW + timedelta(hours=5, minutes=2), NOW) == "in 5 h"
     assert relative(None, NOW) == "never"
 
 

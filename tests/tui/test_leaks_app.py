@@ -8,6 +8,7 @@ from textual.widgets import Input
 
 from apikey_tui.store import KeyInfo, KeyStore, Leak
 from apikey_tui.tui import lifecycle
+from apikey_tui.tui.app import help_sections
 from apikey_tui.tui.dialogs.help import help_text
 from apikey_tui.tui.screens.audit_trail import AuditTrailScreen
 from apikey_tui.tui.screens.key_detail import KeyDetailScreen
@@ -62,7 +63,7 @@ async def test_table_and_detail_show_where_and_when_a_key_leaked(
         fields = shown(app, "#detail-fields")
         assert "State        leaked (disabled): services refuse it (401)" in fields
         assert f"Leaked at    {URL}\\x1b[31m" in fields  # stored text, never obeyed
-        assert "Reported     2 hours ago (2026-11-20 10:03 UTC) · reported by github" in fields
+        assert "Reported     2 h ago (2026-11-20 10:03 UTC) · reported by github" in fields
         assert "press r to recreate it" in fields and "\x1b" not in fields
 
 
@@ -107,4 +108,4 @@ async def test_audit_trail_l_shows_only_leak_events(tui_store: KeyStore) -> None
         screen.query_one("#filter-action", Input).value = "leak"
         await settle(pilot)
         assert [r[1] for r in table_cells(app, "#events-table")] == ["key.leak"]
-    assert "l  only leak events" in help_text()
+    assert "l  only leak events" in help_text(help_sections())

@@ -15,7 +15,7 @@ from apikey_tui import keyformat
 from apikey_tui.errors import InvalidKeyError
 from apikey_tui.store import KeyInfo, KeyStore
 from apikey_tui.tui import lifecycle
-from apikey_tui.tui.app import ApiKeysApp
+from apikey_tui.tui.app import ApiKeysApp, help_sections
 from apikey_tui.tui.dialogs.ask_value import AskValueDialog
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.help import help_text
@@ -25,7 +25,7 @@ from apikey_tui.tui.keys_screen import KeysScreen
 from apikey_tui.tui.screens.key_detail import KeyDetailScreen
 from apikey_tui.verifier import Verifier
 from tests.conftest import CHEAP, FakeClock
-from tests.tui.conftest import make_app
+from tests.tui.conftest import Toasts, make_app
 from tests.tui.test_app import settle
 from tests.tui.test_snapshots import new_app, snapshot
 
@@ -65,10 +65,6 @@ def states(app: ApiKeysApp) -> dict[str, str]:
     table = app.screen.query_one(KeyTable)
     column = table.columns.index("state")
     return {k.name: table.row_text(i)[column] for i, k in enumerate(table.rows)}
-
-
-def notes(app: ApiKeysApp) -> list[str]:
-    return [n.message for n in app._notifications]
 
 
 async def select(pilot: Pilot[Any], name: str) -> None:
@@ -154,7 +150,7 @@ async def test_rotate_reveals_once_and_the_old_secret_works_in_grace(tui_store: 
         new = app.clipboard
         await pilot.press("enter")
         await settle(pilot)
-        assert isinstance(app.screen, KeysScreen) and app._clipboard == ""
+        assert isinstance(app.screen, KeysScreen) and app.clipboard == ""
         assert states(app) == {"svc": "↻ grace"}
     info = tui_store.get_key("alice", "svc")
     assert info.old_public_id == old.info.public_id != info.public_id
@@ -186,7 +182,8 @@ async def test_detail_shows_the_grace_and_o_ends_it(tui_store: KeyStore) -> None
     old = tui_store.create_key("alice", "svc", ["project"]).info.public_id
     tui_store.rotate_key("alice", "svc", grace=timedelta(hours=2))
     app = make_app(tui_store)
-    async with app.run_test(size=SIZE) as pilot:
+    toasts = Toasts()
+    async with app.run_test(size=SIZE, message_hook=toasts.hook) as pilot:
         await settle(pilot)
         await pilot.press("enter")
         await settle(pilot)
@@ -199,7 +196,7 @@ async def test_detail_shows_the_grace_and_o_ends_it(tui_store: KeyStore) -> None
         await settle(pilot)
         assert isinstance(app.screen, KeyDetailScreen)
         assert "retiring" not in str(app.screen.query_one("#detail-fields").render())
-        assert any(f"{old} of 'svc' stopped working" in n for n in notes(app))
+        assert any(f"{old} of 'svc' stopped working" in n for n in toasts.messages)
     assert tui_store.get_key("alice", "svc").old_public_id is None
 
 
@@ -232,12 +229,13 @@ async def test_set_expiry_and_never(tui_store: KeyStore, clock: FakeClock) -> No
     clock.now = NOW
     tui_store.create_key("alice", "svc", ["project"])
     app = make_app(tui_store)
-    async with app.run_test(size=SIZE) as pilot:
+    toasts = Toasts()
+    async with app.run_test(size=SIZE, message_hook=toasts.hook) as pilot:
         await settle(pilot)
         await pilot.press("E")
         await answer(pilot, "7d")
         assert tui_store.get_key("alice", "svc").expires_at == NOW + timedelta(days=7)
-        assert any("now expires 2026-11-27 12:03:00 UTC" in n for n in notes(app))
+        assert any("now expires 2026-11-27 12:03:00 UTC" in n for n in toasts.messages)
         await pilot.press("E")
         await answer(pilot, "never")
     assert tui_store.get_key("alice", "svc").expires_at is None
@@ -257,12 +255,13 @@ async def test_a_key_recreated_while_asking_is_refused(
     """If the key is recreated while the dialog is open, nothing is done and the app says so."""
     tui_store.create_key("alice", "busy", ["project"])
     app = make_app(tui_store)
-    async with app.run_test(size=SIZE) as pilot:
+    toasts = Toasts()
+    async with app.run_test(size=SIZE, message_hook=toasts.hook) as pilot:
         await settle(pilot)
         await pilot.press(keys)
         recreated = tui_store.recreate_key("alice", "busy").info
         await answer(pilot, value)
-        assert any("changed meanwhile" in n and "nothing was done" in n for n in notes(app))
+        assert any("changed meanwhile" in n and "nothing was done" in n for n in toasts.messages)
         assert not any(isinstance(s, RevealSecretDialog) for s in app.screen_stack)
     info = tui_store.get_key("alice", "busy")
     assert info == recreated and not changed(info)
@@ -273,14 +272,15 @@ async def test_end_grace_of_a_key_rotated_meanwhile_is_refused(tui_store: KeySto
     tui_store.create_key("alice", "busy", ["project"])
     tui_store.rotate_key("alice", "busy", grace=timedelta(hours=1))
     app = make_app(tui_store)
-    async with app.run_test(size=SIZE) as pilot:
+    toasts = Toasts()
+    async with app.run_test(size=SIZE, message_hook=toasts.hook) as pilot:
         await settle(pilot)
         await pilot.press("O")
         assert isinstance(app.screen, ConfirmDialog)
         again = tui_store.rotate_key("alice", "busy", grace=timedelta(hours=1)).info
         await pilot.press("y")
         await settle(pilot)
-        assert any("changed meanwhile" in n for n in notes(app))
+        assert any("changed meanwhile" in n for n in toasts.messages)
     assert tui_store.get_key("alice", "busy").old_public_id == again.old_public_id
 
 
@@ -303,10 +303,10 @@ async def test_end_grace_is_offered_only_for_a_key_in_grace(fixed: KeyStore) -> 
 
 def test_help_lists_the_lifecycle_keys() -> None:
     """Help names R, O, x and E in the table and the detail, from their bindings."""
-    text = help_text()
+    text = help_text(help_sections())
     for line in ("R  rotate", "O  end the grace", "x  disable", "E  set the expiry"):
         assert line in text
-    assert "R  rotate with a grace, as in the table" in text
+    assert text.count("R  rotate: new secret") == 2  # the table's and the detail's
 
 
 # --- pictures at 80x24 -------------------------------------------------------------------------

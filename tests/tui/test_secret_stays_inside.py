@@ -25,7 +25,7 @@ from apikey_tui.store import KeyStore, policy
 from apikey_tui.tui.app import ApiKeysApp
 from apikey_tui.tui.dialogs.reveal_secret import RevealSecretDialog
 from apikey_tui.tui.keys_screen import KeysScreen
-from tests.tui.conftest import make_app
+from tests.tui.conftest import Toasts, make_app
 from tests.tui.test_app import open_create, screen_lines, settle
 
 SIZE = (100, 30)
@@ -170,7 +170,8 @@ async def test_an_overflow_while_rotating_is_one_line_and_the_app_goes_on(
     monkeypatch.setattr(policy, "expiry", overflow)
     caplog.set_level("ERROR", logger="apikey_tui.tui")
     app = make_app(tui_store)
-    async with app.run_test(size=SIZE) as pilot:
+    toasts = Toasts()
+    async with app.run_test(size=SIZE, message_hook=toasts.hook) as pilot:
         await settle(pilot)
         await pilot.press("R")
         await settle(pilot)
@@ -178,7 +179,7 @@ async def test_an_overflow_while_rotating_is_one_line_and_the_app_goes_on(
         await settle(pilot)
         assert len(made.values) == 4, "the rotation made its secrets, then failed"
         assert isinstance(app.screen, KeysScreen), "the app goes on"
-        [note] = [n for n in app._notifications if n.severity == "error"]
+        [note] = [n for n in toasts.shown if n.severity == "error"]
         assert "\n" not in note.message
         assert note.message.startswith("Rotate (key 'ci-deploy' of alice) failed")
         assert "OverflowError" in note.message
@@ -294,7 +295,8 @@ async def test_an_unforeseen_error_in_any_read_is_one_line_and_the_app_goes_on(
     """Each worker that reads the store turns an unexpected error into one line, never a crash."""
     tui_store.create_key("alice", "ci-deploy", ["project"])
     app = make_app(tui_store)
-    async with app.run_test(size=SIZE) as pilot:
+    toasts = Toasts()
+    async with app.run_test(size=SIZE, message_hook=toasts.hook) as pilot:
         await settle(pilot)
         await pilot.press(*keys)
         await settle(pilot)
@@ -306,7 +308,7 @@ async def test_an_unforeseen_error_in_any_read_is_one_line_and_the_app_goes_on(
         await pilot.press("f5")  # every view reloads on F5
         await pilot.pause(app.poll_seconds * 2)  # and polls
         await settle(pilot)
-        notes = [n.message for n in app._notifications if n.severity == "error"]
+        notes = [n.message for n in toasts.shown if n.severity == "error"]
         assert any(
             n.startswith(f"{doing} failed on an unexpected error (RuntimeError)") for n in notes
         ), notes

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+import apikey_tui
 from apikey_tui import keyformat
 from apikey_tui.store import KeyStore
 from apikey_tui.verifier import Verifier
@@ -28,6 +29,21 @@ TMUX_ENV = {
     "LANG": "C.UTF-8",
     "TERM": "xterm-256color",
 }
+
+
+def app_env(url: str) -> dict[str, str]:
+    """The app's environment: the database, and the source under test first on the path.
+
+    Without PYTHONPATH the pane would run whichever apikey_tui the venv has installed (another
+    checkout's), not this tree's.
+    """
+    source = str(Path(apikey_tui.__file__).resolve().parents[1])
+    return {
+        "APIKEY_TUI_DATABASE_URL": url,
+        "TERM": "xterm-256color",
+        "PATH": os.environ["PATH"],
+        "PYTHONPATH": source,
+    }
 
 
 class Tmux:
@@ -85,7 +101,7 @@ def tmux_app(tmp_path: Path) -> Iterator[tuple[Tmux, str]]:
     url = f"sqlite:///{tmp_path / 'keys.db'}"
     KeyStore.open(url).close()
     command = [sys.executable, "-m", "apikey_tui", "--owner", "alice"]
-    env = {"APIKEY_TUI_DATABASE_URL": url, "TERM": "xterm-256color", "PATH": os.environ["PATH"]}
+    env = app_env(url)
     tmux = Tmux(command, env)
     yield tmux, url
     tmux.close()
@@ -149,7 +165,7 @@ def test_d_deletes_the_selected_key_after_a_service_used_it(tmp_path: Path) -> N
     plaintexts = {n: store.create_key("alice", n, ["project"]).plaintext for n in names}
     store.close()
     command = [sys.executable, "-m", "apikey_tui", "--owner", "alice"]
-    env = {"APIKEY_TUI_DATABASE_URL": url, "TERM": "xterm-256color", "PATH": os.environ["PATH"]}
+    env = app_env(url)
     tmux = Tmux(command, env)
     try:
         before = tmux.wait_for(lambda s: " cc " in s, "the three keys")

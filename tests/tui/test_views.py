@@ -10,7 +10,7 @@ from textual.pilot import Pilot
 from textual.widgets import Button, DataTable, Input, Static
 
 from apikey_tui.store import KeyStore
-from apikey_tui.tui.app import ApiKeysApp
+from apikey_tui.tui.app import ApiKeysApp, help_sections
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.edit_scopes import EditScopesDialog
 from apikey_tui.tui.dialogs.help import help_text
@@ -24,7 +24,7 @@ from apikey_tui.tui.screens.audit_trail import AuditTrailScreen
 from apikey_tui.tui.screens.key_detail import KeyDetailScreen
 from apikey_tui.tui.screens.scope_catalog import ScopeCatalogScreen
 from tests.conftest import FakeClock
-from tests.tui.conftest import make_app
+from tests.tui.conftest import Toasts, make_app
 from tests.tui.test_app import settle
 
 SIZE = (100, 30)
@@ -72,7 +72,7 @@ async def test_enter_shows_the_key_in_full(tui_store: KeyStore, clock: FakeClock
         assert "Name         ci-deploy" in fields
         assert f"Public id    {info.public_id}" in fields
         assert f"Created      {info.created_at:%Y-%m-%d %H:%M:%S} UTC" in fields
-        assert f"Last used    3 days ago ({used:%Y-%m-%d %H:%M} UTC)" in fields
+        assert f"Last used    3 d ago ({used:%Y-%m-%d %H:%M} UTC)" in fields
         assert "Created by   admin-test (192.0.2.7) · just now" in fields
         scopes = [str(s.render()) for s in screen.query("#detail-scopes Static")]
         assert scopes[0::2] == ["project", "serving"]
@@ -157,7 +157,8 @@ async def test_delete_from_the_detail_uses_the_tables_confirmation(tui_store: Ke
     info = tui_store.create_key("alice", "ci-deploy", ["project"]).info
     tui_store.create_key("alice", "other", ["project"])
     app = make_app(tui_store)
-    async with app.run_test(size=SIZE) as pilot:
+    toasts = Toasts()
+    async with app.run_test(size=SIZE, message_hook=toasts.hook) as pilot:
         await open_detail(pilot)
         await pilot.press("d")
         confirm = app.screen
@@ -170,7 +171,7 @@ async def test_delete_from_the_detail_uses_the_tables_confirmation(tui_store: Ke
         await settle(pilot)
         await wait_for_poll(pilot, app)
         assert isinstance(app.screen, KeysScreen)
-        messages = [n.message for n in app._notifications]
+        messages = toasts.messages
         assert messages == ["Deleted key 'ci-deploy' of alice."]  # said once, not twice
     assert [k.name for k in tui_store.list_keys("alice")] == ["other"]
 
@@ -199,14 +200,13 @@ async def test_detail_closes_when_the_key_is_deleted_elsewhere(tui_store: KeySto
     """A deletion by the CLI or another admin closes the detail with one warning."""
     tui_store.create_key("alice", "ci-deploy", ["project"])
     app = make_app(tui_store)
-    async with app.run_test(size=SIZE) as pilot:
+    toasts = Toasts()
+    async with app.run_test(size=SIZE, message_hook=toasts.hook) as pilot:
         await open_detail(pilot)
         tui_store.delete_key("alice", "ci-deploy")
         await wait_for_poll(pilot, app)
         assert isinstance(app.screen, KeysScreen)
-        assert [n.message for n in app._notifications] == [
-            "Key 'ci-deploy' of alice no longer exists."
-        ]
+        assert toasts.messages == ["Key 'ci-deploy' of alice no longer exists."]
 
 
 async def test_detail_follows_changes_from_elsewhere(tui_store: KeyStore) -> None:
@@ -255,7 +255,8 @@ async def test_catalog_shows_each_scope_its_description_and_key_count(tui_store:
 async def test_add_scope_validates_then_writes(tui_store: KeyStore) -> None:
     """n checks the name as typed (rules, taken); Add writes the scope and its event."""
     app = make_app(tui_store)
-    async with app.run_test(size=SIZE) as pilot:
+    toasts = Toasts()
+    async with app.run_test(size=SIZE, message_hook=toasts.hook) as pilot:
         await open_catalog(pilot)
         await pilot.press("n")
         dialog = app.screen
@@ -278,7 +279,7 @@ async def test_add_scope_validates_then_writes(tui_store: KeyStore) -> None:
         await settle(pilot)
         assert isinstance(app.screen, ScopeCatalogScreen)
         assert [r[0] for r in table_cells(app, "#scope-table")] == ["billing", "project", "serving"]
-        assert "Added scope 'billing'." in [n.message for n in app._notifications]
+        assert "Added scope 'billing'." in toasts.messages
     assert tui_store.events(1)[0].action == "scope.add"
 
 
@@ -307,7 +308,8 @@ async def test_a_refused_removal_names_the_keys_that_hold_the_scope(tui_store: K
     tui_store.create_key("alice", "ci-deploy", ["project"])
     tui_store.create_key("bob", "reports", ["project"])
     app = make_app(tui_store)
-    async with app.run_test(size=SIZE) as pilot:
+    toasts = Toasts()
+    async with app.run_test(size=SIZE, message_hook=toasts.hook) as pilot:
         await open_catalog(pilot)
         await pilot.press("d")
         confirm = app.screen
@@ -319,7 +321,7 @@ async def test_a_refused_removal_names_the_keys_that_hold_the_scope(tui_store: K
             "Scope 'project' is held by 2 keys: alice/ci-deploy, bob/reports. "
             "Remove it from those keys first."
         )
-        assert [n.message for n in app._notifications] == [expected]
+        assert toasts.messages == [expected]
         assert shown(app, "#status") == expected
     assert [s.name for s in tui_store.list_scopes()] == ["project", "serving"]
 
@@ -445,7 +447,7 @@ async def test_switch_owner_and_all_owners_without_restarting(tui_store: KeyStor
 
 def test_help_lists_the_view_keys() -> None:
     """The help text names Enter, c, a, o and the keys inside the detail and catalog views."""
-    text = help_text()
+    text = help_text(help_sections())
     for row in ("Enter  the selected key", "c  the scope catalog", "a  the audit trail"):
         assert row in text
     assert "o  switch owner" in text and "e  edit the key's scopes" in text

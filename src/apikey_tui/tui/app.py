@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable
+from functools import partial
+from typing import Any
 
 from textual.app import App, SystemCommand
 from textual.notifications import SeverityLevel
@@ -13,12 +15,23 @@ from textual.worker import WorkerFailed
 from apikey_tui.config import current_user
 from apikey_tui.names import printable
 from apikey_tui.store import KeyStore
+from apikey_tui.tui.dialogs.ask_value import AskValueDialog
+from apikey_tui.tui.dialogs.confirm import ConfirmDialog
+from apikey_tui.tui.dialogs.create_key import CreateKeyDialog
+from apikey_tui.tui.dialogs.edit_scopes import EditScopesDialog
+from apikey_tui.tui.dialogs.help import OTHER_BUTTON, HelpScreen, Section
 from apikey_tui.tui.dialogs.reveal_secret import RevealSecretDialog
+from apikey_tui.tui.dialogs.scope_form import ScopeFormDialog
 from apikey_tui.tui.dialogs.switch_owner import OwnerChoice, SwitchOwnerDialog
 from apikey_tui.tui.failures import log_path, logging_to_file, unforeseen
+from apikey_tui.tui.key_actions import DETAIL, TABLE, actions
+from apikey_tui.tui.key_table import KeyFilter, KeyTable
 from apikey_tui.tui.keys_screen import KeysScreen
 from apikey_tui.tui.pictures import export_svg
+from apikey_tui.tui.scope_picker import ScopePicker
 from apikey_tui.tui.screens.audit_trail import AuditTrailScreen
+from apikey_tui.tui.screens.key_detail import KeyDetailScreen
+from apikey_tui.tui.screens.live import LiveScreen
 from apikey_tui.tui.screens.scope_catalog import ScopeCatalogScreen
 
 
@@ -46,7 +59,7 @@ class ApiKeysApp(App[None]):
         self.failure: str | None = None  # one line: why the app stopped, if an error stopped it
 
     def on_mount(self) -> None:
-        self.push_screen(KeysScreen())
+        self.push_screen(KeysScreen(self))
 
     def notify(
         self,
@@ -103,11 +116,15 @@ class ApiKeysApp(App[None]):
 
     def action_scope_catalog(self) -> None:
         """Show the scope catalog: descriptions, how many keys hold each scope; add, remove."""
-        self.push_screen(ScopeCatalogScreen())
+        self.push_screen(ScopeCatalogScreen(self))
 
     def action_audit_trail(self) -> None:
         """Show the audit trail, newest first, filterable and live."""
-        self.push_screen(AuditTrailScreen())
+        self.push_screen(AuditTrailScreen(self))
+
+    def action_help(self) -> None:
+        """Show every key of every view and dialog, then the security rules."""
+        self.push_screen(HelpScreen(help_sections()))
 
     def action_switch_owner(self) -> None:
         """Ask whose keys to show (one owner or all) and show them, without restarting."""
@@ -116,35 +133,65 @@ class ApiKeysApp(App[None]):
             if choice is not None:
                 self.owner = choice.owner
                 # A fresh key screen: its top line, columns and reads all follow the new owner.
-                self.switch_screen(KeysScreen())
+                self.switch_screen(KeysScreen(self))
 
         self.push_screen(SwitchOwnerDialog(self.owner, self.default_owner), chosen)
 
-    def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        """Textual's commands, then every action of the key table or key detail it is over."""
         yield from super().get_system_commands(screen)
-        if isinstance(screen, KeysScreen):
-            s = screen
-            yield SystemCommand(
-                "Create key", "Name, scopes; the key is shown once", s.action_create
-            )
-            yield SystemCommand("Delete key", "Services refuse it at once", s.action_delete)
-            yield SystemCommand("Recreate key", "For a stolen key: new secret", s.action_recreate)
-            yield SystemCommand("Filter keys", "By name, id, scope or owner", s.action_focus_filter)
-            yield SystemCommand("Sort keys", "Sort by the next column", s.action_sort)
-            yield SystemCommand("Reload keys", "Read the database now", s.action_reload)
-            yield SystemCommand("Help", "Keys, actions and security rules", s.action_help)
-            yield SystemCommand("Key details", "The selected key in full", s.action_details)
-            yield SystemCommand(
-                "Scope catalog",
-                "Scopes, their keys; add, describe, remove",
-                self.action_scope_catalog,
-            )
-            yield SystemCommand(
-                "Audit trail", "Every change, newest first", self.action_audit_trail
-            )
-            yield SystemCommand(
-                "Switch owner", "One owner's keys, or every owner's", self.action_switch_owner
-            )
+        where = _WHERE.get(type(screen))
+        for action in actions(where) if where is not None else ():
+            if screen.check_action(action.id, ()):  # e.g. End grace only for a key in grace
+                run = partial(screen.run_action, action.id)
+                yield SystemCommand(action.title, action.description, run)
+
+
+_WHERE = {KeysScreen: TABLE, KeyDetailScreen: DETAIL}  # the screens whose actions the palette lists
+
+
+def help_sections() -> list[Section]:
+    """Every view and dialog with keys, in the order an admin meets them."""
+    return [
+        Section(
+            "Key table",
+            (KeysScreen, KeyTable, KeyFilter, ApiKeysApp),
+            (
+                ("Ctrl+P", "command palette: every action, the theme"),
+                ("click a header", "sort by it; again to reverse"),
+            ),
+            where=TABLE,
+        ),
+        Section("Key detail (Enter)", (KeyDetailScreen,), where=DETAIL),
+        Section("Scope catalog (c)", (ScopeCatalogScreen,)),
+        Section("Audit trail (a)", (AuditTrailScreen,)),
+        Section("In the detail, catalog and audit trail", (LiveScreen,)),
+        Section(
+            "Create a key (n), edit its scopes (e)",
+            (CreateKeyDialog, EditScopesDialog, ScopePicker),
+            (
+                ("Tab", "next: name, scopes, expiry, Create (never Cancel)"),
+                ("Enter", "name or expiry: create; scopes: choose or drop"),
+            ),
+        ),
+        Section("The one-time reveal", (RevealSecretDialog,)),
+        Section(
+            "Confirmations (delete, recreate, scopes, end grace, enable)",
+            (ConfirmDialog,),
+            (("Tab", OTHER_BUTTON), ("Enter", "press the focused button")),
+        ),
+        Section("Switch owner (o), add or describe a scope", (SwitchOwnerDialog, ScopeFormDialog)),
+        Section(
+            "Rotate (R), disable (x), set expiry (E)",
+            (AskValueDialog,),
+            (("Enter", "confirm, when the value is valid"),),
+        ),
+        Section(
+            "This help",
+            (HelpScreen,),
+            (("PgUp / PgDn", "a page up / down"), ("Home / End", "the top / the end")),
+        ),
+    ]
 
 
 def run_app(store: KeyStore, *, owner: str | None) -> int:

@@ -10,9 +10,9 @@ newer read cancels an older one (on SQLite the query itself stops within millise
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import ClassVar
 
 from rich.cells import cell_len, set_cell_size
@@ -33,7 +33,7 @@ from apikey_tui.clock import Clock, system_clock
 from apikey_tui.errors import ApiKeyError
 from apikey_tui.names import printable
 from apikey_tui.store import SORTS, KeyInfo, KeyQuery, KeyStore, QueryCancelled
-from apikey_tui.tui import lifecycle
+from apikey_tui.tui import lifecycle, times
 from apikey_tui.tui.failures import unforeseen
 
 CHUNK = 100  # rows read at a time; a few screens
@@ -62,26 +62,6 @@ _MIN_WIDTH = {"owner": 8, "name": 12, "scopes": 6, "public_id": 9, "state": 9}
 Identity = tuple[str, str]  # (owner, name): unique, and kept by a recreate
 
 
-def relative(moment: datetime | None, at: datetime) -> str:
-    """'just now', '3 min ago', '5 h ago', '12 d ago', '3 mo ago', '2 y ago'; 'never' if none."""
-    if moment is None:
-        return "never"
-    seconds = int((at - moment).total_seconds())
-    if seconds < 0:
-        return "in future"  # a clock ahead of ours: said, not hidden
-    if seconds < 60:
-        return "just now"
-    for size, unit in ((365 * 86400, "y"), (30 * 86400, "mo"), (86400, "d"), (3600, "h")):
-        if seconds >= size:
-            return f"{seconds // size} {unit} ago"
-    return f"{seconds // 60} min ago"
-
-
-def absolute(moment: datetime | None) -> str:
-    """The time in UTC to the minute; blank if none."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M") if moment else "never"
-
-
 def row_cells(
     key: KeyInfo, columns: Sequence[str], now: datetime, *, absolute_times: bool = False
 ) -> list[str]:
@@ -90,9 +70,12 @@ def row_cells(
     Times are relative to now, or absolute (UTC) with absolute_times; the State marker is
     judged at now either way.
     """
-    show: Callable[[datetime | None], str] = (
-        absolute if absolute_times else (lambda moment: relative(moment, now))
-    )
+
+    def show(moment: datetime | None) -> str:
+        if moment is None:
+            return "never"
+        return times.minute(moment) if absolute_times else times.relative(moment, now)
+
     values = {
         "owner": key.owner,
         "name": key.name,

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from datetime import datetime
+from typing import Any
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -15,14 +16,14 @@ from textual.widgets import Footer, Input, Static
 from apikey_tui.errors import ApiKeyError, KeyNotFoundError
 from apikey_tui.names import DESCRIPTION_MAX, check_reason, parse_duration, parse_expiry
 from apikey_tui.store import KeyInfo, KeyStore, ScopeInfo
-from apikey_tui.tui import lifecycle, times
+from apikey_tui.tui import lifecycle
 from apikey_tui.tui.context_line import ContextLine
 from apikey_tui.tui.dialogs.ask_value import Answer, AskValueDialog
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.create_key import CreateKeyDialog, NewKeyRequest
-from apikey_tui.tui.dialogs.help import HelpScreen
 from apikey_tui.tui.dialogs.reveal_secret import RevealSecretDialog
 from apikey_tui.tui.failures import unforeseen
+from apikey_tui.tui.key_actions import TABLE, bindings
 from apikey_tui.tui.key_table import COLUMNS, SORTABLE, KeyFilter, KeyTable
 from apikey_tui.tui.messages import (
     KeyCreated,
@@ -34,61 +35,41 @@ from apikey_tui.tui.messages import (
 )
 from apikey_tui.tui.polling import marker_moved
 from apikey_tui.tui.screens.key_detail import KeyDetailScreen
+from apikey_tui.tui.session import Session
 from apikey_tui.tui.text import literal
-
-if TYPE_CHECKING:
-    from apikey_tui.tui.app import ApiKeysApp
+from apikey_tui.tui.times import absolute
 
 
-def _when(moment: Any) -> str:
-    return times.absolute(moment, seconds=True)
+def _expiry(expires_at: datetime | None) -> str:
+    """'never expires', or 'expires 2030-01-31 12:00:00 UTC'."""
+    return (
+        "never expires" if expires_at is None else f"expires {absolute(expires_at, seconds=True)}"
+    )
 
 
 class KeysScreen(Screen[None]):
     """Lists keys and runs every store call in a thread worker, so the UI never freezes."""
 
     BINDINGS = [
-        Binding("n", "create", "New"),
-        Binding("d", "delete", "Delete"),
-        Binding("r", "recreate", "Recreate"),
-        # The lifecycle: not in the footer (full at 80 columns); help and the palette list them.
-        Binding("R", "rotate", "Rotate", show=False),
-        Binding("O", "end_grace", "End grace", show=False),
-        Binding("x", "toggle_disabled", "Disable/enable", show=False),
-        Binding("E", "set_expiry", "Set expiry", show=False),
-        Binding("slash", "focus_filter", "Filter"),
-        Binding("s", "sort", "Sort", show=False),  # also a header click; listed in help
-        Binding("f5", "reload", "Reload"),
-        Binding("question_mark", "help", "Help"),
-        # Not in the footer, which is full at 80 columns: help and the palette list them.
-        Binding("enter", "details", "Details", show=False),
-        Binding("c", "app.scope_catalog", "Scopes", show=False),
-        Binding("a", "app.audit_trail", "Audit trail", show=False),
-        Binding("o", "app.switch_owner", "Owner", show=False),
+        *bindings(TABLE),
         Binding("escape", "focus_table", "Table", show=False),
     ]
 
-    def __init__(self) -> None:
+    def __init__(self, session: Session) -> None:
         super().__init__()
+        self.session = session
         self.scopes: list[ScopeInfo] = []
         self._marker: tuple[object, ...] | None = None  # None until the first load
         self._unreachable: str | None = None  # why the database cannot be reached, if it cannot
         # The reason a write just failed, while the reload after it runs: one toast says it once.
         self._reloading_after: str | None = None
 
-    @property
-    def keys_app(self) -> ApiKeysApp:
-        from apikey_tui.tui.app import ApiKeysApp
-
-        assert isinstance(self.app, ApiKeysApp)
-        return self.app
-
     # --- layout -------------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
-        app = self.keys_app
-        owner = "all owners" if app.owner is None else f"owner: {app.owner}"
-        yield ContextLine(f"API keys · {owner}", app.database_label)
+        session = self.session
+        owner = "all owners" if session.owner is None else f"owner: {session.owner}"
+        yield ContextLine(f"API keys · {owner}", session.database_label)
         yield KeyFilter(
             placeholder="/ filter by name, public id, scope or owner", id="filter", compact=True
         )
@@ -102,16 +83,16 @@ class KeysScreen(Screen[None]):
         self.watch(table, "cursor_row", self.refresh_bindings, init=False)  # O follows the key
         table.display = False
         table.focus()
-        table.bind(self.keys_app.store, owner=self.keys_app.owner)  # the first rows, at once
+        table.bind(self.session.store, owner=self.session.owner)  # the first rows, at once
         self.reload()
-        self.set_interval(self.keys_app.poll_seconds, self.poll)
+        self.set_interval(self.session.poll_seconds, self.poll)
 
     # --- loading ------------------------------------------------------------------------------
 
     @work(thread=True, exclusive=True, group="load")
     def reload(self) -> None:
         """Read the change marker and scopes off the event loop (the table reads its rows)."""
-        store = self.keys_app.store
+        store = self.session.store
         try:
             marker = store.change_marker()
             scopes = store.list_scopes()
@@ -126,7 +107,7 @@ class KeysScreen(Screen[None]):
     @work(thread=True, exclusive=True, group="poll")
     def poll(self) -> None:
         """Reload when another admin, the CLI or a verifier changed something."""
-        store = self.keys_app.store
+        store = self.session.store
         if marker_moved(self, store.change_marker, self._unreachable, self._marker):
             self.reload()
 
@@ -150,7 +131,7 @@ class KeysScreen(Screen[None]):
         text = table.key_query.text.strip()
         empty = self.query_one("#empty", Static)
         if table.total == 0 and not text:
-            who = "anyone" if self.keys_app.owner is None else self.keys_app.owner
+            who = "anyone" if self.session.owner is None else self.session.owner
             empty.update(literal(f"No API keys for {who} yet. Press n to create the first one."))
         elif table.total == 0:
             empty.update(literal(f"No key matches {text!r}."))
@@ -175,7 +156,7 @@ class KeysScreen(Screen[None]):
         # O (end grace) is offered only for a selected key whose old secret is in grace.
         if action == "end_grace":
             key = self.selected_key()
-            return key is not None and lifecycle.in_grace(key, self.keys_app.store.clock())
+            return key is not None and lifecycle.in_grace(key, self.session.store.clock())
         return True
 
     @on(KeyTable.Failed)
@@ -218,38 +199,45 @@ class KeysScreen(Screen[None]):
         self.reload()
         self.query_one(KeyTable).reload()
 
-    def action_help(self) -> None:
-        self.app.push_screen(HelpScreen())
-
     def action_details(self) -> None:
         key = self.selected_key()
         if key is None:
             self.notify("Select a key in the table first.", severity="warning")
         else:
-            self.app.push_screen(KeyDetailScreen(key, self))
+            self.app.push_screen(KeyDetailScreen(key, self.session, self.act_on))
+
+    def act_on(self, action: str, key: KeyInfo) -> None:
+        """Run a key action (delete, rotate, …) on key: how the key's detail acts, as here."""
+        getattr(self, f"action_{action}")(key)
 
     # --- create -------------------------------------------------------------------------------
 
     def action_create(self) -> None:
-        app = self.keys_app
+        session = self.session
         if not self.scopes:
             self.notify("The scope catalog is empty: add a scope with 'apikey-tui scopes add'.")
             return
         table = self.query_one(KeyTable)
         dialog = CreateKeyDialog(
             self.scopes,
-            owner=app.owner or app.default_owner,
-            ask_owner=app.owner is None,
+            owner=session.owner or session.default_owner,
+            ask_owner=session.owner is None,
             # a quick hint from the rows read so far; the database's unique key is the judge
             taken=lambda owner, name: table.known((owner, name)),
+            clock=session.store.clock,
         )
         self.app.push_screen(dialog, self._create_requested)
 
     def _create_requested(self, request: NewKeyRequest | None) -> None:
         if request is not None:
-            owner, name, scopes = request.owner, request.name, request.scopes
+            owner, name, scopes, expires = (
+                request.owner,
+                request.name,
+                request.scopes,
+                request.expires,
+            )
             self.run_store(
-                lambda store: KeyCreated(store.create_key(owner, name, scopes)),
+                lambda store: KeyCreated(store.create_key(owner, name, scopes, expires=expires)),
                 f"Create (key {name!r} of {owner})",
             )
 
@@ -261,7 +249,7 @@ class KeysScreen(Screen[None]):
         9999), which is logged without locals: the call may hold a new key's secret in them.
         """
         try:
-            message = operation(self.keys_app.store)
+            message = operation(self.session.store)
         except ApiKeyError as exc:
             message = StoreFailed(str(exc))
         except Exception as exc:
@@ -392,7 +380,8 @@ class KeysScreen(Screen[None]):
             )
             until = created.info.grace_until
             verb = (
-                f"rotated: the old secret {key.public_id} works until {_when(until)}"
+                f"rotated: the old secret {key.public_id} works until "
+                f"{absolute(until, seconds=True)}"
                 if until is not None
                 else "rotated (the old secret no longer works)"
             )
@@ -403,9 +392,10 @@ class KeysScreen(Screen[None]):
     def action_end_grace(self, key: KeyInfo | None = None) -> None:
         def ask(key: KeyInfo) -> ConfirmDialog:
             assert key.grace_until is not None
+            retiring = absolute(key.grace_until, seconds=True)
             return ConfirmDialog(
                 f"End the grace of key {key.name!r} of {key.owner}?",
-                f"Its old secret {key.old_public_id} (retiring at {_when(key.grace_until)}) "
+                f"Its old secret {key.old_public_id} (retiring at {retiring}) "
                 f"stops working now, for every service. The current secret {key.public_id} "
                 "keeps working.",
                 "End grace",
@@ -447,7 +437,7 @@ class KeysScreen(Screen[None]):
 
     def _enable(self, key: KeyInfo) -> None:
         def ask(key: KeyInfo) -> ConfirmDialog:
-            since = _when(key.disabled_at) if key.disabled_at else "unknown"
+            since = absolute(key.disabled_at, seconds=True) if key.disabled_at else "unknown"
             reason = f" ({key.disabled_reason})" if key.disabled_reason else ""
             return ConfirmDialog(
                 f"Enable key {key.name!r} of {key.owner}?",
@@ -464,7 +454,7 @@ class KeysScreen(Screen[None]):
 
     def action_set_expiry(self, key: KeyInfo | None = None) -> None:
         def ask(key: KeyInfo) -> AskValueDialog[Any]:
-            now = "never expires" if key.expires_at is None else f"expires {_when(key.expires_at)}"
+            now = _expiry(key.expires_at)
             return AskValueDialog(
                 f"Set the expiry of key {key.name!r} of {key.owner}?",
                 f"Public id {key.public_id}; it {now}. Services refuse it from the second it "
@@ -479,9 +469,7 @@ class KeysScreen(Screen[None]):
             info = store.set_expiry(
                 key.owner, key.name, when.value, expected_public_id=key.public_id
             )
-            then = (
-                "never expires" if info.expires_at is None else f"expires {_when(info.expires_at)}"
-            )
+            then = _expiry(info.expires_at)
             return KeyLifecycleChanged(info, f"Key {key.name!r} of {key.owner} now {then}.")
 
         self._ask_then(ask, set_expiry, key)

@@ -1,8 +1,11 @@
-"""Times as the views show them: relative ("3 min ago") beside the absolute UTC time."""
+"""Times as the app shows them, in one wording: relative ("3 d ago") and absolute UTC."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
+
+# Short units, so the table's time columns stay narrow; the State marker writes "⚠ 3d left".
+_UNITS = ((86_400 * 365, "y"), (86_400 * 30, "mo"), (86_400, "d"), (3_600, "h"), (60, "min"))
 
 
 def absolute(moment: datetime, *, seconds: bool = False) -> str:
@@ -15,20 +18,21 @@ def minute(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
 
 
-def relative(moment: datetime, now: datetime) -> str:
-    """How long ago (or, for a clock that runs ahead, how far ahead) a moment is, in words."""
+def relative(moment: datetime | None, now: datetime) -> str:
+    """'just now', '3 min ago', '5 h ago', '12 d ago', '3 mo ago', '2 y ago'; 'never' if none.
+
+    A moment ahead of now (an expiry, or a clock that runs ahead of ours) reads 'in 3 d'.
+    """
+    if moment is None:
+        return "never"
     seconds = int((now - moment).total_seconds())
     if abs(seconds) < 60:
         return "just now"
-    for size, unit in ((86_400 * 365, "year"), (86_400 * 30, "month"), (86_400, "day"),
-                       (3_600, "hour"), (60, "min")):  # fmt: skip
-        if abs(seconds) >= size:
-            count = abs(seconds) // size
-            plural = "s" if count != 1 and unit != "min" else ""
-            return f"{count} {unit}{plural} ago" if seconds > 0 else f"in {count} {unit}{plural}"
-    raise AssertionError("unreachable")  # pragma: no cover
+    size, unit = next((size, unit) for size, unit in _UNITS if abs(seconds) >= size)
+    count = abs(seconds) // size
+    return f"{count} {unit} ago" if seconds > 0 else f"in {count} {unit}"
 
 
 def relative_and_absolute(moment: datetime | None, now: datetime, *, never: str = "never") -> str:
-    """'3 days ago (2026-11-20 12:00 UTC)', or `never` for no moment."""
+    """'3 d ago (2026-11-20 12:00 UTC)', or `never` for no moment."""
     return never if moment is None else f"{relative(moment, now)} ({absolute(moment)})"

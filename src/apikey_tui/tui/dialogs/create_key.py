@@ -1,9 +1,10 @@
-"""The create-key dialog: owner (in all-owners mode), a validated name and a scope multi-select."""
+"""The create-key dialog: owner (in all-owners mode), a validated name, scopes and an expiry."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from textual import on
 from textual.app import ComposeResult
@@ -13,7 +14,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static
 
 from apikey_tui.errors import InvalidInputError
-from apikey_tui.names import check_owner, key_name_problem
+from apikey_tui.names import Expiry, check_expiry, check_owner, key_name_problem, parse_expiry
 from apikey_tui.store import ScopeInfo
 from apikey_tui.tui.scope_picker import ScopePicker
 from apikey_tui.tui.text import literal
@@ -26,6 +27,26 @@ class NewKeyRequest:
     owner: str
     name: str
     scopes: tuple[str, ...]
+    expires: Expiry | None = None  # None: the default (none, or the lifetime policy's maximum)
+
+
+def expiry_problem(text: str, now: datetime) -> tuple[Expiry | None, str | None]:
+    """(the expiry text asks for, None) or (None, why not): as `keys create --expires` reads it.
+
+    Blank is the default. The CLI's bounds hold (a duration or date at most 100 years away); a
+    moment not in the future is refused here rather than by the store, so what was typed stays.
+    """
+    if not text.strip():
+        return None, None
+    try:
+        expiry = parse_expiry(text)
+        if isinstance(expiry, datetime):
+            check_expiry(expiry, now)
+    except InvalidInputError as exc:
+        return None, str(exc)
+    if expiry == timedelta(0) or (isinstance(expiry, datetime) and expiry <= now):
+        return None, f"expiry {text.strip()!r} is not in the future"
+    return expiry, None
 
 
 class CreateKeyDialog(ModalScreen[NewKeyRequest | None]):
@@ -40,9 +61,11 @@ class CreateKeyDialog(ModalScreen[NewKeyRequest | None]):
         owner: str,
         ask_owner: bool,
         taken: Callable[[str, str], bool],
+        clock: Callable[[], datetime],
     ) -> None:
         super().__init__()
         self._scopes, self._owner, self._ask_owner, self._taken = scopes, owner, ask_owner, taken
+        self._clock = clock  # the store's: an expiry is judged on the clock that will keep it
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
@@ -60,7 +83,9 @@ class CreateKeyDialog(ModalScreen[NewKeyRequest | None]):
                             compact=True,
                         )
                 else:
-                    yield Static(literal(f"Owner: {self._owner}"), classes="dim")
+                    with Horizontal(classes="field dim"):
+                        yield Static("Owner:", classes="field-label")
+                        yield Static(literal(self._owner))
                 with Horizontal(classes="field"):
                     yield Static("Name:", classes="field-label")
                     yield Input(
@@ -75,6 +100,17 @@ class CreateKeyDialog(ModalScreen[NewKeyRequest | None]):
                 )
                 yield ScopePicker(self._scopes, id="scopes")
                 yield Static("", id="scope-error", classes="error")
+                # After the scopes: Tab still goes name, scopes, then here, then Create.
+                with Horizontal(classes="field"):
+                    yield Static("Expires:", classes="field-label")
+                    yield Input(
+                        placeholder="blank: the default; 90d, 2030-01-31 or never",
+                        id="expires",
+                        compact=True,
+                    )
+                expires_error = Static("", id="expires-error", classes="error")
+                expires_error.display = False
+                yield expires_error
             with Horizontal(classes="buttons"):
                 yield Button("Create", variant="primary", id="create", disabled=True)
                 # Tab never lands on Cancel, so Enter cannot throw the input away by accident:
@@ -88,11 +124,15 @@ class CreateKeyDialog(ModalScreen[NewKeyRequest | None]):
         self.on_resize()
 
     def on_resize(self) -> None:
-        # Border 2, title 2, owner 2, name 1, its error 1, label 1, scope error 1, buttons 3.
-        self.query_one("#scopes", ScopePicker).fit_to(self.app.size.height, 13)
+        # Border 2, title 2, owner 2, name 1, its error 1, label 1, scope error 1, expires 1,
+        # buttons 3 (the expiry's error shows only when there is one: the middle scrolls then).
+        self.query_one("#scopes", ScopePicker).fit_to(self.app.size.height, 14)
 
     def _owner_value(self) -> str:
         return self.query_one("#owner", Input).value.strip() if self._ask_owner else self._owner
+
+    def _expiry(self) -> tuple[Expiry | None, str | None]:
+        return expiry_problem(self.query_one("#expires", Input).value, self._clock())
 
     def _problems(self) -> tuple[str | None, str | None]:
         """(name problem, scope problem), each None when fine."""
@@ -117,19 +157,25 @@ class CreateKeyDialog(ModalScreen[NewKeyRequest | None]):
         # An untouched empty name is not yet an error; an emptied one is.
         self.query_one("#name-error", Static).update(literal(name_problem or "") if typed else "")
         self.query_one("#scope-error", Static).update(scope_problem or "")
-        self.query_one("#create", Button).disabled = bool(name_problem or scope_problem)
+        expiry_error = self.query_one("#expires-error", Static)
+        _, expires_problem = self._expiry()
+        expiry_error.update(literal(expires_problem or ""))
+        expiry_error.display = expires_problem is not None
+        problems = (name_problem, scope_problem, expires_problem)
+        self.query_one("#create", Button).disabled = any(problems)
 
     @on(Input.Submitted)
     @on(Button.Pressed, "#create")
     def _create(self) -> None:
         name_problem, scope_problem = self._problems()
-        if name_problem or scope_problem:
+        expires, expires_problem = self._expiry()
+        if name_problem or scope_problem or expires_problem:
             self._revalidate()
             self.query_one("#name-error", Static).update(literal(name_problem or ""))
             return
         scopes = self.query_one("#scopes", ScopePicker).selected
         name = self.query_one("#name", Input).value
-        self.dismiss(NewKeyRequest(self._owner_value(), name, scopes))
+        self.dismiss(NewKeyRequest(self._owner_value(), name, scopes, expires))
 
     @on(Button.Pressed, "#cancel")
     def action_cancel(self) -> None:

@@ -1,8 +1,9 @@
 """The help screen: every key of every view and dialog, read from their bindings, and the rules.
 
-The rows are generated from the classes' BINDINGS, so a key added to a view shows up here by
-itself (with its binding's description until TEXTS says more); a test checks that every class
-with bindings has a section.
+The rows of the key table and the key detail are the action list's (tui.key_actions); the
+others are generated from the classes' BINDINGS, so a key added to a view shows up here by
+itself (with its binding's description until TEXTS says more). The app, which knows every
+view, says which sections there are; a test checks that every class with bindings has one.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Static
+
+from apikey_tui.tui.key_actions import Where, by_id
 
 CLOSE_HINT = "Escape, ? or q closes · ↑ ↓ PgUp PgDn scroll"
 
@@ -41,26 +44,11 @@ _KEY_NAMES = {
     "f5": "F5",
 }
 
-_OTHER_BUTTON = "the other button (Cancel is focused first)"
+OTHER_BUTTON = "the other button (Cancel is focused first)"
 
 # What a binding does, in more words than its footer label; keyed by (class name, action).
 # Rows with the same text in a section are merged: "↑ k / ↓ j  previous / next key".
 TEXTS = {
-    ("KeysScreen", "create"): "create a key; it is shown once",
-    ("KeysScreen", "delete"): "delete the selected key (asks first)",
-    ("KeysScreen", "recreate"): "recreate a stolen key: new secret (asks first)",
-    ("KeysScreen", "rotate"): "rotate: new secret; the old one works for a grace",
-    ("KeysScreen", "end_grace"): "end the grace: the old secret stops now (asks first)",
-    ("KeysScreen", "toggle_disabled"): "disable (with a reason) or enable the key (asks first)",
-    ("KeysScreen", "set_expiry"): "set the expiry: 90d, a date or never (asks first)",
-    ("KeysScreen", "focus_filter"): "filter by name, public id, scope or owner",
-    ("KeysScreen", "sort"): "sort by the next column (or click a header)",
-    ("KeysScreen", "reload"): "reload now (changes also show up by themselves)",
-    ("KeysScreen", "help"): "this help",
-    ("KeysScreen", "details"): "the selected key in full (see Key detail)",
-    ("KeysScreen", "app.scope_catalog"): "the scope catalog",
-    ("KeysScreen", "app.audit_trail"): "the audit trail",
-    ("KeysScreen", "app.switch_owner"): "switch owner, or show every owner's keys",
     ("KeysScreen", "focus_table"): "filter: clear it; again: back to the table",
     ("KeyFilter", "clear_or_leave"): "filter: clear it; again: back to the table",
     ("KeyTable", "move(-1)"): "previous / next key",
@@ -74,14 +62,7 @@ TEXTS = {
     ("ApiKeysApp", "quit"): "quit",
     ("LiveScreen", "back"): "back to the key table",
     ("LiveScreen", "reload"): "reload now",
-    ("LiveScreen", "help"): "this help",
-    ("KeyDetailScreen", "edit_scopes"): "edit the key's scopes (asks first, audited)",
-    ("KeyDetailScreen", "recreate"): "recreate the key, as in the table",
-    ("KeyDetailScreen", "delete"): "delete the key, as in the table",
-    ("KeyDetailScreen", "rotate"): "rotate with a grace, as in the table",
-    ("KeyDetailScreen", "end_grace"): "end the old secret's grace, as in the table",
-    ("KeyDetailScreen", "toggle_disabled"): "disable or enable, as in the table",
-    ("KeyDetailScreen", "set_expiry"): "set the expiry, as in the table",
+    ("LiveScreen", "app.help"): "this help",
     ("ScopeCatalogScreen", "add"): "add a scope",
     ("ScopeCatalogScreen", "describe"): "describe the selected scope",
     ("ScopeCatalogScreen", "remove"): "remove it (asks; refused while keys hold it)",
@@ -97,7 +78,7 @@ TEXTS = {
     ("RevealSecretDialog", "done"): "close; asks again if never copied",
     ("ConfirmDialog", "answer(False)"): "no: nothing is done",
     ("ConfirmDialog", "answer(True)"): "yes: do it",
-    ("ConfirmDialog", "other_button"): _OTHER_BUTTON,
+    ("ConfirmDialog", "other_button"): OTHER_BUTTON,
     ("SwitchOwnerDialog", "cancel"): "cancel: nothing is written",
     ("AskValueDialog", "cancel"): "cancel: nothing is done",
     ("ScopeFormDialog", "cancel"): "cancel: nothing is written",
@@ -124,18 +105,23 @@ Row = tuple[str, str]  # keys, what they do
 
 @dataclass(frozen=True)
 class Section:
-    """A titled table of keys: the own bindings of some classes, plus keys no binding names."""
+    """A titled table of keys: a screen's actions, the own bindings of some classes, and keys
+    no binding names."""
 
     title: str
     owners: tuple[type, ...]
     extra: tuple[Row, ...] = ()
+    where: Where | None = None  # the screen whose actions (tui.key_actions) come first
 
     def rows(self) -> list[Row]:
-        """One row per binding, then the extras; rows with the same text become one row."""
-        rows = [
+        """The actions, one row per other binding, then the extras; same text: one row."""
+        listed = by_id(self.where) if self.where is not None else {}
+        rows = [(key_text(Binding(a.keys, a.id)), a.description) for a in listed.values()]
+        rows += [
             (key_text(binding), TEXTS.get((owner.__name__, binding.action), binding.description))
             for owner in self.owners
             for binding in own_bindings(owner)
+            if binding.action not in listed
         ]
         merged: dict[str, list[str]] = {}
         for keys, text in [*rows, *self.extra]:
@@ -161,70 +147,10 @@ def key_text(binding: Binding) -> str:
     return " ".join(_KEY_NAMES.get(k.strip(), k.strip()) for k in binding.key.split(","))
 
 
-def sections() -> list[Section]:
-    """Every view and dialog with keys, in the order an admin meets them."""
-    # Imported here: these modules import this one (for the help binding).
-    from apikey_tui.tui.app import ApiKeysApp
-    from apikey_tui.tui.dialogs.ask_value import AskValueDialog
-    from apikey_tui.tui.dialogs.confirm import ConfirmDialog
-    from apikey_tui.tui.dialogs.create_key import CreateKeyDialog
-    from apikey_tui.tui.dialogs.edit_scopes import EditScopesDialog
-    from apikey_tui.tui.dialogs.reveal_secret import RevealSecretDialog
-    from apikey_tui.tui.dialogs.scope_form import ScopeFormDialog
-    from apikey_tui.tui.dialogs.switch_owner import SwitchOwnerDialog
-    from apikey_tui.tui.key_table import KeyFilter, KeyTable
-    from apikey_tui.tui.keys_screen import KeysScreen
-    from apikey_tui.tui.scope_picker import ScopePicker
-    from apikey_tui.tui.screens.audit_trail import AuditTrailScreen
-    from apikey_tui.tui.screens.key_detail import KeyDetailScreen
-    from apikey_tui.tui.screens.live import LiveScreen
-    from apikey_tui.tui.screens.scope_catalog import ScopeCatalogScreen
-
-    return [
-        Section(
-            "Key table",
-            (KeysScreen, KeyTable, KeyFilter, ApiKeysApp),
-            (
-                ("Ctrl+P", "command palette: every action, the theme"),
-                ("click a header", "sort by it; again to reverse"),
-            ),
-        ),
-        Section("Key detail (Enter)", (KeyDetailScreen,)),
-        Section("Scope catalog (c)", (ScopeCatalogScreen,)),
-        Section("Audit trail (a)", (AuditTrailScreen,)),
-        Section("In the detail, catalog and audit trail", (LiveScreen,)),
-        Section(
-            "Create a key (n), edit its scopes (e)",
-            (CreateKeyDialog, EditScopesDialog, ScopePicker),
-            (
-                ("Tab", "next: name, scopes, Create (never Cancel)"),
-                ("Enter", "name: create; scopes: choose or drop"),
-            ),
-        ),
-        Section("The one-time reveal", (RevealSecretDialog,)),
-        Section(
-            "Confirmations (delete, recreate, scopes, end grace, enable)",
-            (ConfirmDialog,),
-            (("Tab", _OTHER_BUTTON), ("Enter", "press the focused button")),
-        ),
-        Section("Switch owner (o), add or describe a scope", (SwitchOwnerDialog, ScopeFormDialog)),
-        Section(
-            "Rotate (R), disable (x), set expiry (E)",
-            (AskValueDialog,),
-            (("Enter", "confirm, when the value is valid"),),
-        ),
-        Section(
-            "This help",
-            (HelpScreen,),
-            (("PgUp / PgDn", "a page up / down"), ("Home / End", "the top / the end")),
-        ),
-    ]
-
-
-def help_text() -> str:
+def help_text(sections: Sequence[Section]) -> str:
     """The help as plain text, one 'keys  what they do' line per row (for tests and search)."""
     lines = []
-    for section in sections():
+    for section in sections:
         lines.append(section.title)
         lines.extend(f"  {keys}  {text}" for keys, text in section.rows())
     return "\n".join([*lines, "Security rules", RULES, ABOUT.plain])
@@ -251,11 +177,15 @@ class HelpScreen(ModalScreen[None]):
         Binding("up,k", "scroll_up", "Scroll", show=False),
     ]
 
+    def __init__(self, sections: Sequence[Section]) -> None:
+        super().__init__()
+        self._sections = sections
+
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog help"):
             yield Static(f"Keys · {CLOSE_HINT}", id="help-hint", classes="dialog-title")
             with VerticalScroll(id="help-body"):
-                for section in sections():
+                for section in self._sections:
                     yield Static(section.title, classes="help-section")
                     yield Static(section_table(section.rows()), classes="help-keys")
                 yield Static("Security rules", classes="help-section")

@@ -14,6 +14,7 @@ from apikey_tui.store import LEAK_EVENT, Event, KeyStore
 from apikey_tui.tui.screens.key_detail import actor_text
 from apikey_tui.tui.screens.live import LiveScreen
 from apikey_tui.tui.screens.scope_catalog import clip
+from apikey_tui.tui.session import Session
 from apikey_tui.tui.text import literal
 from apikey_tui.tui.times import minute
 
@@ -48,8 +49,8 @@ class AuditTrailScreen(LiveScreen[list[Event]]):
         Binding("escape", "back", "Back"),
     ]
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, session: Session) -> None:
+        super().__init__(session)
         self.events: list[Event] = []
         self._filters: Filters = ("", "", "")
 

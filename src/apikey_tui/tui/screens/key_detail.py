@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.content import Content
 from textual.message import Message
@@ -19,13 +18,12 @@ from apikey_tui.store import Event, KeyDetail, KeyInfo, KeyStore, Leak, ScopeInf
 from apikey_tui.tui import lifecycle
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.edit_scopes import EditScopesDialog, ScopeChange
+from apikey_tui.tui.key_actions import DETAIL, bindings
 from apikey_tui.tui.messages import KeyRescoped, KeyVanished
 from apikey_tui.tui.screens.live import LiveScreen
+from apikey_tui.tui.session import Session
 from apikey_tui.tui.text import literal
 from apikey_tui.tui.times import absolute, minute, relative, relative_and_absolute
-
-if TYPE_CHECKING:
-    from apikey_tui.tui.keys_screen import KeysScreen
 
 _LABEL = 13
 
@@ -104,24 +102,16 @@ DetailData = tuple[KeyDetail, list[ScopeInfo], list[Leak]]
 class KeyDetailScreen(LiveScreen[DetailData]):
     """Enter on a key opens this; e edits its scopes, r and d act as in the table."""
 
-    BINDINGS = [
-        Binding("e", "edit_scopes", "Edit scopes"),
-        Binding("r", "recreate", "Recreate"),
-        Binding("d", "delete", "Delete"),
-        # The lifecycle, as in the table (not in the footer, which is full at 80 columns).
-        Binding("R", "rotate", "Rotate", show=False),
-        Binding("O", "end_grace", "End grace", show=False),
-        Binding("x", "toggle_disabled", "Disable/enable", show=False),
-        Binding("E", "set_expiry", "Set expiry", show=False),
-    ]
+    BINDINGS = bindings(DETAIL)
 
-    def __init__(self, key: KeyInfo, keys_screen: KeysScreen) -> None:
-        super().__init__()
+    def __init__(self, key: KeyInfo, session: Session, act: Callable[[str, KeyInfo], None]) -> None:
+        """act runs a key action on a key as the key table does (e.g. act("rotate", key))."""
+        super().__init__(session)
         self.key = key
         self.detail: KeyDetail | None = None
         self.catalog: list[ScopeInfo] = []
         self.leaks: list[Leak] = []
-        self._keys_screen = keys_screen
+        self._act = act
         self._asked_delete = False  # the admin pressed d here: the table reports the deletion
         self._gone = False
 
@@ -152,7 +142,7 @@ class KeyDetailScreen(LiveScreen[DetailData]):
 
     def show(self, data: DetailData) -> None:
         self.detail, self.catalog, self.leaks = data
-        info, now = self.detail.info, self.keys_app.store.clock()
+        info, now = self.detail.info, self.session.store.clock()
         origin = self.detail.origin
         if origin is None:
             made = ("Created by", "unknown (no event recorded)")
@@ -221,7 +211,7 @@ class KeyDetailScreen(LiveScreen[DetailData]):
         # O (end grace) is offered only while the key's old secret is in grace.
         if action == "end_grace":
             info = None if self._gone or self.detail is None else self.detail.info
-            return info is not None and lifecycle.in_grace(info, self.keys_app.store.clock())
+            return info is not None and lifecycle.in_grace(info, self.session.store.clock())
         return True
 
     def on_key_vanished(self, message: KeyVanished) -> None:
@@ -286,33 +276,26 @@ class KeyDetailScreen(LiveScreen[DetailData]):
         )
         self.reload()
 
-    def action_recreate(self) -> None:
+    def _act_on_current(self, action: str) -> None:
         key = self._current()
         if key is not None:
-            self._keys_screen.action_recreate(key)
+            self._asked_delete = self._asked_delete or action == "delete"
+            self._act(action, key)
+
+    def action_recreate(self) -> None:
+        self._act_on_current("recreate")
 
     def action_delete(self) -> None:
-        key = self._current()
-        if key is not None:
-            self._asked_delete = True
-            self._keys_screen.action_delete(key)
+        self._act_on_current("delete")
 
     def action_rotate(self) -> None:
-        key = self._current()
-        if key is not None:
-            self._keys_screen.action_rotate(key)
+        self._act_on_current("rotate")
 
     def action_end_grace(self) -> None:
-        key = self._current()
-        if key is not None:
-            self._keys_screen.action_end_grace(key)
+        self._act_on_current("end_grace")
 
     def action_toggle_disabled(self) -> None:
-        key = self._current()
-        if key is not None:
-            self._keys_screen.action_toggle_disabled(key)
+        self._act_on_current("toggle_disabled")
 
     def action_set_expiry(self) -> None:
-        key = self._current()
-        if key is not None:
-            self._keys_screen.action_set_expiry(key)
+        self._act_on_current("set_expiry")

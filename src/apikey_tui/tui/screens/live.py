@@ -7,7 +7,7 @@ another admin, the CLI or a verifier does appears within the app's poll interval
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Generic, TypeVar, cast
+from typing import Generic, TypeVar, cast
 
 from textual import work
 from textual.binding import Binding
@@ -18,14 +18,11 @@ from textual.widgets import Static
 from apikey_tui.errors import ApiKeyError
 from apikey_tui.store import KeyStore
 from apikey_tui.tui.context_line import ContextLine
-from apikey_tui.tui.dialogs.help import HelpScreen
 from apikey_tui.tui.failures import unforeseen
 from apikey_tui.tui.messages import ReachabilityChanged, StoreFailed, ViewRead
 from apikey_tui.tui.polling import marker_moved
+from apikey_tui.tui.session import Session
 from apikey_tui.tui.text import literal
-
-if TYPE_CHECKING:
-    from apikey_tui.tui.app import ApiKeysApp
 
 T = TypeVar("T")
 
@@ -36,25 +33,19 @@ class LiveScreen(Screen[None], Generic[T]):
     BINDINGS = [
         Binding("escape", "back", "Back"),
         Binding("f5", "reload", "Reload", show=False),
-        Binding("question_mark", "help", "Help"),
+        Binding("question_mark", "app.help", "Help"),
     ]
 
-    def __init__(self) -> None:
+    def __init__(self, session: Session) -> None:
         super().__init__()
+        self.session = session
         self._marker: tuple[object, ...] | None = None  # None until the first read
         self._generation = 0  # the newest read asked for; older answers are dropped
         self._unreachable: str | None = None
 
-    @property
-    def keys_app(self) -> ApiKeysApp:
-        from apikey_tui.tui.app import ApiKeysApp
-
-        assert isinstance(self.app, ApiKeysApp)
-        return self.app
-
     def on_mount(self) -> None:
         self.reload()
-        self.set_interval(self.keys_app.poll_seconds, self.poll)
+        self.set_interval(self.session.poll_seconds, self.poll)
 
     # --- what subclasses provide --------------------------------------------------------------
 
@@ -80,7 +71,7 @@ class LiveScreen(Screen[None], Generic[T]):
     @work(thread=True, group="read")
     def _read(self, generation: int) -> None:
         """Read the view's data from the store, off the event loop."""
-        store = self.keys_app.store
+        store = self.session.store
         try:
             marker = store.change_marker()
             data = self.read_store(store)
@@ -95,7 +86,7 @@ class LiveScreen(Screen[None], Generic[T]):
     @work(thread=True, exclusive=True, group="poll")
     def poll(self) -> None:
         """Read again when something changed in the database."""
-        store = self.keys_app.store
+        store = self.session.store
         if marker_moved(self, store.change_marker, self._unreachable, self._marker):
             self.app.call_from_thread(self.reload)
 
@@ -132,7 +123,7 @@ class LiveScreen(Screen[None], Generic[T]):
         As KeysScreen.run_store: a refusal, or an error nobody foresaw, is one line.
         """
         try:
-            message = operation(self.keys_app.store)
+            message = operation(self.session.store)
         except ApiKeyError as exc:
             message = self.write_failed(exc)
         except Exception as exc:
@@ -157,9 +148,6 @@ class LiveScreen(Screen[None], Generic[T]):
     def action_reload(self) -> None:
         self.reload()
 
-    def action_help(self) -> None:
-        self.app.push_screen(HelpScreen())
-
     def context_line(self, what: str) -> ContextLine:
         """The top line: what is shown, and on which database (shortened, never dropped)."""
-        return ContextLine(what, self.keys_app.database_label)
+        return ContextLine(what, self.session.database_label)

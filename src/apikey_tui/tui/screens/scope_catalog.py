@@ -16,6 +16,7 @@ from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.scope_form import ScopeEdit, ScopeFormDialog
 from apikey_tui.tui.messages import CatalogChanged, ScopeRemovalRefused
 from apikey_tui.tui.screens.live import LiveScreen
+from apikey_tui.tui.session import Session
 from apikey_tui.tui.text import literal
 
 _SHOWN_HOLDERS = 10
@@ -47,8 +48,8 @@ class ScopeCatalogScreen(LiveScreen[list[ScopeUsage]]):
         Binding("d", "remove", "Remove"),
     ]
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, session: Session) -> None:
+        super().__init__(session)
         self.usage: list[ScopeUsage] = []
         self._refusal: str | None = None
 

@@ -1,0 +1,117 @@
+"""The app's actions on keys, declared once: bindings, the command palette and the help derive.
+
+Harlequin's habit: one list of records. A screen's BINDINGS come from `bindings(TABLE)` or
+`bindings(DETAIL)`, the palette offers `actions(where)` on that screen, and the help shows each
+record's keys and description, so no action can be bound, yet missing from the palette or help.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from textual.binding import Binding, BindingType
+
+Where = Literal["table", "detail"]
+TABLE: Where = "table"
+DETAIL: Where = "detail"
+
+
+@dataclass(frozen=True)
+class KeyAction:
+    """One action: its Textual action, keys, words for the footer, palette and help, and screens.
+
+    id is the Textual action: `action_<id>` on each screen in `screens`, or the app's own
+    action when it starts with 'app.'.
+    """
+
+    id: str
+    keys: str  # Textual key names, comma-separated
+    label: str  # the footer's word
+    title: str  # the command palette's entry
+    description: str  # what it does: the help's row and the palette's line under the title
+    screens: frozenset[Where]
+    footer: bool = True  # the footer is full at 80 columns: the rest are in help and palette
+
+
+_BOTH = frozenset({TABLE, DETAIL})
+_TABLE = frozenset({TABLE})
+_DETAIL = frozenset({DETAIL})
+
+# fmt: off
+ACTIONS: tuple[KeyAction, ...] = (
+    KeyAction("create", "n", "New", "Create key", "create a key; it is shown once", _TABLE),
+    KeyAction(
+        "edit_scopes", "e", "Edit scopes", "Edit scopes",
+        "edit the key's scopes (asks first, audited)", _DETAIL,
+    ),
+    KeyAction("delete", "d", "Delete", "Delete key", "delete the key (asks first)", _BOTH),
+    KeyAction(
+        "recreate", "r", "Recreate", "Recreate key",
+        "recreate a stolen key: new secret (asks first)", _BOTH,
+    ),
+    KeyAction(
+        "rotate", "R", "Rotate", "Rotate key",
+        "rotate: new secret; the old one works for a grace", _BOTH, footer=False,
+    ),
+    KeyAction(
+        "end_grace", "O", "End grace", "End grace",
+        "end the grace: the old secret stops now (asks first)", _BOTH, footer=False,
+    ),
+    KeyAction(
+        "toggle_disabled", "x", "Disable/enable", "Disable or enable key",
+        "disable (with a reason) or enable the key (asks first)", _BOTH, footer=False,
+    ),
+    KeyAction(
+        "set_expiry", "E", "Set expiry", "Set expiry",
+        "set the expiry: 90d, a date or never (asks first)", _BOTH, footer=False,
+    ),
+    KeyAction(
+        "focus_filter", "slash", "Filter", "Filter keys",
+        "filter by name, public id, scope or owner", _TABLE,
+    ),
+    KeyAction(
+        "sort", "s", "Sort", "Sort keys",
+        "sort by the next column (or click a header)", _TABLE, footer=False,
+    ),
+    KeyAction(
+        "reload", "f5", "Reload", "Reload keys",
+        "reload now (changes also show up by themselves)", _TABLE,
+    ),
+    KeyAction(
+        "app.help", "question_mark", "Help", "Help",
+        "this help: every key, then the security rules", _TABLE,
+    ),
+    KeyAction(
+        "details", "enter", "Details", "Key details",
+        "the selected key in full (see Key detail)", _TABLE, footer=False,
+    ),
+    KeyAction(
+        "app.scope_catalog", "c", "Scopes", "Scope catalog",
+        "the scope catalog: add, describe, remove", _TABLE, footer=False,
+    ),
+    KeyAction(
+        "app.audit_trail", "a", "Audit trail", "Audit trail",
+        "the audit trail: every change, newest first", _TABLE, footer=False,
+    ),
+    KeyAction(
+        "app.switch_owner", "o", "Owner", "Switch owner",
+        "switch owner, or show every owner's keys", _TABLE, footer=False,
+    ),
+)
+# fmt: on
+
+
+def actions(where: Where) -> list[KeyAction]:
+    """The actions a screen offers, in the list's order."""
+    return [action for action in ACTIONS if where in action.screens]
+
+
+def bindings(where: Where) -> list[BindingType]:
+    """A screen's key bindings for its actions."""
+    return [Binding(a.keys, a.id, a.label, show=a.footer) for a in actions(where)]
+
+
+def by_id(where: Where) -> dict[str, KeyAction]:
+    """The actions a screen offers, by their Textual action."""
+    return {action.id: action for action in actions(where)}

@@ -1,0 +1,30 @@
+"""Session: what a screen needs from the app it runs in (the store, whose keys, which database)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from apikey_tui.store import KeyStore
+
+
+class Session(Protocol):
+    """The narrow port screens are given: they never import the app, nor each other."""
+
+    @property
+    def store(self) -> KeyStore: ...
+
+    @property
+    def owner(self) -> str | None:
+        """Whose keys are shown; None: every owner's, with an owner column."""
+        ...
+
+    @property
+    def default_owner(self) -> str:
+        """The owner a new key gets when every owner's keys are shown."""
+        ...
+
+    @property
+    def database_label(self) -> str: ...
+
+    @property
+    def poll_seconds(self) -> float: ...
