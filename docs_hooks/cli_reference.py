@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Iterator
 from functools import partial
 from typing import TYPE_CHECKING
@@ -20,13 +21,15 @@ PAGE = "reference/cli.md"
 MARKER = "<!-- cli-reference -->"
 # A fixed width: the page must not depend on the terminal that happened to build it.
 WIDTH = 100
+# Python 3.14 colours --help when the build runs in a terminal; the page wants the plain text.
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def _subcommands(
     parser: argparse.ArgumentParser,
 ) -> Iterator[tuple[str, argparse.ArgumentParser]]:
     # argparse offers no public way to list subparsers; its _SubParsersAction is the one place
-    # that knows them (sphinx-argparse and mkdocs-click read it the same way).
+    # that knows them (sphinx-argparse reads it the same way).
     yield parser.prog, parser
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
@@ -39,7 +42,8 @@ def render(parser: argparse.ArgumentParser) -> str:
     sections = []
     for prog, sub in _subcommands(parser):
         sub.formatter_class = partial(argparse.HelpFormatter, width=WIDTH)
-        sections.append(f"### `{prog}`\n\n```text\n{sub.format_help().rstrip()}\n```\n")
+        text = ANSI.sub("", sub.format_help()).rstrip()
+        sections.append(f"### `{prog}`\n\n```text\n{text}\n```\n")
     return "\n".join(sections)
 
 
