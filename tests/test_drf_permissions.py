@@ -5,7 +5,7 @@ tests/test_permissions.py, tests/test_permissions_combination.py,
 tests/test_permissions_custom.py and the object-permission route of tests/test_test_project.py.
 Upstream checks keys in a permission class and answers 403 for every refusal; here an
 authentication class checks the key and HasScopes checks scopes, so these answers differ on
-purpose (README, "Django and Django REST framework"): no key or another scheme is 401 with the
+purpose (docs/integrations/django.md): no key or another scheme is 401 with the
 ApiKey challenge, a wrong, disabled, deleted or expired key is 401 `invalid_token`, an empty
 credential is 400 `invalid_request`, and a bad ApiKey header is refused even when another
 authentication class would have accepted the request. A key with an extra space before it is

@@ -47,7 +47,7 @@ def keys(database_url: str) -> Iterator[Keys]:
 
 
 def build_app(verifier: Verifier, *, install: bool) -> FastAPI:
-    """Every way of declaring the dependency that the README shows, on one app."""
+    """Every way of declaring the dependency that docs/integrations/fastapi.md shows, on one app."""
     app = FastAPI()
     auth = ApiKeyAuth(verifier)
     if install:

@@ -117,7 +117,7 @@ def test_asgi_middleware_in_starlette(keys: tuple[Verifier, str, str]) -> None:
 def test_cors_outside_the_middleware_answers_preflights_and_labels_refusals(
     keys: tuple[Verifier, str, str],
 ) -> None:
-    """CORS outside ours answers a keyless preflight and adds its headers to our 401 (README)."""
+    """CORS outside ours answers a keyless preflight and adds its headers to our 401 (docs)."""
     from starlette.middleware.cors import CORSMiddleware
 
     verifier, project, _both = keys

@@ -58,7 +58,7 @@ class Tmux:
         shell = f"env {exports} {' '.join(command)}"
         self.run("new-session", "-d", "-s", "e2e", "-x", "100", "-y", "30", shell)
         self.run("set-option", "-t", "e2e", "remain-on-exit", "on")
-        # As the README advises: without it tmux drops the app's OSC 52 copy (and the app says so).
+        # As the docs advise (guide/app.md): without it tmux drops the app's OSC 52 copy.
         self.run("set-option", "-g", "set-clipboard", "on")
 
     def run(self, *args: str) -> str:

@@ -1,0 +1,78 @@
+"""The README's command tour, held to the real parser: it names no command or option gone."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import pytest
+
+from apikey_tui.cli import build_parser
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    # argparse has no public list of subcommands; its _SubParsersAction holds them (the docs'
+    # CLI reference hook reads them the same way).
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _options(parser: argparse.ArgumentParser) -> set[str]:
+    return {flag for action in parser._actions for flag in action.option_strings}
+
+
+def _command_lines() -> list[str]:
+    """Each `apikey-tui …` line of the README's shell blocks, continuation lines joined."""
+    lines: list[str] = []
+    in_shell = False
+    for line in README.read_text().splitlines():
+        if line.startswith("```"):
+            in_shell = line.strip() == "```sh"
+            continue
+        text = line.split("#", 1)[0].rstrip()
+        if not in_shell or not text:
+            continue
+        if line[0].isspace() and lines:
+            lines[-1] += " " + text.strip()
+        else:
+            found = re.search(r"\bapikey-tui\b.*", text)
+            if found:
+                lines.append(found.group(0))
+    return lines
+
+
+def test_the_readme_shows_commands() -> None:
+    """The README's shell blocks hold a tour of the CLI (at least the key commands)."""
+    assert sum(line.startswith("apikey-tui keys ") for line in _command_lines()) >= 5
+
+
+@pytest.mark.parametrize("line", _command_lines())
+def test_each_readme_command_exists_with_its_options(line: str) -> None:
+    """Every subcommand and --option a README command line names is one the parser has."""
+    root = build_parser()
+    words = line.split()[1:]
+    # `policy show | policy set …` and `scopes list|add …` name several actions of one command.
+    parsers = [root]
+    known = _options(root)
+    command = _subparsers(root).get(words[0]) if words else None
+    if command is not None:
+        parsers, known = [command], known | _options(command)
+        actions = _subparsers(command)
+        if actions:
+            named = [
+                actions[word]
+                for token in words[1:]
+                for word in token.strip("[]").split("|")
+                if word in actions
+            ]
+            assert named, f"{line!r} names no action of {words[0]!r}"
+            parsers = named
+    for parser in parsers:
+        known |= _options(parser)
+    for flag in re.findall(r"(?<![\w-])--[a-z][a-z-]*", line):
+        assert flag in known, f"{line!r}: {flag} is not an option of the parser"
