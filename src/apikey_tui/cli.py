@@ -270,10 +270,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="worker processes, each with its own verifier (default 1)",
     )
-    serve.add_argument("--rules", metavar="FILE", help="route rules (TOML, see the README)")
+    serve.add_argument(
+        "--rules", metavar="FILE", help="route rules (TOML, see docs/integrations/route-rules.md)"
+    )
     serve.add_argument("--realm", default="api", help='WWW-Authenticate realm (default "api")')
-    # The verifier's options: absent ones keep the verifier's defaults (README, Options).
-    verifier = serve.add_argument_group("the verifier (defaults as in the README's Options)")
+    # The verifier's options: absent ones keep the verifier's defaults (docs/reference/verifier.md).
+    verifier = serve.add_argument_group("the verifier (defaults as in the verifier's Options)")
     verifier.add_argument(
         "--revocation-bound",
         type=_seconds(allow_zero=True),
@@ -868,7 +870,7 @@ def _db_upgrade(url: str, args: argparse.Namespace) -> int:
         print(
             "The key filter scans every key: this database cannot hold its trigram index "
             "(SQLite without FTS5 trigrams, or a PostgreSQL role that may not create the "
-            "pg_trgm extension; see the README).",
+            "pg_trgm extension; see docs/guide/app.md).",
             file=sys.stderr,
         )
     result = {"from_version": before, "to_version": after, "filter_index": searchable}
