@@ -7,13 +7,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from apikey_tui import keyformat
-from apikey_tui.authorization import parse_authorization
 from apikey_tui.errors import (
     AuthError,
     InvalidKeyError,
     MalformedHeaderError,
     MissingKeyError,
 )
+from apikey_tui.verifier.authorization import parse_authorization
 
 _, KEY = keyformat.generate()
 BAD_CHECKSUM = KEY[:-1] + ("a" if KEY[-1] != "a" else "b")

@@ -29,6 +29,7 @@ from apikey_tui.integrations.prometheus import register
 from apikey_tui.store import KeyStore
 from apikey_tui.verifier import Verifier
 from apikey_tui.verifier.freshness import PushFreshness
+from apikey_tui.verifier.guard import CheckGate
 from apikey_tui.verifier.metrics import OUTCOMES
 from tests.conftest import CHEAP
 from tests.test_gunicorn_load import Gunicorn, get
@@ -205,6 +206,7 @@ def test_full_queue_and_deadline_are_counted() -> None:
     registry = CollectorRegistry()
     register(verifier, registry)
     gate = verifier.stats.gate
+    assert isinstance(gate, CheckGate)
     release = threading.Event()
     try:
         busy = gate.submit("busy", release.wait)

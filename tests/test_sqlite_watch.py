@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from apikey_tui.sqlite_watch import CommitWatch, watch_for
+from apikey_tui.verifier.sqlite_watch import CommitWatch, watch_for
 
 
 def _database(path: Path, wal: bool) -> sqlite3.Connection:

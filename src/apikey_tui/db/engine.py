@@ -17,7 +17,6 @@ from apikey_tui.config import parse_database_url
 from apikey_tui.db import schema
 from apikey_tui.db.driver_errors import database_errors
 from apikey_tui.errors import DatabaseUrlError, StoreUnavailableError
-from apikey_tui.sqlite_watch import existing_file_uri
 
 # Execution option that makes a SQLite transaction take the write lock at BEGIN: a
 # read-then-write transaction that starts deferred can fail with "database is locked" when
@@ -47,6 +46,11 @@ ADMIN_APPLICATION = "apikey-tui-admin"
 VERIFIER_APPLICATION = "apikey-tui-verifier"
 LISTENER_APPLICATION = "apikey-tui-listener"
 _SCHEMA_LOCK = 0x61706B74  # 'apkt': serialises schema changes between PostgreSQL clients
+
+
+def existing_file_uri(path: str) -> str:
+    """A SQLite URI that opens path read-write but never creates it."""
+    return f"{Path(path).resolve().as_uri()}?mode=rw"
 
 
 def make_engine(

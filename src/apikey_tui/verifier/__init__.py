@@ -17,7 +17,6 @@ from typing import Any, TypeVar
 from sqlalchemy import Engine, event
 
 from apikey_tui import forksafety
-from apikey_tui.authorization import parse_key, split_credentials
 from apikey_tui.clock import Clock, system_clock
 from apikey_tui.db import VERIFIER_APPLICATION, ensure_schema, make_engine
 from apikey_tui.errors import (
@@ -31,6 +30,7 @@ from apikey_tui.errors import (
 from apikey_tui.hashing import SecretHasher, fingerprint
 from apikey_tui.keyformat import ParsedKey
 from apikey_tui.store.credentials import Change, Credential, credential_source
+from apikey_tui.verifier.authorization import parse_key, split_credentials
 from apikey_tui.verifier.changes import ChangeFeed
 from apikey_tui.verifier.freshness import (
     BoundFreshness,

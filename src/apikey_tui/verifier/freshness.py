@@ -17,8 +17,8 @@ from sqlalchemy.engine import URL
 from apikey_tui import forksafety
 from apikey_tui.db import LISTENER_APPLICATION, postgres_connection
 from apikey_tui.errors import VerifierUnavailableError
-from apikey_tui.sqlite_watch import CommitWatch, watch_for
 from apikey_tui.store.credentials import CHANGE_CHANNEL
+from apikey_tui.verifier.sqlite_watch import CommitWatch, watch_for
 
 log = logging.getLogger("apikey_tui.verifier")
 

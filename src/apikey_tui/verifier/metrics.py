@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from apikey_tui import forksafety
 from apikey_tui.errors import (
@@ -23,7 +23,6 @@ from apikey_tui.errors import (
 
 if TYPE_CHECKING:
     from apikey_tui.verifier.freshness import Freshness
-    from apikey_tui.verifier.guard import CheckGate
 
 # The counters (not the parts the stats only point to).
 COUNTERS = (
@@ -79,6 +78,15 @@ class Timings:
         return cumulative, total
 
 
+class GateCounts(Protocol):
+    """What the stats read of the CheckGate: its timings and its two kinds of 503."""
+
+    waited: Timings
+    ran: Timings
+    timeouts: int
+    rejected: int
+
+
 class VerifierStats:
     """Counters one Verifier keeps: read them with snapshot(), or register apikey_tui.metrics.
 
@@ -90,7 +98,7 @@ class VerifierStats:
 
     __slots__ = (*COUNTERS, "_ok_high", "freshness", "gate", "revocation_bound")
 
-    def __init__(self, gate: CheckGate, freshness: Freshness, revocation_bound: float) -> None:
+    def __init__(self, gate: GateCounts, freshness: Freshness, revocation_bound: float) -> None:
         # Read at scrape time: the CheckGate's timings and 503 counts, and whether changes
         # reach this process by push (PostgreSQL LISTEN) or by the time bound.
         self.gate, self.freshness, self.revocation_bound = gate, freshness, revocation_bound

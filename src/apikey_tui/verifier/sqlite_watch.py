@@ -6,20 +6,15 @@ import mmap
 import os
 import sqlite3
 import threading
-from pathlib import Path
 
 from apikey_tui import forksafety
+from apikey_tui.db.engine import existing_file_uri
 
 # The first copy of the WAL-index header (https://sqlite.org/walformat.html): every commit
 # changes it (iChange, mxFrame, salts, checksums), and it lives in the -shm file that SQLite
 # memory-maps for all its connections. Reading 48 shared bytes is what SQLite itself does to
 # answer PRAGMA data_version, minus ~3-5 microseconds of statement machinery.
 _HEADER = 48
-
-
-def existing_file_uri(path: str) -> str:
-    """A SQLite URI that opens path read-write but never creates it."""
-    return f"{Path(path).resolve().as_uri()}?mode=rw"
 
 
 class CommitWatch:
