@@ -12,11 +12,10 @@ import time
 from typing import Any, Protocol
 
 from sqlalchemy import Engine
-from sqlalchemy.engine import URL
 
 from apikey_tui import forksafety
-from apikey_tui.db import LISTENER_APPLICATION, postgres_connection
-from apikey_tui.errors import VerifierUnavailableError
+from apikey_tui.db import LISTENER_APPLICATION, database_errors, postgres_connection
+from apikey_tui.errors import StoreUnavailableError, VerifierUnavailableError
 from apikey_tui.store.credentials import CHANGE_CHANNEL
 from apikey_tui.verifier.sqlite_watch import CommitWatch, watch_for
 
@@ -97,9 +96,11 @@ class PushFreshness:
     POLL = 0.002  # the request path peeks at the listener's socket at most this often
     RETRY = (0.5, 10.0)  # first and longest wait between reconnects
 
-    def __init__(self, url: URL, bound: float) -> None:
-        # The engine's own bounds, with the URL's settings winning, under the listener's name.
-        url, self._options = postgres_connection(url, LISTENER_APPLICATION)
+    def __init__(self, engine: Engine, bound: float) -> None:
+        # The engine's own bounds, with the URL's settings winning, under the listener's name;
+        # its errors come out of the engine's one mapper (`database_errors`).
+        self._engine = engine
+        url, self._options = postgres_connection(engine.url, LISTENER_APPLICATION)
         self._conninfo = url.set(drivername="postgresql").render_as_string(hide_password=False)
         self._bound = bound
         self._fallback = BoundFreshness(bound)
@@ -168,8 +169,11 @@ class PushFreshness:
         wait, failing = self.RETRY[0], False
         while not self._stop.is_set():
             try:
-                self._connection = psycopg.connect(self._conninfo, autocommit=True, **self._options)
-                with self._connection as connection:
+                with database_errors(self._engine):  # one line, masked URL: the one mapper
+                    self._connection = psycopg.connect(
+                        self._conninfo, autocommit=True, **self._options
+                    )
+                    connection = self._connection
                     connection.execute(f"LISTEN {CHANGE_CHANNEL}")
                     self._fd = connection.fileno()
                     if not self._probe(connection):
@@ -180,20 +184,24 @@ class PushFreshness:
                         )
                         self._stop.wait(60)
                         continue
-                    self._pushes += 1  # notices sent while we were away are lost: drop all
+                    self._pushes += 1  # notices sent while we were away are lost: read the log
                     if failing:
                         log.warning("API key changes reach this process by push again")
                     wait, failing = self.RETRY[0], False
                     self._heartbeat(connection)
-            except psycopg.Error as exc:
+            except StoreUnavailableError as exc:
                 if not failing:
                     log.warning(
                         "API key change notices stopped (%s): the %s s bound applies until "
                         "they resume",
-                        str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc),
+                        exc,
                         self._bound,
                     )
                 failing = True
+            finally:
+                connection, self._connection = self._connection, None
+                if connection is not None and not connection.closed:
+                    connection.close()
             self._alive_at, self._fd = float("-inf"), -1
             self._stop.wait(wait)
             wait = min(wait * 2, self.RETRY[1])
@@ -247,5 +255,5 @@ def freshness_for(engine: Engine, bound: float) -> Freshness:
     if path and path != ":memory:":
         return CommitFreshness(path)
     if engine.dialect.name == "postgresql" and bound > 0:
-        return PushFreshness(engine.url, bound)
+        return PushFreshness(engine, bound)
     return BoundFreshness(bound)
