@@ -15,7 +15,7 @@ from sqlalchemy import Engine, event, text
 from apikey_tui import keyformat
 from apikey_tui.db import VERIFIER_APPLICATION, make_engine
 from apikey_tui.errors import InvalidKeyError, VerifierUnavailableError
-from apikey_tui.store import KeyStore
+from apikey_tui.store import KeyStore, change_log
 from apikey_tui.verifier import Verifier
 from tests.conftest import ACTOR, CHEAP, FakeClock
 
@@ -217,4 +217,27 @@ def test_forged_ids_while_the_index_loads_buy_bounded_queries(
         assert statements.count(CREDENTIAL_READ) <= budget
     finally:
         statements.release.set()
+        verifier.close()
+
+
+def test_more_changes_than_one_read_takes_reads_as_falling_behind(
+    store: KeyStore, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past MAX_CHANGES since the last read, the verifier starts over: a deleted key is 401."""
+    monkeypatch.setattr(change_log, "MAX_CHANGES", 3)
+    engine = _engine(database_url)
+    statements = Statements(engine)
+    verifier = Verifier(engine, hasher=CHEAP, revocation_bound=0.2)
+    try:
+        doomed = store.create_key("alice", "doomed", ["project"]).plaintext
+        verifier.verify(f"ApiKey {doomed}")
+        store.delete_key("alice", "doomed")
+        new = [store.create_key("alice", f"new{n}", ["project"]).plaintext for n in range(5)]
+        _settle(database_url)
+        with pytest.raises(InvalidKeyError):
+            verifier.verify(f"ApiKey {doomed}")
+        assert all(verifier.verify(f"ApiKey {key}").key_name.startswith("new") for key in new)
+        # The log's position was read twice: at the start, and when starting over.
+        assert statements.count("max(apikey_tui_change.seq)") == 2
+    finally:
         verifier.close()

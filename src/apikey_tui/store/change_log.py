@@ -57,7 +57,11 @@ CHANGES = (
     )
     .where(CHANGE.c.seq >= bindparam("seq"))
     .order_by(CHANGE.c.seq)
+    .limit(bindparam("limit"))
 )
+# More changes than this since a reader's last look (a bulk import, a reader long idle) are read
+# as "fell behind": dropping the cache and reloading the index beats one query of a million rows.
+MAX_CHANGES = 10_000
 KEY_COUNT = sa_select(func.count()).select_from(KEY)
 PAGE = (
     sa_select(
@@ -91,9 +95,10 @@ def position(connection: Connection) -> int:
 
 
 def since(connection: Connection, seq: int, now: datetime) -> list[Change] | None:
-    """Changes after seq with each id's fingerprint now; None if seq's row was pruned."""
-    rows = connection.execute(CHANGES, {"seq": seq}).all()
-    if not rows or rows[0].seq != seq:
+    """Changes after seq with each id's fingerprint now; None if seq's row was pruned (or
+    more than MAX_CHANGES followed it)."""
+    rows = connection.execute(CHANGES, {"seq": seq, "limit": MAX_CHANGES + 2}).all()
+    if not rows or rows[0].seq != seq or len(rows) > MAX_CHANGES + 1:
         return None
     changes = []
     for row in rows[1:]:
