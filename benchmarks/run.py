@@ -362,6 +362,7 @@ def render(
     fa: Any = None,
     rv: Any = None,
     lk: Any = None,
+    sc: Any = None,
 ) -> str:
     """The results page, every number with its baseline and target."""
     floor, peer = v["floor_us"], v["peer"]["is_valid_us"]
@@ -453,8 +454,10 @@ def render(
     from benchmarks.bench_forward_auth import markdown as forward_auth_section
     from benchmarks.bench_leaks import markdown as leaks_section
     from benchmarks.bench_revocation import markdown as revocation_section
+    from benchmarks.bench_scale import markdown as scale_section
 
     lines += ["", *middleware_section(m), *floods_section(f), *revocation_section(rv)]
+    lines += scale_section(sc)
     lines += forward_auth_section(fa)
     lines += leaks_section(lk)
     lines += [
@@ -501,6 +504,7 @@ MODULES = (
     "bench_forward_auth",
     "bench_revocation",
     "bench_leaks",
+    "bench_scale",
 )
 
 
