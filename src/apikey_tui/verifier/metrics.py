@@ -1,8 +1,8 @@
 """What the verifier counts as it works: plain ints and fixed-bucket timings, no dependency.
 
 The warm path pays one integer increment (`hits`); everything else is counted on the cold path
-or on a refusal. `apikey_tui.integrations.prometheus` turns these into Prometheus metrics when a service asks;
-nothing here knows Prometheus. No counter holds a key, a public id, a path or any other value a
+or on a refusal. `apikey_tui.integrations.prometheus` turns these into Prometheus metrics when
+a service asks; nothing here knows Prometheus. No counter holds a key, a public id, a path or any other value a
 caller chooses: only totals.
 """
 
@@ -88,7 +88,7 @@ class GateCounts(Protocol):
 
 
 class VerifierStats:
-    """Counters one Verifier keeps: read them with snapshot(), or register apikey_tui.integrations.prometheus.
+    """Counters one Verifier keeps: read them with snapshot(), or register them for Prometheus.
 
     Each check is exactly one of: a cache hit (`hits`), an answer after a cold check
     (`cold_answers`), or a refusal before any caller was known (missing, malformed, invalid,
