@@ -2,8 +2,8 @@
 
 The warm path pays one integer increment (`hits`); everything else is counted on the cold path
 or on a refusal. `apikey_tui.integrations.prometheus` turns these into Prometheus metrics when
-a service asks; nothing here knows Prometheus. No counter holds a key, a public id, a path or any other value a
-caller chooses: only totals.
+a service asks; nothing here knows Prometheus. No counter holds a key, a public id, a path or
+any other value a caller chooses: only totals.
 """
 
 from __future__ import annotations
