@@ -22,6 +22,9 @@ from apikey_tui.errors import DatabaseUrlError, StoreUnavailableError
 # read-then-write transaction that starts deferred can fail with "database is locked" when
 # another writer got in between, and the busy timeout cannot help it.
 WRITE = {"apikey_tui_write": True}
+# Execution option for single-statement reads (the verifier's): no BEGIN on SQLite, so a read
+# is one statement in its own implicit transaction, not BEGIN + SELECT + ROLLBACK.
+READ = {"apikey_tui_read": True}
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 # A PostgreSQL server that stops answering costs a caller at most about 2 s per step, never a
 # hang: connecting (per address tried; 2 s is libpq's minimum), and waiting for a pooled
@@ -151,7 +154,10 @@ def _sqlite_engine(url: URL, *, create: bool) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Connection) -> None:
-        write = connection.get_execution_options().get("apikey_tui_write", False)
+        options = connection.get_execution_options()
+        if options.get("apikey_tui_read", False):
+            return
+        write = options.get("apikey_tui_write", False)
         connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
     return engine

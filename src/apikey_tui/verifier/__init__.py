@@ -104,8 +104,8 @@ class Verifier:
         max_pending_checks: int = 64,
         failure_burst: float = 5,
         failures_per_second: float = 1,
-        lookups_per_second: float = 200,
-        lookup_burst: float = 100,
+        lookups_per_second: float = 1000,
+        lookup_burst: float = 1000,
         flush_interval: float = 5.0,
         clock: Clock = system_clock,
     ) -> None:
@@ -133,8 +133,10 @@ class Verifier:
         self._feed = ChangeFeed(self._source, self._freshness, self._index, self._suspect)
         self._gate = CheckGate(check_workers, check_timeout, max_pending_checks)
         self._budget = FailureBudget(failure_burst, failures_per_second)
-        # Lookups the index cannot answer (while it loads; an id it lacks, where freshness may
-        # lag): a flood of forged ids buys at most this many queries a second, then 503/401.
+        # Lookups of ids the index cannot vouch for yet (while it loads, a few seconds at a
+        # million keys): a service restarting under real traffic needs many, a flood of forged
+        # ids may buy at most this many point queries a second (and no more at once than the
+        # CheckGate runs), then 503 until the index is in.
         self._lookups = TokenBucket(lookup_burst, lookups_per_second)
         self._rechecks = TokenBucket(RECHECK_BURST, RECHECKS_PER_SECOND)
         self._usage = UsageWriter(self._source.record_use, flush_interval, clock)
