@@ -2,26 +2,17 @@
 
 from __future__ import annotations
 
-from collections import namedtuple
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
-from sqlalchemy import (
-    Dialect,
-    Engine,
-    PoolProxiedConnection,
-    Select,
-    bindparam,
-    delete,
-    func,
-    insert,
-)
+from sqlalchemy import Connection, Engine, bindparam, delete, func, insert
 from sqlalchemy import select as sa_select
 from sqlmodel import Session
 
 from apikey_tui import forksafety
-from apikey_tui.db import database_errors
+from apikey_tui.db import READ, database_errors
 from apikey_tui.db.models import ChangeRow, KeyRow
 
 # How long a change stays in the log. A verifier that has not read the log for longer (on
@@ -98,15 +89,15 @@ def append(session: Session, public_ids: Iterable[str | None], now: datetime) ->
     )
 
 
-def position(reads: HotReads) -> int:
+def position(connection: Connection) -> int:
     """The newest entry's seq (the migration's first row keeps the log from being empty)."""
-    return int(reads.run(POSITION)[0][0] or 0)
+    return int(connection.execute(POSITION).scalar_one() or 0)
 
 
-def since(reads: HotReads, seq: int, now: datetime) -> list[Change] | None:
+def since(connection: Connection, seq: int, now: datetime) -> list[Change] | None:
     """Changes after seq with each id's fingerprint now; None if seq's row was pruned (or
     more than MAX_CHANGES followed it)."""
-    rows = reads.run(CHANGES, {"seq": seq, "limit": MAX_CHANGES + 2})
+    rows = connection.execute(CHANGES, {"seq": seq, "limit": MAX_CHANGES + 2}).all()
     if not rows or rows[0].seq != seq or len(rows) > MAX_CHANGES + 1:
         return None
     changes = []
@@ -121,12 +112,12 @@ def since(reads: HotReads, seq: int, now: datetime) -> list[Change] | None:
 
 
 def page(
-    reads: HotReads, after: int, limit: int, now: datetime
+    connection: Connection, after: int, limit: int, now: datetime
 ) -> tuple[int, list[tuple[str, str | None]]]:
     """Up to limit keys after row `after` (and their previous ids in grace), and the last row."""
     pairs: list[tuple[str, str | None]] = []
     last = after
-    for row in reads.run(PAGE, {"after": after, "limit": limit}):
+    for row in connection.execute(PAGE, {"after": after, "limit": limit}):
         last = row.id
         pairs.append((row.public_id, row.fingerprint))
         if row.old_public_id is not None and row.grace_until is not None and row.grace_until > now:
@@ -134,93 +125,48 @@ def page(
     return last, pairs
 
 
-class _Prepared:
-    """A Core select compiled once for one dialect, run on a raw DBAPI cursor.
-
-    SQLAlchemy's execution machinery (cache key, context, events, result wrapping) costs about
-    130 us a statement, five times what SQLite spends running it; the verifier's reads are few
-    and fixed, so they are compiled once and their rows converted with the columns' own result
-    processors (UTC datetimes included) into named tuples.
-    """
-
-    def __init__(self, statement: Select[Any], dialect: Dialect) -> None:
-        self.compiled = compiled = statement.compile(dialect=dialect)
-        self.sql = str(compiled)
-        self.order = compiled.positiontup if compiled.positional else None
-        columns = list(statement.selected_columns)
-        names = [str(c.key) for c in columns]  # an unnamed one (count, max) is renamed _0...
-        self.row: Any = namedtuple("Row", names, rename=True)  # type: ignore[misc]
-        self.processors: list[Any] = [
-            c.type._cached_result_processor(dialect, None) for c in columns
-        ]
-
-    def parameters(self, given: Mapping[str, Any]) -> Any:
-        # With the defaults the statement carries (SQLite's implicit OFFSET 0, for one).
-        values = self.compiled.construct_params(dict(given))
-        return values if self.order is None else [values[name] for name in self.order]
-
-    def rows(self, raw: Sequence[Any]) -> list[Any]:
-        processors, row = self.processors, self.row
-        return [
-            row(*(value if p is None else p(value) for p, value in zip(processors, r, strict=True)))
-            for r in raw
-        ]
-
-
-class HotReads:
-    """The verifier's reads: prepared statements on a few kept DBAPI connections.
+class ReusedConnections:
+    """A few engine connections kept checked out and reused by the verifier's reads.
 
     A pool checkout and return costs more than a SQLite read; keeping one connection per
     concurrent reader (a free list: at most as many as ever ran at once, which the CheckGate
-    bounds) skips both. Reads run outside any transaction (SQLite: no BEGIN, each statement
-    its own snapshot; PostgreSQL: autocommit), so nothing is held between them. After any
-    failure every kept connection is let go, so one retry reaches a fresh one. In a forked
-    child the list starts empty: the parent's connections are parked by the verifier.
+    bounds) skips both. A connection that failed is closed, never reused. In a forked child
+    the list starts empty: the parent's connections are parked by the verifier, never used.
+    After any failure every kept connection is let go, so one retry reaches a fresh one.
     """
 
     def __init__(self, engine: Engine) -> None:
-        self._engine = engine
-        self._free: list[PoolProxiedConnection] = []
-        self._prepared: dict[Select[Any], _Prepared] = {}
+        self._engine = engine.execution_options(**READ)  # each read one statement, no BEGIN
+        self._free: list[Connection] = []
         forksafety.reset_in_child(self._after_fork)
 
     def _after_fork(self) -> None:
         self._free = []
 
-    def run(self, statement: Select[Any], params: Mapping[str, Any] | None = None) -> list[Any]:
-        """The rows of one read, as named tuples; database errors come out typed."""
-        prepared = self._prepared.get(statement)
-        if prepared is None:
-            prepared = self._prepared[statement] = _Prepared(statement, self._engine.dialect)
+    @contextmanager
+    def connection(self) -> Iterator[Connection]:
+        """A connection for one read; database errors come out typed (`database_errors`)."""
         with database_errors(self._engine):
             try:
                 conn = self._free.pop()
             except IndexError:
-                conn = self._engine.raw_connection()
-                if self._engine.dialect.name == "postgresql":
-                    conn.driver_connection.autocommit = True  # type: ignore[union-attr]
+                conn = self._engine.connect()
             try:
-                cursor = conn.cursor()
-                cursor.execute(prepared.sql, prepared.parameters(params or {}))
-                raw = cursor.fetchall()
-                cursor.close()
+                yield conn
+                conn.rollback()  # ends the read (SQLAlchemy's implicit transaction)
             except BaseException:
                 # The others likely share its fate (a server restart): the next read connects.
                 conn.invalidate()
-                self._drop_all()
+                conn.close()
+                free, self._free = self._free, []
+                for other in free:
+                    other.invalidate()
+                    other.close()
                 raise
             self._free.append(conn)
-        return prepared.rows(raw)
-
-    def _drop_all(self) -> None:
-        free, self._free = self._free, []
-        for conn in free:
-            conn.invalidate()
 
     def close(self) -> None:
-        """Return every kept connection to the engine's pool, as the pool lent it."""
+        """Return every kept connection to the engine's pool."""
         free, self._free = self._free, []
         for conn in free:
-            if self._engine.dialect.name == "postgresql":
-                conn.driver_connection.autocommit = False  # type: ignore[union-attr]
             conn.close()

@@ -72,7 +72,7 @@ class CredentialReads(StoreContext):
 
     def __init__(self, engine: Engine, **options: Any) -> None:
         super().__init__(engine, **options)
-        self._reads = change_log.HotReads(engine)  # the verifier's hot reads
+        self._reads = change_log.ReusedConnections(engine)  # the verifier's hot reads
 
     def close(self) -> None:
         """Release the store's database connections."""
@@ -87,7 +87,8 @@ class CredentialReads(StoreContext):
         (expires_at, disabled), for the verifier to refuse. One prebuilt SELECT joining the
         scopes, on a reused connection: a cold check costs one round trip.
         """
-        rows = self._reads.run(_CREDENTIAL, {"pid": public_id})
+        with self._reads.connection() as conn:
+            rows = conn.execute(_CREDENTIAL, {"pid": public_id}).all()
         if not rows:
             return None
         r = rows[0]
@@ -105,7 +106,8 @@ class CredentialReads(StoreContext):
 
     def key_count(self) -> int:
         """How many keys there are (to size the verifier's key index)."""
-        return int(self._reads.run(change_log.KEY_COUNT)[0][0])
+        with self._reads.connection() as conn:
+            return int(conn.execute(change_log.KEY_COUNT).scalar_one())
 
     def fingerprint_page(self, after: int, limit: int) -> tuple[int, list[tuple[str, str | None]]]:
         """Up to `limit` (public id, fingerprint) of keys after row `after`, and the last row.
@@ -114,18 +116,21 @@ class CredentialReads(StoreContext):
         fingerprint is None for keys made before schema version 2. Keyset paging on the
         primary key: each page is one short indexed query, however many keys there are.
         """
-        return change_log.page(self._reads, after, limit, self.clock())
+        with self._reads.connection() as conn:
+            return change_log.page(conn, after, limit, self.clock())
 
     def log_position(self) -> int:
         """The newest entry's position in the change log."""
-        return change_log.position(self._reads)
+        with self._reads.connection() as conn:
+            return change_log.position(conn)
 
     def changes_since(self, seq: int) -> list[Change] | None:
         """Every change after seq: (seq, public id, its fingerprint now, whether a key has it).
 
         None when seq's own entry was pruned: the reader fell behind and must drop everything.
         """
-        return change_log.since(self._reads, seq, self.clock())
+        with self._reads.connection() as conn:
+            return change_log.since(conn, seq, self.clock())
 
     def replace_hash(self, public_id: str, old_hash: str, new_hash: str) -> None:
         """Store an upgraded hash, unless the key was recreated or deleted meanwhile."""
