@@ -1,0 +1,491 @@
+"""The Verifier: one check of an API key, warm from memory or cold from the database."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import secrets
+import sys
+import time
+from collections.abc import Callable, Collection, Generator, Iterable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar
+
+from sqlalchemy import Engine, event
+
+from apikey_tui import forksafety
+from apikey_tui.clock import Clock, system_clock
+from apikey_tui.db import VERIFIER_APPLICATION, ensure_schema, make_engine
+from apikey_tui.errors import (
+    AuthError,
+    InsufficientScopeError,
+    InvalidKeyError,
+    SchemaVersionError,
+    StoreUnavailableError,
+    VerifierUnavailableError,
+)
+from apikey_tui.hashing import SecretHasher, fingerprint
+from apikey_tui.keyformat import ParsedKey
+from apikey_tui.store.credentials import Change, Credential, credential_source
+from apikey_tui.verifier.authorization import parse_key, split_credentials
+from apikey_tui.verifier.changes import ChangeFeed
+from apikey_tui.verifier.freshness import (
+    BoundFreshness,
+    CommitFreshness,
+    PushFreshness,
+    freshness_for,
+)
+from apikey_tui.verifier.guard import CheckGate, FailureBudget, TokenBucket
+from apikey_tui.verifier.key_index import KeyIndex, Verdict
+from apikey_tui.verifier.metrics import VerifierStats
+from apikey_tui.verifier.port import CredentialSource
+from apikey_tui.verifier.usage import UsageWriter
+
+__all__ = ["Caller", "Verifier"]
+
+log = logging.getLogger("apikey_tui.verifier")
+T = TypeVar("T")
+
+DEFAULT_REVOCATION_BOUND = 1.0  # seconds a PostgreSQL-backed cache entry is trusted unchecked
+DEFAULT_CHECK_TIMEOUT = 2.0  # seconds a request waits for the database before 503
+LAST_USED_INTERVAL = 60.0  # at most one last_used_at write per key per minute per process
+RECHECK_BURST, RECHECKS_PER_SECOND = 3, 1.0  # log re-reads for ids unknown where push may lag
+_SYNC = object()  # the CheckGate key of a change-log read: one at a time, shared
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who is calling: the key's owner, name, public id and scopes."""
+
+    owner: str
+    key_name: str
+    public_id: str
+    scopes: frozenset[str]
+
+
+@dataclass(slots=True)
+class _Entry:
+    """A key this process has verified: a salted digest of it, never the key itself.
+
+    `hash_tag` fingerprints the stored argon2 hash, to notice a recreated key cheaply.
+    """
+
+    caller: Caller
+    hash_tag: bytes
+    expires_at: datetime | None  # refused from this moment on, cache or not
+    recorded_at: float = float("-inf")
+
+
+def _tag(secret_hash: str) -> bytes:
+    return hashlib.blake2b(secret_hash.encode(), digest_size=16).digest()
+
+
+class Verifier:
+    """Checks API keys against the admins' database; thread-safe, one per service process.
+
+    A request is answered from memory when it can be: a verified key is remembered by a salted
+    SHA-256 digest (argon2 runs at most once per key per process), and an index of every key's
+    public id and secret fingerprint refuses unknown ids and wrong secrets without a query.
+    Everything else (database reads, argon2) runs in a CheckGate with a deadline.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        realm: str = "api",
+        hasher: SecretHasher | None = None,
+        revocation_bound: float = DEFAULT_REVOCATION_BOUND,
+        check_timeout: float = DEFAULT_CHECK_TIMEOUT,
+        check_workers: int = 4,
+        max_pending_checks: int = 64,
+        failure_burst: float = 5,
+        failures_per_second: float = 1,
+        lookups_per_second: float = 1000,
+        lookup_burst: float = 1000,
+        flush_interval: float = 5.0,
+        clock: Clock = system_clock,
+    ) -> None:
+        if revocation_bound < 0:
+            raise ValueError("revocation_bound must be 0 (always ask) or more seconds")
+        self.realm = realm
+        # The one wall clock, for expiry and the end of a grace (the inner store reads it too).
+        self._clock = clock
+        self._engine = engine
+        if engine.dialect.name == "postgresql":
+            # Reads in autocommit: a cold check is one SELECT, not BEGIN + SELECT + ROLLBACK.
+            engine = engine.execution_options(isolation_level="AUTOCOMMIT")
+        store = credential_source(engine, hasher=hasher, clock=clock)
+        self._source: CredentialSource = store
+        self._hasher = store.hasher
+        self._freshness = freshness_for(engine, revocation_bound)
+        # Only SQLite's commit watch sees every commit before the next request: with push or a
+        # time bound, an id the index lacks may be a key committed a moment ago.
+        self._exact = isinstance(self._freshness, CommitFreshness)
+        # A sync request on a SQLite file runs its check in its own thread when it may (see
+        # CheckGate.submit): reads there wait for a lock at most check_timeout (below).
+        self._inline = self._exact
+        self._ask_always = revocation_bound == 0 and isinstance(self._freshness, BoundFreshness)
+        self._index = KeyIndex(self._source.key_count, self._source.fingerprint_page)
+        self._feed = ChangeFeed(self._source, self._freshness, self._index, self._suspect)
+        self._gate = CheckGate(check_workers, check_timeout, max_pending_checks)
+        self._budget = FailureBudget(failure_burst, failures_per_second)
+        # Lookups of ids the index cannot vouch for yet (while it loads, a few seconds at a
+        # million keys): a service restarting under real traffic needs many, a flood of forged
+        # ids may buy at most this many point queries a second (and no more at once than the
+        # CheckGate runs), then 503 until the index is in.
+        self._lookups = TokenBucket(lookup_burst, lookups_per_second)
+        self._rechecks = TokenBucket(RECHECK_BURST, RECHECKS_PER_SECOND)
+        self._usage = UsageWriter(self._source.record_use, flush_interval, clock)
+        self.stats = VerifierStats(self._gate, self._freshness, revocation_bound)  # for metrics
+        event.listen(self._engine, "handle_error", self.stats.database_error)
+        self._salted = hashlib.sha256(secrets.token_bytes(32))  # per-process salt
+        self._entries: dict[bytes, _Entry] = {}  # verified and unchanged since: the warm path
+        self._stale: dict[bytes, _Entry] = {}  # verified, changed since: re-read, no argon2
+        self._by_id: dict[str, bytes] = {}
+        self._scope_sets: dict[frozenset[str], frozenset[str]] = {}
+        self._ready = False
+        self._rehash_refused = False
+        self._connections: dict[int, Any] = {}
+        event.listen(self._engine, "connect", self._on_connect)
+        event.listen(self._engine, "close", self._on_close)
+        event.listen(self._engine, "close_detached", self._on_close)
+        forksafety.reset_in_child(self._after_fork)
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> Verifier:
+        """Build a verifier on the database at url (no connection is made until the first check)."""
+        engine = make_engine(
+            url, create=False, pre_ping=False, application_name=VERIFIER_APPLICATION
+        )
+        return cls(engine, **options)
+
+    # --- the request path ---------------------------------------------------------------------
+
+    def cached(
+        self, authorization: str | None, required_scopes: Collection[str] = ()
+    ) -> Caller | None:
+        """The caller if this key was verified before and nothing changed since, else None.
+
+        No query, no thread, no coroutine: an async integration calls it first and awaits
+        verify_async only on None. Raises InsufficientScopeError like verify.
+        """
+        if authorization is None or not authorization.startswith("ApiKey "):
+            return None  # other spellings of the header take verify's full parse
+        try:
+            caller = self._warm(self._digest(authorization[7:]))
+        except UnicodeEncodeError:
+            return None
+        return None if caller is None else self._authorize(caller, required_scopes)
+
+    def verify(self, authorization: str | None, required_scopes: Collection[str] = ()) -> Caller:
+        """Return the caller, or raise an AuthError that knows its HTTP answer."""
+        try:
+            steps = self._answer(authorization, inline=self._inline)
+            deadline = time.monotonic() + self._gate.timeout
+            try:
+                work = next(steps)
+                while True:  # each step is work in a CheckGate thread, waited for here
+                    work = steps.send(self._gate.wait(work, deadline))
+            except StopIteration as done:
+                caller: Caller = done.value
+        except AuthError as error:
+            self.stats.refused(error)
+            raise
+        except Exception:  # anything unforeseen is a check that could not be made: 503, not 500
+            raise self._unforeseen() from None
+        return self._authorize(caller, required_scopes)
+
+    async def verify_async(
+        self, authorization: str | None, required_scopes: Collection[str] = ()
+    ) -> Caller:
+        """Like verify; database and argon2 work never blocks the event loop."""
+        try:
+            steps = self._answer(authorization, inline=False)
+            deadline = time.monotonic() + self._gate.timeout
+            try:
+                work = next(steps)
+                while True:  # the same steps as verify, awaited instead of waited for
+                    work = steps.send(await self._gate.wait_async(work, deadline))
+            except StopIteration as done:
+                caller: Caller = done.value
+        except AuthError as error:
+            self.stats.refused(error)
+            raise
+        except Exception:  # anything unforeseen is a check that could not be made: 503, not 500
+            raise self._unforeseen() from None
+        return self._authorize(caller, required_scopes)
+
+    def _answer(
+        self, authorization: str | None, *, inline: bool
+    ) -> Generator[Future[Any], Any, Caller]:
+        """The one check, for verify and verify_async (httpx's habit: one generator, two drivers).
+
+        It yields work submitted to the CheckGate and is sent that work's result; it returns
+        the caller or raises an AuthError. Memory answers first; the change log is read only
+        when the freshness generation moved; the key index refuses unknown ids and wrong
+        secrets before any key read or argon2.
+        """
+        credential = split_credentials(authorization)
+        digest = self._digest(credential)
+        caller = self._warm(digest)
+        if caller is not None:
+            return caller
+        parsed = parse_key(credential)
+        verdict = self._index.verdict(parsed.public_id, parsed.secret)
+        if self._feed.synced != self._freshness.generation() and not (
+            # Asked at every check (bound 0), a key the index vouches for is read anyway.
+            self._ask_always and verdict in (Verdict.MATCH, Verdict.LEGACY)
+        ):
+            yield from self._synced(inline)
+            caller = self._warm(digest)  # an unrelated commit leaves this key cached
+            if caller is not None:
+                return caller
+            verdict = self._index.verdict(parsed.public_id, parsed.secret)
+        if verdict is Verdict.UNKNOWN and not self._exact and self._rechecks.take():
+            # A push (or time bound) may lag a commit by milliseconds: a key created a moment
+            # ago reads the log once more. Forged ids share a small budget for it (1 a second).
+            yield from self._synced(inline)
+            verdict = self._index.verdict(parsed.public_id, parsed.secret)
+        if verdict is Verdict.UNKNOWN or verdict is Verdict.WRONG:
+            raise InvalidKeyError()
+        if verdict is Verdict.UNSURE and not self._lookups.take():
+            raise VerifierUnavailableError()  # index still loading and a flood of unknown ids
+        if verdict is Verdict.LEGACY and not self._budget.allows(parsed.public_id):
+            raise InvalidKeyError()
+        checked: Caller = yield self._gate.submit(
+            digest, lambda: self._check(parsed, digest), inline=inline
+        )
+        self.stats.cold_answers += 1
+        return checked
+
+    def _synced(self, inline: bool) -> Generator[Future[Any], Any, None]:
+        """Steps until a log read begun after this call has finished (at most two reads)."""
+        ticket = self._feed.ticket()
+        while not self._feed.covers(ticket):
+            yield self._gate.submit(_SYNC, self._sync, inline=inline)
+
+    def _unforeseen(self) -> VerifierUnavailableError:
+        log.exception("API key check failed unexpectedly; answering 503")
+        error = VerifierUnavailableError()
+        self.stats.refused(error)
+        return error
+
+    def _digest(self, credential: str) -> bytes:
+        # A copy of a SHA-256 already fed the salt: ~0.1 us less than hashing salt + key.
+        digest = self._salted.copy()
+        digest.update(credential.encode())
+        return digest.digest()
+
+    def _warm(self, digest: bytes) -> Caller | None:
+        """The cached path: one dict lookup and one freshness test, no query, no lock."""
+        entry = self._entries.get(digest)
+        if entry is None or self._feed.synced != self._freshness.generation():
+            return None
+        if entry.expires_at is not None and self._clock() >= entry.expires_at:
+            return None  # the cold path refuses it, from the exact second
+        now = time.monotonic()
+        if now - entry.recorded_at >= LAST_USED_INTERVAL:
+            entry.recorded_at = now
+            self._usage.note(entry.caller.public_id)
+        self.stats.hits += 1  # the warm path's only metrics cost: a plain int
+        return entry.caller
+
+    def _authorize(self, caller: Caller, required: Collection[str]) -> Caller:
+        if required and not caller.scopes.issuperset(required):
+            self.stats.forbidden += 1
+            raise InsufficientScopeError(sorted(set(required) - caller.scopes))
+        return caller
+
+    # --- in a CheckGate thread ----------------------------------------------------------------
+
+    def _ensure_ready(self) -> None:
+        if self._ready:
+            return
+        try:
+            ensure_schema(self._engine, create=False)
+        except (StoreUnavailableError, SchemaVersionError) as exc:
+            log.warning("API keys cannot be checked: %s", exc)
+            raise VerifierUnavailableError() from None
+        self._ready = True
+
+    def _sync(self) -> None:
+        self._ensure_ready()
+        self._read(self._feed.sync)
+
+    def _read(self, read: Callable[[], T]) -> T:
+        """A database read, once more if it failed (a kept connection the server dropped).
+
+        A second failure is a database that cannot answer: logged, and 503.
+        """
+        try:
+            try:
+                return read()
+            except StoreUnavailableError:
+                return read()
+        except StoreUnavailableError as exc:
+            log.warning("API keys cannot be checked: %s", exc)
+            raise VerifierUnavailableError() from None
+
+    def _check(self, parsed: ParsedKey, digest: bytes) -> Caller:
+        """Read the key; run argon2 only when this exact key was never verified here."""
+        self.stats.cold += 1
+        self._ensure_ready()
+        mark = self._feed.mark()  # before reading: a change read meanwhile wins, see may_cache
+        stored = self._read(lambda: self._source.credential(parsed.public_id))
+        expires_at = stored.expires_at if stored is not None else None
+        if (
+            stored is None
+            or stored.disabled
+            or (expires_at is not None and self._clock() >= expires_at)
+            or (
+                # Looked up past the index (still loading): its fingerprint still spares argon2.
+                stored.fingerprint is not None
+                and not hmac.compare_digest(
+                    stored.fingerprint, fingerprint(parsed.public_id, parsed.secret)
+                )
+            )
+        ):
+            # Unknown, disabled, expired, or a previous secret past its grace: one same 401.
+            self.stats.revoked += parsed.public_id in self._by_id  # a key verified here
+            self._drop(parsed.public_id)
+            if stored is None:
+                self._index.forget(parsed.public_id)
+            raise InvalidKeyError()
+        entry = self._entries.get(digest) or self._stale.get(digest)
+        tag = _tag(stored.secret_hash)
+        if entry is not None and entry.hash_tag == tag:
+            # Known key, cache entry merely stale: the database still holds the same hash.
+            self.stats.revalidated += 1
+            caller = self._caller(stored)
+            with self._feed.lock:
+                if self._feed.may_cache(parsed.public_id, mark):
+                    entry.caller, entry.expires_at = caller, expires_at
+                    if self._stale.pop(digest, None) is not None:
+                        self._entries[digest] = entry
+            return caller
+        self.stats.argon2 += 1
+        if not self._hasher.verify(stored.secret_hash, parsed.secret):
+            self.stats.revoked += entry is not None  # the key verified here was recreated
+            if stored.fingerprint is None:
+                self._budget.spend(parsed.public_id)
+            raise InvalidKeyError()
+        if self._hasher.needs_rehash(stored.secret_hash):
+            tag = self._upgrade_hash(parsed, stored)
+        entry = _Entry(self._caller(stored), tag, expires_at, time.monotonic())
+        with self._feed.lock:
+            if self._feed.may_cache(parsed.public_id, mark):
+                self._drop(parsed.public_id)
+                self._entries[digest] = entry
+                self._by_id[parsed.public_id] = digest
+        self._usage.note(parsed.public_id)
+        return entry.caller
+
+    def _upgrade_hash(self, parsed: ParsedKey, stored: Credential) -> bytes:
+        """Store the secret hashed with today's profile; skipped (logged once) if not allowed."""
+        upgraded = self._hasher.hash(parsed.secret)
+        try:
+            self._source.replace_hash(parsed.public_id, stored.secret_hash, upgraded)
+        except StoreUnavailableError as exc:
+            if not self._rehash_refused:
+                log.warning("API key hash upgrade skipped (the key still works): %s", exc)
+            self._rehash_refused = True
+            return _tag(stored.secret_hash)
+        return _tag(upgraded)
+
+    def _suspect(self, changes: Iterable[Change] | None) -> None:
+        """Changed keys leave the warm cache (None: every key); deleted ones are dropped.
+
+        The others wait in `_stale`: re-read once, a key whose hash did not change (a new
+        scope, an expiry) is trusted again without argon2.
+        """
+        if changes is None:
+            self._stale.update(self._entries)
+            self._entries = {}
+            return
+        for _seq, public_id, _stored, exists in changes:
+            if not exists:
+                self.stats.revoked += public_id in self._by_id  # a key verified here
+                self._drop(public_id)
+                continue
+            digest = self._by_id.get(public_id)
+            entry = None if digest is None else self._entries.pop(digest, None)
+            if entry is not None:
+                self._stale[digest] = entry  # type: ignore[index]
+
+    def _drop(self, public_id: str) -> None:
+        digest = self._by_id.pop(public_id, None)
+        if digest is not None:
+            self._entries.pop(digest, None)
+            self._stale.pop(digest, None)
+
+    def _caller(self, stored: Credential) -> Caller:
+        info = stored.info
+        scopes = frozenset(info.scopes)
+        # Many keys share a few scope sets and owners: one object each saves ~250 bytes a key.
+        scopes = self._scope_sets.setdefault(scopes, scopes)
+        return Caller(sys.intern(info.owner), info.name, info.public_id, scopes)
+
+    # --- resources ----------------------------------------------------------------------------
+
+    def _on_connect(self, dbapi_connection: Any, _record: Any) -> None:
+        self._connections[id(dbapi_connection)] = dbapi_connection
+        if self._inline:
+            # A check may run in the request's own thread, which no deadline can interrupt:
+            # its wait for a SQLite lock (WAL readers rarely wait at all) ends at check_timeout.
+            wait = max(1, int(self._gate.timeout * 1000))
+            dbapi_connection.execute(f"PRAGMA busy_timeout={wait}")
+
+    def _on_close(self, dbapi_connection: Any, _record: Any = None) -> None:
+        self._connections.pop(id(dbapi_connection), None)
+
+    def _after_fork(self) -> None:
+        """In a forked child: drop the parent's threads, locks, caches and connections."""
+        self._gate.reset()
+        self._usage.reset()
+        self._index.reset()
+        self._feed.reset()
+        self._budget.reset()
+        self._lookups.reset()
+        self._rechecks.reset()
+        self._entries, self._stale, self._by_id = {}, {}, {}
+        # Inherited connections are parked, never closed or used (see forksafety._parked).
+        forksafety.park(list(self._connections.values()))
+        self._connections = {}
+        self._engine.dispose(close=False)
+
+    def flush(self) -> None:
+        """Write pending last-used times now (also done every flush_interval seconds)."""
+        self._usage.flush()
+
+    def close(self) -> None:
+        """Flush last-used times, stop the background threads and release connections.
+
+        The process's SQLite commit watch stays open on purpose (see sqlite_watch.CommitWatch).
+        """
+        self._gate.close()
+        self._index.close()
+        self._usage.close()
+        if isinstance(self._freshness, PushFreshness):
+            self._freshness.close()
+        self._source.close()  # its kept connections, then the engine's pool
+        self._engine.dispose()
+
+    def cache_size(self) -> int:
+        """How many verified keys this process remembers (by digest)."""
+        return len(self._entries)
+
+    def known_keys(self) -> int:
+        """How many public ids the key index holds."""
+        return len(self._index)
+
+    def index_bytes(self) -> int:
+        """The key index's size in bytes (its packed snapshot)."""
+        return self._index.nbytes()
+
+    def wait_index(self, timeout: float = 60.0) -> bool:
+        """Wait for the key index to finish loading (benchmarks, tests); whether it has."""
+        return self._index.wait_loaded(timeout)
