@@ -8,8 +8,9 @@ import logging
 import secrets
 import sys
 import time
-from collections.abc import Callable, Collection, Generator, Iterable
+from collections.abc import Callable, Collection, Generator, Iterable, Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -183,7 +184,7 @@ class Verifier:
 
     def verify(self, authorization: str | None, required_scopes: Collection[str] = ()) -> Caller:
         """Return the caller, or raise an AuthError that knows its HTTP answer."""
-        try:
+        with self._refusals():
             steps = self._answer(authorization, inline=self._inline)
             deadline = time.monotonic() + self._gate.timeout
             try:
@@ -192,18 +193,13 @@ class Verifier:
                     work = steps.send(self._gate.wait(work, deadline))
             except StopIteration as done:
                 caller: Caller = done.value
-        except AuthError as error:
-            self.stats.refused(error)
-            raise
-        except Exception:  # anything unforeseen is a check that could not be made: 503, not 500
-            raise self._unforeseen() from None
         return self._authorize(caller, required_scopes)
 
     async def verify_async(
         self, authorization: str | None, required_scopes: Collection[str] = ()
     ) -> Caller:
         """Like verify; database and argon2 work never blocks the event loop."""
-        try:
+        with self._refusals():
             steps = self._answer(authorization, inline=False)
             deadline = time.monotonic() + self._gate.timeout
             try:
@@ -212,12 +208,18 @@ class Verifier:
                     work = steps.send(await self._gate.wait_async(work, deadline))
             except StopIteration as done:
                 caller: Caller = done.value
+        return self._authorize(caller, required_scopes)
+
+    @contextmanager
+    def _refusals(self) -> Iterator[None]:
+        """Count each refusal; anything unforeseen is a check that could not be made: 503."""
+        try:
+            yield
         except AuthError as error:
             self.stats.refused(error)
             raise
-        except Exception:  # anything unforeseen is a check that could not be made: 503, not 500
+        except Exception:  # never a 500, never a pass
             raise self._unforeseen() from None
-        return self._authorize(caller, required_scopes)
 
     def _answer(
         self, authorization: str | None, *, inline: bool
