@@ -247,9 +247,14 @@ class Verifier:
             if caller is not None:
                 return caller
             verdict = self._index.verdict(parsed.public_id, parsed.secret)
-        if verdict is Verdict.UNKNOWN and not self._exact and self._rechecks.take():
+        if (
+            verdict is Verdict.UNKNOWN
+            and not self._exact
+            and (self._notice_waits() or self._rechecks.take())
+        ):
             # A push (or time bound) may lag a commit by milliseconds: a key created a moment
-            # ago reads the log once more. Forged ids share a small budget for it (1 a second).
+            # ago reads the log once more, at once if its notice is waiting unread, else within
+            # a small budget that forged ids share (3, then 1 a second).
             yield from self._synced(inline)
             verdict = self._index.verdict(parsed.public_id, parsed.secret)
         if verdict is Verdict.UNKNOWN or verdict is Verdict.WRONG:
@@ -263,6 +268,11 @@ class Verifier:
         )
         self.stats.cold_answers += 1
         return checked
+
+    def _notice_waits(self) -> bool:
+        """PostgreSQL push: whether a notice arrived that the change feed has not read yet."""
+        freshness = self._freshness
+        return isinstance(freshness, PushFreshness) and freshness.peek() != self._feed.synced
 
     def _synced(self, inline: bool) -> Generator[Future[Any], Any, None]:
         """Steps until a log read begun after this call has finished (at most two reads)."""

@@ -105,7 +105,7 @@ class PushFreshness:
         self._bound = bound
         self._fallback = BoundFreshness(bound)
         self._pushes = 0
-        self._pokes, self._unread, self._next_poll = 0, False, 0.0
+        self._pokes, self._next_poll = 0, 0.0
         self._fd = -1  # the listener's socket, for _poll
         self._alive_at = float("-inf")
         self._stop = threading.Event()
@@ -134,14 +134,14 @@ class PushFreshness:
         return -1 - self._fallback.generation()  # never equal to a push count
 
     def _poll(self, now: float) -> None:
-        """Move the generation when a notice waits unread on the listener's socket.
+        """Move the generation when something waits unread on the listener's socket.
 
         The listener thread needs the interpreter to read a notice; a request thread that
         keeps it busy delays that by switch intervals (88 ms at the 99th percentile under a
         saturating loop). A zero-timeout poll of the socket, at most every POLL seconds, lets
-        the request path itself see that something arrived. Once per pending notice: the
-        listener's count takes over when it reads it. (The reply to a heartbeat shows up too:
-        at most one extra log read per heartbeat.)
+        the request path itself see that something arrived; while it stays unread (the listener
+        starved) the generation moves at most once per POLL. The reply to a heartbeat shows up
+        too: at most one extra log read per heartbeat.
         """
         self._next_poll = now + self.POLL
         fd = self._fd
@@ -151,9 +151,16 @@ class PushFreshness:
             readable = bool(select.select([fd], [], [], 0)[0])
         except (OSError, ValueError):  # closed meanwhile: the listener reconnects
             return
-        if readable and not self._unread:
+        if readable:
             self._pokes += 1
-        self._unread = readable
+
+    def peek(self) -> int:
+        """The generation after polling the listener's socket now, whenever it was last polled.
+
+        For an id the key index lacks: its key's notice may be waiting unread.
+        """
+        self._next_poll = 0.0
+        return self.generation()
 
     def _start(self) -> None:
         with self._start_lock:
