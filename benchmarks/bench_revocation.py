@@ -182,6 +182,14 @@ def markdown(r: Any) -> list[str]:
         "|---|---|---|---|---|---|",
         f"| {p['refusals']} | {p['p50_ms']:.1f} ms | {p['p99_ms']:.1f} ms | {p['max_ms']:.1f} ms"
         f" | {p['never_refused']} | p99 ≤ 50 ms {met} |",
+        *(
+            [
+                f"| 0.3, same load, side by side: {o['refusals']} | {o['p50_ms']:.1f} ms |"
+                f" {o['p99_ms']:.1f} ms | {o['max_ms']:.1f} ms | {o['never_refused']} | |"
+            ]
+            if (o := r.get("push_0_3"))
+            else []
+        ),
         "",
         f"Through the CLI itself ({p['cli_rounds']} rounds, `apikey-tui keys delete`, timed from"
         " the delete event's timestamp, taken before the CLI's commit): median"

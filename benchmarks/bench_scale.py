@@ -277,7 +277,8 @@ def markdown(r: Any) -> list[str]:
                 f" {f['requests']:,} requests in {f['seconds']:.1f} s bought {f['key_reads']}"
                 f" key reads ({f['reads_per_second']:.0f} a second; the budget is 1,000, then"
                 f" 1,000 a second), answers {f['answers']}, peak RSS +{f['max_rss_growth_mib']:.0f}"
-                " MiB (the index itself included)."
+                " MiB (the index itself included; `ru_maxrss`, so a later run in the same"
+                " process shows only growth past the earlier peak)."
             )
     lines += [
         "",
