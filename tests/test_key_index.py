@@ -169,3 +169,16 @@ def test_a_reload_never_shows_requests_a_half_filled_index() -> None:
     assert all(index.verdict(pid, "x" * 52) is Verdict.WRONG for pid, _fp in rows[::500])
     gate.set()
     assert index.wait_loaded(10) and index.loads == 2
+
+
+def test_forgetting_an_id_the_index_never_held_keeps_no_entry() -> None:
+    """A forged id found missing by a lookup leaves nothing behind; a held id is marked gone."""
+    (public_id, secret, fp), (forged, _s, _f) = _keys(2)
+    index = KeyIndex(lambda: 1, _pages([(public_id, fp)]))
+    index.load_from(1)
+    assert index.wait_loaded(10)
+    index.forget(forged)
+    index.forget(public_id)
+    assert len(index) == 0
+    assert index.verdict(public_id, secret) is Verdict.UNKNOWN
+    assert forged not in index._overlay  # the memory a flood would have bought

@@ -175,8 +175,14 @@ class KeyIndex:
             self._reload(self._last_seq())
 
     def forget(self, public_id: str) -> None:
-        """A lookup found no key with this id (a previous secret whose grace ran out)."""
-        self._overlay[public_id] = (self._base_seq, _GONE)
+        """A lookup found no key with this id (a previous secret whose grace ran out).
+
+        Only an id the index holds is marked gone: a forged id looked up while the index loads
+        must not buy an overlay entry (a flood would grow it by one per request).
+        """
+        base = self._base
+        if public_id in self._overlay or (base is not None and base.get(public_id) is not None):
+            self._overlay[public_id] = (self._base_seq, _GONE)
 
     def _last_seq(self) -> int:
         return max((seq for seq, _ in self._overlay.values()), default=self._base_seq)
