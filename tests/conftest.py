@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import select
+import socket
 import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -176,3 +178,10 @@ def every_fingerprint(store: KeyStore, page: int = 2) -> dict[str, str | None]:
         found.update(pairs)
         if not pairs:
             return found
+
+
+def readable(source: int | socket.socket, timeout: float) -> bool:
+    """Whether source has data within timeout; poll, since select refuses descriptors past 1,023."""
+    poller = select.poll()
+    poller.register(source, select.POLLIN)
+    return bool(poller.poll(timeout * 1000))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import select
 import socket
 import subprocess
 import sys
@@ -22,7 +21,7 @@ from apikey_tui.integrations.forward_auth import IDENTITY_HEADERS, ForwardAuthAp
 from apikey_tui.integrations.rules_file import load_rules, rules_from_mapping
 from apikey_tui.store import KeyStore
 from apikey_tui.verifier import Verifier
-from tests.conftest import ACTOR, CHEAP
+from tests.conftest import ACTOR, CHEAP, readable
 from tests.test_proxies import Process
 from tests.throwaway_postgres import free_port
 
@@ -427,8 +426,8 @@ def _dribbled_until_closed(sock: socket.socket) -> bool:
             sock.sendall(bytes([byte]))
         except ConnectionError:
             return True
-        readable, _, _ = select.select([sock], [], [], 0.2)
-        if readable and _closed(sock):
+        has_data = readable(sock, 0.2)
+        if has_data and _closed(sock):
             return True
     return False
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import fcntl
 import os
 import pty
-import select
 import struct
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from apikey_tui.store import KeyStore, policy
 from apikey_tui.tui.app import ApiKeysApp
 from apikey_tui.tui.dialogs.reveal_secret import RevealSecretDialog
 from apikey_tui.tui.keys_screen import KeysScreen
+from tests.conftest import readable
 from tests.tui.conftest import Toasts, make_app
 from tests.tui.test_app import open_create, screen_lines, settle
 
@@ -226,7 +226,7 @@ def run_in_a_terminal(args: list[str], env: dict[str, str], timeout: float = 60)
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], 0.2)
+            ready = readable(master, 0.2)
             if ready:
                 try:
                     data = os.read(master, 65536)

@@ -148,7 +148,11 @@ class PushFreshness:
         if fd < 0:
             return
         try:
-            readable = bool(select.select([fd], [], [], 0)[0])
+            # poll, not select: a busy server holds more than 1,024 descriptors, and select
+            # refuses any numbered past that (the peek would then never see a notice).
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            readable = bool(poller.poll(0))
         except (OSError, ValueError):  # closed meanwhile: the listener reconnects
             return
         if readable:
