@@ -6,8 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from textual.widgets import Input
 
-from apikey_tui.store import KeyInfo, KeyStore, Leak
-from apikey_tui.tui import lifecycle
+from apikey_tui.store import KeyInfo, KeyStore, Leak, states
 from apikey_tui.tui.app import help_sections
 from apikey_tui.tui.dialogs.help import help_text
 from apikey_tui.tui.screens.audit_trail import AuditTrailScreen
@@ -15,7 +14,7 @@ from apikey_tui.tui.screens.key_detail import KeyDetailScreen
 from tests.conftest import FakeClock
 from tests.tui.conftest import make_app
 from tests.tui.test_app import settle
-from tests.tui.test_lifecycle_app import SIZE, states
+from tests.tui.test_lifecycle_app import SIZE, state_cells
 from tests.tui.test_views import shown, table_cells
 
 NOW = datetime(2026, 11, 20, 12, 3, tzinfo=UTC)
@@ -38,8 +37,8 @@ def test_marker_says_leaked_before_disabled() -> None:
     leaked = KeyInfo(
         "alice", "k", "ak0", ("project",), made, disabled_at=NOW, disabled_reason="leaked: f:1"
     )
-    assert lifecycle.marker(key, NOW) == ("disabled", lifecycle.DISABLED)
-    assert lifecycle.marker(leaked, NOW) == ("leaked", lifecycle.LEAKED)
+    assert states.marker(key, NOW) == ("disabled", states.DISABLED)
+    assert states.marker(leaked, NOW) == ("leaked", states.LEAKED)
 
 
 async def test_table_and_detail_show_where_and_when_a_key_leaked(
@@ -56,7 +55,7 @@ async def test_table_and_detail_show_where_and_when_a_key_leaked(
     app = make_app(tui_store)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        assert states(app) == {"ci": "leaked", "off": "disabled"}
+        assert state_cells(app) == {"ci": "leaked", "off": "disabled"}
         await pilot.press("enter")
         await settle(pilot)
         assert isinstance(app.screen, KeyDetailScreen) and app.screen.key.name == "ci"

@@ -13,8 +13,7 @@ from textual.widgets import Button, Input
 
 from apikey_tui import keyformat
 from apikey_tui.errors import InvalidKeyError
-from apikey_tui.store import KeyInfo, KeyStore
-from apikey_tui.tui import lifecycle
+from apikey_tui.store import KeyInfo, KeyStore, states
 from apikey_tui.tui.app import ApiKeysApp, help_sections
 from apikey_tui.tui.dialogs.ask_value import AskValueDialog
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
@@ -60,7 +59,7 @@ def fixed(tui_store: KeyStore, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
     return tui_store
 
 
-def states(app: ApiKeysApp) -> dict[str, str]:
+def state_cells(app: ApiKeysApp) -> dict[str, str]:
     """Each loaded key's State cell, by name."""
     table = app.screen.query_one(KeyTable)
     column = table.columns.index("state")
@@ -92,15 +91,15 @@ def test_markers_follow_the_cli_rules_at_the_second() -> None:
     """Expired from the second of expiry, soon within 14 days, unused exactly as --unused 90d."""
     made = NOW - timedelta(days=90)
     key = KeyInfo("alice", "k", "ak0", ("project",), made, expires_at=NOW + timedelta(days=14))
-    assert lifecycle.marker(key, NOW) == ("⚠ 14d left", lifecycle.SOON_KIND)
+    assert states.marker(key, NOW) == ("⚠ 14d left", states.SOON_KIND)
     # a second earlier: 14 days and a second from expiry, a second short of 90 days unused
-    assert lifecycle.marker(key, NOW - timedelta(seconds=1))[1] == lifecycle.ACTIVE
+    assert states.marker(key, NOW - timedelta(seconds=1))[1] == states.ACTIVE
     never = KeyInfo("alice", "k", "ak0", ("project",), made)
-    assert lifecycle.marker(never, NOW) == ("unused", lifecycle.UNUSED)
-    assert lifecycle.marker(key, NOW + timedelta(days=14))[1] == lifecycle.EXPIRED
+    assert states.marker(never, NOW) == ("unused", states.UNUSED)
+    assert states.marker(key, NOW + timedelta(days=14))[1] == states.EXPIRED
     used = KeyInfo("alice", "k", "ak0", ("project",), made, last_used_at=NOW - timedelta(days=89))
-    assert lifecycle.marker(used, NOW) == ("active", lifecycle.ACTIVE)
-    assert lifecycle.span(timedelta(hours=20, minutes=59)) == "20h"
+    assert states.marker(used, NOW) == ("active", states.ACTIVE)
+    assert states.span(timedelta(hours=20, minutes=59)) == "20h"
 
 
 async def test_table_marks_each_state_and_agrees_with_the_cli(fixed: KeyStore) -> None:
@@ -108,7 +107,7 @@ async def test_table_marks_each_state_and_agrees_with_the_cli(fixed: KeyStore) -
     app = make_app(fixed)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        assert states(app) == {
+        assert state_cells(app) == {
             "ci-deploy": "expired",
             "model-client": "⚠ 3d left",
             "old-unused": "unused",
@@ -116,7 +115,7 @@ async def test_table_marks_each_state_and_agrees_with_the_cli(fixed: KeyStore) -
             "rotated": "↻ grace",
             "switched-off": "disabled",
         }
-    unused = {k.name for k in fixed.list_keys("alice", unused_for=lifecycle.UNUSED_AFTER)}
+    unused = {k.name for k in fixed.list_keys("alice", unused_for=states.UNUSED_AFTER)}
     assert unused == {"old-unused"}  # the others were made 5 days ago
 
 
@@ -151,7 +150,7 @@ async def test_rotate_reveals_once_and_the_old_secret_works_in_grace(tui_store: 
         await pilot.press("enter")
         await settle(pilot)
         assert isinstance(app.screen, KeysScreen) and app.clipboard == ""
-        assert states(app) == {"svc": "↻ grace"}
+        assert state_cells(app) == {"svc": "↻ grace"}
     info = tui_store.get_key("alice", "svc")
     assert info.old_public_id == old.info.public_id != info.public_id
     assert info.grace_until == (info.created_at + timedelta(hours=24)).replace(microsecond=0)
@@ -209,7 +208,7 @@ async def test_disable_with_a_reason_then_enable(tui_store: KeyStore) -> None:
         await settle(pilot)
         await pilot.press("x")
         await answer(pilot, "leaked in a CI log")
-        assert states(app) == {"svc": "disabled"}
+        assert state_cells(app) == {"svc": "disabled"}
         with pytest.raises(InvalidKeyError):
             verifier.verify(f"ApiKey {plaintext}")
         info = tui_store.get_key("alice", "svc")
@@ -219,7 +218,7 @@ async def test_disable_with_a_reason_then_enable(tui_store: KeyStore) -> None:
         assert "leaked in a CI log" in str(app.screen.query_one(".dialog-body").render())
         await pilot.press("y")
         await settle(pilot)
-        assert states(app) == {"svc": "active"}
+        assert state_cells(app) == {"svc": "active"}
     assert not tui_store.get_key("alice", "svc").disabled
     assert verifier.verify(f"ApiKey {plaintext}").key_name == "svc"
 

@@ -32,8 +32,8 @@ from apikey_tui import keyformat
 from apikey_tui.clock import Clock, system_clock
 from apikey_tui.errors import ApiKeyError
 from apikey_tui.names import printable
-from apikey_tui.store import SORTS, KeyInfo, KeyQuery, KeyStore, QueryCancelled
-from apikey_tui.tui import lifecycle, times
+from apikey_tui.store import SORTS, KeyInfo, KeyQuery, KeyStore, QueryCancelled, states
+from apikey_tui.tui import times
 from apikey_tui.tui.failures import unforeseen
 
 CHUNK = 100  # rows read at a time; a few screens
@@ -45,7 +45,7 @@ _ELLIPSIS = "…"
 COLUMNS: dict[str, str] = {
     "owner": "Owner",
     "name": "Name",
-    "state": "State",  # lifecycle marker: see tui.lifecycle.marker
+    "state": "State",  # lifecycle marker: see store.states.marker
     "public_id": "Public id",
     "scopes": "Scopes",
     "created": "Created",
@@ -81,7 +81,7 @@ def row_cells(
         "name": key.name,
         "public_id": key.public_id,
         "scopes": " ".join(key.scopes),
-        "state": lifecycle.marker(key, now)[0],
+        "state": states.marker(key, now)[0],
         "created": show(key.created_at),
         "last_used": show(key.last_used_at),
     }
@@ -407,7 +407,7 @@ class KeyTable(ScrollView, can_focus=True):
             for column, value in (("owner", key.owner), ("name", key.name)):
                 self._seen[column] = max(self._seen.get(column, 0), cell_len(printable(value)))
             self._seen["scopes"] = max(self._seen.get("scopes", 0), cell_len(" ".join(key.scopes)))
-            state = cell_len(lifecycle.marker(key, self.clock())[0])
+            state = cell_len(states.marker(key, self.clock())[0])
             self._seen["state"] = max(self._seen.get("state", 0), state)
         if window.total is not None:
             self.total = window.total
@@ -509,9 +509,9 @@ class KeyTable(ScrollView, can_focus=True):
             loading = style + self.get_component_rich_style("key-table--loading")
             return self._line((" " + _ELLIPSIS, []), loading, left, width)
         now = self.clock()
-        kind = lifecycle.marker(key, now)[1]
+        kind = states.marker(key, now)[1]
         state = None
-        if kind != lifecycle.ACTIVE and index != self.cursor_row:  # the cursor keeps its colours
+        if kind != states.ACTIVE and index != self.cursor_row:  # the cursor keeps its colours
             state = self.get_component_rich_style(f"key-table--{kind}", partial=True)
         cells = self._cells(
             row_cells(key, self.columns, now, absolute_times=self.absolute_times), style, state

@@ -15,8 +15,7 @@ from textual.widgets import Footer, Input, Static
 
 from apikey_tui.errors import ApiKeyError, KeyNotFoundError
 from apikey_tui.names import DESCRIPTION_MAX, check_reason, parse_duration, parse_expiry
-from apikey_tui.store import KeyInfo, KeyStore, ScopeInfo
-from apikey_tui.tui import lifecycle
+from apikey_tui.store import KeyInfo, KeyStore, ScopeInfo, states
 from apikey_tui.tui.context_line import ContextLine
 from apikey_tui.tui.dialogs.ask_value import Answer, AskValueDialog
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
@@ -156,7 +155,7 @@ class KeysScreen(Screen[None]):
         # O (end grace) is offered only for a selected key whose old secret is in grace.
         if action == "end_grace":
             key = self.selected_key()
-            return key is not None and lifecycle.in_grace(key, self.session.store.clock())
+            return key is not None and states.in_grace(key, self.session.store.clock())
         return True
 
     @on(KeyTable.Failed)

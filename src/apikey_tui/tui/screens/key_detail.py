@@ -14,8 +14,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from apikey_tui.errors import ApiKeyError, KeyNotFoundError
 from apikey_tui.names import printable
-from apikey_tui.store import Event, KeyDetail, KeyInfo, KeyStore, Leak, ScopeInfo
-from apikey_tui.tui import lifecycle
+from apikey_tui.store import Event, KeyDetail, KeyInfo, KeyStore, Leak, ScopeInfo, states
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.edit_scopes import EditScopesDialog, ScopeChange
 from apikey_tui.tui.key_actions import DETAIL, bindings
@@ -44,15 +43,15 @@ def event_cells(event: Event, detail_width: int = 200) -> list[Text]:
 
 def lifecycle_rows(info: KeyInfo, now: datetime) -> list[tuple[str, str]]:
     """State, expiry (relative and absolute), disabled (when, why) and an old secret in grace."""
-    text, kind = lifecycle.marker(info, now)
+    text, kind = states.marker(info, now)
     state = {
-        lifecycle.SOON_KIND: "active, expires soon (⚠)",
-        lifecycle.GRACE: "active; an old secret is retiring (↻)",
-        lifecycle.UNUSED: f"active, unused for {lifecycle.UNUSED_AFTER.days} days or more",
-        lifecycle.LEAKED: "leaked (disabled): services refuse it (401)",
+        states.SOON_KIND: "active, expires soon (⚠)",
+        states.GRACE: "active; an old secret is retiring (↻)",
+        states.UNUSED: f"active, unused for {states.UNUSED_AFTER.days} days or more",
+        states.LEAKED: "leaked (disabled): services refuse it (401)",
     }.get(kind, text)
-    if kind == lifecycle.EXPIRED or (kind == lifecycle.DISABLED and info.expired(now)):
-        state += "; services refuse it (401)" if kind == lifecycle.EXPIRED else ", and expired"
+    if kind == states.EXPIRED or (kind == states.DISABLED and info.expired(now)):
+        state += "; services refuse it (401)" if kind == states.EXPIRED else ", and expired"
     rows = [("State", state)]
     if info.expires_at is None:
         rows.append(("Expires", "never"))
@@ -62,7 +61,7 @@ def lifecycle_rows(info: KeyInfo, now: datetime) -> list[tuple[str, str]]:
     if info.disabled_at is not None:
         why = f" · reason: {info.disabled_reason}" if info.disabled_reason else " · no reason given"
         rows.append(("Disabled", relative_and_absolute(info.disabled_at, now) + why))
-    if lifecycle.in_grace(info, now):
+    if states.in_grace(info, now):
         assert info.grace_until is not None
         retiring = absolute(info.grace_until, seconds=True)
         rows.append(("Old secret", f"{info.old_public_id} retiring at {retiring}"))
@@ -211,7 +210,7 @@ class KeyDetailScreen(LiveScreen[DetailData]):
         # O (end grace) is offered only while the key's old secret is in grace.
         if action == "end_grace":
             info = None if self._gone or self.detail is None else self.detail.info
-            return info is not None and lifecycle.in_grace(info, self.session.store.clock())
+            return info is not None and states.in_grace(info, self.session.store.clock())
         return True
 
     def on_key_vanished(self, message: KeyVanished) -> None:

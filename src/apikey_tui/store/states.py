@@ -1,7 +1,7 @@
-"""A key's lifecycle as the app shows it: one short marker for the table, words for the detail.
+"""A key's state in one vocabulary: the marker the app's table, its detail and the CLI all show.
 
-Pure functions of a key and a moment (no Textual), so the table, the detail view and tests
-agree. "Unused" is the CLI's `keys list --unused` rule: no use for 90 days, counted from the
+Pure functions of a key and a moment (no Textual), so the table, the detail view, the CLI and
+tests agree. "Unused" is the CLI's `keys list --unused` rule: no use for 90 days, counted from the
 last use, else from the creation or last rotation.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from apikey_tui.store import KeyInfo
+from apikey_tui.store.types import KeyInfo
 
 SOON = timedelta(days=14)  # an expiry this close is marked (⚠) and highlighted
 UNUSED_AFTER = timedelta(days=90)  # `keys list --unused 90d`
