@@ -14,7 +14,7 @@ from textual.pilot import Pilot
 from textual.strip import Strip
 
 from apikey_tui.db.models import KeyRow, KeyScopeRow
-from apikey_tui.store import SORTS, KeyQuery, KeyStore
+from apikey_tui.store import KeyQuery, KeyStore
 from apikey_tui.tui.key_table import KeyFilter, KeyTable, fit
 from apikey_tui.tui.times import relative
 from tests.conftest import FakeClock
@@ -67,7 +67,8 @@ async def loaded(pilot: Pilot[Any]) -> KeyTable:
 
 
 def test_window_count_and_position_agree_with_a_full_sort(store: KeyStore) -> None:
-    """Every sort, both directions: windows, keyset pages and positions match a Python sort."""
+    """Every indexed sort, both directions: windows, keyset pages and positions match a Python
+    sort (the computed ones, State, Expires and Scopes: tests/test_key_orders.py)."""
     add_keys(store, 30)
     add_keys(store, 5, owner="bob", prefix="b")
     everything = store.list_keys()
@@ -79,7 +80,7 @@ def test_window_count_and_position_agree_with_a_full_sort(store: KeyStore) -> No
         "last_used": lambda k: (k.last_used_at is not None, k.last_used_at or NOW, k.owner, k.name),
     }
     for owner in (None, "alice"):
-        for sort in SORTS:
+        for sort in sort_keys:
             for reverse in (False, True):
                 query = KeyQuery(owner, "", sort, reverse)
                 mine = [k for k in everything if owner is None or k.owner == owner]

@@ -99,7 +99,7 @@ def test_markers_follow_the_cli_rules_at_the_second() -> None:
     assert states.marker(key, NOW + timedelta(days=14))[1] == states.EXPIRED
     used = KeyInfo("alice", "k", "ak0", ("project",), made, last_used_at=NOW - timedelta(days=89))
     assert states.marker(used, NOW) == ("active", states.ACTIVE)
-    assert states.span(timedelta(hours=20, minutes=59)) == "20h"
+    assert states.span(timedelta(hours=20, minutes=59)) == "21h"  # the nearest hour
 
 
 async def test_table_marks_each_state_and_agrees_with_the_cli(fixed: KeyStore) -> None:

@@ -234,6 +234,10 @@ class KeyStore(CredentialReads):
         """Where the key (owner, name) stands in query's order (`queries.key_position`)."""
         return queries.key_position(self, query, owner, name, cancelled=cancelled)
 
+    def owner_counts(self) -> list[tuple[str, int]]:
+        """The owners that have keys and how many each (`queries.owner_counts`)."""
+        return queries.owner_counts(self)
+
     def change_marker(self) -> tuple[int, datetime | None]:
         """A cheap value that changes whenever keys change (newest event) or are used."""
         return audit.change_marker(self)

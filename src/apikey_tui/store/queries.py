@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, false, func, literal_column, or_
@@ -16,9 +16,9 @@ from apikey_tui.db import database_errors, key_indexes
 from apikey_tui.db.models import KeyRow
 from apikey_tui.errors import StoreUnavailableError
 from apikey_tui.names import check_span
-from apikey_tui.store import catalog, policy
+from apikey_tui.store import catalog, policy, states
 from apikey_tui.store.context import StoreContext
-from apikey_tui.store.ordering import before, order, sort_values
+from apikey_tui.store.ordering import before, computed, order, sort_values
 from apikey_tui.store.records import (
     INFO_COLUMNS,
     KEY_TABLE,
@@ -79,7 +79,7 @@ def list_keys(
     # Plain columns, not ORM objects, and all scopes in one query: 100,000 keys load in
     # about a second instead of three.
     with reading(ctx, None) as conn:
-        conditions += matching(ctx, conn, KeyQuery(owner, text))
+        conditions += matching(ctx, conn, KeyQuery(owner, text), now=now)
         ordered = sa_select(KEY_TABLE.c.id).where(*conditions).order_by(KeyRow.owner, KeyRow.name)
         wanted = ordered.limit(limit) if limit is not None and maximum is None else ordered
         rows = conn.execute(
@@ -126,11 +126,12 @@ def key_window(
     flipped = before_key is not None or (
         after is None and total is not None and offset > total // 2
     )
+    now = ctx.clock()  # one moment for the order, its anchors and the rows' states
     anchor: list[Any] = []
     if after is not None:
-        offset, anchor = 0, [before(query, sort_values(after), reverse=not query.reverse)]
+        offset, anchor = 0, [before(query, sort_values(after, now), now, reverse=not query.reverse)]
     elif before_key is not None:
-        offset, anchor = 0, [before(query, sort_values(before_key))]
+        offset, anchor = 0, [before(query, sort_values(before_key, now), now)]
     elif flipped:
         assert total is not None
         end = min(offset + limit, total)
@@ -139,8 +140,8 @@ def key_window(
     with reading(ctx, cancelled) as conn:
         statement = (
             sa_select(*INFO_COLUMNS)
-            .where(*matching(ctx, conn, query, hint_order=hint), *anchor)
-            .order_by(*order(query, reverse=query.reverse != flipped))
+            .where(*matching(ctx, conn, query, hint_order=hint, now=now), *anchor)
+            .order_by(*order(query, now, reverse=query.reverse != flipped))
             .offset(offset)
             .limit(limit)
         )
@@ -148,7 +149,6 @@ def key_window(
         if flipped:
             rows.reverse()
         scopes = _scopes(conn, [r.id for r in rows]) if rows else {}
-    now = ctx.clock()
     return [key_info(r, scopes.get(r.id, ()), now) for r in rows]
 
 
@@ -160,25 +160,32 @@ def key_position(
     One count of the keys before it (an index range where the order has an index), so a
     selection can follow its key through a reload without reading the rows before it.
     """
-    key = KEY_TABLE
+    key, now = KEY_TABLE, ctx.clock()
     with reading(ctx, cancelled) as conn:
-        terms = matching(ctx, conn, query)
+        terms = matching(ctx, conn, query, now=now)
         found = conn.execute(
-            sa_select(key.c.id, key.c.public_id, key.c.created_at, key.c.last_used_at).where(
-                key.c.owner == owner, key.c.name == name, *terms
-            )
+            sa_select(*INFO_COLUMNS).where(key.c.owner == owner, key.c.name == name, *terms)
         ).first()
         if found is None:
             return None
-        values = {
-            "owner": owner,
-            "name": name,
-            "public_id": found.public_id,
-            "created_at": found.created_at,
-            "last_used_at": found.last_used_at,
-        }
-        statement = sa_select(func.count()).select_from(key).where(*terms, before(query, values))
+        # The whole key: a computed order (State, Scopes) reads its state and scopes.
+        info = key_info(found, _scopes(conn, [found.id]).get(found.id, ()), now)
+        at = before(query, sort_values(info, now), now)
+        statement = sa_select(func.count()).select_from(key).where(*terms, at)
         return int(conn.execute(statement).scalar_one())
+
+
+def owner_counts(ctx: StoreContext, *, limit: int = 500) -> list[tuple[str, int]]:
+    """The owners that have keys, with how many each, by name (the first limit of them)."""
+    key = KEY_TABLE
+    with reading(ctx, None) as conn:
+        rows = conn.execute(
+            sa_select(key.c.owner, func.count())
+            .group_by(key.c.owner)
+            .order_by(key.c.owner)
+            .limit(limit)
+        ).all()
+    return [(owner, int(count)) for owner, count in rows]
 
 
 def _scopes(conn: Connection, key_ids: Any) -> dict[int, list[str]]:
@@ -195,9 +202,16 @@ def _scopes(conn: Connection, key_ids: Any) -> dict[int, list[str]]:
 
 
 def matching(
-    ctx: StoreContext, conn: Connection, query: KeyQuery, *, hint_order: bool = False
+    ctx: StoreContext,
+    conn: Connection,
+    query: KeyQuery,
+    *,
+    hint_order: bool = False,
+    now: datetime | None = None,
 ) -> list[Any]:
-    """WHERE terms: the owner, and the text in owner, name, public id or a scope's name.
+    """WHERE terms: the owner, and the text in owner, name, public id or a scope's name, or
+    the start of a state's word (`states.WORDS`: `disabled`, `exp`, `grace`…) judged at now
+    (the store clock's, if not given).
 
     The one key filter: the app's table and `keys list --filter` both read through it.
     """
@@ -206,7 +220,9 @@ def matching(
     # SQLite keeps no statistics unless ANALYZE ran, so it takes any owner for a handful of
     # keys and reads through the owner index; a unary + keeps it off that index where a
     # better path exists (the order's own index, or the trigram candidates below).
+    # A computed order (State, Expires, Scopes) has no index: the owner's index is the path.
     owner_unindexed = sqlite and hint_order and query.sort not in ("owner", "name")
+    owner_unindexed = owner_unindexed and not computed(query)
     needle = query.text.strip()
     if "\x00" in needle:
         # No owner, name, id or scope holds a NUL; PostgreSQL and FTS5 refuse one outright.
@@ -236,8 +252,12 @@ def matching(
                 .where(scope.c.key_id == key.c.id, scope.c.scope.in_(scope_names))
                 .exists()
             )
+        kinds = states.kinds_named(needle)
+        if kinds:
+            found.append(states.kind_sql(kinds, ctx.clock() if now is None else now))
         terms.append(or_(*found))
-        if sqlite and _searchable(ctx, conn):
+        # A state's keys hold no trigram of its word: the candidates would leave them out.
+        if sqlite and not kinds and _searchable(ctx, conn):
             # SQLite cannot serve LIKE '%text%' from an index, so a rare text would scan
             # every key; the trigram table names the few keys that may match, and the
             # exact terms above still decide. Common text scans: the first rows come fast.

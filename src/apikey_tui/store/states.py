@@ -3,13 +3,23 @@
 Pure functions of a key and a moment (no Textual), so the table, the detail view, the CLI and
 tests agree. "Unused" is the CLI's `keys list --unused` rule: no use for 90 days, counted from the
 last use, else from the creation or last rotation.
+
+The same rules are written once more, in SQL, beside their Python (`urgency_sql`, `kind_sql`):
+the table sorts by urgency and the filter finds a state in the database, on SQLite and
+PostgreSQL, with the store clock's now as a bound parameter. A test holds the two equal at every
+boundary.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
-from apikey_tui.store.types import KeyInfo
+from sqlalchemy import and_, case, func, literal
+from sqlalchemy.sql.elements import ColumnElement
+
+from apikey_tui.store.records import KEY_TABLE
+from apikey_tui.store.types import LEAK_REASON, KeyInfo
 
 SOON = timedelta(days=14)  # an expiry this close is marked (⚠) and highlighted
 UNUSED_AFTER = timedelta(days=90)  # `keys list --unused 90d`
@@ -38,12 +48,23 @@ def expires_soon(key: KeyInfo, now: datetime) -> bool:
 
 
 def span(delta: timedelta) -> str:
-    """A span in the CLI's units, rounded down: '3d', '20h', '15m', '40s'."""
-    seconds = max(int(delta.total_seconds()), 0)
-    for size, unit in ((86_400, "d"), (3_600, "h"), (60, "m")):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
+    """A span in the CLI's units, rounded to the nearest: '3d', '20h', '15m', '40s'.
+
+    Nearest, not down: right after `set-expiry 3d` the key has 3 days less a few seconds, and
+    reads '3d left', not '2d'. A count that rounds up to the next unit says that unit ('1d',
+    not '24h'). The largest unit that holds the span at least once is used: 13 hours stay
+    '13h', never '1d'.
+    """
+    seconds = max(round(delta.total_seconds()), 0)
+    units = ((86_400, "d"), (3_600, "h"), (60, "m"), (1, "s"))
+    for i, (size, unit) in enumerate(units):
+        if seconds >= size or size == 1:
+            count = (seconds + size // 2) // size
+            bigger = units[i - 1][0] if i else None
+            if bigger is not None and count * size >= bigger:
+                return f"{count * size // bigger}{units[i - 1][1]}"
+            return f"{count}{unit}"
+    raise AssertionError("unreachable: the last unit holds every span")
 
 
 def marker(key: KeyInfo, now: datetime) -> tuple[str, str]:
@@ -66,3 +87,64 @@ def marker(key: KeyInfo, now: datetime) -> tuple[str, str]:
     if unused(key, now):
         return "unused", UNUSED
     return "active", ACTIVE
+
+
+# The table's State order, most urgent first (sort by State; S reverses it). A leaked key comes
+# first: its secret is out, and it wants a recreate. Then what stopped or is about to stop
+# working, then what merely wants a look.
+URGENCY = (LEAKED, EXPIRED, SOON_KIND, GRACE, DISABLED, UNUSED, ACTIVE)
+# The filter's words for each kind ('/' and `keys list --filter`): typing at least 3 letters of
+# one (`dis`, `expir`, `grace`) finds the keys in that state, besides any name containing it.
+WORDS: dict[str, tuple[str, ...]] = {
+    LEAKED: ("leaked",),
+    EXPIRED: ("expired",),
+    SOON_KIND: ("soon", "expiring"),
+    GRACE: ("grace",),
+    DISABLED: ("disabled",),
+    UNUSED: ("unused",),
+    ACTIVE: ("active",),
+}
+SHORTEST_WORD = 3  # 'un' or 'ex' would match half the words; three letters name one
+
+
+def urgency(key: KeyInfo, now: datetime) -> int:
+    """Where the key's State stands in URGENCY (0: most urgent)."""
+    return URGENCY.index(marker(key, now)[1])
+
+
+def kinds_named(text: str) -> list[str]:
+    """The kinds whose filter word starts with text (at least SHORTEST_WORD letters), in order."""
+    needle = text.strip().lower()
+    if len(needle) < SHORTEST_WORD:
+        return []
+    return [k for k in URGENCY if any(w.startswith(needle) for w in WORDS[k])]
+
+
+def _conditions(now: datetime) -> list[tuple[str, Any]]:
+    """(kind, SQL condition) in marker's order: the first that holds is the key's kind."""
+    key = KEY_TABLE.c
+    # substr, not LIKE: SQLite's LIKE ignores case, startswith does not.
+    leaked = and_(
+        key.disabled_reason.is_not(None),
+        func.substr(key.disabled_reason, 1, len(LEAK_REASON)) == LEAK_REASON,
+    )
+    since = func.coalesce(key.last_used_at, key.created_at)
+    return [
+        (LEAKED, leaked),
+        (DISABLED, key.disabled_at.is_not(None)),
+        (EXPIRED, and_(key.expires_at.is_not(None), key.expires_at <= now)),
+        (SOON_KIND, and_(key.expires_at.is_not(None), key.expires_at <= now + SOON)),
+        (GRACE, and_(key.old_public_id.is_not(None), key.grace_until > now)),
+        (UNUSED, since <= now - UNUSED_AFTER),
+    ]
+
+
+def urgency_sql(now: datetime) -> ColumnElement[int]:
+    """urgency() in SQL, for the key table's rows at now (a bound parameter)."""
+    whens = [(cond, literal(URGENCY.index(kind))) for kind, cond in _conditions(now)]
+    return case(*whens, else_=literal(URGENCY.index(ACTIVE)))
+
+
+def kind_sql(kinds: list[str], now: datetime) -> ColumnElement[bool]:
+    """SQL: the key's kind (marker's) is one of kinds at now."""
+    return urgency_sql(now).in_([URGENCY.index(k) for k in kinds])

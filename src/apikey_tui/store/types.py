@@ -9,7 +9,7 @@ from typing import Any
 from apikey_tui.config import current_user, ssh_client_address
 from apikey_tui.names import DESCRIPTION_MAX, printable
 
-SORTS = ("owner", "name", "public_id", "created", "last_used")
+SORTS = ("owner", "name", "state", "expires", "public_id", "scopes", "created", "last_used")
 # A leak-disabled key is recognisable from stored data alone: its disabled reason starts with
 # LEAK_REASON, and each report of it is a LEAK_EVENT whose detail reads
 # "<source> <outcome>: <where>" (Leak.detail, Leak.from_event).
