@@ -53,6 +53,11 @@ def add_keys(store: KeyStore, count: int, owner: str = "alice", prefix: str = "k
         conn.execute(insert(KeyScopeRow), [{"key_id": r.id, "scope": "project"} for r in ids])
 
 
+def status_line(app: Any) -> str:
+    """The keys screen's status line as shown."""
+    return str(app.screen.query_one("#status").render())
+
+
 def line(table: KeyTable, y: int) -> str:
     strip: Strip = table.render_line(y)
     return "".join(segment.text for segment in strip)
@@ -130,32 +135,48 @@ def test_fit_cuts_with_an_ellipsis_and_relative_times_read_naturally() -> None:
     assert relative(None, NOW) == "never"
 
 
-async def test_long_names_are_cut_with_an_ellipsis_and_stay_apart(tui_store: KeyStore) -> None:
-    """Two 61-character names that differ at the end show '…', not two identical cut names."""
+@pytest.mark.parametrize(("width", "height"), [(70, 24), (80, 24), (120, 40)])
+async def test_long_names_that_differ_only_at_the_end_look_different(
+    tui_store: KeyStore, width: int, height: int
+) -> None:
+    """Two 61-character names differing in their last character are cut in the middle: both
+    show their start and their different end; the wider the terminal, the more of the name."""
     tui_store.create_key("alice", LONG, ["project"])
     tui_store.create_key("alice", LONG_TWIN, ["project"])
     app = make_app(tui_store)
-    async with app.run_test(size=(80, 24)) as pilot:
+    async with app.run_test(size=(width, height)) as pilot:
         table = await loaded(pilot)
-        first, second = line(table, 1), line(table, 2)
-        assert "…" in first and "…" in second
-        assert LONG[:20] in first
+        name = table.widths[table.columns.index("name")]
+        first, second = line(table, 1)[1 : 1 + name], line(table, 2)[1 : 1 + name]
+        assert first != second and "…" in first
+        assert first.startswith("a-very-long") and first.endswith("team-42")
+        assert second.endswith("team-43")
         assert table.row_text(0)[0] == LONG  # the value itself is whole
+        assert name >= 24
+        if width == 120:  # the free width goes to the name: the row fills the table
+            assert table.virtual_size.width == table.scrollable_content_region.width
 
 
 async def test_all_owners_at_80_columns_pins_owner_and_name(tui_store: KeyStore) -> None:
-    """--all at 80 columns shows every column; the right arrow never moves owner or name."""
+    """--all at 80 columns: owner and name keep a readable width (both ends), State and the
+    times show whole, the rest scrolls sideways whole; the right arrow never moves the names."""
     tui_store.create_key("a-rather-long-owner-name", LONG, ["project", "serving"])
     app = make_app(tui_store, owner=None)
     async with app.run_test(size=(80, 24)) as pilot:
         table = await loaded(pilot)
         header = line(table, 0)
-        for title in ("Owner", "Name", "State", "Public id", "Scopes", "Created", "Last used"):
+        for title in ("Owner", "Name", "State", "Expires", "Last used"):
             assert title in header
         row = line(table, 1)
-        assert row.startswith(" a-rather…") and "a-very-long…" in row
-        await pilot.press("right", "right", "right", "end")
-        assert line(table, 1).startswith(row[:30])
+        assert row.startswith(" a-rathe…name") and "a-very-long-key-…of-team-42" in row
+        assert "unused" not in row and " active " in row and " never " in row
+        seen: set[str] = set()
+        for _ in range(12):
+            await pilot.press("right", "right", "right", "right", "right")
+            moved = line(table, 1)
+            assert moved.startswith(row[:42])  # owner and name stay
+            seen.update(w for w in ("project serving", "2026-", "h ago") if w in moved)
+        assert "project serving" in seen  # scopes whole, never 'project se…'
 
 
 async def test_j_k_g_and_capital_g_move_the_cursor(tui_store: KeyStore) -> None:
@@ -210,9 +231,17 @@ async def test_times_are_relative_and_t_shows_them_absolute(tui_store: KeyStore)
     app = make_app(tui_store)
     async with app.run_test(size=(100, 30)) as pilot:
         table = await loaded(pilot)
-        assert table.row_text(0)[4:] == ["1 min ago", "3 min ago"]
+        times = [table.columns.index(c) for c in ("expires", "last_used", "created")]
+        assert [table.row_text(0)[i] for i in times] == ["never", "3 min ago", "1 min ago"]
+        assert "t: absolute times" in status_line(app)
         await pilot.press("t")
-        assert table.row_text(0)[4:] == ["2026-11-20 11:59", "2026-11-20 11:57"]
+        await settle(pilot)
+        assert [table.row_text(0)[i] for i in times] == [
+            "never",
+            "2026-11-20 11:57",
+            "2026-11-20 11:59",
+        ]
+        assert "t: relative times" in status_line(app)  # what t would switch to
         await pilot.press("t")
         assert "3 min ago" in line(table, 1)
 
@@ -263,12 +292,13 @@ def cursor_on_screen(app: Any, table: KeyTable) -> bool:
 
 
 @pytest.mark.parametrize(
-    ("width", "absolute", "scrollbar"), [(70, False, True), (80, True, True), (80, False, False)]
+    ("width", "absolute", "scrollbar"), [(70, False, True), (80, True, True), (120, False, False)]
 )
 async def test_the_selected_row_is_always_visible_above_the_scrollbar(
     tui_store: KeyStore, width: int, absolute: bool, scrollbar: bool
 ) -> None:
-    """--all at 70x24 and 80x24, with and without a horizontal scrollbar: moves keep it seen."""
+    """--all at 70x24, 80x24 and 120x24, with and without a horizontal scrollbar: moves keep
+    the selected row seen."""
     add_keys(tui_store, 40, owner="a-rather-long-owner-name", prefix="k")  # names unique on screen
     add_keys(tui_store, 40, owner="bob", prefix="k")
     app = make_app(tui_store, owner=None)
@@ -280,7 +310,7 @@ async def test_the_selected_row_is_always_visible_above_the_scrollbar(
         assert table.show_horizontal_scrollbar == scrollbar
         assert cursor_on_screen(app, table)
         moves = (["G"], ["g"], ["j"] * 25, ["k"] * 3, ["pagedown"], ["G"], ["k"], ["end"], ["t"])
-        for keys in moves:  # t: times change width, so the scrollbar comes or goes at 80
+        for keys in moves:  # t: times change width, so the scrollbar may come or go
             await pilot.press(*keys)
             await settle(pilot)
             assert cursor_on_screen(app, table), f"after {keys}: row {table.cursor_row} unseen"

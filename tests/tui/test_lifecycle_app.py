@@ -119,14 +119,19 @@ async def test_table_marks_each_state_and_agrees_with_the_cli(fixed: KeyStore) -
     assert unused == {"old-unused"}  # the others were made 5 days ago
 
 
-async def test_every_column_fits_80_columns_with_every_owner(fixed: KeyStore) -> None:
-    """--all at 80x24 shows Owner … Last used, State included, without scrolling sideways."""
+async def test_at_80_columns_with_every_owner_owner_and_state_show_whole(fixed: KeyStore) -> None:
+    """--all at 80x24: each row shows its owner and its whole State marker ('⚠ 3d left', never
+    '⚠ 3d le…'); no cell on screen ends in a cut."""
     app = make_app(fixed, owner=None)
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         table = app.screen.query_one(KeyTable)
-        assert table.virtual_size.width <= table.scrollable_content_region.width
-        assert "↻ grace" in "".join(s.text for s in table.render_line(5))
+        cells = state_cells(app)
+        for y, key in enumerate(table.rows, start=1):
+            drawn = "".join(s.text for s in table.render_line(y))
+            assert drawn.startswith(f" {key.owner} ") and f" {cells[key.name]} " in drawn
+            assert "…" not in drawn
+        assert "⚠ 3d left" in cells.values()
 
 
 # --- actions ---------------------------------------------------------------------------------

@@ -42,22 +42,31 @@ COUNT_AFTER = 0.3  # seconds of no typing before a filter's matches are counted
 _GAP = "  "
 _ELLIPSIS = "…"
 
+# In the order of triage: what a key is, what state it is in, when it stops or was last used;
+# then what it may do and how it is named elsewhere. Too narrow a terminal scrolls the columns
+# right of the name sideways (the last ones first out of sight), never cuts a time or a state.
 COLUMNS: dict[str, str] = {
     "owner": "Owner",
     "name": "Name",
     "state": "State",  # lifecycle marker: see store.states.marker
-    "public_id": "Public id",
-    "scopes": "Scopes",
-    "created": "Created",
+    "expires": "Expires",
     "last_used": "Last used",
+    "scopes": "Scopes",
+    "public_id": "Public id",
+    "created": "Created",
 }
 PINNED = ("owner", "name")  # never scrolled sideways, never dropped
-SORTABLE = tuple(c for c in COLUMNS if c in SORTS)  # scopes are a set: no order of their own
-# Natural width caps, and how narrow a column may become before the table scrolls sideways.
-_MAX_WIDTH = {"owner": 24, "name": 32, "scopes": 28, "state": 10}
-# A public id cut to 9 cells ("ak", 6 random characters, '…') still tells keys apart on screen;
-# it gives way only when every owner's keys are shown in about 80 columns (so may "⚠ 20h left").
-_MIN_WIDTH = {"owner": 8, "name": 12, "scopes": 6, "public_id": 9, "state": 9}
+SORTABLE = tuple(c for c in COLUMNS if c in SORTS)  # every column: the database sorts each
+TIMES = ("expires", "last_used", "created")
+# Natural width caps (a name takes what it needs, up to the longest allowed), the comfortable
+# width name and owner give up first, and how narrow a column may become before the table
+# scrolls sideways. State and times have none: they are never cut.
+_MAX_WIDTH = {"owner": 24, "name": 64, "scopes": 28, "state": 10}
+_COMFORT = {"owner": 12, "name": 24}
+_MIN_WIDTH = {"owner": 10, "name": 12, "scopes": 6, "public_id": 9}
+# Name and owner are cut in the middle: both ends show ('production-inf…-eu-west-2'), so two
+# long names that differ at either end never look alike. This share of the cut cell is the end.
+_TAIL_SHARE = 0.4
 
 Identity = tuple[str, str]  # (owner, name): unique, and kept by a recreate
 
@@ -82,6 +91,7 @@ def row_cells(
         "public_id": key.public_id,
         "scopes": " ".join(key.scopes),
         "state": states.marker(key, now)[0],
+        "expires": show(key.expires_at),
         "created": show(key.created_at),
         "last_used": show(key.last_used_at),
     }
@@ -102,16 +112,27 @@ def fit(text: str, width: int) -> str:
     return set_cell_size(text, width - 1) + _ELLIPSIS
 
 
+def fit_middle(text: str, width: int) -> str:
+    """text in exactly width cells: padded, or cut in the middle with '…', both ends kept."""
+    if cell_len(text) <= width:
+        return set_cell_size(text, width)
+    if width <= 2:
+        return fit(text, width)
+    tail = max(int((width - 1) * _TAIL_SHARE), 1)
+    head = width - 1 - tail
+    end = text[-tail:]
+    while cell_len(end) > tail:  # wide characters: fewer of them
+        end = end[1:]
+    return set_cell_size(set_cell_size(text, head) + _ELLIPSIS + end, width)
+
+
 def natural_widths(
     names: Sequence[str], seen: dict[str, int], *, absolute_times: bool
 ) -> list[int]:
     """What each column would like: the longest value seen (capped) or its fixed size."""
-    time_width = 16 if absolute_times else 9
-    fixed = {
-        "public_id": len(keyformat.PREFIX) + keyformat.ID_CHARS,
-        "created": time_width,
-        "last_used": time_width,
-    }
+    time_width = times.ABSOLUTE_WIDTH if absolute_times else times.RELATIVE_WIDTH
+    fixed = {"public_id": len(keyformat.PREFIX) + keyformat.ID_CHARS}
+    fixed.update(dict.fromkeys(TIMES, time_width))
     widths = []
     for column in names:
         header = cell_len(COLUMNS[column]) + 2  # room for the sort arrow
@@ -124,24 +145,48 @@ def natural_widths(
 
 
 def layout(names: Sequence[str], wanted: Sequence[int], room: int) -> list[int]:
-    """Shrink columns until the row fits room cells: scopes first, then the public id and the
-    state, then the wider of name and owner, each down to its minimum. The caller scrolls what
-    still does not fit sideways."""
+    """Widths for room cells. When the row can fit, the public id gives way first, then the
+    scopes (each down to its minimum), then owner and name beyond a comfortable width, then
+    down to their minimum (the owner before the name: the name tells keys apart). When it
+    cannot, owner and name keep a comfortable width, the columns right of them stay whole
+    (the caller scrolls them sideways), and what the last whole column on screen leaves over
+    goes back to the name, then the owner. State and times are never narrowed."""
     widths = list(wanted)
 
     def total() -> int:
         return 1 + sum(widths) + len(_GAP) * (len(widths) - 1)
 
-    order = [names.index(c) for c in ("scopes", "public_id", "state") if c in names]
-    for i in order:
-        widths[i] = max(min(_MIN_WIDTH[names[i]], widths[i]), widths[i] - max(total() - room, 0))
     pinned = [names.index(c) for c in PINNED if c in names]
-    while total() > room:
-        shrinkable = [i for i in pinned if widths[i] > _MIN_WIDTH[names[i]]]
-        if not shrinkable:
+    others = [names.index(c) for c in ("public_id", "scopes") if c in names]
+
+    def shrink_pinned(floors: dict[str, int]) -> None:
+        for i in pinned:  # the owner first: the name is what tells keys apart
+            widths[i] = max(min(floors[names[i]], widths[i]), widths[i] - max(total() - room, 0))
+
+    narrowest = list(widths)
+    for i in (*pinned, *others):
+        narrowest[i] = min(_MIN_WIDTH[names[i]], widths[i])
+    if 1 + sum(narrowest) + len(_GAP) * (len(widths) - 1) <= room:
+        for i in others:
+            floor = min(_MIN_WIDTH[names[i]], widths[i])
+            widths[i] = max(floor, widths[i] - max(total() - room, 0))
+        shrink_pinned(_COMFORT)
+        shrink_pinned(_MIN_WIDTH)
+        return widths
+    shrink_pinned(_COMFORT)
+    used = 1 + sum(widths[i] + len(_GAP) for i in pinned)
+    for i, width in enumerate(widths):
+        if i not in pinned and used + width > room:
             break
-        widest = max(shrinkable, key=lambda i: widths[i])
-        widths[widest] -= 1
+        if i not in pinned:
+            used += width + len(_GAP)
+    spare = room - used + len(_GAP)
+    while spare > 0:
+        growable = [i for i in pinned if widths[i] < wanted[i]]
+        if not growable:
+            break
+        widths[growable[-1]] += 1  # the name first
+        spare -= 1
     return widths
 
 
@@ -176,9 +221,11 @@ class KeyFilter(Input):
 class KeyTable(ScrollView, can_focus=True):
     """Draws the rows on screen from a window the database sorted and filtered.
 
-    Name (and owner, with every owner's keys) are pinned at the left and cut with '…' when
-    long; the other columns shrink first and, in a very narrow terminal, scroll sideways under
-    the pinned ones. Times are relative ('3 min ago'); `t` shows them absolute, in UTC.
+    Name (and owner, with every owner's keys) are pinned at the left, take the free width, and
+    are cut in the middle with '…' when they must be (both ends show); scopes and the public id
+    shrink first and, where the row still does not fit, the columns right of the name scroll
+    sideways under the pinned ones, whole. Times are relative ('3 min ago'), rounded to the
+    nearest unit; `t` shows them absolute, in UTC.
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -467,21 +514,20 @@ class KeyTable(ScrollView, can_focus=True):
     def watch_absolute_times(self) -> None:
         self._relayout()
         self.refresh()
+        self.post_message(self.Loaded())  # the status line's t hint follows
 
     def _cells(
         self, cells: Sequence[str], style: Style, state: Style | None = None
-    ) -> tuple[str, list[Segment]]:
-        """(pinned part, scrolling part) of one line; state styles the State cell."""
+    ) -> tuple[str, list[tuple[str, Style]]]:
+        """(pinned part, scrolling cells) of one line; state styles the State cell."""
         pinned: list[str] = []
-        rest: list[Segment] = []
+        rest: list[tuple[str, Style]] = []
         for column, cell, width in zip(self.columns, cells, self.widths, strict=True):
             if column in PINNED:
-                pinned.append(fit(cell, width))
+                pinned.append(fit_middle(cell, width))
                 continue
-            if rest:
-                rest.append(Segment(_GAP, style))
             cell_style = style + state if column == "state" and state is not None else style
-            rest.append(Segment(fit(cell, width), cell_style))
+            rest.append((fit(cell, width), cell_style))
         return " " + "".join(p + _GAP for p in pinned), rest
 
     def _header(self) -> list[str]:
@@ -518,12 +564,29 @@ class KeyTable(ScrollView, can_focus=True):
         )
         return self._line(cells, style, left, width)
 
-    def _line(self, parts: tuple[str, list[Segment]], style: Style, left: int, width: int) -> Strip:
-        """The pinned part, then the rest scrolled `left` cells sideways, padded to width."""
-        pinned, rest = parts
+    def _line(
+        self, parts: tuple[str, list[tuple[str, Style]]], style: Style, left: int, width: int
+    ) -> Strip:
+        """The pinned part, then the rest scrolled `left` cells sideways, padded to width.
+
+        A cell the edge of the view would cut is left blank: a value is shown whole or not at
+        all ('2026-' of a date would read as a different value).
+        """
+        pinned, cells = parts
         pinned = set_cell_size(pinned, self._pinned_cells) if self._pinned_cells else pinned
+        room = max(width - cell_len(pinned), 0)
+        rest: list[Segment] = []
+        x = 0
+        for text, cell_style in cells:
+            if rest:
+                rest.append(Segment(_GAP, style))
+                x += len(_GAP)
+            size = cell_len(text)
+            whole = left <= x and x + size <= left + room
+            rest.append(Segment(text if whole else " " * size, cell_style if whole else style))
+            x += size
         strip = Strip([Segment(pinned, style)])
-        moving = Strip(rest).crop(left, left + max(width - cell_len(pinned), 0))
+        moving = Strip(rest).crop(left, left + room)
         return Strip.join([strip, moving]).crop(0, width).adjust_cell_length(width, style)
 
     # --- moving -------------------------------------------------------------------------------

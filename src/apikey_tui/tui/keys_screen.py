@@ -70,7 +70,9 @@ class KeysScreen(Screen[None]):
         owner = "all owners" if session.owner is None else f"owner: {session.owner}"
         yield ContextLine(f"API keys · {owner}", session.database_label)
         yield KeyFilter(
-            placeholder="/ filter by name, public id, scope or owner", id="filter", compact=True
+            placeholder="/ filter by name, public id, scope, owner or state",
+            id="filter",
+            compact=True,
         )
         yield KeyTable(id="keys")
         yield Static("Loading keys…", id="empty")
@@ -142,7 +144,8 @@ class KeysScreen(Screen[None]):
             shown = f"{table.total:,} {noun}" + (" match" if text else "")
         arrow = "▼" if table.reverse else "▲"
         sort = f"sorted by {COLUMNS[table.sort_column].lower()} {arrow} (s, S)"
-        times = "times in UTC" if table.absolute_times else "t: absolute times"
+        # The hint names what t switches to, not what is shown.
+        times = "t: relative times" if table.absolute_times else "t: absolute times"
         status = self.query_one("#status", Static)
         if self._unreachable is not None:
             status.update(literal(f"⚠ showing the last keys read: {self._unreachable}"))
@@ -180,7 +183,11 @@ class KeysScreen(Screen[None]):
     @on(KeyFilter.Left)
     @on(Input.Submitted, "#filter")
     def action_focus_table(self) -> None:
-        self.query_one(KeyTable).focus()
+        """Escape: back to the table; in the table, clear a filter (as k9s and lazygit do)."""
+        table, box = self.query_one(KeyTable), self.query_one("#filter", Input)
+        if table.has_focus and box.value:
+            box.value = ""  # Input.Changed reloads the table unfiltered
+        table.focus()
 
     def action_focus_filter(self) -> None:
         self.query_one("#filter", Input).focus()
