@@ -684,9 +684,11 @@ async def test_create_dialog_labels_its_inputs(tui_store: KeyStore, owner: str |
         if owner is None:
             fields["#owner"] = ("Owner", app.default_owner)
         for field, (label, value) in fields.items():
-            row = dialog.query_one(field, Input).region.y
+            box = dialog.query_one(field, Input)
+            row = box.content_region.y  # the text's line (the owner's input has a border)
             [line] = screen_lines(app, Region(0, row, 80, 1))
-            assert re.search(rf"█\s+{label}:?\s+{re.escape(value)}\s", line), line
+            # (the bordered owner's edge, ▊, stands between label and value)
+            assert re.search(rf"█\s+{label}:?\s+(▊\s+)?{re.escape(value)}\s", line), line
         assert on_screen(app, "Button") and on_screen(app, "#name")
 
 
@@ -795,3 +797,21 @@ async def test_a_failed_write_is_one_toast_not_two(
         await settle(pilot)
         messages = toasts.messages
         assert messages.count("database unavailable (test): it is down") == 1
+
+
+async def test_the_create_dialogs_owner_looks_like_an_input_and_shift_tab_keeps_it(
+    tui_store: KeyStore,
+) -> None:
+    """With every owner shown, the Owner field has a border; Shift+Tab from the name lands in
+    it without selecting its text, so typing adds to the owner instead of replacing it."""
+    app = make_app(tui_store, owner=None)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("n")
+        await settle(pilot)
+        owner = app.screen.query_one("#owner", Input)
+        assert owner.styles.border_top[0] != "" and owner.region.height == 3
+        await pilot.press("shift+tab")
+        assert app.focused is owner
+        await pilot.press("end", "2")
+        assert owner.value == app.default_owner + "2"

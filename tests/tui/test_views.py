@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy import text
 from textual.pilot import Pilot
-from textual.widgets import Button, DataTable, Input, Static
+from textual.widgets import Button, DataTable, Input, OptionList, Static
 
 from apikey_tui.store import KeyStore
 from apikey_tui.tui.app import ApiKeysApp, help_sections
@@ -451,3 +451,39 @@ def test_help_lists_the_view_keys() -> None:
     for row in ("Enter  the selected key", "c  the scope catalog", "a  the audit trail"):
         assert row in text
     assert "o  switch owner" in text and "e  edit the key's scopes" in text
+
+
+async def test_the_owner_switch_lists_owners_with_counts_and_names_a_typo(
+    tui_store: KeyStore,
+) -> None:
+    """o lists each owner with keys and its count; typing narrows it; a name with no keys is
+    said to have none (a typo never looks like a real owner); Enter on an owner shows it."""
+    tui_store.create_key("alice", "ci-deploy", ["project"])
+    tui_store.create_key("bob", "reports", ["project"])
+    tui_store.create_key("bob", "etl", ["project"])
+    app = make_app(tui_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("o")
+        await settle(pilot)
+        dialog = app.screen
+        assert isinstance(dialog, SwitchOwnerDialog)
+        listing = dialog.query_one("#owners", OptionList)
+        lines = [str(listing.get_option_at_index(i).prompt) for i in range(listing.option_count)]
+        assert lines == ["alice  1 key", "bob    2 keys"]
+        dialog.query_one("#owner", Input).value = "bobb"
+        await pilot.pause()
+        note = shown(app, "#owner-note")
+        assert "bobb has no keys in this database" in note and listing.option_count == 0
+        dialog.query_one("#owner", Input).value = "bo"
+        await pilot.pause()
+        assert listing.option_count == 1
+        await pilot.press("down", "enter")
+        await settle(pilot)
+        assert app.owner == "bob" and isinstance(app.screen, KeysScreen)
+        await pilot.press("o")
+        await settle(pilot)
+        app.screen.query_one("#owner", Input).value = "nobody"
+        await pilot.press("enter")
+        await settle(pilot)
+        assert "this database has no key of that owner" in shown(app, "#empty")

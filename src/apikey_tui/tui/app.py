@@ -135,7 +135,8 @@ class ApiKeysApp(App[None]):
                 # A fresh key screen: its top line, columns and reads all follow the new owner.
                 self.switch_screen(KeysScreen(self))
 
-        self.push_screen(SwitchOwnerDialog(self.owner, self.default_owner), chosen)
+        dialog = SwitchOwnerDialog(self.owner, self.default_owner, self.store.owner_counts)
+        self.push_screen(dialog, chosen)
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         """Textual's commands, then every action of the key table or key detail it is over."""

@@ -131,9 +131,17 @@ class KeysScreen(Screen[None]):
             return
         text = table.key_query.text.strip()
         empty = self.query_one("#empty", Static)
-        if table.total == 0 and not text:
-            who = "anyone" if self.session.owner is None else self.session.owner
-            empty.update(literal(f"No API keys for {who} yet. Press n to create the first one."))
+        if table.total == 0 and not text and self.session.owner is not None:
+            # Said plainly: a mistyped owner must not look like a real one with no keys.
+            empty.update(
+                literal(
+                    f"No API keys for {self.session.owner} yet: this database has no key of "
+                    "that owner (o lists the owners that have keys). Press n to create the "
+                    "first one."
+                )
+            )
+        elif table.total == 0 and not text:
+            empty.update("No API keys for anyone yet. Press n to create the first one.")
         elif table.total == 0:
             empty.update(literal(f"No key matches {text!r}."))
         table.display, empty.display = table.total != 0, table.total == 0

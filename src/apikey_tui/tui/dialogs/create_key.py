@@ -74,13 +74,16 @@ class CreateKeyDialog(ModalScreen[NewKeyRequest | None]):
             with VerticalScroll(classes="dialog-scroll"):
                 # Each label stands left of its input, on the same line: no extra row at 80x24.
                 if self._ask_owner:
-                    with Horizontal(classes="field"):
+                    # Bordered: a filled-in owner must look like the input it is, not a label.
+                    # Focus leaves its text unselected (Shift+Tab from the name lands here):
+                    # a keystroke adds to the owner instead of silently replacing it.
+                    with Horizontal(classes="field tall"):
                         yield Static("Owner:", classes="field-label")
                         yield Input(
                             self._owner,
                             placeholder="the user the key stands in for",
                             id="owner",
-                            compact=True,
+                            select_on_focus=False,
                         )
                 else:
                     with Horizontal(classes="field dim"):
@@ -124,9 +127,11 @@ class CreateKeyDialog(ModalScreen[NewKeyRequest | None]):
         self.on_resize()
 
     def on_resize(self) -> None:
-        # Border 2, title 2, owner 2, name 1, its error 1, label 1, scope error 1, expires 1,
-        # buttons 3 (the expiry's error shows only when there is one: the middle scrolls then).
-        self.query_one("#scopes", ScopePicker).fit_to(self.app.size.height, 14)
+        # Border 2, title 2, owner 2 (4 as a bordered input), name 1, its error 1, label 1,
+        # scope error 1, expires 1, buttons 3 (the expiry's error shows only when there is
+        # one: the middle scrolls then).
+        around = 16 if self._ask_owner else 14
+        self.query_one("#scopes", ScopePicker).fit_to(self.app.size.height, around)
 
     def _owner_value(self) -> str:
         return self.query_one("#owner", Input).value.strip() if self._ask_owner else self._owner

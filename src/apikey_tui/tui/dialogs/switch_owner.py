@@ -1,19 +1,26 @@
-"""The owner switch: one owner's keys (a validated name) or every owner's; dismisses OwnerChoice."""
+"""The owner switch: pick an owner that has keys (with their counts), type a new one, or choose
+every owner's keys; dismisses OwnerChoice."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from textual import on
+from rich.text import Text
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Static
+from textual.widgets import Button, Input, OptionList, Static
+from textual.widgets.option_list import Option
 
-from apikey_tui.errors import InvalidInputError
-from apikey_tui.names import OWNER_MAX, check_owner
+from apikey_tui.errors import ApiKeyError, InvalidInputError
+from apikey_tui.names import OWNER_MAX, check_owner, printable
+from apikey_tui.tui.failures import unforeseen
 from apikey_tui.tui.text import literal
+
+OwnerCounts = Callable[[], list[tuple[str, int]]]
 
 
 @dataclass(frozen=True)
@@ -23,14 +30,25 @@ class OwnerChoice:
     owner: str | None
 
 
+def _keys(count: int) -> str:
+    return f"{count:,} key" if count == 1 else f"{count:,} keys"
+
+
 class SwitchOwnerDialog(ModalScreen[OwnerChoice | None]):
-    """Show is enabled only for a valid owner name; 'All owners' needs no name."""
+    """The owners that have keys, with their counts, narrowed by what is typed; free text still
+    names a new owner, and the dialog says plainly when the typed owner has no keys (a typo must
+    not look like a real owner). Show is enabled only for a valid owner name; 'All owners'
+    needs no name. ↓ moves from the name into the list; Enter there shows that owner."""
 
-    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+    BINDINGS = [
+        Binding("escape", "cancel", "Cancel"),
+        Binding("down", "to_owners", "the owners' list", show=False),
+    ]
 
-    def __init__(self, current: str | None, suggestion: str) -> None:
+    def __init__(self, current: str | None, suggestion: str, owners: OwnerCounts) -> None:
         super().__init__()
-        self._current, self._suggestion = current, suggestion
+        self._current, self._suggestion, self._read_owners = current, suggestion, owners
+        self._counts: dict[str, int] | None = None  # None until read
 
     def compose(self) -> ComposeResult:
         shown = "all owners" if self._current is None else f"owner {self._current}"
@@ -44,6 +62,8 @@ class SwitchOwnerDialog(ModalScreen[OwnerChoice | None]):
                 max_length=OWNER_MAX,
             )
             yield Static("", id="owner-error", classes="error")
+            yield Static("Reading the owners…", id="owner-note", classes="dim")
+            yield OptionList(id="owners")
             with Horizontal(classes="buttons"):
                 yield Button("Show owner", variant="primary", id="show")
                 yield Button("All owners", id="all")
@@ -51,25 +71,90 @@ class SwitchOwnerDialog(ModalScreen[OwnerChoice | None]):
 
     def on_mount(self) -> None:
         self.query_one("#owner", Input).focus()
+        self._load()
+
+    @work(thread=True, exit_on_error=False)
+    def _load(self) -> None:
+        """Read the owners off the event loop (a GROUP BY on the owner index)."""
+        try:
+            counts = self._read_owners()
+        except ApiKeyError as exc:
+            self.app.call_from_thread(self._failed, str(exc))
+            return
+        except Exception as exc:  # one line, never a traceback
+            self.app.call_from_thread(self._failed, unforeseen(exc, "Reading the owners"))
+            return
+        self.app.call_from_thread(self._loaded, counts)
+
+    def _failed(self, reason: str) -> None:
+        self.query_one("#owner-note", Static).update(literal(f"Owners not read: {reason}"))
+
+    def _loaded(self, counts: list[tuple[str, int]]) -> None:
+        self._counts = dict(counts)
+        self._revalidate()
+
+    def _typed(self) -> str:
+        return self.query_one("#owner", Input).value.strip()
 
     def _problem(self) -> str | None:
         try:
-            check_owner(self.query_one("#owner", Input).value.strip())
+            check_owner(self._typed())
         except InvalidInputError as exc:
             return str(exc)
         return None
+
+    def _fill(self, typed: str) -> None:
+        """The owners whose name holds typed (every owner for the current or no text)."""
+        assert self._counts is not None
+        everyone = not typed or typed in (self._current, self._suggestion)
+        found = [o for o in self._counts if everyone or typed.lower() in o.lower()]
+        width = max((len(printable(o)) for o in found), default=0)
+        listing = self.query_one("#owners", OptionList)
+        listing.clear_options()
+        for owner in found:
+            name = printable(owner)
+            line = Text(name.ljust(width) + "  ")
+            line.append(_keys(self._counts[owner]), style="dim")
+            listing.add_option(Option(line, id=owner))
+        listing.display = bool(found)
 
     @on(Input.Changed)
     def _revalidate(self) -> None:
         problem = self._problem()
         self.query_one("#owner-error", Static).update(literal(problem or ""))
         self.query_one("#show", Button).disabled = problem is not None
+        if self._counts is None:
+            return
+        typed = self._typed()
+        self._fill(typed)
+        note = self.query_one("#owner-note", Static)
+        if problem is not None or not typed:
+            note.update(f"{len(self._counts):,} owners have keys.")
+        elif typed in self._counts:
+            note.update(literal(f"{typed} has {_keys(self._counts[typed])}."))
+        else:
+            note.update(
+                literal(f"{typed} has no keys in this database: a new owner (is it spelled right?)")
+            )
+
+    def action_to_owners(self) -> None:
+        """↓ from the name: into the owners' list, on its first owner."""
+        listing = self.query_one("#owners", OptionList)
+        if listing.display and listing.option_count:
+            listing.focus()
+            if listing.highlighted is None:
+                listing.highlighted = 0
+
+    @on(OptionList.OptionSelected, "#owners")
+    def _picked(self, event: OptionList.OptionSelected) -> None:
+        if event.option.id is not None:
+            self.dismiss(OwnerChoice(event.option.id))
 
     @on(Input.Submitted)
     @on(Button.Pressed, "#show")
     def _show_owner(self) -> None:
         if self._problem() is None:
-            self.dismiss(OwnerChoice(self.query_one("#owner", Input).value.strip()))
+            self.dismiss(OwnerChoice(self._typed()))
         else:
             self._revalidate()
 
