@@ -330,8 +330,8 @@ async def test_filter_narrows_and_sort_reorders(tui_store: KeyStore) -> None:
         await pilot.pause()
         await pilot.click("#keys", offset=(2, 0))  # the Name header, already sorted: reverse
         assert [r[0] for r in table_rows(app)] == ["zeta", "deploy-b", "deploy-a", "alpha"]
-        await pilot.press("s")  # next column: public id
-        assert keys_screen(app).query_one(KeyTable).sort_column == "public_id"
+        await pilot.press("s")  # next column: State
+        assert keys_screen(app).query_one(KeyTable).sort_column == "state"
 
 
 async def test_changes_from_elsewhere_appear_without_restart(tui_store: KeyStore) -> None:

@@ -68,11 +68,11 @@ ACTIONS: tuple[KeyAction, ...] = (
     ),
     KeyAction(
         "focus_filter", "slash", "Filter", "Filter keys",
-        "filter by name, public id, scope or owner", _TABLE,
+        "filter by name, public id, scope, owner or state", _TABLE,
     ),
     KeyAction(
         "sort", "s", "Sort", "Sort keys",
-        "sort by the next column (or click a header)", _TABLE, footer=False,
+        "sort by the next column (S reverses; or click a header)", _TABLE, footer=False,
     ),
     KeyAction(
         "reload", "f5", "Reload", "Reload keys",
