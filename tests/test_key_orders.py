@@ -6,6 +6,7 @@ agree with a Python sort, and its state (a CASE on the clock's now, bound) with 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
@@ -143,12 +144,14 @@ def test_the_sql_state_is_the_markers_at_every_edge(
         for kind in states.URGENCY:
             word = states.WORDS[kind][0]
             found = {k.name for k in store.key_window(KeyQuery("alice", word), 0, 100)}
-            marked = {k.name for k in keys if states.marker(k, clock.now)[1] == kind}
+            named = states.kinds_named(word)
+            marked = {k.name for k in keys if states.marker(k, clock.now)[1] in named}
             assert found == marked, (kind, shift)
 
 
 def test_the_filter_finds_states_by_their_words(clocked_store: KeyStore, clock: FakeClock) -> None:
-    """'dis', 'expir', 'soon', 'grace' find their keys; 'di' (too short) finds only names."""
+    """'dis', 'expir', 'soon', 'grace' find their keys ('dis' the leaked ones too: they are
+    disabled); 'di' (too short) finds only names."""
     every_state(clocked_store, clock.now)
     clocked_store.create_key("alice", "disco", ["project"])
     now = clock.now
@@ -160,8 +163,8 @@ def test_the_filter_finds_states_by_their_words(clocked_store: KeyStore, clock: 
         keys = clocked_store.list_keys("alice")
         return {k.name for k in keys if states.marker(k, now)[1] in kinds}
 
-    assert found("dis") == of(states.DISABLED) | {"disco"}
-    assert found("DISABLED") == of(states.DISABLED)
+    assert found("dis") == of(states.DISABLED, states.LEAKED) | {"disco"}  # leaked: disabled too
+    assert found("DISABLED") == of(states.DISABLED, states.LEAKED)
     assert found("expir") == of(states.EXPIRED, states.SOON_KIND)
     assert found("soon") == of(states.SOON_KIND)
     assert found("grace") == of(states.GRACE) and found("leaked") == of(states.LEAKED)
@@ -182,3 +185,23 @@ def test_span_rounds_to_the_nearest_unit() -> None:
     assert states.span(timedelta(hours=13)) == "13h"
     assert states.span(timedelta(hours=20, minutes=59)) == "21h"
     assert states.span(timedelta(seconds=40)) == "40s"
+
+
+@pytest.mark.parametrize("text", ["disabled", "dis", "leaked", "active", "di"])
+def test_keys_list_filter_finds_states_as_the_app_does(
+    capsys: pytest.CaptureFixture[str], sqlite_url: str, text: str
+) -> None:
+    """keys list --filter WORD finds the keys the app's filter finds for a state word."""
+    from tests.test_cli import run
+
+    store = KeyStore.open(sqlite_url, hasher=CHEAP, actor=ACTOR)
+    store.create_key("alice", "ci", ["project"])
+    store.create_key("alice", "off", ["project"])
+    store.create_key("bob", "leaky-disco", ["project"])
+    store.disable_key("alice", "off", "rotated out")
+    store.disable_key("bob", "leaky-disco", LEAK_REASON + "ci.log:3")
+    in_app = {(k.owner, k.name) for k in store.key_window(KeyQuery(None, text), 0, 100)}
+    store.close()
+    code, out, _ = run(capsys, sqlite_url, "keys", "list", "--all", "--filter", text, "--json")
+    assert code == 0 and in_app
+    assert {(k["owner"], k["name"]) for k in json.loads(out)} == in_app

@@ -96,7 +96,7 @@ URGENCY = (LEAKED, EXPIRED, SOON_KIND, GRACE, DISABLED, UNUSED, ACTIVE)
 # The filter's words for each kind ('/' and `keys list --filter`): typing at least 3 letters of
 # one (`dis`, `expir`, `grace`) finds the keys in that state, besides any name containing it.
 WORDS: dict[str, tuple[str, ...]] = {
-    LEAKED: ("leaked",),
+    LEAKED: ("leaked", "disabled"),  # a leaked key is disabled too: `disabled` finds it
     EXPIRED: ("expired",),
     SOON_KIND: ("soon", "expiring"),
     GRACE: ("grace",),
