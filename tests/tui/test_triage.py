@@ -4,13 +4,15 @@ columns (long names that differ only at the end; the Expires column sorted by St
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from textual.pilot import Pilot
 
-from apikey_tui.store import SORTS, KeyStore, states
-from apikey_tui.tui.key_table import COLUMNS, KeyFilter, KeyTable
+from apikey_tui.store import SORTS, KeyInfo, KeyStore, states
+from apikey_tui.tui import times
+from apikey_tui.tui.key_table import COLUMNS, KeyFilter, KeyTable, fit_middle
 from tests.conftest import FakeClock
 from tests.tui.conftest import make_app
 from tests.tui.test_app import settle
@@ -143,3 +145,26 @@ async def _sort_by_state(pilot: Pilot[Any]) -> None:
     while table.sort_column != "state":
         await pilot.press("s")
     await settle(pilot)
+
+
+def test_spans_round_to_the_nearest_so_a_fresh_expiry_or_grace_reads_whole() -> None:
+    """Seconds after set-expiry 3d the key reads '⚠ 3d left' and 'in 3 d'; a 2 h grace reads
+    'in 2 h', not 'in 1 h'; 23 h 40 min reads '1d left'."""
+    now = NOW
+    key = KeyInfo("alice", "k", "ak0", ("project",), now, expires_at=now + timedelta(days=3))
+    later = now + timedelta(seconds=5)
+    assert states.marker(key, later) == ("⚠ 3d left", states.SOON_KIND)
+    assert times.relative(key.expires_at, later) == "in 3 d"
+    assert times.relative(now + timedelta(hours=2), later) == "in 2 h"
+    assert times.relative(now - timedelta(minutes=59, seconds=40), now) == "1 h ago"
+    soon = KeyInfo(
+        "alice", "k", "ak0", ("p",), now, expires_at=now + timedelta(hours=23, minutes=40)
+    )
+    assert states.marker(soon, now)[0] == "⚠ 1d left"
+
+
+def test_a_cut_name_keeps_both_ends() -> None:
+    """fit_middle keeps the start and the end: 'production-inf…-eu-west-2' in 25 cells."""
+    name = "production-inference-gateway-eu-west-2"
+    assert fit_middle(name, 25) == "production-inf…-eu-west-2"
+    assert fit_middle("short", 8) == "short   " and len(fit_middle(name, 12)) == 12

@@ -118,7 +118,7 @@ def fit_middle(text: str, width: int) -> str:
         return set_cell_size(text, width)
     if width <= 2:
         return fit(text, width)
-    tail = max(int((width - 1) * _TAIL_SHARE), 1)
+    tail = max(round((width - 1) * _TAIL_SHARE), 1)
     head = width - 1 - tail
     end = text[-tail:]
     while cell_len(end) > tail:  # wide characters: fewer of them
