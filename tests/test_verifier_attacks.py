@@ -146,8 +146,12 @@ def test_keys_without_a_fingerprint_still_work_within_the_failure_budget(
 
 
 @pytest.mark.slow
-def test_half_a_million_forged_ids_do_not_grow_memory(sqlite_url: str) -> None:
-    """500,000 forged well-formed keys with unknown ids grow the process by less than 10 MiB."""
+def test_a_flood_of_forged_ids_does_not_grow_memory(sqlite_url: str) -> None:
+    """200,000 forged well-formed keys with unknown ids grow the process by less than 5 MiB.
+
+    Anything kept per forged id, 26 bytes or more, would grow it past that (half a million ids
+    and 10 MiB caught 21 bytes, in two and a half times as long).
+    """
     store = KeyStore.open(sqlite_url, hasher=CHEAP)
     real = store.create_key("alice", "demo", ["project"]).plaintext
     checker = Verifier.from_url(sqlite_url, hasher=CHEAP)
@@ -158,7 +162,7 @@ def test_half_a_million_forged_ids_do_not_grow_memory(sqlite_url: str) -> None:
         except InvalidKeyError:
             pass
     before = _rss()
-    for _ in range(500_000):
+    for _ in range(200_000):
         try:
             checker.verify(header(forged()))
         except InvalidKeyError:
@@ -166,7 +170,7 @@ def test_half_a_million_forged_ids_do_not_grow_memory(sqlite_url: str) -> None:
     grown = _rss() - before
     checker.close()
     store.close()
-    assert grown < 10 * 2**20, f"RSS grew by {grown / 2**20:.1f} MiB"
+    assert grown < 5 * 2**20, f"RSS grew by {grown / 2**20:.1f} MiB"
 
 
 def _rss() -> int:
