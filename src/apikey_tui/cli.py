@@ -535,17 +535,22 @@ class _OutputError(ApiKeyError):
     """stdout could not be written (a full disk, /dev/full, stdout closed): one line, exit 1."""
 
 
+class _NoStdout(io.StringIO):
+    """Where output goes when the process has no stdout; anything written there is an error.
+    (Its own type: a StringIO that a caller set as sys.stdout is a stdout like any other.)"""
+
+
 def _write(args: argparse.Namespace, data: Any, human: Callable[[TextIO], None]) -> None:
     """Write a command's result to stdout and flush it, so that a failure shows now (OSError)."""
     # Started with stdout closed (`>&-`), Python has no sys.stdout: that matters only to a
     # command with something to say there.
-    out: TextIO = sys.stdout if sys.stdout is not None else io.StringIO()
+    out: TextIO = sys.stdout if sys.stdout is not None else _NoStdout()
     if getattr(args, "json", False):
         json.dump(data, out, indent=2)
         out.write("\n")
     else:
         human(out)
-    if isinstance(out, io.StringIO) and out.getvalue():
+    if isinstance(out, _NoStdout) and out.getvalue():
         raise OSError(errno.EBADF, "stdout is closed")
     out.flush()
 
