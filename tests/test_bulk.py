@@ -125,3 +125,18 @@ def test_a_detail_names_its_batch_only_when_it_has_one() -> None:
     assert batch_of(with_batch("reason", "0123456789ab")) == "0123456789ab"
     assert batch_of(with_batch("", "0123456789ab")) == "0123456789ab"
     assert batch_of("lost laptop") is None
+
+
+def test_one_key_is_a_plain_change_and_its_before_is_read_in_the_transaction(
+    bstore: KeyStore,
+) -> None:
+    """A batch of one key records no batch id, and its before is the key as stored, not the
+    caller's older copy (so an undo restores what really was)."""
+    seen = keys(bstore, "a")
+    bstore.set_expiry("alice", "a", timedelta(days=3))  # another admin, after "a" was read
+    done = bstore.disable_keys(seen, "off")
+    assert done.id is None
+    assert batch_of(bstore.events(1)[0].detail) is None
+    assert done.before[0].expires_at != seen[0].expires_at
+    bstore.undo(done)
+    assert bstore.get_key("alice", "a").expires_at == done.before[0].expires_at

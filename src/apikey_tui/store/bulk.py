@@ -29,9 +29,9 @@ BULK_MAX = 1000  # keys one batch may touch: one transaction holds every row's l
 class Batch:
     """What one bulk command did: its id, each key before and after, in the order given.
 
-    A deleted key's after is the key as it was deleted; a rotation's after holds the new public
-    ids (created holds the new secrets, shown once). Undoing a batch restores each key's before
-    (`restore`). id is None for a one-key change made outside a batch (`single`).
+    id is None for a batch of one key (a plain change). A deleted key's after is the key as it
+    was deleted; a rotation's after holds the new public ids (created holds the new secrets,
+    shown once). Undoing a batch restores each key's before (`restore`).
     """
 
     id: str | None
@@ -41,22 +41,32 @@ class Batch:
     created: tuple[CreatedKey, ...] = ()
 
 
-Step = Callable[[Session, KeyInfo, str], KeyInfo]
+Step = Callable[[Session, KeyInfo, str | None], KeyInfo]
 
 
 def _run(ctx: StoreContext, action: str, keys: Sequence[KeyInfo], step: Step) -> Batch:
-    """Run step on every key in one write transaction, under one new batch id."""
+    """Run step on every key in one write transaction, under one new batch id.
+
+    Each key's before is read in the transaction, under its row lock, so an undo restores what
+    the key really was, not what the caller last saw. A batch of one key is a plain change: its
+    event carries no batch id (the single-key commands use this for their undo).
+    """
     if not keys:
         raise InvalidInputError("no keys were given; nothing was done")
     if len(keys) > BULK_MAX:
         raise InvalidInputError(f"at most {BULK_MAX} keys at once; nothing was done")
     if len({(k.owner, k.name) for k in keys}) != len(keys):
         raise InvalidInputError("a key was given twice; nothing was done")
-    batch = audit.new_batch()
+    batch = audit.new_batch() if len(keys) > 1 else None
+    before: list[KeyInfo] = []
+    after: list[KeyInfo] = []
     with ctx.session(write=True) as session:
-        after = tuple(step(session, key, batch) for key in keys)
+        for key in keys:
+            row = key_row(session, key.owner, key.name, lock=True, expected_public_id=key.public_id)
+            before.append(read_info(session, row, ctx.clock()))
+            after.append(step(session, key, batch))
         session.commit()
-    return Batch(batch, action, tuple(keys), after)
+    return Batch(batch, action, tuple(before), tuple(after))
 
 
 def disable(ctx: StoreContext, keys: Sequence[KeyInfo], reason: str) -> Batch:
@@ -119,7 +129,7 @@ def rotate(ctx: StoreContext, keys: Sequence[KeyInfo], grace: timedelta) -> Batc
     secrets = {(k.owner, k.name): lifecycle.new_secret(ctx) for k in keys}
     created: list[CreatedKey] = []
 
-    def step(session: Session, key: KeyInfo, batch: str) -> KeyInfo:
+    def step(session: Session, key: KeyInfo, batch: str | None) -> KeyInfo:
         new = lifecycle.rotate_in(
             ctx,
             session,
@@ -137,11 +147,6 @@ def rotate(ctx: StoreContext, keys: Sequence[KeyInfo], grace: timedelta) -> Batc
 
     done = _run(ctx, "rotate", keys, step)
     return Batch(done.id, done.action, done.before, done.after, tuple(created))
-
-
-def single(action: str, before: KeyInfo, after: KeyInfo) -> Batch:
-    """A one-key change made by the single-key commands, as a batch an undo can restore."""
-    return Batch(None, action, (before,), (after,))
 
 
 def _same(now: KeyInfo, then: KeyInfo) -> bool:
@@ -166,7 +171,7 @@ def restore(ctx: StoreContext, done: Batch) -> Batch:
         raise InvalidInputError(f"a {done.action} cannot be undone; nothing was done")
     then = {(k.owner, k.name): k for k in done.after}
 
-    def step(session: Session, key: KeyInfo, batch: str) -> KeyInfo:
+    def step(session: Session, key: KeyInfo, batch: str | None) -> KeyInfo:
         row = key_row(session, key.owner, key.name, lock=True, expected_public_id=key.public_id)
         if not _same(read_info(session, row, ctx.clock()), then[(key.owner, key.name)]):
             raise KeyStateError(
@@ -181,7 +186,7 @@ def restore(ctx: StoreContext, done: Batch) -> Batch:
         session.add_all(KeyScopeRow(key_id=row.id, scope=s) for s in key.scopes)
         session.flush()
         info = read_info(session, row, ctx.clock())
-        undone = f"batch {done.id}" if done.id is not None else "a change"
+        undone = f"batch {done.id}" if done.id is not None else "the change"
         detail = f"undoes {undone} ({done.action})"
         audit.record(ctx, session, "key.restore", info, detail=detail, batch=batch)
         return info
