@@ -298,3 +298,9 @@ class KeyDetailScreen(LiveScreen[DetailData]):
 
     def action_set_expiry(self) -> None:
         self._act_on_current("set_expiry")
+
+    def action_copy_name(self) -> None:
+        self._act_on_current("copy_name")
+
+    def action_copy_public_id(self) -> None:
+        self._act_on_current("copy_public_id")
