@@ -113,7 +113,7 @@ ACTIONS: tuple[KeyAction, ...] = (
     ),
     KeyAction(
         "undo", "u", "Undo", "Undo",
-        "undo the last disable, enable or expiry (until the next one)", _TABLE,
+        "undo the last disable, enable or expiry change", _TABLE,
         footer=False,
     ),
     KeyAction(
