@@ -302,6 +302,10 @@ class KeyStore(CredentialReads):
         """Change the description of a catalog scope."""
         return catalog.describe_scope(self, name, description)
 
+    def scope_holders(self, name: str, limit: int | None = None) -> list[str]:
+        """'owner/name' of the keys holding a scope, by owner and name (at most limit)."""
+        return catalog.scope_holders(self, name, limit)
+
     def remove_scope(self, name: str) -> None:
         """Remove a scope from the catalog; refused while keys hold it."""
         catalog.remove_scope(self, name)

@@ -118,11 +118,11 @@ ACTIONS: tuple[KeyAction, ...] = (
     ),
     KeyAction(
         "copy_name", "y", "Copy name", "Copy key name",
-        "copy the key's name (y) or public id (Y), never its secret", _BOTH, footer=False,
+        "copy the name (y) or public id (Y), never the secret", _BOTH, footer=False,
     ),
     KeyAction(
         "copy_public_id", "Y", "Copy id", "Copy public id",
-        "copy the key's name (y) or public id (Y), never its secret", _BOTH, footer=False,
+        "copy the name (y) or public id (Y), never the secret", _BOTH, footer=False,
     ),
 )
 # fmt: on

@@ -11,7 +11,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Input, Static
 
 from apikey_tui.errors import (
     ApiKeyError,
@@ -34,6 +34,7 @@ from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.create_key import CreateKeyDialog, NewKeyRequest
 from apikey_tui.tui.dialogs.reveal_secret import RevealSecretDialog, copy_note
 from apikey_tui.tui.failures import unforeseen
+from apikey_tui.tui.fitting_footer import FittingFooter
 from apikey_tui.tui.key_actions import TABLE, bindings
 from apikey_tui.tui.key_table import COLUMNS, SORTABLE, Identity, KeyFilter, KeyTable
 from apikey_tui.tui.messages import (
@@ -108,7 +109,7 @@ class KeysScreen(Screen[None]):
         yield KeyTable(id="keys")
         yield Static("Loading keys…", id="empty")
         yield Static("", id="status")
-        yield Footer()
+        yield FittingFooter()
 
     def on_mount(self) -> None:
         table = self.query_one(KeyTable)

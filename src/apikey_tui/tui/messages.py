@@ -109,8 +109,10 @@ class CatalogChanged(Message):
 
 @dataclass
 class ScopeRemovalRefused(Message):
-    """The catalog refused to remove a scope that keys still hold."""
+    """The catalog refused to remove a scope that keys still hold, or (reason "") the app did
+    not offer to, knowing keys hold it; holders may list only the first of total."""
 
     scope: str
     holders: list[str]
     reason: str
+    total: int | None = None
