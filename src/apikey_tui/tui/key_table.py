@@ -241,6 +241,7 @@ class KeyTable(ScrollView, can_focus=True):
         self._pending: set[int] = set()  # chunk starts being read
         self._pinned_cells = 0  # width of the pinned part of a line
         self.marked: frozenset[Identity] = frozenset()  # the keys the screen marked (MARK)
+        self._going_to: Identity | None = None  # select()'s key, until a window brings it
 
     # --- what the screen uses ---------------------------------------------------------------
 
@@ -279,12 +280,10 @@ class KeyTable(ScrollView, can_focus=True):
         )
 
     def select(self, identity: Identity) -> None:
-        """Read the table again with the cursor on the key identity (e.g. one just created)."""
-        if self.store is None:
-            return
-        self._generation += 1
-        self._pending.clear()
-        self._read_first(self._generation, self.key_query, identity, self.cursor_row)
+        """Read the table again with the cursor on the key identity (e.g. one just created);
+        a reload meanwhile follows that key, not the one under the cursor now."""
+        self._going_to = identity
+        self.reload()
 
     def bind(self, store: KeyStore, *, owner: str | None) -> None:
         """Show owner's keys (None: every owner's, with an owner column) from store."""
@@ -320,7 +319,9 @@ class KeyTable(ScrollView, can_focus=True):
             return
         self._generation += 1
         self._pending.clear()
-        identity = self.selected_identity if follow else None
+        if not follow:
+            self._going_to = None  # a new filter or owner: the first row, as always
+        identity = self._going_to or (self.selected_identity if follow else None)
         self._read_first(self._generation, self.key_query, identity, self.cursor_row)
 
     # --- reading, off the event loop ----------------------------------------------------------
@@ -412,6 +413,7 @@ class KeyTable(ScrollView, can_focus=True):
         fresh = window.generation != self._shown
         if fresh:  # the first answer to a new question replaces the old rows at once
             self._rows, self._shown, self.total = {}, window.generation, None
+            self._going_to = None  # that question followed it: found, or hidden by a filter
         for i, key in enumerate(window.rows):
             self._rows[window.start + i] = key
             for column, value in (("owner", key.owner), ("name", key.name)):

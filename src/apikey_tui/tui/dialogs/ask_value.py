@@ -95,8 +95,6 @@ class AskValueDialog(ModalScreen[Answer[T] | None], Generic[T]):
     def on_mount(self) -> None:
         self.query_one("#value", Input).focus()
         self._revalidate()
-        if self._refused:
-            self.query_one("#value-error", Static).update(literal(self._refused))
 
     def _answer(self) -> tuple[Answer[T] | None, str | None]:
         """(the parsed value, None) or (None, what is wrong)."""
@@ -110,7 +108,10 @@ class AskValueDialog(ModalScreen[Answer[T] | None], Generic[T]):
     def _revalidate(self) -> None:
         _, problem = self._answer()
         # An empty box is not yet a mistake: the button waits, and nothing is shown in red.
-        empty = not self.query_one("#value", Input).value.strip()
+        text = self.query_one("#value", Input).value
+        if self._refused and text == self._value:  # the store's refusal, until it is edited
+            problem = problem or self._refused
+        empty = not text.strip()
         self.query_one("#value-error", Static).update(literal("" if empty else problem or ""))
         self.query_one("#confirm", Button).disabled = problem is not None
 
