@@ -63,11 +63,12 @@ async def test_colon_jumps_to_each_view_of_the_action_list(tui_store: KeyStore) 
     app = make_app(tui_store)
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
-        for typed, screen in (
+        views: tuple[tuple[str, type], ...] = (
             ("sc", ScopeCatalogScreen),
             ("events", AuditTrailScreen),
             (":keys", KeysScreen),
-        ):
+        )
+        for typed, screen in views:
             await pilot.press("colon")
             assert isinstance(app.screen, JumpDialog)
             await pilot.press(*typed, "enter")
