@@ -173,6 +173,27 @@ def check_expiry(moment: datetime, now: datetime) -> datetime:
     return moment
 
 
+def whole_second(moment: datetime) -> datetime:
+    """Expiries and graces fall on whole seconds (earlier, never later)."""
+    return moment.replace(microsecond=0)
+
+
+def expiry_moment(expires: Expiry, now: datetime) -> datetime | None:
+    """The moment an expiry asks for at now (None: never), refused unless in the future.
+
+    Everything the store checks but the lifetime policy (which needs the database): the app's
+    expiry dialog checks each keystroke with this, so it refuses exactly what the store would.
+    """
+    if expires == NEVER:
+        return None
+    if isinstance(expires, timedelta):
+        expires = now + check_span(expires, "expiry")
+    moment = check_expiry(whole_second(expires), now)
+    if moment <= now:
+        raise InvalidInputError(f"expiry {format_moment(moment)} is not in the future")
+    return moment
+
+
 def format_moment(moment: datetime) -> str:
     """Write a moment as people read it everywhere (messages, the CLI, the audit trail):
     '2030-01-31 12:00:00 UTC'. JSON keeps ISO 8601 (isoformat)."""
