@@ -117,7 +117,8 @@ async def test_help_at_80x24_says_how_to_close_and_shows_the_table_keys(
         await pilot.pause()
         lines = shown(app)
         assert "Escape, ? or q closes" in flat(lines)
-        for keys in ("n", "d", "r", "/", "s", "F5", "?", "Enter", "c", "a", "o", "Escape"):
+        # Every action's key (the table's own keys, Escape and the arrows, follow a page on).
+        for keys in ("n", "d", "r", "/", "s", "F5", "?", "Enter", "c", "a", "o", "Space", "u"):
             assert row_on_screen(lines, keys), keys
 
 

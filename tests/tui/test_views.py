@@ -303,8 +303,10 @@ async def test_describe_scope_changes_its_description(tui_store: KeyStore) -> No
     assert tui_store.list_scopes()[0].description == "Projects: everything"
 
 
-async def test_a_refused_removal_names_the_keys_that_hold_the_scope(tui_store: KeyStore) -> None:
-    """d on a held scope asks, then says which keys hold it; the scope stays."""
+async def test_a_held_scope_is_not_offered_for_removal_and_its_keys_are_named(
+    tui_store: KeyStore,
+) -> None:
+    """d on a scope keys hold offers no Remove: it says which keys hold it; the scope stays."""
     tui_store.create_key("alice", "ci-deploy", ["project"])
     tui_store.create_key("bob", "reports", ["project"])
     app = make_app(tui_store)
@@ -312,11 +314,8 @@ async def test_a_refused_removal_names_the_keys_that_hold_the_scope(tui_store: K
     async with app.run_test(size=SIZE, message_hook=toasts.hook) as pilot:
         await open_catalog(pilot)
         await pilot.press("d")
-        confirm = app.screen
-        assert isinstance(confirm, ConfirmDialog)
-        assert "2 keys held it" in str(confirm.query_one(".dialog-body", Static).render())
-        await pilot.press("y")
         await settle(pilot)
+        assert not isinstance(app.screen, ConfirmDialog)
         expected = (
             "Scope 'project' is held by 2 keys: alice/ci-deploy, bob/reports. "
             "Remove it from those keys first."

@@ -4,6 +4,7 @@
 re-exports: the verifier imports `apikey_tui.store.credentials` alone.
 """
 
+from apikey_tui.store.bulk import Batch
 from apikey_tui.store.credentials import CHANGE_CHANNEL, Credential
 from apikey_tui.store.keystore import KeyStore
 from apikey_tui.store.lifecycle import Deliver
@@ -36,6 +37,7 @@ __all__ = [
     "POLICY_KEY",
     "SORTS",
     "Actor",
+    "Batch",
     "Cancel",
     "CreatedKey",
     "Credential",

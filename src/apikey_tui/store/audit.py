@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import secrets
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
@@ -17,6 +19,28 @@ from apikey_tui.store.credentials import CHANGE_CHANNEL
 from apikey_tui.store.records import key_row, like_pattern, read_info
 from apikey_tui.store.types import Event, KeyDetail, KeyInfo
 
+# A batch's events carry its id at the start of their detail ("batch 3f9c2e1a7b04: …"): the
+# event table has no column for it, and a new column would need a schema version of its own.
+_BATCH = re.compile(r"batch ([0-9a-f]{12})(?:: |$)")
+
+
+def new_batch() -> str:
+    """A new batch id: 12 hex digits, shared by every event of one bulk change."""
+    return secrets.token_hex(6)
+
+
+def with_batch(detail: str, batch: str | None) -> str:
+    """An event's detail as stored: the batch id first, when the event belongs to one."""
+    if batch is None:
+        return detail
+    return f"batch {batch}: {detail}" if detail else f"batch {batch}"
+
+
+def batch_of(detail: str) -> str | None:
+    """The batch id a stored detail starts with, or None for an event of its own."""
+    found = _BATCH.match(detail)
+    return found.group(1) if found else None
+
 
 def record(
     ctx: StoreContext,
@@ -27,11 +51,13 @@ def record(
     scope: str | None = None,
     detail: str = "",
     also: Iterable[str | None] = (),
+    batch: str | None = None,
 ) -> None:
     """Add an event to session's transaction: it is recorded if and when that commits.
 
     A change to a key also appends the ids it touched (the key's, its previous one's, and
-    `also`: ids the change retired) to the change log, in the same transaction.
+    `also`: ids the change retired) to the change log, in the same transaction. batch: the
+    id of the bulk change this event is part of (`new_batch`), kept in the detail.
     """
     if key is not None:
         change_log.append(session, [key.public_id, key.old_public_id, *also], ctx.clock())
@@ -43,7 +69,7 @@ def record(
             key_name=key.name if key else None,
             public_id=key.public_id if key else None,
             scope=scope,
-            detail=detail,
+            detail=with_batch(detail, batch),
             actor=ctx.actor.user,
             actor_address=ctx.actor.address,
         )

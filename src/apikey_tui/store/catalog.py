@@ -76,17 +76,29 @@ def remove_scope(ctx: StoreContext, name: str) -> None:
     with ctx.session(write=True, conflicts=conflicts) as session:
         if session.get(ScopeRow, name) is None:
             raise ScopeNotFoundError(name)
-        holders = session.exec(
-            select(KeyRow.owner, KeyRow.name)
-            .join(KeyScopeRow, col(KeyScopeRow.key_id) == col(KeyRow.id))
-            .where(KeyScopeRow.scope == name)
-            .order_by(KeyRow.owner, KeyRow.name)
-        ).all()
+        holders = _holders(session, name)
         if holders:
-            raise ScopeInUseError(name, [f"{o}/{n}" for o, n in holders])
+            raise ScopeInUseError(name, holders)
         session.exec(delete(ScopeRow).where(col(ScopeRow.name) == name))
         audit.record(ctx, session, "scope.remove", scope=name)
         session.commit()
+
+
+def _holders(session: Session, name: str, limit: int | None = None) -> list[str]:
+    """'owner/name' of each key holding the scope, by owner and name."""
+    query = (
+        select(KeyRow.owner, KeyRow.name)
+        .join(KeyScopeRow, col(KeyScopeRow.key_id) == col(KeyRow.id))
+        .where(KeyScopeRow.scope == name)
+        .order_by(KeyRow.owner, KeyRow.name)
+    )
+    return [f"{o}/{n}" for o, n in session.exec(query.limit(limit)).all()]
+
+
+def scope_holders(ctx: StoreContext, name: str, limit: int | None = None) -> list[str]:
+    """'owner/name' of the keys holding a scope (the first limit of them), by owner and name."""
+    with ctx.session() as session:
+        return _holders(session, name, limit)
 
 
 def wanted_scopes(scopes: Iterable[str]) -> tuple[str, ...]:

@@ -6,14 +6,15 @@ Each method hands over to the module of its concern (`lifecycle`, `queries`, `po
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
 from apikey_tui.clock import Clock, system_clock
 from apikey_tui.db import ensure_schema, make_engine
 from apikey_tui.hashing import SecretHasher
 from apikey_tui.names import Expiry
-from apikey_tui.store import audit, catalog, leaks, lifecycle, policy, queries
+from apikey_tui.store import audit, bulk, catalog, leaks, lifecycle, policy, queries
+from apikey_tui.store.bulk import Batch
 from apikey_tui.store.credentials import Credential, CredentialReads
 from apikey_tui.store.lifecycle import Deliver
 from apikey_tui.store.queries import Cancel
@@ -174,6 +175,36 @@ class KeyStore(CredentialReads):
             self, owner, name, scopes, expected_public_id=expected_public_id
         )
 
+    # --- many keys at once: one transaction, one audit batch id (`bulk`) ----------------------
+
+    def disable_keys(self, keys: Sequence[KeyInfo], reason: str = "") -> Batch:
+        """Disable every key as the caller saw it; refused whole if one changed or is disabled."""
+        return bulk.disable(self, keys, reason)
+
+    def enable_keys(self, keys: Sequence[KeyInfo]) -> Batch:
+        """Enable every key as the caller saw it; refused whole if one changed or is enabled."""
+        return bulk.enable(self, keys)
+
+    def set_expiry_of_keys(self, keys: Sequence[KeyInfo], expires: Expiry) -> Batch:
+        """Set every key's expiry, each held to the policy; one refusal refuses all."""
+        return bulk.set_expiry(self, keys, expires)
+
+    def end_grace_of_keys(self, keys: Sequence[KeyInfo]) -> Batch:
+        """End every key's grace; refused whole if one has no previous secret in grace."""
+        return bulk.end_grace(self, keys)
+
+    def delete_keys(self, keys: Sequence[KeyInfo]) -> Batch:
+        """Delete every key as the caller saw it; refused whole if one changed meanwhile."""
+        return bulk.delete_keys(self, keys)
+
+    def rotate_keys(self, keys: Sequence[KeyInfo], *, grace: timedelta) -> Batch:
+        """Rotate every key with one grace; the batch's created holds each new secret, once."""
+        return bulk.rotate(self, keys, grace)
+
+    def undo(self, done: Batch) -> Batch:
+        """Restore each key of a disable, enable or expiry batch exactly (`bulk.restore`)."""
+        return bulk.restore(self, done)
+
     # --- keys: reads ---------------------------------------------------------------------------
 
     def get_key(self, owner: str, name: str) -> KeyInfo:
@@ -274,6 +305,10 @@ class KeyStore(CredentialReads):
     def describe_scope(self, name: str, description: str) -> ScopeInfo:
         """Change the description of a catalog scope."""
         return catalog.describe_scope(self, name, description)
+
+    def scope_holders(self, name: str, limit: int | None = None) -> list[str]:
+        """'owner/name' of the keys holding a scope, by owner and name (at most limit)."""
+        return catalog.scope_holders(self, name, limit)
 
     def remove_scope(self, name: str) -> None:
         """Remove a scope from the catalog; refused while keys hold it."""

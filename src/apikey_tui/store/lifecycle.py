@@ -7,9 +7,10 @@ whole or not at all.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from datetime import timedelta
 
-from sqlmodel import col, delete
+from sqlmodel import Session, col, delete
 
 from apikey_tui import keyformat
 from apikey_tui.db import FOREIGN_KEY, UNIQUE
@@ -95,12 +96,54 @@ def delete_key(
 ) -> KeyInfo:
     """Delete a key: from the commit on, no verifier accepts it (`KeyStore.delete_key`)."""
     with ctx.session(write=True) as session:
-        row = key_row(session, owner, name, lock=True, expected_public_id=expected_public_id)
-        info = read_info(session, row, ctx.clock())
-        session.delete(row)  # the key's scope rows go with it (ON DELETE CASCADE)
-        audit.record(ctx, session, "key.delete", info)
+        info = delete_in(ctx, session, owner, name, expected_public_id)
         session.commit()
     return info
+
+
+def delete_in(
+    ctx: StoreContext,
+    session: Session,
+    owner: str,
+    name: str,
+    expected_public_id: str | None,
+    batch: str | None = None,
+) -> KeyInfo:
+    """delete_key's work inside session's transaction (the caller commits)."""
+    row = key_row(session, owner, name, lock=True, expected_public_id=expected_public_id)
+    info = read_info(session, row, ctx.clock())
+    session.delete(row)  # the key's scope rows go with it (ON DELETE CASCADE)
+    audit.record(ctx, session, "key.delete", info, batch=batch)
+    return info
+
+
+@dataclass(frozen=True)
+class NewSecret:
+    """A new public id and secret, hashed before any transaction: argon2 work must never hold
+    the database's write lock. Its repr names no secret."""
+
+    public_id: str
+    plaintext: str = field(repr=False)
+    secret_hash: str = field(repr=False)
+    fingerprint: str = field(repr=False)
+
+
+def new_secret(ctx: StoreContext) -> NewSecret:
+    """Generate and hash a key's next secret (outside any transaction)."""
+    parts, plaintext = keyformat.generate()
+    return NewSecret(
+        parts.public_id,
+        plaintext,
+        ctx.hasher.hash(parts.secret),
+        fingerprint(parts.public_id, parts.secret),
+    )
+
+
+def check_grace(grace: timedelta) -> timedelta:
+    """Return grace if a rotation may give it, else raise InvalidInputError."""
+    if grace < timedelta(0):
+        raise InvalidInputError("a grace period cannot be negative")
+    return check_span(grace, "grace")
 
 
 def rotate(
@@ -116,50 +159,64 @@ def rotate(
 ) -> CreatedKey:
     """A new public id and secret for the key; the previous one works for grace (key.rotate),
     or stops at once (key.recreate). See `KeyStore.rotate_key` and `KeyStore.recreate_key`."""
-    if grace < timedelta(0):
-        raise InvalidInputError("a grace period cannot be negative")
-    check_span(grace, "grace")
-    parts, plaintext = keyformat.generate()
-    # Hash before the transaction: argon2 work must not hold the database's write lock.
-    secret_hash = ctx.hasher.hash(parts.secret)
-    secret_fingerprint = fingerprint(parts.public_id, parts.secret)
+    check_grace(grace)
+    secret = new_secret(ctx)
     with ctx.session(write=True) as session:
-        row = key_row(session, owner, name, lock=True, expected_public_id=expected_public_id)
-        now = ctx.clock()
-        replaced = (row.public_id, row.old_public_id)  # both stop or change: logged as changed
-        notes = [f"replaces {row.public_id}"]
-        if in_grace(row.old_public_id, row.grace_until, now):
-            notes.append(f"ends the grace of {row.old_public_id} now")
-        lifetime = row.expires_at - row.created_at if row.expires_at is not None else None
-        new_expiry = policy.expiry(session, expires, start=now, now=now, inherited=lifetime)
-        until = policy.second(now + grace)
-        if row.expires_at is not None:
-            until = min(until, row.expires_at)  # a grace never revives an expired secret
-        leaked = row.disabled_reason is not None and row.disabled_reason.startswith(LEAK_REASON)
-        if leaked:  # a leaked secret gets no grace: enabled later, it would work again
-            until = now
-            notes.append("no grace: the key leaked")
-        if until > now:
-            row.old_public_id, row.old_secret_hash = row.public_id, row.secret_hash
-            row.old_fingerprint, row.grace_until = row.fingerprint, until
-            notes[0] += f", which works until {format_moment(until)}"
-        else:
-            row.old_public_id = row.old_secret_hash = row.old_fingerprint = None
-            row.grace_until = None
-            notes[0] += " at once" if action == "key.rotate" else ""
-        row.public_id, row.secret_hash = parts.public_id, secret_hash
-        row.fingerprint = secret_fingerprint
-        row.created_at, row.last_used_at = now, None
-        row.expires_at = new_expiry
-        session.add(row)
-        info = read_info(session, row, now)
-        detail = "; ".join(notes) + policy.expiry_note(new_expiry)
-        audit.record(ctx, session, action, info, detail=detail, also=replaced)
-        created = CreatedKey(info, plaintext)
+        created = rotate_in(
+            ctx, session, owner, name, grace, expires, expected_public_id, secret, action=action
+        )
         if deliver is not None:
             deliver(created)
         session.commit()
     return created
+
+
+def rotate_in(
+    ctx: StoreContext,
+    session: Session,
+    owner: str,
+    name: str,
+    grace: timedelta,
+    expires: Expiry | None,
+    expected_public_id: str | None,
+    secret: NewSecret,
+    *,
+    action: str,
+    batch: str | None = None,
+) -> CreatedKey:
+    """rotate's work inside session's transaction, with a secret hashed beforehand."""
+    row = key_row(session, owner, name, lock=True, expected_public_id=expected_public_id)
+    now = ctx.clock()
+    replaced = (row.public_id, row.old_public_id)  # both stop or change: logged as changed
+    notes = [f"replaces {row.public_id}"]
+    if in_grace(row.old_public_id, row.grace_until, now):
+        notes.append(f"ends the grace of {row.old_public_id} now")
+    lifetime = row.expires_at - row.created_at if row.expires_at is not None else None
+    new_expiry = policy.expiry(session, expires, start=now, now=now, inherited=lifetime)
+    until = policy.second(now + grace)
+    if row.expires_at is not None:
+        until = min(until, row.expires_at)  # a grace never revives an expired secret
+    leaked = row.disabled_reason is not None and row.disabled_reason.startswith(LEAK_REASON)
+    if leaked:  # a leaked secret gets no grace: enabled later, it would work again
+        until = now
+        notes.append("no grace: the key leaked")
+    if until > now:
+        row.old_public_id, row.old_secret_hash = row.public_id, row.secret_hash
+        row.old_fingerprint, row.grace_until = row.fingerprint, until
+        notes[0] += f", which works until {format_moment(until)}"
+    else:
+        row.old_public_id = row.old_secret_hash = row.old_fingerprint = None
+        row.grace_until = None
+        notes[0] += " at once" if action == "key.rotate" else ""
+    row.public_id, row.secret_hash = secret.public_id, secret.secret_hash
+    row.fingerprint = secret.fingerprint
+    row.created_at, row.last_used_at = now, None
+    row.expires_at = new_expiry
+    session.add(row)
+    info = read_info(session, row, now)
+    detail = "; ".join(notes) + policy.expiry_note(new_expiry)
+    audit.record(ctx, session, action, info, detail=detail, also=replaced, batch=batch)
+    return CreatedKey(info, secret.plaintext)
 
 
 def end_grace(
@@ -167,20 +224,33 @@ def end_grace(
 ) -> KeyInfo:
     """Stop a rotated key's previous secret now; refused (KeyStateError) when none works."""
     with ctx.session(write=True) as session:
-        row = key_row(session, owner, name, lock=True, expected_public_id=expected_public_id)
-        previous = row.old_public_id
-        now = ctx.clock()
-        if not in_grace(previous, row.grace_until, now):
-            raise KeyStateError(
-                f"key {name!r} of {owner} has no previous secret in grace; nothing was done"
-            )
-        row.old_public_id = row.old_secret_hash = row.old_fingerprint = None
-        row.grace_until = None
-        session.add(row)
-        info = read_info(session, row, now)
-        detail = f"{previous} stopped working"
-        audit.record(ctx, session, "key.end-grace", info, detail=detail, also=[previous])
+        info = end_grace_in(ctx, session, owner, name, expected_public_id)
         session.commit()
+    return info
+
+
+def end_grace_in(
+    ctx: StoreContext,
+    session: Session,
+    owner: str,
+    name: str,
+    expected_public_id: str | None,
+    batch: str | None = None,
+) -> KeyInfo:
+    """end_grace's work inside session's transaction (the caller commits)."""
+    row = key_row(session, owner, name, lock=True, expected_public_id=expected_public_id)
+    previous = row.old_public_id
+    now = ctx.clock()
+    if not in_grace(previous, row.grace_until, now):
+        raise KeyStateError(
+            f"key {name!r} of {owner} has no previous secret in grace; nothing was done"
+        )
+    row.old_public_id = row.old_secret_hash = row.old_fingerprint = None
+    row.grace_until = None
+    session.add(row)
+    info = read_info(session, row, now)
+    detail = f"{previous} stopped working"
+    audit.record(ctx, session, "key.end-grace", info, detail=detail, also=[previous], batch=batch)
     return info
 
 
@@ -189,14 +259,28 @@ def set_expiry(
 ) -> KeyInfo:
     """Set when a key stops working, held to the policy (`KeyStore.set_expiry`)."""
     with ctx.session(write=True) as session:
-        row = key_row(session, owner, name, lock=True, expected_public_id=expected_public_id)
-        now = ctx.clock()
-        row.expires_at = policy.expiry(session, expires, start=row.created_at, now=now)
-        session.add(row)
-        info = read_info(session, row, now)
-        detail = policy.expiry_note(row.expires_at).removeprefix("; ") or "never expires"
-        audit.record(ctx, session, "key.expire-set", info, detail=detail)
+        info = set_expiry_in(ctx, session, owner, name, expires, expected_public_id)
         session.commit()
+    return info
+
+
+def set_expiry_in(
+    ctx: StoreContext,
+    session: Session,
+    owner: str,
+    name: str,
+    expires: Expiry,
+    expected_public_id: str | None,
+    batch: str | None = None,
+) -> KeyInfo:
+    """set_expiry's work inside session's transaction (the caller commits)."""
+    row = key_row(session, owner, name, lock=True, expected_public_id=expected_public_id)
+    now = ctx.clock()
+    row.expires_at = policy.expiry(session, expires, start=row.created_at, now=now)
+    session.add(row)
+    info = read_info(session, row, now)
+    detail = policy.expiry_note(row.expires_at).removeprefix("; ") or "never expires"
+    audit.record(ctx, session, "key.expire-set", info, detail=detail, batch=batch)
     return info
 
 
@@ -206,18 +290,32 @@ def disable_key(
     """Switch a key off, reversibly: both secrets are refused; name, scopes, history stay."""
     check_reason(reason)
     with ctx.session(write=True) as session:
-        row = key_row(session, owner, name, lock=True, expected_public_id=expected_public_id)
-        if row.disabled_at is not None:
-            raise KeyStateError(
-                f"key {name!r} of {owner} is already disabled (since "
-                f"{format_moment(row.disabled_at)}); nothing was done"
-            )
-        now = ctx.clock()
-        row.disabled_at, row.disabled_reason = now, reason or None
-        session.add(row)
-        info = read_info(session, row, now)
-        audit.record(ctx, session, "key.disable", info, detail=reason)
+        info = disable_in(ctx, session, owner, name, reason, expected_public_id)
         session.commit()
+    return info
+
+
+def disable_in(
+    ctx: StoreContext,
+    session: Session,
+    owner: str,
+    name: str,
+    reason: str,
+    expected_public_id: str | None,
+    batch: str | None = None,
+) -> KeyInfo:
+    """disable_key's work inside session's transaction (the caller checked reason, commits)."""
+    row = key_row(session, owner, name, lock=True, expected_public_id=expected_public_id)
+    if row.disabled_at is not None:
+        raise KeyStateError(
+            f"key {name!r} of {owner} is already disabled (since "
+            f"{format_moment(row.disabled_at)}); nothing was done"
+        )
+    now = ctx.clock()
+    row.disabled_at, row.disabled_reason = now, reason or None
+    session.add(row)
+    info = read_info(session, row, now)
+    audit.record(ctx, session, "key.disable", info, detail=reason, batch=batch)
     return info
 
 
@@ -226,16 +324,29 @@ def enable_key(
 ) -> KeyInfo:
     """Switch a disabled key on again (an expired key stays expired)."""
     with ctx.session(write=True) as session:
-        row = key_row(session, owner, name, lock=True, expected_public_id=expected_public_id)
-        if row.disabled_at is None:
-            raise KeyStateError(f"key {name!r} of {owner} is not disabled; nothing was done")
-        since = row.disabled_at
-        row.disabled_at = row.disabled_reason = None
-        session.add(row)
-        info = read_info(session, row, ctx.clock())
-        detail = f"disabled since {format_moment(since)}"
-        audit.record(ctx, session, "key.enable", info, detail=detail)
+        info = enable_in(ctx, session, owner, name, expected_public_id)
         session.commit()
+    return info
+
+
+def enable_in(
+    ctx: StoreContext,
+    session: Session,
+    owner: str,
+    name: str,
+    expected_public_id: str | None,
+    batch: str | None = None,
+) -> KeyInfo:
+    """enable_key's work inside session's transaction (the caller commits)."""
+    row = key_row(session, owner, name, lock=True, expected_public_id=expected_public_id)
+    if row.disabled_at is None:
+        raise KeyStateError(f"key {name!r} of {owner} is not disabled; nothing was done")
+    since = row.disabled_at
+    row.disabled_at = row.disabled_reason = None
+    session.add(row)
+    info = read_info(session, row, ctx.clock())
+    detail = f"disabled since {format_moment(since)}"
+    audit.record(ctx, session, "key.enable", info, detail=detail, batch=batch)
     return info
 
 

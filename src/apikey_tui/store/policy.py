@@ -13,10 +13,11 @@ from apikey_tui.names import (
     DURATION_MAX,
     NEVER,
     Expiry,
-    check_expiry,
     check_span,
+    expiry_moment,
     format_duration,
     format_moment,
+    whole_second,
 )
 from apikey_tui.store import audit
 from apikey_tui.store.context import StoreContext
@@ -24,9 +25,7 @@ from apikey_tui.store.context import StoreContext
 POLICY_KEY = "max_lifetime_seconds"  # the lifetime policy's row in apikey_tui_meta
 
 
-def second(moment: datetime) -> datetime:
-    """Expiries and graces fall on whole seconds (earlier, never later)."""
-    return moment.replace(microsecond=0)
+second = whole_second  # expiries and graces fall on whole seconds (names.whole_second)
 
 
 def expiry_note(expires_at: datetime | None) -> str:
@@ -65,7 +64,11 @@ def set_lifetime_policy(ctx: StoreContext, maximum: timedelta | None) -> None:
         violators = _violators(session, maximum)
         detail = f"max-lifetime {format_duration(maximum) if maximum else 'none'}"
         if violators:
-            detail += f"; {violators} existing key(s) break it"
+            detail += (
+                "; 1 existing key breaks it"
+                if violators == 1
+                else (f"; {violators} existing keys break it")
+            )
         audit.record(ctx, session, "policy.set", detail=detail)
         session.commit()
 
@@ -121,11 +124,8 @@ def expiry(
         if policy is not None:
             raise LifetimePolicyError(f"a key that never expires is refused: {allowed}")
         return None
-    if isinstance(expires, timedelta):
-        expires = now + check_span(expires, "expiry")
-    moment = check_expiry(second(expires), now)
-    if moment <= now:
-        raise InvalidInputError(f"expiry {format_moment(moment)} is not in the future")
+    moment = expiry_moment(expires, now)
+    assert moment is not None  # NEVER was answered above
     if policy is not None and moment - start > policy:
         raise LifetimePolicyError(
             f"expiry {format_moment(moment)} is refused: {allowed}, "

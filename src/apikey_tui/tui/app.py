@@ -20,11 +20,12 @@ from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.create_key import CreateKeyDialog
 from apikey_tui.tui.dialogs.edit_scopes import EditScopesDialog
 from apikey_tui.tui.dialogs.help import OTHER_BUTTON, HelpScreen, Section
+from apikey_tui.tui.dialogs.jump import JumpDialog
 from apikey_tui.tui.dialogs.reveal_secret import RevealSecretDialog
 from apikey_tui.tui.dialogs.scope_form import ScopeFormDialog
 from apikey_tui.tui.dialogs.switch_owner import OwnerChoice, SwitchOwnerDialog
 from apikey_tui.tui.failures import log_path, logging_to_file, unforeseen
-from apikey_tui.tui.key_actions import DETAIL, TABLE, actions
+from apikey_tui.tui.key_actions import DETAIL, TABLE, actions, app_binding, views
 from apikey_tui.tui.key_table import KeyFilter, KeyTable
 from apikey_tui.tui.keys_screen import KeysScreen
 from apikey_tui.tui.pictures import export_svg
@@ -40,7 +41,8 @@ class ApiKeysApp(App[None]):
 
     CSS_PATH = "app.tcss"
     TITLE = "apikey-tui"
-    BINDINGS = [("q", "quit", "Quit")]
+    # `:` works on every screen (the scope catalog and audit trail too), not only the table's.
+    BINDINGS = [("q", "quit", "Quit"), app_binding("app.jump")]
 
     def __init__(
         self,
@@ -138,6 +140,27 @@ class ApiKeysApp(App[None]):
         dialog = SwitchOwnerDialog(self.owner, self.default_owner, self.store.owner_counts)
         self.push_screen(dialog, chosen)
 
+    def action_jump(self) -> None:
+        """Ask for a view by name (k9s' `:`): every view of the action list, and only those."""
+        found = views()
+
+        def chosen(name: str | None) -> None:
+            if name is not None:
+                self.go_to_view(found[name].id)
+
+        self.push_screen(JumpDialog(list(found)), chosen)
+
+    def go_to_view(self, action_id: str) -> None:
+        """Back to the key table, then open the view (one view deep, as k9s keeps it)."""
+        self.action_key_table()
+        if action_id != "app.key_table":
+            self.call_later(self.run_action, action_id)
+
+    def action_key_table(self) -> None:
+        """Close every view and dialog above the key table."""
+        while len(self.screen_stack) > 1 and not isinstance(self.screen, KeysScreen):
+            self.pop_screen()
+
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         """Textual's commands, then every action of the key table or key detail it is over."""
         yield from super().get_system_commands(screen)
@@ -164,6 +187,11 @@ def help_sections() -> list[Section]:
             where=TABLE,
         ),
         Section("Key detail (Enter)", (KeyDetailScreen,), where=DETAIL),
+        Section(
+            "Jump to a view (:)",
+            (JumpDialog,),
+            (("Tab / →", "complete the view's name"), ("Enter", "go (a unique start is enough)")),
+        ),
         Section("Scope catalog (c)", (ScopeCatalogScreen,)),
         Section("Audit trail (a)", (AuditTrailScreen,)),
         Section("In the detail, catalog and audit trail", (LiveScreen,)),

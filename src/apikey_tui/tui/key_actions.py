@@ -32,6 +32,7 @@ class KeyAction:
     description: str  # what it does: the help's row and the palette's line under the title
     screens: frozenset[Where]
     footer: bool = True  # the footer is full at 80 columns: the rest are in help and palette
+    view: str = ""  # the view it opens, for the `:` jump (`:scopes`); "" for none
 
 
 _BOTH = frozenset({TABLE, DETAIL})
@@ -88,15 +89,40 @@ ACTIONS: tuple[KeyAction, ...] = (
     ),
     KeyAction(
         "app.scope_catalog", "c", "Scopes", "Scope catalog",
-        "the scope catalog: add, describe, remove", _TABLE, footer=False,
+        "the scope catalog: add, describe, remove", _TABLE, footer=False, view="scopes",
     ),
     KeyAction(
         "app.audit_trail", "a", "Audit trail", "Audit trail",
-        "the audit trail: every change, newest first", _TABLE, footer=False,
+        "the audit trail: every change, newest first", _TABLE, footer=False, view="events",
+    ),
+    KeyAction(
+        "app.key_table", "", "Keys", "Key table",
+        "back to the key table", _DETAIL, footer=False, view="keys",
+    ),
+    KeyAction(
+        "app.jump", "colon", "Jump", "Jump to a view",
+        "jump to a view: :keys, :scopes, :events (Tab completes)", _BOTH, footer=False,
     ),
     KeyAction(
         "app.switch_owner", "o", "Owner", "Switch owner",
         "switch owner, or show every owner's keys", _TABLE, footer=False,
+    ),
+    KeyAction(
+        "toggle_mark", "space", "Mark", "Mark or unmark key",
+        "mark / unmark: d x E R O then act on all marked keys", _TABLE, footer=False,
+    ),
+    KeyAction(
+        "undo", "u", "Undo", "Undo",
+        "undo the last disable, enable or expiry change", _TABLE,
+        footer=False,
+    ),
+    KeyAction(
+        "copy_name", "y", "Copy name", "Copy key name",
+        "copy the name (y) or public id (Y), never the secret", _BOTH, footer=False,
+    ),
+    KeyAction(
+        "copy_public_id", "Y", "Copy id", "Copy public id",
+        "copy the name (y) or public id (Y), never the secret", _BOTH, footer=False,
     ),
 )
 # fmt: on
@@ -108,8 +134,19 @@ def actions(where: Where) -> list[KeyAction]:
 
 
 def bindings(where: Where) -> list[BindingType]:
-    """A screen's key bindings for its actions."""
-    return [Binding(a.keys, a.id, a.label, show=a.footer) for a in actions(where)]
+    """A screen's key bindings for its actions (a view reached only by `:` has no key)."""
+    return [Binding(a.keys, a.id, a.label, show=a.footer) for a in actions(where) if a.keys]
+
+
+def views() -> dict[str, KeyAction]:
+    """The views `:` jumps to, by name ('keys', 'scopes' …), in the list's order."""
+    return {a.view: a for a in ACTIONS if a.view}
+
+
+def app_binding(action_id: str) -> Binding:
+    """The binding of one of the app's own actions ('app.jump'), for every screen."""
+    action = next(a for a in ACTIONS if a.id == action_id)
+    return Binding(action.keys, action.id, action.label, show=False)
 
 
 def by_id(where: Where) -> dict[str, KeyAction]:

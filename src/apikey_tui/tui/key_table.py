@@ -41,6 +41,7 @@ KEEP = 20 * CHUNK  # rows kept around the viewport before far ones are forgotten
 COUNT_AFTER = 0.3  # seconds of no typing before a filter's matches are counted
 _GAP = "  "
 _ELLIPSIS = "…"
+MARK = "*"  # a marked key's first cell (Space; bulk actions): ASCII, one cell in every terminal
 
 # In the order of triage: what a key is, what state it is in, when it stops or was last used;
 # then what it may do and how it is named elsewhere. Too narrow a terminal scrolls the columns
@@ -286,6 +287,8 @@ class KeyTable(ScrollView, can_focus=True):
         self._seen: dict[str, int] = {}  # longest owner, name, scopes seen: widths only grow
         self._pending: set[int] = set()  # chunk starts being read
         self._pinned_cells = 0  # width of the pinned part of a line
+        self.marked: frozenset[Identity] = frozenset()  # the keys the screen marked (MARK)
+        self._going_to: Identity | None = None  # select()'s key, until a window brings it
 
     # --- what the screen uses ---------------------------------------------------------------
 
@@ -323,6 +326,12 @@ class KeyTable(ScrollView, can_focus=True):
             self.rows[index], self.columns, self.clock(), absolute_times=self.absolute_times
         )
 
+    def select(self, identity: Identity) -> None:
+        """Read the table again with the cursor on the key identity (e.g. one just created);
+        a reload meanwhile follows that key, not the one under the cursor now."""
+        self._going_to = identity
+        self.reload()
+
     def bind(self, store: KeyStore, *, owner: str | None) -> None:
         """Show owner's keys (None: every owner's, with an owner column) from store."""
         self.store, self.clock = store, store.clock
@@ -357,7 +366,9 @@ class KeyTable(ScrollView, can_focus=True):
             return
         self._generation += 1
         self._pending.clear()
-        identity = self.selected_identity if follow else None
+        if not follow:
+            self._going_to = None  # a new filter or owner: the first row, as always
+        identity = self._going_to or (self.selected_identity if follow else None)
         self._read_first(self._generation, self.key_query, identity, self.cursor_row)
 
     # --- reading, off the event loop ----------------------------------------------------------
@@ -449,6 +460,7 @@ class KeyTable(ScrollView, can_focus=True):
         fresh = window.generation != self._shown
         if fresh:  # the first answer to a new question replaces the old rows at once
             self._rows, self._shown, self.total = {}, window.generation, None
+            self._going_to = None  # that question followed it: found, or hidden by a filter
         for i, key in enumerate(window.rows):
             self._rows[window.start + i] = key
             for column, value in (("owner", key.owner), ("name", key.name)):
@@ -559,10 +571,12 @@ class KeyTable(ScrollView, can_focus=True):
         state = None
         if kind != states.ACTIVE and index != self.cursor_row:  # the cursor keeps its colours
             state = self.get_component_rich_style(f"key-table--{kind}", partial=True)
-        cells = self._cells(
+        pinned, rest = self._cells(
             row_cells(key, self.columns, now, absolute_times=self.absolute_times), style, state
         )
-        return self._line(cells, style, left, width)
+        if (key.owner, key.name) in self.marked:  # the line's first cell is a blank: mark it
+            pinned = MARK + pinned[1:]
+        return self._line((pinned, rest), style, left, width)
 
     def _line(
         self, parts: tuple[str, list[tuple[str, Style]]], style: Style, left: int, width: int

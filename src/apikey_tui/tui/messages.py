@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from textual.message import Message
 
-from apikey_tui.store import CreatedKey, KeyInfo, ScopeInfo
+from apikey_tui.store import Batch, CreatedKey, KeyInfo, ScopeInfo
 
 
 @dataclass
@@ -39,6 +40,22 @@ class KeyLifecycleChanged(Message):
 
     key: KeyInfo
     note: str
+
+
+@dataclass
+class BatchDone(Message):
+    """A change to one or many keys committed (`KeyStore.disable_keys` …); note says what."""
+
+    batch: Batch = field(repr=False)  # a rotation's batch holds new secrets
+    note: str
+
+
+@dataclass
+class ValueRefused(Message):
+    """The store refused the value a dialog asked for (an expiry past the policy): ask again."""
+
+    reason: str
+    again: Callable[[str], None]  # reopens the dialog with what was typed and the reason
 
 
 @dataclass
@@ -92,8 +109,10 @@ class CatalogChanged(Message):
 
 @dataclass
 class ScopeRemovalRefused(Message):
-    """The catalog refused to remove a scope that keys still hold."""
+    """The catalog refused to remove a scope that keys still hold, or (reason "") the app did
+    not offer to, knowing keys hold it; holders may list only the first of total."""
 
     scope: str
     holders: list[str]
     reason: str
+    total: int | None = None

@@ -25,9 +25,11 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Answer(Generic[T]):
-    """What the admin confirmed: the parsed value (wrapped, so a value of 0 or '' is a yes)."""
+    """What the admin confirmed: the parsed value (wrapped, so a value of 0 or '' is a yes), and
+    the text it was read from (to ask again with it, should the store refuse the value)."""
 
     value: T
+    text: str = ""
 
 
 class AskValueDialog(ModalScreen[Answer[T] | None], Generic[T]):
@@ -46,11 +48,27 @@ class AskValueDialog(ModalScreen[Answer[T] | None], Generic[T]):
         value: str = "",
         placeholder: str = "",
         max_length: int = 0,
+        refused: str = "",
     ) -> None:
         super().__init__()
         self._title, self._body, self._prompt = title, body, prompt
         self._parse, self._confirm_label = parse, confirm_label
         self._value, self._placeholder, self._max_length = value, placeholder, max_length
+        self._refused = refused  # why the store refused this text last time, shown until edited
+
+    def again(self, text: str, refused: str) -> AskValueDialog[T]:
+        """This dialog once more, holding text and saying why the store refused it."""
+        return AskValueDialog(
+            self._title,
+            self._body,
+            prompt=self._prompt,
+            parse=self._parse,
+            confirm_label=self._confirm_label,
+            value=text,
+            placeholder=self._placeholder,
+            max_length=self._max_length,
+            refused=refused,
+        )
 
     @property
     def confirm_label(self) -> str:
@@ -80,15 +98,21 @@ class AskValueDialog(ModalScreen[Answer[T] | None], Generic[T]):
 
     def _answer(self) -> tuple[Answer[T] | None, str | None]:
         """(the parsed value, None) or (None, what is wrong)."""
+        text = self.query_one("#value", Input).value
         try:
-            return Answer(self._parse(self.query_one("#value", Input).value)), None
+            return Answer(self._parse(text), text), None
         except InvalidInputError as exc:
             return None, str(exc)
 
     @on(Input.Changed)
     def _revalidate(self) -> None:
         _, problem = self._answer()
-        self.query_one("#value-error", Static).update(literal(problem or ""))
+        # An empty box is not yet a mistake: the button waits, and nothing is shown in red.
+        text = self.query_one("#value", Input).value
+        if self._refused and text == self._value:  # the store's refusal, until it is edited
+            problem = problem or self._refused
+        empty = not text.strip()
+        self.query_one("#value-error", Static).update(literal("" if empty else problem or ""))
         self.query_one("#confirm", Button).disabled = problem is not None
 
     @on(Input.Submitted)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -42,13 +43,10 @@ class EditScopesDialog(ModalScreen[ScopeChange | None]):
         self._key, self._catalog = key, catalog
 
     def compose(self) -> ComposeResult:
-        key = self._key
         with Vertical(classes="dialog"):
-            yield Static(
-                literal(f"Scopes of key {key.name!r} of {key.owner}"), classes="dialog-title"
-            )
+            yield Static(literal(self._title()), classes="dialog-title")
             yield Static("Select only the APIs this key needs (Space toggles)", classes="label")
-            yield ScopePicker(self._catalog, key.scopes, id="scopes")
+            yield ScopePicker(self._catalog, self._key.scopes, id="scopes")
             yield Static("", id="scope-error", classes="error")
             with Horizontal(classes="buttons"):
                 yield Button("Save", variant="primary", id="save", disabled=True)
@@ -58,9 +56,16 @@ class EditScopesDialog(ModalScreen[ScopeChange | None]):
         self.query_one("#scopes", ScopePicker).focus()
         self.on_resize()
 
+    def _title(self) -> str:
+        return f"Scopes of key {self._key.name!r} of {self._key.owner}"
+
     def on_resize(self) -> None:
-        # Border 2, padding 2, title 2, label 2, scope error 1, buttons 4.
-        self.query_one("#scopes", ScopePicker).fit_to(self.app.size.height, 13)
+        # Border 2, padding 2, title 2, label 2, scope error 1, buttons 4; a long key name
+        # wraps the title onto more lines, and the picker gives them up (Save stays on screen).
+        title = self.query_one(".dialog-title", Static)
+        width = title.content_region.width or max(min(72, self.app.size.width) - 6, 1)
+        lines = len(Text(self._title()).wrap(self.app.console, width))
+        self.query_one("#scopes", ScopePicker).fit_to(self.app.size.height, 12 + lines)
 
     def _chosen(self) -> tuple[str, ...]:
         return self.query_one("#scopes", ScopePicker).selected

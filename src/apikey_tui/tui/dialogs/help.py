@@ -38,6 +38,7 @@ _KEY_NAMES = {
     "escape": "Escape",
     "enter": "Enter",
     "space": "Space",
+    "colon": ":",
     "tab": "Tab",
     "slash": "/",
     "question_mark": "?",
@@ -116,7 +117,11 @@ class Section:
     def rows(self) -> list[Row]:
         """The actions, one row per other binding, then the extras; same text: one row."""
         listed = by_id(self.where) if self.where is not None else {}
-        rows = [(key_text(Binding(a.keys, a.id)), a.description) for a in listed.values()]
+        # a view reached only by the `:` jump shows as what to type (':keys')
+        rows = [
+            (key_text(Binding(a.keys or f":{a.view}", a.id)), a.description)
+            for a in listed.values()
+        ]
         rows += [
             (key_text(binding), TEXTS.get((owner.__name__, binding.action), binding.description))
             for owner in self.owners

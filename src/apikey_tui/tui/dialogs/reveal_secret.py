@@ -45,10 +45,11 @@ def _tmux_set_clipboard() -> str:
         return "unknown"
 
 
-def copy_note(env: Mapping[str, str] | None = None) -> CopyNote:
+def copy_note(env: Mapping[str, str] | None = None, *, again: str = "c") -> CopyNote:
     """Say where an OSC 52 copy goes from here: there is no success signal, so say one true thing.
 
     Never "copied" when it may not have been: OSC 52 only asks the terminal to set its clipboard.
+    again: the key that copies again (the reveal's c; the key table's y or Y).
     """
     env = os.environ if env is None else env
     if env.get("TMUX"):
@@ -62,8 +63,8 @@ def copy_note(env: Mapping[str, str] | None = None) -> CopyNote:
         if setting in ("external", "off"):
             return CopyNote(
                 f"Not copied: tmux (set-clipboard {setting}) drops clipboard requests from "
-                "programs. Run 'tmux set -g set-clipboard on' and press c again, or select "
-                "the key with the mouse.",
+                f"programs. Run 'tmux set -g set-clipboard on' and press {again} again, or "
+                "select it with the mouse.",
                 can_arrive=False,
             )
         return CopyNote(

@@ -7,10 +7,11 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import DataTable, Input, Static
 
 from apikey_tui.names import printable
 from apikey_tui.store import LEAK_EVENT, Event, KeyStore
+from apikey_tui.tui.fitting_footer import FittingFooter
 from apikey_tui.tui.screens.key_detail import actor_text
 from apikey_tui.tui.screens.live import LiveScreen
 from apikey_tui.tui.screens.scope_catalog import clip
@@ -64,7 +65,7 @@ class AuditTrailScreen(LiveScreen[list[Event]]):
         yield table
         yield Static("", id="event-full")
         yield Static("", id="status")
-        yield Footer()
+        yield FittingFooter()
 
     def on_mount(self) -> None:
         super().on_mount()

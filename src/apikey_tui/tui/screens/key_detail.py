@@ -10,13 +10,14 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.content import Content
 from textual.message import Message
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from apikey_tui.errors import ApiKeyError, KeyNotFoundError
 from apikey_tui.names import printable
 from apikey_tui.store import Event, KeyDetail, KeyInfo, KeyStore, Leak, ScopeInfo, states
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.edit_scopes import EditScopesDialog, ScopeChange
+from apikey_tui.tui.fitting_footer import FittingFooter
 from apikey_tui.tui.key_actions import DETAIL, bindings
 from apikey_tui.tui.messages import KeyRescoped, KeyVanished
 from apikey_tui.tui.screens.live import LiveScreen
@@ -116,7 +117,8 @@ class KeyDetailScreen(LiveScreen[DetailData]):
 
     def compose(self) -> ComposeResult:
         key = self.key
-        yield self.context_line(f"Key {key.name} · owner: {key.owner}")
+        # Owner first: a narrow line cuts the name (shown whole below), never the owner.
+        yield self.context_line(f"Key of {key.owner}: {key.name}")
         with VerticalScroll(id="detail-top"):
             yield Static("Loading…", id="detail-fields")
             yield Static("Scopes", classes="section")
@@ -126,7 +128,7 @@ class KeyDetailScreen(LiveScreen[DetailData]):
         table.add_columns("When", "Action", "Actor", "Detail")
         yield table
         yield Static("", id="status")
-        yield Footer()
+        yield FittingFooter()
 
     # --- reading ------------------------------------------------------------------------------
 
@@ -298,3 +300,9 @@ class KeyDetailScreen(LiveScreen[DetailData]):
 
     def action_set_expiry(self) -> None:
         self._act_on_current("set_expiry")
+
+    def action_copy_name(self) -> None:
+        self._act_on_current("copy_name")
+
+    def action_copy_public_id(self) -> None:
+        self._act_on_current("copy_public_id")

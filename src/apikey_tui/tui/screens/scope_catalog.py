@@ -7,13 +7,14 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.message import Message
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from apikey_tui.errors import ScopeInUseError
 from apikey_tui.names import printable
 from apikey_tui.store import KeyStore, ScopeUsage
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.scope_form import ScopeEdit, ScopeFormDialog
+from apikey_tui.tui.fitting_footer import FittingFooter
 from apikey_tui.tui.messages import CatalogChanged, ScopeRemovalRefused
 from apikey_tui.tui.screens.live import LiveScreen
 from apikey_tui.tui.session import Session
@@ -27,16 +28,17 @@ def clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
 
 
-def holders_sentence(scope: str, holders: list[str]) -> str:
-    """'Scope 'x' is held by 3 keys: a/b, a/c, d/e. Remove it from them first.'"""
+def holders_sentence(scope: str, holders: list[str], total: int | None = None) -> str:
+    """'Scope 'x' is held by 3 keys: a/b, a/c, d/e. Remove it from them first.'
+
+    total: how many keys hold it, when holders lists only the first of them.
+    """
+    total = len(holders) if total is None else max(total, len(holders))
     shown = ", ".join(holders[:_SHOWN_HOLDERS])
-    if len(holders) > _SHOWN_HOLDERS:
-        shown += f" and {len(holders) - _SHOWN_HOLDERS:,} more"
-    noun = "key" if len(holders) == 1 else "keys"
-    return (
-        f"Scope {scope!r} is held by {len(holders):,} {noun}: {shown}. "
-        "Remove it from those keys first."
-    )
+    if total > _SHOWN_HOLDERS:
+        shown += f" and {total - _SHOWN_HOLDERS:,} more"
+    noun = "key" if total == 1 else "keys"
+    return f"Scope {scope!r} is held by {total:,} {noun}: {shown}. Remove it from those keys first."
 
 
 class ScopeCatalogScreen(LiveScreen[list[ScopeUsage]]):
@@ -62,7 +64,7 @@ class ScopeCatalogScreen(LiveScreen[list[ScopeUsage]]):
         yield table
         yield Static("", id="scope-description")
         yield Static("", id="status")
-        yield Footer()
+        yield FittingFooter()
 
     def read_store(self, store: KeyStore) -> list[ScopeUsage]:
         return store.scope_usage()
@@ -163,10 +165,10 @@ class ScopeCatalogScreen(LiveScreen[list[ScopeUsage]]):
             return
         name = scope.name
         if scope.keys:
-            held = f"{scope.keys:,} key{'s' if scope.keys != 1 else ''} held it when last read"
-            body = f"{held}: the catalog refuses to remove a scope that keys hold."
-        else:
-            body = "No key holds it. A key can no longer be given this scope."
+            # Not offered: the catalog would refuse. Say so, naming the keys (read now).
+            self.run_store(lambda store: self._held(store, name), f"Read the holders of {name!r}")
+            return
+        body = "No key holds it. A key can no longer be given this scope."
         dialog = ConfirmDialog(f"Remove scope {name!r} from the catalog?", body, "Remove")
 
         def answered(yes: bool | None) -> None:
@@ -174,6 +176,12 @@ class ScopeCatalogScreen(LiveScreen[list[ScopeUsage]]):
                 self.run_store(lambda store: self._remove(store, name), f"Remove scope {name!r}")
 
         self.app.push_screen(dialog, answered)
+
+    @staticmethod
+    def _held(store: KeyStore, name: str) -> Message:
+        held = store.scope_holders(name, limit=_SHOWN_HOLDERS)
+        usage = {u.name: u.keys for u in store.scope_usage()}
+        return ScopeRemovalRefused(name, held, "", total=usage.get(name, len(held)))
 
     @staticmethod
     def _remove(store: KeyStore, name: str) -> Message:
@@ -185,8 +193,9 @@ class ScopeCatalogScreen(LiveScreen[list[ScopeUsage]]):
 
     def on_scope_removal_refused(self, message: ScopeRemovalRefused) -> None:
         message.stop()
-        self._refusal = holders_sentence(message.scope, message.holders)
-        self.notify(self._refusal, title="Not removed", severity="error", markup=False)
+        self._refusal = holders_sentence(message.scope, message.holders, message.total)
+        title = "Not removed" if message.reason else "Cannot be removed"
+        self.notify(self._refusal, title=title, severity="error", markup=False)
         self.reload()
 
     def on_catalog_changed(self, message: CatalogChanged) -> None:

@@ -1,0 +1,194 @@
+"""Bulk key commands: many keys in one transaction under one audit batch id, and their undo.
+
+Each command names the keys as the admin saw them (owner, name and public id): if any of them
+was recreated, deleted or changed state meanwhile, the whole batch is refused and nothing is
+done. Every event of a batch carries the same batch id (`audit.new_batch`), and every id the
+batch touched reaches the change log in the same transaction (through `audit.record`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sqlmodel import Session, col, delete
+
+from apikey_tui.db.models import KeyScopeRow
+from apikey_tui.errors import InvalidInputError, KeyStateError
+from apikey_tui.names import Expiry, check_reason
+from apikey_tui.store import audit, lifecycle
+from apikey_tui.store.context import StoreContext
+from apikey_tui.store.records import key_row, read_info
+from apikey_tui.store.types import CreatedKey, KeyInfo
+
+BULK_MAX = 1000  # keys one batch may touch: one transaction holds every row's lock
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What one bulk command did: its id, each key before and after, in the order given.
+
+    id is None for a batch of one key (a plain change). A deleted key's after is the key as it
+    was deleted; a rotation's after holds the new public ids (created holds the new secrets,
+    shown once). Undoing a batch restores each key's before (`restore`).
+    """
+
+    id: str | None
+    action: str
+    before: tuple[KeyInfo, ...]
+    after: tuple[KeyInfo, ...]
+    created: tuple[CreatedKey, ...] = ()
+
+
+Step = Callable[[Session, KeyInfo, str | None], KeyInfo]
+
+
+def _run(ctx: StoreContext, action: str, keys: Sequence[KeyInfo], step: Step) -> Batch:
+    """Run step on every key in one write transaction, under one new batch id.
+
+    Each key's before is read in the transaction, under its row lock, so an undo restores what
+    the key really was, not what the caller last saw. A batch of one key is a plain change: its
+    event carries no batch id (the single-key commands use this for their undo).
+    """
+    if not keys:
+        raise InvalidInputError("no keys were given; nothing was done")
+    if len(keys) > BULK_MAX:
+        raise InvalidInputError(f"at most {BULK_MAX} keys at once; nothing was done")
+    if len({(k.owner, k.name) for k in keys}) != len(keys):
+        raise InvalidInputError("a key was given twice; nothing was done")
+    batch = audit.new_batch() if len(keys) > 1 else None
+    before: list[KeyInfo] = []
+    after: list[KeyInfo] = []
+    with ctx.session(write=True) as session:
+        for key in keys:
+            row = key_row(session, key.owner, key.name, lock=True, expected_public_id=key.public_id)
+            before.append(read_info(session, row, ctx.clock()))
+            after.append(step(session, key, batch))
+        session.commit()
+    return Batch(batch, action, tuple(before), tuple(after))
+
+
+def disable(ctx: StoreContext, keys: Sequence[KeyInfo], reason: str) -> Batch:
+    """Disable every key (refused whole if one is already disabled)."""
+    check_reason(reason)
+    return _run(
+        ctx,
+        "disable",
+        keys,
+        lambda s, k, b: lifecycle.disable_in(ctx, s, k.owner, k.name, reason, k.public_id, b),
+    )
+
+
+def enable(ctx: StoreContext, keys: Sequence[KeyInfo]) -> Batch:
+    """Enable every key (refused whole if one is not disabled)."""
+    return _run(
+        ctx,
+        "enable",
+        keys,
+        lambda s, k, b: lifecycle.enable_in(ctx, s, k.owner, k.name, k.public_id, b),
+    )
+
+
+def set_expiry(ctx: StoreContext, keys: Sequence[KeyInfo], expires: Expiry) -> Batch:
+    """Set every key's expiry, each held to the lifetime policy (one refusal refuses all)."""
+    return _run(
+        ctx,
+        "set expiry",
+        keys,
+        lambda s, k, b: lifecycle.set_expiry_in(ctx, s, k.owner, k.name, expires, k.public_id, b),
+    )
+
+
+def end_grace(ctx: StoreContext, keys: Sequence[KeyInfo]) -> Batch:
+    """End every key's grace (refused whole if one has no previous secret in grace)."""
+    return _run(
+        ctx,
+        "end grace",
+        keys,
+        lambda s, k, b: lifecycle.end_grace_in(ctx, s, k.owner, k.name, k.public_id, b),
+    )
+
+
+def delete_keys(ctx: StoreContext, keys: Sequence[KeyInfo]) -> Batch:
+    """Delete every key; after holds each key as it was deleted."""
+    return _run(
+        ctx,
+        "delete",
+        keys,
+        lambda s, k, b: lifecycle.delete_in(ctx, s, k.owner, k.name, k.public_id, b),
+    )
+
+
+def rotate(ctx: StoreContext, keys: Sequence[KeyInfo], grace: timedelta) -> Batch:
+    """Rotate every key with the same grace; created holds each new secret, shown once.
+
+    The secrets are hashed before the transaction (argon2 must not hold the write lock).
+    """
+    lifecycle.check_grace(grace)
+    secrets = {(k.owner, k.name): lifecycle.new_secret(ctx) for k in keys}
+    created: list[CreatedKey] = []
+
+    def step(session: Session, key: KeyInfo, batch: str | None) -> KeyInfo:
+        new = lifecycle.rotate_in(
+            ctx,
+            session,
+            key.owner,
+            key.name,
+            grace,
+            None,
+            key.public_id,
+            secrets[(key.owner, key.name)],
+            action="key.rotate",
+            batch=batch,
+        )
+        created.append(new)
+        return new.info
+
+    done = _run(ctx, "rotate", keys, step)
+    return Batch(done.id, done.action, done.before, done.after, tuple(created))
+
+
+def _same(now: KeyInfo, then: KeyInfo) -> bool:
+    """Whether a key still holds what a batch left it with (what an undo would overwrite)."""
+    return (
+        now.public_id == then.public_id
+        and now.scopes == then.scopes
+        and now.expires_at == then.expires_at
+        and now.disabled_at == then.disabled_at
+        and now.disabled_reason == then.disabled_reason
+    )
+
+
+def restore(ctx: StoreContext, done: Batch) -> Batch:
+    """Undo a batch: put back each key's expiry, disabled state and scopes exactly as before.
+
+    One transaction, one new batch id; each key gets a key.restore event naming the batch it
+    undoes. Refused whole (KeyStateError) if a key changed since the batch: an undo must
+    never overwrite someone else's later change. Deletions and rotations cannot be undone.
+    """
+    if done.action in ("delete", "rotate"):
+        raise InvalidInputError(f"a {done.action} cannot be undone; nothing was done")
+    then = {(k.owner, k.name): k for k in done.after}
+
+    def step(session: Session, key: KeyInfo, batch: str | None) -> KeyInfo:
+        row = key_row(session, key.owner, key.name, lock=True, expected_public_id=key.public_id)
+        if not _same(read_info(session, row, ctx.clock()), then[(key.owner, key.name)]):
+            raise KeyStateError(
+                f"key {key.name!r} of {key.owner} changed after the {done.action}; "
+                "nothing was undone"
+            )
+        row.expires_at = key.expires_at
+        row.disabled_at, row.disabled_reason = key.disabled_at, key.disabled_reason
+        session.add(row)
+        assert row.id is not None
+        session.exec(delete(KeyScopeRow).where(col(KeyScopeRow.key_id) == row.id))
+        session.add_all(KeyScopeRow(key_id=row.id, scope=s) for s in key.scopes)
+        session.flush()
+        info = read_info(session, row, ctx.clock())
+        undone = f"batch {done.id}" if done.id is not None else "the change"
+        detail = f"undoes {undone} ({done.action})"
+        audit.record(ctx, session, "key.restore", info, detail=detail, batch=batch)
+        return info
+
+    return _run(ctx, "undo", done.before, step)
