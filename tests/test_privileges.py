@@ -64,7 +64,7 @@ def test_granted_role_verifies_and_records_use(
     created = admin_store.create_key("alice", "svc", ["project"])
     code, out, err = _grant(capsys, postgres_url, role)
     assert code == 0 and "Granted to" in err and "warning" not in err
-    assert out.count("GRANT ") == 3 and "UPDATE (last_used_at) ON TABLE" in out
+    assert out.count("GRANT ") == 4 and "UPDATE (last_used_at) ON TABLE" in out
     verifier = Verifier.from_url(_as(role, postgres_url), hasher=CHEAP)
     try:
         caller = verifier.verify("ApiKey " + created.plaintext, ["project"])
@@ -134,6 +134,7 @@ def test_grant_without_apply_prints_the_sql_and_changes_nothing(
         f"{schema}.apikey_tui_change, "
         f"{schema}.apikey_tui_meta, {schema}.apikey_tui_alembic_version TO {role};",
         f"GRANT UPDATE (last_used_at) ON TABLE {schema}.apikey_tui_key TO {role};",
+        f"GRANT INSERT ON TABLE {schema}.apikey_tui_usage TO {role};",
     ]
     with (
         psycopg.connect(_libpq(_as(role, postgres_url))) as conn,

@@ -318,7 +318,7 @@ class Verifier:
         if self._ready:
             return
         try:
-            ensure_schema(self._engine, create=False)
+            ensure_schema(self._engine, create=False, verifier=True)
         except (StoreUnavailableError, SchemaVersionError) as exc:
             log.warning("API keys cannot be checked: %s", exc)
             raise VerifierUnavailableError() from None
