@@ -161,6 +161,14 @@ class ChangeRow(Base, table=True):
 USAGE_ALLOWED, USAGE_FORBIDDEN, USAGE_WRONG_SECRET = 0, 1, 2  # UsageTable.c.kind
 MINUTE, HOUR, DAY = 1, 60, 1440  # UsageTable.c.span, in minutes
 USAGE_SCOPE_MAX = 255  # a 403's missing scopes, space-separated, are cut to this
+USAGE_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def usage_minute(moment: datetime) -> int:
+    """The usage table's period key of a moment: whole minutes since 1970-01-01 UTC."""
+    return int((moment - USAGE_EPOCH).total_seconds()) // 60
+
+
 UsageTable = Table(
     "apikey_tui_usage",
     Base.metadata,

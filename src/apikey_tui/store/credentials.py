@@ -6,7 +6,7 @@ trail; the verifier imports nothing else of the store.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -16,13 +16,19 @@ from sqlalchemy import select as sa_select
 from sqlmodel import col
 
 from apikey_tui.clock import Clock, system_clock
-from apikey_tui.db.models import KeyRow
+from apikey_tui.db import WRITE, database_errors
+from apikey_tui.db.models import KeyRow, UsageTable
 from apikey_tui.hashing import SecretHasher
 from apikey_tui.store import change_log
 from apikey_tui.store.change_log import Change as Change  # the verifier's view of a change
 from apikey_tui.store.context import StoreContext
 from apikey_tui.store.records import INFO_COLUMNS, KEY_TABLE, SCOPE_TABLE, in_grace, key_info
 from apikey_tui.store.types import Actor, KeyInfo
+
+# A flush of usage counts is multi-row INSERTs of this many rows (6 values a row stays under
+# SQLite's 32,766 and PostgreSQL's 65,535 bound parameters), in one transaction.
+USAGE_ROWS_PER_INSERT = 5000
+_USAGE_COLUMNS = ", ".join(c.name for c in UsageTable.columns)
 
 # PostgreSQL: every recorded change also NOTIFYs this channel in its own transaction, so
 # verifiers on every host hear of it at commit (and never before: a rolled-back change is silent).
@@ -166,6 +172,33 @@ class CredentialReads(StoreContext):
                 statement, [{"pid": pid, "at": at} for pid, at in used.items()]
             )
             session.commit()
+
+    def record_usage(self, rows: Sequence[tuple[str, int, int, int, str, int]]) -> None:
+        """Append usage rows (public_id, minute, span, kind, scope, requests), all or none.
+
+        Insert-only (the verifier's role may do nothing else with the table) and never in the
+        change log: counts are no change to a key. One transaction, so a failed flush is retried
+        whole and a count is never written twice.
+        """
+        if not rows:
+            return
+        engine = self.engine
+        if engine.dialect.name == "postgresql":  # the verifier's engine reads in autocommit
+            engine = engine.execution_options(isolation_level="READ COMMITTED")
+        else:
+            engine = engine.execution_options(**WRITE)
+        mark = "?" if engine.dialect.paramstyle == "qmark" else "%s"
+        one = "(" + ", ".join([mark] * 6) + ")"
+        with database_errors(engine), engine.begin() as conn:
+            for start in range(0, len(rows), USAGE_ROWS_PER_INSERT):
+                chunk = rows[start : start + USAGE_ROWS_PER_INSERT]
+                values = ", ".join([one] * len(chunk))
+                flat = tuple(value for row in chunk for value in row)
+                conn.exec_driver_sql(
+                    # Only placeholders are joined in; every value is a bound parameter.
+                    f"INSERT INTO {UsageTable.name} ({_USAGE_COLUMNS}) VALUES {values}",  # noqa: S608
+                    flat,
+                )
 
 
 def credential_source(
