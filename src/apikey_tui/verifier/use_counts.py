@@ -143,7 +143,8 @@ class UseCounts:
             counted = 0
             for (public_id, required), n in allowed.items():
                 counted += n
-                for scope in set(required) or ("",):  # '' : a check that required no scope
+                # '' counts every allowed request once, whatever (and however many) it needed.
+                for scope in {"", *required}:
                     entry = (public_id, minute, USAGE_ALLOWED, scope)
                     rows[entry] = rows.get(entry, 0) + n
             for (public_id, kind, scope), n in refused.items():
@@ -163,7 +164,7 @@ class UseCounts:
                 self._keep(rows)
                 return
             self.flush_seconds.observe(time.monotonic() - started)
-            self.flushed += sum(rows.values())
+            self.flushed += _requests(rows)
             if self._failing:
                 log.warning("recording API key usage works again")
             self._failing = False
@@ -172,7 +173,7 @@ class UseCounts:
         """Keep unwritten rows for the next round, at most `limit` of them (the rest dropped)."""
         if len(rows) > self._limit:
             kept = dict(list(rows.items())[: self._limit])
-            self.dropped += sum(rows.values()) - sum(kept.values())
+            self.dropped += _requests(rows) - _requests(kept)
             rows = kept
         self._unwritten = rows
 
@@ -180,7 +181,7 @@ class UseCounts:
         """Requests counted and not yet written (held in memory)."""
         with self._lock:
             held = sum(self._allowed.values()) + sum(self._refused.values())
-        return held + sum(self._unwritten.values())
+        return held + _requests(self._unwritten)
 
     def close(self) -> None:
         """Stop the thread and write what is counted (what still cannot be written is dropped)."""
@@ -188,8 +189,13 @@ class UseCounts:
         if self._thread is not None:
             self._thread.join(timeout=5)
         self.flush()
-        lost = sum(self._unwritten.values())
+        lost = _requests(self._unwritten)
         if lost:
             self.dropped += lost
             self._unwritten = {}
             log.warning("%d API key uses could not be recorded before closing", lost)
+
+
+def _requests(rows: dict[tuple[str, int, int, str], int]) -> int:
+    """How many requests rows stand for: each has exactly one row of scope '' or one refusal."""
+    return sum(n for (_p, _m, kind, scope), n in rows.items() if kind or not scope)
