@@ -199,3 +199,31 @@ def test_grants_need_this_releases_schema(
     code = main(["--database-url", postgres_url, "db", "grant-verifier", role])
     out, err = capsys.readouterr()
     assert (code, out) == (1, "") and "no apikey-tui tables yet" in err
+
+
+def test_granted_role_records_usage_and_can_do_nothing_else_with_it(
+    postgres_url: str, role: str, admin_store: KeyStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The verifier role appends usage counts (read back by the admin) but cannot read, change,
+    delete or empty the usage table."""
+    created = admin_store.create_key("alice", "svc", ["project"])
+    assert _grant(capsys, postgres_url, role)[0] == 0
+    verifier = Verifier.from_url(_as(role, postgres_url), hasher=CHEAP)
+    try:
+        for _ in range(3):
+            verifier.verify("ApiKey " + created.plaintext, ["project"])
+    finally:
+        verifier.close()
+    assert verifier.stats.snapshot()["usage_flushed"] == 3
+    assert admin_store.key_usage("alice", "svc").requests == 3
+    for statement in (
+        "SELECT * FROM apikey_tui_usage",
+        "UPDATE apikey_tui_usage SET requests = 0",
+        "DELETE FROM apikey_tui_usage",
+        "TRUNCATE apikey_tui_usage",
+    ):
+        with (
+            psycopg.connect(_libpq(_as(role, postgres_url))) as conn,
+            pytest.raises(errors.InsufficientPrivilege),
+        ):
+            conn.execute(statement.encode())

@@ -262,3 +262,33 @@ def test_db_compact_cli_is_quiet_when_there_is_nothing_to_do(
     assert capsys.readouterr().out == ""
     assert main(["--database-url", database_url, "db", "compact", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["into_hours"] == 0
+
+
+@pytest.mark.slow
+def test_two_writers_and_compaction_at_once_lose_no_count(
+    database_url: str, admin: KeyStore
+) -> None:
+    """Two processes append old minutes while `compact` runs again and again: the sum is exact."""
+    created = admin.create_key("alice", "svc", ["project"])
+    rounds = 150
+    old = usage_minute(admin.clock()) - 3 * 24 * 60  # past 48 h: compacted as it arrives
+    context = multiprocessing.get_context("spawn")
+    workers = [
+        context.Process(
+            target=usage_workers.append,
+            args=(database_url, created.info.public_id, rounds, old),
+        )
+        for _ in "ab"
+    ]
+    for worker in workers:
+        worker.start()
+    compactions = 0
+    while any(w.is_alive() for w in workers):
+        admin.compact_usage()
+        compactions += 1
+    for worker in workers:
+        worker.join(timeout=60)
+        assert worker.exitcode == 0
+    admin.compact_usage()
+    assert compactions > 1
+    assert admin.key_usage("alice", "svc", timedelta(days=5)).requests == 2 * rounds

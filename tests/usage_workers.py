@@ -29,3 +29,14 @@ def verify(url: str, plaintext: str, n: int, m: int, w: int) -> None:
         except InvalidKeyError:
             pass
     verifier.close()
+
+
+def append(url: str, public_id: str, rounds: int, minute: int) -> None:
+    """Append `rounds` batches of one request each at `minute`, as a verifier's flush does."""
+    from apikey_tui.db import make_engine
+    from apikey_tui.store.credentials import credential_source
+
+    source = credential_source(make_engine(url))
+    for i in range(rounds):
+        source.record_usage([(public_id, minute - i % 300, 1, 0, "", 1)])
+    source.close()
