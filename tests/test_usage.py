@@ -82,6 +82,19 @@ def test_counts_are_exact_after_close(
     assert data["scopes"][1] == {"scope": "serving", "requests": 0, "last_used": None}
     assert data["forbidden"] == [{"missing": ["admin"], "requests": M}]
     assert data["wrong_secret"] == W
+    view = admin.usage_overview()
+    svc = ("svc", N, M, W, (((("admin",), M)),))
+    for listed in (view.busiest, view.forbidden, view.wrong_secret):
+        assert [
+            (
+                a.name,
+                a.allowed,
+                a.forbidden,
+                a.wrong_secret,
+                tuple((f.missing, f.requests) for f in a.missing),
+            )
+            for a in listed
+        ] == [svc]
     stats = verifier.stats.snapshot()
     assert stats["usage_recorded"] == stats["usage_flushed"] == N + M + W
     assert stats["usage_dropped"] == 0
@@ -170,6 +183,7 @@ def test_compaction_keeps_every_answer(keys: KeyStore, clock: FakeClock) -> None
         minute = now - minutes_ago
         rows.append((pid, minute, MINUTE, USAGE_ALLOWED, "", 2))
         rows.append((pid, minute, MINUTE, USAGE_ALLOWED, "project", 2))
+        rows.append((pid, minute, MINUTE, USAGE_ALLOWED, "project serving", 1))
         rows.append((pid, minute, MINUTE, 1, "admin", 1))
         rows.append((pid, minute, MINUTE, 2, "", 1))
     _rows(keys, rows)
@@ -193,7 +207,9 @@ def test_compaction_keeps_every_answer(keys: KeyStore, clock: FakeClock) -> None
         spans = set(conn.execute(text("SELECT DISTINCT span FROM apikey_tui_usage")).scalars())
     assert spans == {MINUTE, HOUR, DAY}
     first = usage_minute(before[0].since)
-    assert before[0].requests == 2 * len([r for r in rows if r[3:5] == (0, "") and r[1] >= first])
+    windowed = [r for r in rows if r[3] == USAGE_ALLOWED and r[1] >= first]
+    assert before[0].requests == sum(r[5] for r in windowed)
+    assert [s.requests for s in before[0].scopes] == [3 * len(windowed) // 3, len(windowed) // 3]
 
 
 def test_compaction_deletes_what_is_past_the_retention(keys: KeyStore, clock: FakeClock) -> None:

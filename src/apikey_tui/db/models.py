@@ -16,6 +16,7 @@ from sqlalchemy import (
     SmallInteger,
     String,
     Table,
+    Text,
     UniqueConstraint,
 )
 from sqlalchemy.orm import registry
@@ -160,7 +161,6 @@ class ChangeRow(Base, table=True):
 # `db compact` rolls minutes into hours and hours into days in one transaction.
 USAGE_ALLOWED, USAGE_FORBIDDEN, USAGE_WRONG_SECRET = 0, 1, 2  # UsageTable.c.kind
 MINUTE, HOUR, DAY = 1, 60, 1440  # UsageTable.c.span, in minutes
-USAGE_SCOPE_MAX = 255  # a 403's missing scopes, space-separated, are cut to this
 USAGE_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -178,9 +178,11 @@ UsageTable = Table(
     Column("minute", Integer, nullable=False),
     Column("span", SmallInteger, nullable=False),  # MINUTE, HOUR or DAY
     Column("kind", SmallInteger, nullable=False),  # USAGE_ALLOWED, _FORBIDDEN, _WRONG_SECRET
-    # allowed: the scope the check required; forbidden: the missing scopes, space-separated;
-    # wrong secret: ''.
-    Column("scope", String(USAGE_SCOPE_MAX), nullable=False),
+    # allowed: the scopes the check required, sorted and space-separated ('' for none: one row
+    # per request counts it once, however many scopes it needed); forbidden: the missing
+    # scopes, likewise; wrong secret: ''. Unbounded text: a list cut short could make a scope
+    # that is needed look unused.
+    Column("scope", Text, nullable=False),
     Column("requests", BigInteger().with_variant(Integer, "sqlite"), nullable=False),
     Index("ix_apikey_tui_usage_key", "public_id", "minute"),
     Index("ix_apikey_tui_usage_minute", "minute"),

@@ -25,10 +25,15 @@ from apikey_tui.store.context import StoreContext
 from apikey_tui.store.records import INFO_COLUMNS, KEY_TABLE, SCOPE_TABLE, in_grace, key_info
 from apikey_tui.store.types import Actor, KeyInfo
 
-# A flush of usage counts is multi-row INSERTs of this many rows (6 values a row stays under
-# SQLite's 32,766 and PostgreSQL's 65,535 bound parameters), in one transaction.
+# A flush of usage counts on SQLite is multi-row INSERTs of this many rows (6 values a row stays
+# under its 32,766 bound parameters), in one transaction; on PostgreSQL one INSERT of arrays.
 USAGE_ROWS_PER_INSERT = 5000
 _USAGE_COLUMNS = ", ".join(c.name for c in UsageTable.columns)
+_USAGE_UNNEST = (
+    f"INSERT INTO {UsageTable.name} ({_USAGE_COLUMNS}) "  # noqa: S608 (constants only)
+    "SELECT * FROM unnest(%s::text[], %s::int[], %s::smallint[], %s::smallint[], %s::text[], "
+    "%s::bigint[])"
+)
 
 # PostgreSQL: every recorded change also NOTIFYs this channel in its own transaction, so
 # verifiers on every host hear of it at commit (and never before: a rolled-back change is silent).
@@ -187,9 +192,14 @@ class CredentialReads(StoreContext):
             engine = engine.execution_options(isolation_level="READ COMMITTED")
         else:
             engine = engine.execution_options(**WRITE)
-        mark = "?" if engine.dialect.paramstyle == "qmark" else "%s"
-        one = "(" + ", ".join([mark] * 6) + ")"
         with database_errors(engine), engine.begin() as conn:
+            if conn.dialect.name == "postgresql":
+                # One statement of six arrays, however many rows: psycopg parses a statement of
+                # thousands of placeholders slower than the server inserts its rows.
+                columns = [list(column) for column in zip(*rows, strict=True)]
+                conn.exec_driver_sql(_USAGE_UNNEST, tuple(columns))
+                return
+            one = "(" + ", ".join(["?"] * 6) + ")"
             for start in range(0, len(rows), USAGE_ROWS_PER_INSERT):
                 chunk = rows[start : start + USAGE_ROWS_PER_INSERT]
                 values = ", ".join([one] * len(chunk))

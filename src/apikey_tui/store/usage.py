@@ -279,33 +279,27 @@ def key_usage(
         ).all()
         series = conn.execute(
             select(U.minute, U.kind, func.sum(U.requests))
-            .where(
-                U.public_id.in_(ids),
-                U.minute >= min(first, hour_start),
-                or_(U.kind != USAGE_ALLOWED, U.scope == ""),
-            )
+            .where(U.public_id.in_(ids), U.minute >= min(first, hour_start))
             .group_by(U.minute, U.kind)
         ).all()
     info = key_info(row, scopes, now)
-    allowed: dict[str, tuple[int, int | None]] = {}
+    counts: dict[str, int] = dict.fromkeys(scopes, 0)
+    newest: dict[str, int] = {}
     forbidden: list[ForbiddenUse] = []
     requests = wrong = 0
-    for kind, scope, in_window, newest in totals:
+    for kind, scope_set, in_window, latest in totals:
         in_window = int(in_window or 0)
-        if kind == USAGE_ALLOWED and scope == "":
-            requests = in_window
-        elif kind == USAGE_ALLOWED:
-            allowed[scope] = (in_window, newest)
+        if kind == USAGE_ALLOWED:
+            requests += in_window
+            for scope in scope_set.split():  # a request counts under every scope it needed
+                counts[scope] = counts.get(scope, 0) + in_window
+                newest[scope] = max(newest.get(scope, latest), latest)
         elif kind == USAGE_FORBIDDEN and in_window:
-            forbidden.append(ForbiddenUse(tuple(scope.split()), in_window))
+            forbidden.append(ForbiddenUse(tuple(scope_set.split()), in_window))
         elif kind == USAGE_WRONG_SECRET:
             wrong += in_window
     uses = tuple(
-        ScopeUse(
-            scope,
-            allowed.get(scope, (0, None))[0],
-            moment_of(newest) if (newest := allowed.get(scope, (0, None))[1]) is not None else None,
-        )
+        ScopeUse(scope, counts[scope], moment_of(newest[scope]) if scope in newest else None)
         for scope in scopes
     )
     forbidden.sort(key=lambda f: (-f.requests, f.missing))
@@ -346,37 +340,42 @@ def overview(
 ) -> UsageOverview:
     """The busiest keys, the keys refused with 403 and those given wrong secrets, in the window.
 
-    Each list is one grouped query over the window's rows (the minute index), then one read
-    of the few keys named; the cost follows the traffic in the window, not the number of keys.
-    A count under an id no key holds any more (deleted, or a previous id dropped) is left out.
+    One grouped query over the window's rows (the minute index), then one read of the few
+    keys named; the cost follows the traffic in the window, not the number of keys. A count
+    under an id no key holds any more (deleted, or a previous id dropped) is left out.
     """
     now = ctx.clock()
     since = window_start(now, window)
     first = minute_of(since)
-    lists: dict[int, list[tuple[str, int]]] = {}
+    counts: dict[tuple[str, int], int] = {}
     with database_errors(ctx.engine), ctx.engine.connect() as conn:
+        query = (
+            select(U.public_id, U.kind, func.sum(U.requests))
+            .where(U.minute >= first)
+            .group_by(U.public_id, U.kind)
+            # SQLite would rather walk the (public_id, minute) index for the grouping: every
+            # row ever kept, not the window's.
+            .with_hint(UsageTable, "INDEXED BY ix_apikey_tui_usage_minute", "sqlite")
+        )
         owned = _owned(owner)
+        if owned is not None:
+            query = query.where(owned)
+        for public_id, kind, n in conn.execute(query):
+            counts[(public_id, kind)] = int(n)
+        lists: dict[int, list[str]] = {}
         for kind in (USAGE_ALLOWED, USAGE_FORBIDDEN, USAGE_WRONG_SECRET):
-            total = func.sum(U.requests)
-            query = (
-                select(U.public_id, total)
-                .where(U.minute >= first, U.kind == kind, *([U.scope == ""] if kind == 0 else []))
-                .group_by(U.public_id)
-                .order_by(total.desc(), U.public_id)
-                .limit(limit * 2)  # room for ids of deleted keys, which are skipped
+            ranked = sorted(
+                ((n, p) for (p, k), n in counts.items() if k == kind), key=lambda e: (-e[0], e[1])
             )
-            if owned is not None:
-                query = query.where(owned)
-            lists[kind] = [(p, int(n)) for p, n in conn.execute(query)]
-        named = {p for entries in lists.values() for p, _n in entries}
+            lists[kind] = [p for _n, p in ranked[: limit * 2]]  # room for deleted keys' ids
+        named = {p for entries in lists.values() for p in entries}
         keys = _keys_by_id(conn, named, ctx.clock())
-        counts = _totals(conn, named, first)
         missing = _missing(conn, named, first)
     result: list[tuple[KeyActivity, ...]] = []
     for kind in (USAGE_ALLOWED, USAGE_FORBIDDEN, USAGE_WRONG_SECRET):
         found: list[KeyActivity] = []
         seen: set[str] = set()
-        for public_id, _n in lists[kind]:
+        for public_id in lists[kind]:
             info = keys.get(public_id)
             if info is None or info.public_id in seen or len(found) >= limit:
                 continue
@@ -429,23 +428,6 @@ def _with_old_id(info: KeyInfo, old_public_id: str | None) -> KeyInfo:
     )
 
 
-def _totals(conn: Connection, ids: Iterable[str], first: int) -> dict[tuple[str, int], int]:
-    found: dict[tuple[str, int], int] = {}
-    for chunk in _chunks(ids):
-        query = (
-            select(U.public_id, U.kind, func.sum(U.requests))
-            .where(
-                U.public_id.in_(chunk),
-                U.minute >= first,
-                or_(U.kind != USAGE_ALLOWED, U.scope == ""),
-            )
-            .group_by(U.public_id, U.kind)
-        )
-        for public_id, kind, n in conn.execute(query):
-            found[(public_id, kind)] = int(n)
-    return found
-
-
 def _missing(conn: Connection, ids: Iterable[str], first: int) -> dict[str, list[ForbiddenUse]]:
     found: dict[str, list[ForbiddenUse]] = {}
     for chunk in _chunks(ids):
@@ -483,7 +465,7 @@ def rightsize(
         owned = _owned(owner)
         query = (
             select(U.public_id, U.kind, U.scope, func.sum(U.requests))
-            .where(U.minute >= first, U.kind != USAGE_WRONG_SECRET, U.scope != "")
+            .where(U.minute >= first, U.kind != USAGE_WRONG_SECRET)
             .group_by(U.public_id, U.kind, U.scope)
         )
         if owned is not None:
@@ -498,9 +480,13 @@ def rightsize(
             )
         used: dict[str, dict[str, int]] = {}
         refused: dict[str, dict[str, int]] = {}
-        for public_id, kind, scope, n in conn.execute(query):
-            target = used if kind == USAGE_ALLOWED else refused
-            target.setdefault(public_id, {})[scope] = int(n)
+        for public_id, kind, scope_set, n in conn.execute(query):
+            if kind == USAGE_ALLOWED:
+                per_scope = used.setdefault(public_id, {})
+                for scope in scope_set.split():  # counted under every scope it needed
+                    per_scope[scope] = per_scope.get(scope, 0) + int(n)
+            else:
+                refused.setdefault(public_id, {})[scope_set] = int(n)
         keys = _keys_by_id(conn, set(used) | set(refused), now)
     proposals: dict[str, Proposal] = {}
     refusals: dict[str, Refused] = {}

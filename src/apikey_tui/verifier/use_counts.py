@@ -19,7 +19,6 @@ from apikey_tui.db.models import (
     MINUTE,
     USAGE_ALLOWED,
     USAGE_FORBIDDEN,
-    USAGE_SCOPE_MAX,
     USAGE_WRONG_SECRET,
     usage_minute,
 )
@@ -88,7 +87,7 @@ class UseCounts:
 
     def forbidden(self, public_id: str, missing: Collection[str]) -> None:
         """One request refused with 403: the key lacked these scopes."""
-        self._refusal(public_id, USAGE_FORBIDDEN, " ".join(sorted(missing))[:USAGE_SCOPE_MAX])
+        self._refusal(public_id, USAGE_FORBIDDEN, " ".join(sorted(set(missing))))
 
     def wrong_secret(self, public_id: str) -> None:
         """One request presented this (known) public id with a wrong secret."""
@@ -143,10 +142,9 @@ class UseCounts:
             counted = 0
             for (public_id, required), n in allowed.items():
                 counted += n
-                # '' counts every allowed request once, whatever (and however many) it needed.
-                for scope in {"", *required}:
-                    entry = (public_id, minute, USAGE_ALLOWED, scope)
-                    rows[entry] = rows.get(entry, 0) + n
+                # One row per set of scopes: a request counts once, under all it needed.
+                entry = (public_id, minute, USAGE_ALLOWED, " ".join(sorted(set(required))))
+                rows[entry] = rows.get(entry, 0) + n
             for (public_id, kind, scope), n in refused.items():
                 counted += n
                 entry = (public_id, minute, kind, scope)
@@ -197,5 +195,5 @@ class UseCounts:
 
 
 def _requests(rows: dict[tuple[str, int, int, str], int]) -> int:
-    """How many requests rows stand for: each has exactly one row of scope '' or one refusal."""
-    return sum(n for (_p, _m, kind, scope), n in rows.items() if kind or not scope)
+    """How many requests rows stand for (each request is in exactly one row)."""
+    return sum(rows.values())

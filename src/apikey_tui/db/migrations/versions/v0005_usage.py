@@ -34,7 +34,7 @@ def upgrade() -> None:
         sa.Column("minute", sa.Integer(), nullable=False),
         sa.Column("span", sa.SmallInteger(), nullable=False),
         sa.Column("kind", sa.SmallInteger(), nullable=False),
-        sa.Column("scope", sa.String(length=255), nullable=False),
+        sa.Column("scope", sa.Text(), nullable=False),
         sa.Column("requests", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
     )
     op.create_index("ix_apikey_tui_usage_key", "apikey_tui_usage", ["public_id", "minute"])
