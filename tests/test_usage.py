@@ -13,6 +13,7 @@ from sqlalchemy import text
 
 from apikey_tui import keyformat
 from apikey_tui.cli import main
+from apikey_tui.clock import system_clock
 from apikey_tui.db.models import DAY, HOUR, MINUTE, USAGE_ALLOWED, usage_minute
 from apikey_tui.errors import InsufficientScopeError, InvalidKeyError
 from apikey_tui.store import KeyStore
@@ -308,3 +309,37 @@ def test_two_writers_and_compaction_at_once_lose_no_count(
     admin.compact_usage()
     assert compactions > 1
     assert admin.key_usage("alice", "svc", timedelta(days=5)).requests == 2 * rounds
+
+
+@pytest.mark.time_dependent
+def test_rightsize_cli_applies_with_yes_and_usage_prints_a_sparkline(
+    database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`keys rightsize --apply --yes --json` narrows a key made 40 days ago that never used
+    'serving' and says so; `keys usage` prints each scope and a per-day sparkline."""
+    past = FakeClock(system_clock() - timedelta(days=40))
+    store = KeyStore.open(database_url, hasher=CHEAP, actor=ACTOR, clock=past)
+    created = store.create_key("alice", "svc", ["project", "serving"])
+    verifier = Verifier.from_url(database_url, hasher=CHEAP)
+    verifier.verify("ApiKey " + created.plaintext, ("project",))
+    verifier.close()
+    args = ["--database-url", database_url, "--owner", "alice", "keys"]
+    assert main([*args, "rightsize", "--apply", "--yes", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["applied"] is True
+    assert data["proposals"] == [
+        {
+            "owner": "alice",
+            "name": "svc",
+            "public_id": created.info.public_id,
+            "drop": ["serving"],
+            "keep": ["project"],
+            "would_refuse": 0,
+        }
+    ]
+    assert store.get_key("alice", "svc").scopes == ("project",)
+    assert [e.action for e in store.events(5)].count("key.rightsize") == 1
+    assert main([*args, "usage", "svc"]) == 0
+    out = capsys.readouterr().out
+    assert "project" in out and "per day: " in out and "wrong secrets: 0" in out
+    store.close()
