@@ -328,7 +328,7 @@ class Verifier:
             if self._record:
                 self._uses.forbidden(caller.public_id, missing)
             raise InsufficientScopeError(missing)
-        if self._record:  # the warm path's only recording cost: one locked dict increment
+        if self._record:  # the warm path's only recording cost: a deque append
             self._uses.allowed(
                 caller.public_id,
                 required if required.__class__ in _HASHABLE else tuple(required),
@@ -423,6 +423,8 @@ class Verifier:
                 self._entries[digest] = entry
                 self._by_id[parsed.public_id] = digest
         self._usage.note(parsed.public_id)
+        if self._record:
+            self._uses.start()  # warm hits append to it from now on
         return entry.caller
 
     def _upgrade_hash(self, parsed: ParsedKey, stored: Credential) -> bytes:

@@ -1,10 +1,11 @@
-"""Usage counts per key, per minute: counted in memory on the request path, appended in batches.
+"""Usage counts per key, per minute: noted on the request path, counted and appended off it.
 
-The request path adds one to a dict entry under a lock (no allocation but the key tuple, no
-I/O); a background thread swaps the dicts at least every flush interval and at every minute
-boundary, and appends them to the usage table as one transaction of multi-row INSERTs. Memory
-is bounded: past `limit` distinct entries a count is dropped (and counted as dropped), never
-waited for.
+The request path appends one small tuple to a deque (atomic, no lock, no I/O). A background
+thread drains the deque every second and at every minute boundary into counts per (key, minute,
+kind, scope set), and appends those to the usage table at least every flush interval as one
+transaction. Draining pops items one by one and never swaps the deque, so no request racing a
+drain is lost. Memory is bounded twice: at most `backlog` undrained requests and `limit`
+distinct counts; past either, a request is dropped (and counted as dropped), never waited for.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Collection, Sequence
+from typing import Any
 
 from apikey_tui.clock import Clock
 from apikey_tui.db.models import (
@@ -26,7 +29,9 @@ from apikey_tui.verifier.metrics import Timings
 
 log = logging.getLogger("apikey_tui.verifier")
 
-DEFAULT_LIMIT = 50_000  # distinct (key, scopes) entries held between two flushes, and unflushed
+DEFAULT_LIMIT = 50_000  # distinct (key, minute, kind, scope set) counts held unwritten
+DEFAULT_BACKLOG = 200_000  # requests noted and not yet drained (~70 bytes each)
+DRAIN_INTERVAL = 1.0  # seconds between drains of the request path's deque
 UsageRow = tuple[str, int, int, int, str, int]  # public_id, minute, span, kind, scope, requests
 
 
@@ -44,8 +49,10 @@ class UseCounts:
         interval: float,
         clock: Clock,
         limit: int = DEFAULT_LIMIT,
+        backlog: int = DEFAULT_BACKLOG,
     ) -> None:
-        self._write, self._interval, self._clock, self._limit = write, interval, clock, limit
+        self._write, self._interval, self._clock = write, interval, clock
+        self._limit, self._backlog = limit, backlog
         self.recorded = self.flushed = self.dropped = 0  # requests, for the metrics
         self.flush_seconds = Timings()
         self._failing = False
@@ -54,13 +61,12 @@ class UseCounts:
 
     def reset(self) -> None:
         """Forget the thread, the locks and the counts (after a fork they are the parent's)."""
-        self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
-        self._allowed: dict[tuple[str, Collection[str]], int] = {}
-        self._refused: dict[tuple[str, int, str], int] = {}  # (public id, kind, scope text)
-        self._size = 0
+        self._start_lock = threading.Lock()
+        self._noted: deque[tuple[Any, ...]] = deque()
         self._minute = usage_minute(self._clock())
-        self._unwritten: dict[tuple[str, int, int, str], int] = {}
+        self._counts: dict[tuple[str, int, int, str], int] = {}
+        self._written_at = time.monotonic()
         closed, self._closed = self._closed, threading.Event()
         if closed.is_set():
             self._closed.set()
@@ -69,21 +75,16 @@ class UseCounts:
     # --- the request path ---------------------------------------------------------------------
 
     def allowed(self, public_id: str, required: Collection[str]) -> None:
-        """One allowed request of this key that required these scopes (a tuple or frozenset)."""
-        key = (public_id, required)
-        with self._lock:
-            counts = self._allowed
-            n = counts.get(key)
-            if n is not None:
-                counts[key] = n + 1
-                return
-            if self._size >= self._limit:
-                self.dropped += 1
-                return
-            self._size += 1
-            counts[key] = 1
-            if self._thread is None:
-                self._start()
+        """One allowed request of this key that required these scopes (a tuple or frozenset).
+
+        The warm path's whole cost: a length test and an append (both atomic in CPython). The
+        writer thread is started by `start`, which the cold check calls first.
+        """
+        noted = self._noted
+        if len(noted) < self._backlog:
+            noted.append((public_id, required))
+        else:
+            self.dropped += 1  # a plain int: may, rarely, lose one under contention
 
     def forbidden(self, public_id: str, missing: Collection[str]) -> None:
         """One request refused with 403: the key lacked these scopes."""
@@ -94,62 +95,71 @@ class UseCounts:
         self._refusal(public_id, USAGE_WRONG_SECRET, "")
 
     def _refusal(self, public_id: str, kind: int, scope: str) -> None:
-        key = (public_id, kind, scope)
-        with self._lock:
-            n = self._refused.get(key)
-            if n is not None:
-                self._refused[key] = n + 1
-                return
-            if self._size >= self._limit:
-                self.dropped += 1
-                return
-            self._size += 1
-            self._refused[key] = 1
-            if self._thread is None:
-                self._start()
+        if len(self._noted) < self._backlog:
+            self._noted.append((public_id, kind, scope))
+        else:
+            self.dropped += 1
+        if self._thread is None:
+            self.start()
 
     # --- off the request path -----------------------------------------------------------------
 
-    def _start(self) -> None:
-        if self._closed.is_set():
+    def start(self) -> None:
+        """Start the writer thread if it is not running (idempotent; cheap when it is)."""
+        if self._thread is not None or self._closed.is_set():
             return
-        self._thread = threading.Thread(target=self._loop, name="apikey-tui-usage", daemon=True)
-        self._thread.start()
+        with self._start_lock:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._loop, name="apikey-tui-usage", daemon=True
+                )
+                self._thread.start()
 
     def _loop(self) -> None:
         while not self._closed.wait(self._wait()):
-            self.flush()
+            self._drain()
+            if time.monotonic() - self._written_at >= self._interval:
+                self.flush()
 
     def _wait(self) -> float:
-        """Until the next flush: the interval, or the next minute boundary if that comes first."""
+        """Until the next drain: a second, or the next minute boundary if that comes first."""
         seconds = self._clock().timestamp()
-        return max(0.05, min(self._interval, 60.0 - seconds % 60.0 + 0.01))
+        return max(0.05, min(DRAIN_INTERVAL, 60.0 - seconds % 60.0 + 0.01))
 
     @property
     def running(self) -> bool:
         """Whether the background writer thread is alive."""
         return self._thread is not None and self._thread.is_alive()
 
+    def _drain(self) -> None:
+        """Count what the request path noted, in the minute that was current since last drain."""
+        with self._flush_lock:
+            minute, self._minute = self._minute, usage_minute(self._clock())
+            noted, counts, limit = self._noted, self._counts, self._limit
+            drained = dropped = 0
+            for _ in range(len(noted)):  # only these: later ones belong to the next minute
+                item = noted.popleft()
+                drained += 1
+                if len(item) == 2:  # allowed: (public id, required scopes)
+                    entry = (item[0], minute, USAGE_ALLOWED, " ".join(sorted(set(item[1]))))
+                else:  # refused: (public id, kind, scope text)
+                    entry = (item[0], minute, item[1], item[2])
+                n = counts.get(entry)
+                if n is not None:
+                    counts[entry] = n + 1
+                elif len(counts) < limit:
+                    counts[entry] = 1
+                else:
+                    dropped += 1
+            self.recorded += drained - dropped
+            self.dropped += dropped
+
     def flush(self) -> None:
-        """Append the counts so far to the usage table now (one transaction)."""
+        """Count and append everything noted so far to the usage table now (one transaction)."""
+        self._drain()
         with self._flush_lock:  # a flush by close() and by the thread never interleave
-            now = usage_minute(self._clock())
-            with self._lock:
-                allowed, refused, minute = self._allowed, self._refused, self._minute
-                self._allowed, self._refused, self._size, self._minute = {}, {}, 0, now
-            rows = self._unwritten
-            self._unwritten = {}
-            counted = 0
-            for (public_id, required), n in allowed.items():
-                counted += n
-                # One row per set of scopes: a request counts once, under all it needed.
-                entry = (public_id, minute, USAGE_ALLOWED, " ".join(sorted(set(required))))
-                rows[entry] = rows.get(entry, 0) + n
-            for (public_id, kind, scope), n in refused.items():
-                counted += n
-                entry = (public_id, minute, kind, scope)
-                rows[entry] = rows.get(entry, 0) + n
-            self.recorded += counted
+            rows, self._counts = self._counts, {}
+            self._written_at = time.monotonic()
             if not rows:
                 return
             started = time.monotonic()
@@ -159,27 +169,19 @@ class UseCounts:
                 if not self._failing:
                     log.warning("cannot record API key usage: %s", exc)
                 self._failing = True
-                self._keep(rows)
+                for entry, n in self._counts.items():  # counted meanwhile (none: we hold it)
+                    rows[entry] = rows.get(entry, 0) + n
+                self._counts = rows
                 return
             self.flush_seconds.observe(time.monotonic() - started)
-            self.flushed += _requests(rows)
+            self.flushed += sum(rows.values())
             if self._failing:
                 log.warning("recording API key usage works again")
             self._failing = False
 
-    def _keep(self, rows: dict[tuple[str, int, int, str], int]) -> None:
-        """Keep unwritten rows for the next round, at most `limit` of them (the rest dropped)."""
-        if len(rows) > self._limit:
-            kept = dict(list(rows.items())[: self._limit])
-            self.dropped += _requests(rows) - _requests(kept)
-            rows = kept
-        self._unwritten = rows
-
     def pending(self) -> int:
-        """Requests counted and not yet written (held in memory)."""
-        with self._lock:
-            held = sum(self._allowed.values()) + sum(self._refused.values())
-        return held + _requests(self._unwritten)
+        """Requests noted or counted and not yet written (held in memory)."""
+        return len(self._noted) + sum(self._counts.values())
 
     def close(self) -> None:
         """Stop the thread and write what is counted (what still cannot be written is dropped)."""
@@ -187,13 +189,9 @@ class UseCounts:
         if self._thread is not None:
             self._thread.join(timeout=5)
         self.flush()
-        lost = _requests(self._unwritten)
+        with self._flush_lock:
+            lost = sum(self._counts.values())
+            self._counts = {}
         if lost:
             self.dropped += lost
-            self._unwritten = {}
             log.warning("%d API key uses could not be recorded before closing", lost)
-
-
-def _requests(rows: dict[tuple[str, int, int, str], int]) -> int:
-    """How many requests rows stand for (each request is in exactly one row)."""
-    return sum(rows.values())
