@@ -96,6 +96,8 @@ def test_counts_are_exact_after_close(
             )
             for a in listed
         ] == [svc]
+    assert admin.usage_overview(owner="alice").busiest[0].allowed == N
+    assert admin.usage_overview(owner="bob").busiest == ()
     stats = verifier.stats.snapshot()
     assert stats["usage_recorded"] == stats["usage_flushed"] == N + M + W
     assert stats["usage_dropped"] == 0
