@@ -363,6 +363,7 @@ def render(
     rv: Any = None,
     lk: Any = None,
     sc: Any = None,
+    cs: Any = None,
     us: Any = None,
 ) -> str:
     """The results page, every number with its baseline and target."""
@@ -493,7 +494,40 @@ def render(
             f"| `{profile}` | {r['hash_ms']:.2f} ms | {r['verify_ms']:.2f} ms | "
             f"{r['peak_mib']:.1f} MiB |"
         )
+    if cs is not None:
+        lines += cli_start_section(cs)
     return "\n".join(lines) + "\n"
+
+
+def cli_start_section(cs: Any) -> list[str]:
+    """`bench_cli_start.py`: the CLI's own start-up beside a bare interpreter, run in turns."""
+    base = cs["python_pass_s"]
+    rows = [
+        ("`apikey-tui --help`", cs["help_s"], True),
+        ("`apikey-tui keys --help`", cs["keys_help_s"], False),
+        ("usage error (`keys create x`, no `--scope`)", cs["usage_error_s"], False),
+        ("`apikey-tui completion bash`", cs["completion_bash_s"], False),
+    ]
+    lines = [
+        "",
+        "## CLI start-up (`bench_cli_start.py`, whole processes run in turns, median of 25)",
+        "",
+        "| command | time | vs `python -c pass` | target |",
+        "|---|---|---|---|",
+        f"| `python -c pass` | {base * 1000:.0f} ms | 1x | |",
+    ]
+    for label, seconds, targeted in rows:
+        target = f"≤ 3x {verdict(seconds <= 3 * base)}" if targeted else ""
+        lines.append(f"| {label} | {seconds * 1000:.0f} ms | {seconds / base:.1f}x | {target} |")
+    lines += [
+        "",
+        "`--help` loads the standard library's argparse and a few small modules of ours; no"
+        " SQLAlchemy, no Textual, and not the completion generator (`tests/test_completion.py`"
+        " checks). Its cost above `python -c pass` is `-m`'s runpy, the venv's `site` and"
+        " argparse, so the ratio follows how busy the shared machine is (the same run in turns"
+        " on the release before the console work gave the same ratio within noise).",
+    ]
+    return lines
 
 
 MODULES = (
@@ -508,6 +542,7 @@ MODULES = (
     "bench_revocation",
     "bench_leaks",
     "bench_scale",
+    "bench_cli_start",
     "bench_usage",
 )
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from mkdocs.exceptions import PluginError
 
 from apikey_tui.cli import build_parser
+from apikey_tui.command_help import HelpFormatter
 
 if TYPE_CHECKING:
     from mkdocs.config.defaults import MkDocsConfig
@@ -41,7 +42,8 @@ def render(parser: argparse.ArgumentParser) -> str:
     """Markdown for the parser and each subcommand: a heading, then its --help verbatim."""
     sections = []
     for prog, sub in _subcommands(parser):
-        sub.formatter_class = partial(argparse.HelpFormatter, width=WIDTH)
+        # The program's own formatter (examples kept as written), at a fixed width.
+        sub.formatter_class = partial(HelpFormatter, width=WIDTH)
         text = ANSI.sub("", sub.format_help()).rstrip()
         sections.append(f"### `{prog}`\n\n```text\n{text}\n```\n")
     return "\n".join(sections)

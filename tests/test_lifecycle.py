@@ -30,7 +30,7 @@ def lstore(database_url: str, clock: FakeClock) -> Iterator[KeyStore]:
 
 def _z(moment: datetime) -> str:
     """A moment as the audit trail writes it."""
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _credential(store: KeyStore, public_id: str) -> Credential:
@@ -177,7 +177,7 @@ def test_policy_applies_to_new_keys_and_lists_those_that_break_it(
     assert lstore.lifetime_policy() is None
     assert lstore.list_keys(violating_policy=True) == []
     policy_events = [d for a, d in _actions(lstore) if a == "policy.set"]
-    assert policy_events == ["max-lifetime 365d; 2 existing key(s) break it", "max-lifetime none"]
+    assert policy_events == ["max-lifetime 365d; 2 existing keys break it", "max-lifetime none"]
     with pytest.raises(InvalidInputError):
         lstore.set_lifetime_policy(timedelta(0))
 
@@ -469,7 +469,7 @@ def test_cli_disable_enable_and_policy(
     code, out, err = _cli(capsys, database_url, "policy", "set", "max-lifetime", "365d", "--json")
     data = json.loads(out)
     assert code == 0 and data["max_lifetime"] == "365d" and data["max_lifetime_seconds"] == 31536000
-    assert [k["name"] for k in data["violating"]] == ["ci"] and "1 existing key(s)" in err
+    assert [k["name"] for k in data["violating"]] == ["ci"] and "1 existing key breaks" in err
     code, out, _ = _cli(capsys, database_url, "keys", "list", "--all", "--violating-policy")
     assert code == 0 and "ci" in out
     code, _, err = _cli(capsys, database_url, "keys", "create", "x", "--scope", "project",

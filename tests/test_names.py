@@ -12,6 +12,7 @@ from apikey_tui.names import (
     check_scope_name,
     key_name_problem,
     parse_scopes,
+    shorten,
 )
 
 
@@ -60,3 +61,12 @@ def test_parse_scopes_splits_sorts_and_deduplicates() -> None:
     """Repeated and comma-separated scope options become one sorted tuple without repeats."""
     assert parse_scopes(["serving,project", "project", " serving "]) == ("project", "serving")
     assert parse_scopes([]) == ()
+
+
+def test_shorten_keeps_both_ends_of_a_long_name() -> None:
+    """A name cut to a width keeps its start and its end around '…'; a short one is untouched."""
+    one, two = "production-inference-gateway-eu-west-1", "production-inference-gateway-eu-west-2"
+    cut = shorten(one, 25)
+    assert len(cut) == 25 and cut.startswith("production-") and cut.endswith("…ay-eu-west-1")
+    assert shorten(one, 25) != shorten(two, 25)
+    assert shorten("ci", 25) == "ci" and shorten(one, 1) == "…" and shorten(one, 0) == ""

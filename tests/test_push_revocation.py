@@ -269,3 +269,28 @@ def test_many_verifiers_through_a_small_transaction_pool_get_no_503() -> None:
         total.update(result)
     expected = LOAD_PROCESSES * LOAD_VERIFIERS * LOAD_THREADS * LOAD_CHECKS
     assert total == Counter({"ok": expected}), dict(total)
+
+
+def test_a_new_key_whose_notice_is_late_passes_after_a_flood_spent_the_rechecks(
+    postgres_url: str,
+) -> None:
+    """Forged ids that spent the log re-read budget never make a new key's first check a 401."""
+    from tests.test_verifier_attacks import forged
+
+    store = KeyStore.open(postgres_url, hasher=CHEAP)
+    checker = Verifier.from_url(postgres_url, hasher=CHEAP, revocation_bound=LONG_BOUND)
+    checker.verify(header(store.create_key("alice", "first", ["project"]).plaintext))
+    assert eventually(lambda: listening(checker))
+
+    def late_notice(_c: Any, _cur: Any, statement: str, params: Any, *_a: Any) -> Any:
+        # The notice of this commit has not reached the verifier yet (it may lag by ms).
+        return ("SELECT 1" if "pg_notify" in statement else statement), params
+
+    event.listen(store.engine, "before_cursor_execute", late_notice, retval=True)
+    for _ in range(50):  # a flood of unknown ids spends the re-read budget (3, then 1 a second)
+        with pytest.raises(InvalidKeyError):
+            checker.verify(header(forged()))
+    new = store.create_key("alice", "second", ["project"]).plaintext
+    assert checker.verify(header(new)).key_name == "second"
+    checker.close()
+    store.close()

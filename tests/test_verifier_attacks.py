@@ -8,6 +8,7 @@ import logging
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
@@ -75,22 +76,38 @@ def test_owner_gets_in_on_the_first_try_during_a_wrong_secret_flood(
     assert counting.calls == [1]  # argon2 ran for the right secret only
 
 
-def test_wrong_secrets_and_unknown_ids_cost_no_query_and_no_argon2(
-    store: KeyStore, checker: Verifier, counting: CountingHasher
+def test_wrong_secrets_and_unknown_ids_cost_no_argon2_and_bounded_queries(
+    store: KeyStore, database_url: str, counting: CountingHasher
 ) -> None:
-    """Once the key index is loaded, wrong secrets and forged ids are refused from memory."""
+    """Wrong secrets cost no query; forged ids none on SQLite, on PostgreSQL at most the budgets."""
     created = store.create_key("alice", "demo", ["project"])
+    checker = Verifier.from_url(
+        database_url, hasher=counting, lookup_burst=20, lookups_per_second=1
+    )
     checker.verify(header(created.plaintext))
     queries = count_queries(checker)
-    start = time.monotonic()
-    for n in range(1000):
+    for _ in range(500):
         with pytest.raises(InvalidKeyError):
-            checker.verify(header(forged(created.info.public_id if n % 2 else None)))
+            checker.verify(header(forged(created.info.public_id)))
+    assert queries == []  # a wrong secret for a known id: refused by the index, from memory
+    start = time.monotonic()
+    answers: Counter[int] = Counter()
+    for _ in range(500):
+        with pytest.raises(AuthError) as refusal:
+            checker.verify(header(forged()))
+        answers[refusal.value.status] += 1
     elapsed = time.monotonic() - start
-    # SQLite: no commit, no query at all. PostgreSQL: one log read per revocation bound, and
-    # the re-reads for ids it lacks (a push may lag a commit): at most 3, then 1 a second.
-    assert len(queries) <= 2 * (int(elapsed) + 1) + RECHECK_BURST + int(elapsed) + 1
+    queries = list(queries)  # close() below writes last-used times: not a check's query
+    checker.close()
     assert counting.calls == [1]
+    if database_url.startswith("sqlite"):
+        assert (queries, answers) == ([], {401: 500})  # every commit is seen: the index is exact
+        return
+    # PostgreSQL: a push may lag a commit, so an unknown id reads the log again (3, then 1 a
+    # second), then is looked up by itself (here 20, then 1 a second), then answers 503.
+    budget = RECHECK_BURST + 20 + 2 * (int(elapsed) + 1)
+    assert len(queries) <= 2 * (int(elapsed) + 1) + budget
+    assert answers[503] >= 500 - budget and set(answers) <= {401, 503}
 
 
 def test_a_key_created_after_the_index_was_loaded_is_accepted(
@@ -129,8 +146,12 @@ def test_keys_without_a_fingerprint_still_work_within_the_failure_budget(
 
 
 @pytest.mark.slow
-def test_half_a_million_forged_ids_do_not_grow_memory(sqlite_url: str) -> None:
-    """500,000 forged well-formed keys with unknown ids grow the process by less than 10 MiB."""
+def test_a_flood_of_forged_ids_does_not_grow_memory(sqlite_url: str) -> None:
+    """200,000 forged well-formed keys with unknown ids grow the process by less than 5 MiB.
+
+    Anything kept per forged id, 26 bytes or more, would grow it past that (half a million ids
+    and 10 MiB caught 21 bytes, in two and a half times as long).
+    """
     store = KeyStore.open(sqlite_url, hasher=CHEAP)
     real = store.create_key("alice", "demo", ["project"]).plaintext
     checker = Verifier.from_url(sqlite_url, hasher=CHEAP)
@@ -141,7 +162,7 @@ def test_half_a_million_forged_ids_do_not_grow_memory(sqlite_url: str) -> None:
         except InvalidKeyError:
             pass
     before = _rss()
-    for _ in range(500_000):
+    for _ in range(200_000):
         try:
             checker.verify(header(forged()))
         except InvalidKeyError:
@@ -149,7 +170,7 @@ def test_half_a_million_forged_ids_do_not_grow_memory(sqlite_url: str) -> None:
     grown = _rss() - before
     checker.close()
     store.close()
-    assert grown < 10 * 2**20, f"RSS grew by {grown / 2**20:.1f} MiB"
+    assert grown < 5 * 2**20, f"RSS grew by {grown / 2**20:.1f} MiB"
 
 
 def _rss() -> int:

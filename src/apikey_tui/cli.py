@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 # imported by the commands that use a database, inside the functions below.
 from apikey_tui import __version__
 from apikey_tui.clock import system_clock
+from apikey_tui.command_help import finish
 from apikey_tui.errors import (
     ApiKeyError,
     DatabaseUrlError,
@@ -32,10 +33,12 @@ from apikey_tui.names import (
     check_expiry,
     check_owner,
     format_duration,
+    format_moment,
     parse_duration,
     parse_expiry,
     printable,
 )
+from apikey_tui.prompts import confirmed
 
 if TYPE_CHECKING:
     from datetime import timedelta
@@ -49,6 +52,7 @@ ONCE_WARNING = (
     "This key is shown once. Store it like a password; it cannot be recovered. "
     "If it is lost or stolen, recreate it."
 )
+EMPTY_HINT = "No keys. Create one with: apikey-tui keys create NAME --scope SCOPE"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -126,11 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--all", action="store_true", default=argparse.SUPPRESS, help="all owners' keys"
     )
-    commands = parser.add_subparsers(
-        dest="command", metavar="{keys,scopes,policy,events,db,serve-auth,scan,serve-leaks}"
-    )
+    commands = parser.add_subparsers(dest="command")  # its metavar: command_help.finish
 
-    keys = commands.add_parser("keys", help="create, list, show, delete and recreate keys")
+    keys = commands.add_parser("keys", help="keys")  # the help names every action: finish
     key_commands = keys.add_subparsers(dest="action", metavar="ACTION", required=True)
     create = key_commands.add_parser("create", parents=[common], help="create a key; print it once")
     create.add_argument("name")
@@ -161,6 +163,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="only keys whose lifetime breaks the max-lifetime policy",
     )
+    listing.add_argument(
+        "--limit",
+        type=_limit,
+        metavar="N",
+        help=f"at most N keys (1-{EVENTS_LIMIT_MAX}); a note on stderr says when more match",
+    )
     listing.set_defaults(run=_keys_list)
     for action, run, text in (
         ("show", _keys_show, "show one key"),
@@ -169,6 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         sub = key_commands.add_parser(action, parents=[common], help=text)
         sub.add_argument("name")
+        if action != "show":
+            _yes_option(sub)
         sub.set_defaults(run=run)
     rescope = key_commands.add_parser("set-scopes", parents=[common], help="replace a key's scopes")
     rescope.add_argument("name")
@@ -189,6 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     how.add_argument("--end-grace", action="store_true", help="stop the old secret now")
     _expires_option(rotate, rotating=True)
+    _yes_option(rotate)
     rotate.set_defaults(run=_keys_rotate)
     expiry = key_commands.add_parser(
         "set-expiry", parents=[common], help="set when a key stops working"
@@ -303,6 +314,11 @@ def build_parser() -> argparse.ArgumentParser:
     from apikey_tui.usage_commands import add_commands as add_usage_commands  # likewise
 
     add_usage_commands(key_commands, db_commands, common)
+    completion = commands.add_parser(
+        "completion", help="print the shell completion script for bash, zsh or fish"
+    )
+    completion.add_argument("shell", choices=["bash", "zsh", "fish"])
+    finish(parser)  # last: every command is registered by now
     return parser
 
 
@@ -328,6 +344,15 @@ def _scope_option(parser: argparse.ArgumentParser) -> None:
         required=True,  # none at all is a usage error (2); an unknown one is refused (1)
         metavar="SCOPE",
         help="an API the key may reach; repeat it or separate with commas (at least one)",
+    )
+
+
+def _yes_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-y",
+        "--yes",
+        action="store_true",
+        help="do not ask first (in a terminal it asks, defaulting to no; a script is never asked)",
     )
 
 
@@ -407,6 +432,11 @@ def _where(exc: BaseException) -> str:
 
 def _main(arguments: list[str]) -> int:
     args = build_parser().parse_args(arguments)
+    if args.command == "completion":  # no database, no store: the parser alone
+        from apikey_tui.completion import script
+
+        text = script(build_parser(), args.shell)
+        return _emit(argparse.Namespace(), None, lambda out: print(text, end="", file=out))
     if hasattr(args, "run_leaks"):  # scan and serve-leaks; `scan --offline` imports no SQLAlchemy
         return _run_leaks(args)
     from apikey_tui.config import (  # SQLAlchemy: see above
@@ -508,17 +538,22 @@ class _OutputError(ApiKeyError):
     """stdout could not be written (a full disk, /dev/full, stdout closed): one line, exit 1."""
 
 
+class _NoStdout(io.StringIO):
+    """Where output goes when the process has no stdout; anything written there is an error.
+    (Its own type: a StringIO that a caller set as sys.stdout is a stdout like any other.)"""
+
+
 def _write(args: argparse.Namespace, data: Any, human: Callable[[TextIO], None]) -> None:
     """Write a command's result to stdout and flush it, so that a failure shows now (OSError)."""
     # Started with stdout closed (`>&-`), Python has no sys.stdout: that matters only to a
     # command with something to say there.
-    out: TextIO = sys.stdout if sys.stdout is not None else io.StringIO()
+    out: TextIO = sys.stdout if sys.stdout is not None else _NoStdout()
     if getattr(args, "json", False):
         json.dump(data, out, indent=2)
         out.write("\n")
     else:
         human(out)
-    if isinstance(out, io.StringIO) and out.getvalue():
+    if isinstance(out, _NoStdout) and out.getvalue():
         raise OSError(errno.EBADF, "stdout is closed")
     out.flush()
 
@@ -612,7 +647,27 @@ def _expiry_line(info: KeyInfo) -> str:
 
 
 def _when(moment: datetime | None) -> str:
-    return moment.strftime("%Y-%m-%d %H:%M:%S UTC") if moment is not None else "-"
+    return format_moment(moment) if moment is not None else "-"
+
+
+def _key_json(info: KeyInfo, now: datetime) -> dict[str, Any]:
+    """A key as JSON: its fields, and its state's kind (store.states: the app's vocabulary)."""
+    from apikey_tui.store.states import marker
+
+    return {**info.to_json(), "state": marker(info, now)[1]}
+
+
+def _whose(info: KeyInfo) -> str:
+    return f"key {info.name!r} of {printable(info.owner)}"
+
+
+def _go_on(args: argparse.Namespace, question: str) -> bool:
+    """Ask before a destructive command in a terminal (prompts.confirmed); no: say nothing
+    was done. A script (no terminal) or --yes goes on, as before."""
+    if confirmed(question, assume_yes=getattr(args, "yes", False)):
+        return True
+    print("Cancelled: nothing was done.", file=sys.stderr)
+    return False
 
 
 def _keys_create(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
@@ -625,22 +680,51 @@ def _keys_create(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
 
 
 def _keys_recreate(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
+    old = store.get_key(owner, args.name)
+    question = (
+        f"Recreate {_whose(old)} ({old.public_id})? Its secret stops working now; "
+        "the new one is printed once."
+    )
+    if not _go_on(args, question):
+        return EXIT_REFUSED
     created = _Delivery(args, f"key {args.name!r} is unchanged").run(
-        lambda deliver: store.recreate_key(owner, args.name, deliver=deliver)
+        lambda deliver: store.recreate_key(
+            owner, args.name, expected_public_id=old.public_id, deliver=deliver
+        )
     )
     return _tell_created(created, "Recreated", "The old key stopped working.")
 
 
 def _keys_rotate(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
+    if args.end_grace and args.expires is not None:
+        return _usage("keys rotate: --expires goes with --grace, not --end-grace")
+    old = store.get_key(owner, args.name)
     if args.end_grace:
-        if args.expires is not None:
-            return _usage("keys rotate: --expires goes with --grace, not --end-grace")
-        info = store.end_grace(owner, args.name)
-        print(f"The old secret of key {info.name!r} stopped working.", file=sys.stderr)
-        return _emit(args, info.to_json(), lambda out: None)
+        question = f"End the grace of {_whose(old)}? Its old secret stops working now."
+    elif args.grace:
+        question = (
+            f"Rotate {_whose(old)} ({old.public_id})? Its secret keeps working for "
+            f"{format_duration(args.grace)}; the new one is printed once."
+        )
+    else:
+        question = (
+            f"Rotate {_whose(old)} ({old.public_id}) with no grace? Its secret stops working "
+            "now; the new one is printed once."
+        )
+    if not _go_on(args, question):
+        return EXIT_REFUSED
+    if args.end_grace:
+        info = store.end_grace(owner, args.name, expected_public_id=old.public_id)
+        print(f"The old secret of {_whose(info)} stopped working.", file=sys.stderr)
+        return _emit(args, _key_json(info, store.clock()), lambda out: None)
     created = _Delivery(args, f"key {args.name!r} is unchanged").run(
         lambda deliver: store.rotate_key(
-            owner, args.name, grace=args.grace, expires=args.expires, deliver=deliver
+            owner,
+            args.name,
+            grace=args.grace,
+            expires=args.expires,
+            expected_public_id=old.public_id,
+            deliver=deliver,
         )
     )
     note = "The old secret stopped working."
@@ -654,8 +738,9 @@ def _keys_rotate(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
 
 def _keys_set_expiry(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
     info = store.set_expiry(owner, args.name, args.when)
-    print(f"Key {info.name!r} of {printable(info.owner)}: {_expiry_line(info)}", file=sys.stderr)
-    return _emit(args, info.to_json(), lambda out: None)
+    when = f"expires at {_when(info.expires_at)}" if info.expires_at else "never expires"
+    print(f"Key {info.name!r} of {printable(info.owner)} now {when}.", file=sys.stderr)
+    return _emit(args, _key_json(info, store.clock()), lambda out: None)
 
 
 def _keys_disable(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
@@ -665,22 +750,25 @@ def _keys_disable(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
         "until it is enabled.",
         file=sys.stderr,
     )
-    return _emit(args, info.to_json(), lambda out: None)
+    return _emit(args, _key_json(info, store.clock()), lambda out: None)
 
 
 def _keys_enable(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
     info = store.enable_key(owner, args.name)
     note = " It has expired, so services still refuse it." if info.expired(store.clock()) else ""
     print(f"Enabled key {info.name!r} of {printable(info.owner)}.{note}", file=sys.stderr)
-    return _emit(args, info.to_json(), lambda out: None)
+    return _emit(args, _key_json(info, store.clock()), lambda out: None)
 
 
 def _keys_set_scopes(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
     info = store.set_key_scopes(owner, args.name, args.scope)
-    now = store.clock()
-    return _emit(
-        args, info.to_json(), lambda out: _print_keys([info], out, with_owner=False, now=now)
+    # Like every other change: a note on stderr, data (JSON) on stdout only when asked for.
+    print(
+        f"Key {info.name!r} of {printable(info.owner)} now has the scopes "
+        f"{', '.join(info.scopes)}.",
+        file=sys.stderr,
     )
+    return _emit(args, _key_json(info, store.clock()), lambda out: None)
 
 
 def _keys_list(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
@@ -688,10 +776,14 @@ def _keys_list(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
     keys = store.list_keys(
         None if everyone else owner,
         args.filter,
+        limit=None if args.limit is None else args.limit + 1,  # one more: are there more?
         expiring_within=args.expiring,
         unused_for=args.unused,
         violating_policy=args.violating_policy,
     )
+    if args.limit is not None and len(keys) > args.limit:
+        keys = keys[: args.limit]
+        print(f"Showing the first {args.limit} keys; more match.", file=sys.stderr)
     if args.violating_policy and store.lifetime_policy() is None:
         print("No max-lifetime policy is set, so no key breaks it.", file=sys.stderr)
     # For cron: a filtered listing that finds nothing prints nothing (cron mails only output).
@@ -705,16 +797,19 @@ def _keys_list(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
         elif keys or not quiet:
             _print_keys(keys, out, with_owner=everyone, now=now)
 
-    return _emit(args, [k.to_json() for k in keys], human)
+    return _emit(args, [_key_json(k, now) for k in keys], human)
 
 
 def _keys_show(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
     info = store.get_key(owner, args.name)
-    return _emit(args, info.to_json(), lambda out: _print_key(info, out, now=store.clock()))
+    now = store.clock()
+    return _emit(args, _key_json(info, now), lambda out: _print_key(info, out, now=now))
 
 
 def _print_key(info: KeyInfo, out: TextIO, *, now: datetime) -> None:
-    state = info.state(now)
+    from apikey_tui.store.states import marker
+
+    state = marker(info, now)[0]
     if info.disabled:
         state += f" since {_when(info.disabled_at)}"
         state += f": {info.disabled_reason}" if info.disabled_reason else ""
@@ -763,9 +858,14 @@ def _policy_set(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
             file=sys.stderr,
         )
     if violating:
+        some = (
+            "1 existing key breaks it and keeps"
+            if len(violating) == 1
+            else f"{len(violating)} existing keys break it and keep"
+        )
         print(
-            f"{len(violating)} existing key(s) break it and keep working until rotated, re-expired "
-            "or deleted: `apikey-tui keys list --all --violating-policy`.",
+            f"{some} working until rotated, re-expired or deleted: "
+            "`apikey-tui keys list --all --violating-policy`.",
             file=sys.stderr,
         )
     now = store.clock()
@@ -774,7 +874,7 @@ def _policy_set(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
         if violating:
             _print_keys(violating, out, with_owner=True, now=now)
 
-    data = {**_policy_json(args.value), "violating": [k.to_json() for k in violating]}
+    data = {**_policy_json(args.value), "violating": [_key_json(k, now) for k in violating]}
     return _emit(args, data, human)
 
 
@@ -784,7 +884,12 @@ def _usage(message: str) -> int:
 
 
 def _keys_delete(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
-    info = store.delete_key(owner, args.name)
+    old = store.get_key(owner, args.name)
+    question = f"Delete {_whose(old)} ({old.public_id})? Services refuse it at once; no undo."
+    if not _go_on(args, question):
+        return EXIT_REFUSED
+    # Only the key the question named: one recreated meanwhile is refused (KeyChangedError).
+    info = store.delete_key(owner, args.name, expected_public_id=old.public_id)
     print(
         f"Deleted key {info.name!r} of {printable(info.owner)} ({info.public_id}).", file=sys.stderr
     )
@@ -810,6 +915,7 @@ def _scopes_add(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
 
 def _scopes_describe(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
     scope = store.describe_scope(args.name, args.description)
+    print(f"Described scope {scope.name!r}.", file=sys.stderr)
     return _emit(args, scope.to_json(), lambda out: None)
 
 
@@ -967,28 +1073,66 @@ def _db_grant_verifier(url: str, args: argparse.Namespace) -> int:
 
 
 def _print_keys(keys: list[KeyInfo], out: TextIO, *, with_owner: bool, now: datetime) -> None:
-    header = ["NAME", "PUBLIC ID", "SCOPES", "STATE", "EXPIRES (UTC)", "CREATED (UTC)"]
-    header.append("LAST USED (UTC)")
+    """Keys as a table: piped, plain columns of whole cells; in a terminal, sized to its width,
+    cut as the app cuts, the state coloured. No keys: a hint on stderr, nothing on stdout."""
+    from apikey_tui import terminal_table as table
+    from apikey_tui.names import shorten
+    from apikey_tui.store.states import marker
+
+    if not keys:
+        print(EMPTY_HINT, file=sys.stderr)  # stdout holds only data: `| wc -l` counts 0
+        return
+    markers = [marker(k, now) for k in keys]
+
+    def minute(moment: datetime | None, none: str) -> str:
+        return moment.strftime("%Y-%m-%d %H:%M") if moment is not None else none
+
+    columns = [
+        table.Column("NAME", 12, shorten),  # both ends: long names differ at the end
+        table.Column("PUBLIC ID", 9),
+        table.Column("SCOPES", 6),
+        table.Column("STATE", 9),
+        table.Column("EXPIRES (UTC)", 16),
+        table.Column("CREATED (UTC)", 16),
+        table.Column("LAST USED (UTC)", 16),
+    ]
     rows = [
         [
-            k.name,
+            printable(k.name),
             k.public_id,
-            ",".join(k.scopes),
-            k.state(now) + ("+grace" if k.grace_until is not None else ""),
-            k.expires_at.strftime("%Y-%m-%d %H:%M") if k.expires_at else "never",
-            k.created_at.strftime("%Y-%m-%d %H:%M"),
-            k.last_used_at.strftime("%Y-%m-%d %H:%M") if k.last_used_at else "-",
+            printable(",".join(k.scopes)),
+            text,
+            minute(k.expires_at, "never"),
+            minute(k.created_at, "-"),
+            minute(k.last_used_at, "-"),
         ]
-        for k in keys
+        for k, (text, _) in zip(keys, markers, strict=True)
     ]
     if with_owner:
-        header.insert(0, "OWNER")
+        columns.insert(0, table.Column("OWNER", 8, shorten))
         for row, key in zip(rows, keys, strict=True):
-            row.insert(0, key.owner)
-    if not keys:
-        print("No keys. Create one with: apikey-tui keys create NAME --scope SCOPE", file=out)
+            row.insert(0, printable(key.owner))
+    room = table.terminal_width(out)
+    if room is None:  # piped: whole cells, as scripts have always read them
+        _print_rows([c.header for c in columns], rows, out)
         return
-    _print_rows(header, rows, out)
+    at = {c.header: i for i, c in enumerate(columns)}
+    # Cut first what tells keys apart least; then drop whole columns, least needed first.
+    shrink = [at[h] for h in ("SCOPES", "PUBLIC ID", "STATE", "OWNER", "NAME") if h in at]
+    drop = [at[h] for h in ("CREATED (UTC)", "LAST USED (UTC)", "SCOPES", "PUBLIC ID")]
+    colours = None
+    if table.colour_wanted(out):
+        colours = [table.STATE_COLOURS.get(kind) for _, kind in markers]
+    table.render(
+        columns,
+        rows,
+        out,
+        room=room,
+        shrink=shrink,
+        drop=drop,
+        colours=colours,
+        colour_column=at["STATE"],
+    )
 
 
 def _print_rows(header: list[str], rows: list[list[str]], out: TextIO) -> None:

@@ -174,9 +174,11 @@ def check_expiry(moment: datetime, now: datetime) -> datetime:
 
 
 def format_moment(moment: datetime) -> str:
-    """Write a moment as messages and the audit trail do: 2030-01-31T12:00:00Z."""
+    """Write a moment as people read it everywhere (messages, the CLI, the audit trail):
+    '2030-01-31 12:00:00 UTC'. JSON keeps ISO 8601 (isoformat)."""
     # isoformat, not strftime: %Y leaves year 1 as '1' instead of '0001'.
-    return moment.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="seconds") + "Z"
+    plain = moment.astimezone(UTC).replace(tzinfo=None)
+    return plain.isoformat(sep=" ", timespec="seconds") + " UTC"
 
 
 def check_reason(text: str) -> str:
@@ -186,3 +188,21 @@ def check_reason(text: str) -> str:
     if any(unicodedata.category(ch).startswith("C") for ch in text):
         raise InvalidInputError("reason holds a control or format character")
     return text
+
+
+ELLIPSIS: Final = "…"
+
+
+def shorten(text: str, width: int) -> str:
+    """text in at most width characters; a longer one keeps both ends around '…'.
+
+    Names that differ only at the end ('…-eu-west-1', '…-eu-west-2') stay apart when cut:
+    'production-inf…-eu-west-2'. The head keeps the larger half. For ASCII names and the
+    one-cell state markers; the caller pads.
+    """
+    if len(text) <= width:
+        return text
+    if width <= 1:
+        return ELLIPSIS[:width]
+    tail = (width - 1) // 2
+    return text[: width - 1 - tail] + ELLIPSIS + (text[-tail:] if tail else "")

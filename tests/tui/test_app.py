@@ -51,6 +51,10 @@ async def settle(pilot: Pilot[Any]) -> None:
             except WorkerCancelled:
                 continue
         await pilot.pause()
+    # A text cursor blinks every 0.5 s: on a loaded machine a picture could catch either phase.
+    for field in pilot.app.screen.query(Input):
+        field.cursor_blink = False  # and shown
+    await pilot.pause()
 
 
 def table_rows(app: ApiKeysApp) -> list[list[str]]:

@@ -46,7 +46,14 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     scan.add_argument(
         "--disable",
         action="store_true",
-        help="disable each live key found (reason 'leaked: <where>', a key.leak audit event)",
+        help="disable each live key found (reason 'leaked: <where>', a key.leak audit event); "
+        "in a terminal it asks first",
+    )
+    scan.add_argument(
+        "-y",
+        "--yes",
+        action="store_true",
+        help="with --disable: do not ask first (a script is never asked)",
     )
     scan.add_argument(
         "--offline",
@@ -144,17 +151,22 @@ def _report(args: argparse.Namespace, found: list[Found], store: KeyStore | None
     verdicts: dict[str, Verdict] = {}
     outcomes: dict[str, str] = {}
     rows: list[dict[str, Any]] = []
+    first: dict[str, Found] = {}  # where each distinct key was first seen
+    if store is not None:
+        for place in found:
+            digest = token_sha256(place.text)
+            if digest not in verdicts:
+                verdicts[digest], first[digest] = judge(store, place.key), place
+    live_found = [d for d, v in verdicts.items() if v.state == "live"]
+    if store is not None and args.disable and live_found and _disable_confirmed(args, verdicts):
+        for digest in live_found:
+            credential = verdicts[digest].credential
+            assert credential is not None
+            leak = store.contain_leak(credential, source="scan", where=first[digest].where)
+            outcomes[digest] = leak.outcome if leak is not None else "changed meanwhile"
     for place in found:
         digest = token_sha256(place.text)
-        verdict = None
-        if store is not None:
-            verdict = verdicts.get(digest)
-            if verdict is None:
-                verdict = verdicts[digest] = judge(store, place.key)
-                if args.disable and verdict.state == "live":
-                    assert verdict.credential is not None
-                    leak = store.contain_leak(verdict.credential, source="scan", where=place.where)
-                    outcomes[digest] = leak.outcome if leak is not None else "changed meanwhile"
+        verdict = verdicts.get(digest)
         rows.append(
             {
                 "where": place.where,
@@ -177,15 +189,34 @@ def _report(args: argparse.Namespace, found: list[Found], store: KeyStore | None
         for row in rows:
             print(_line(row), file=sys.stdout)
     keys = len({row["token_sha256"] for row in live})
+    some = "1 API key" if keys == 1 else f"{keys} API keys"
     if store is None:
-        summary = f"{keys} API key(s) found (not checked against a database)" if keys else ""
+        summary = f"{some} found (not checked against a database)" if keys else ""
     else:
-        summary = f"{keys} live API key(s) found" if keys else ""
-        if keys and not args.disable:
-            summary += "; disable them with --disable, then recreate or rotate them"
+        summary = f"{some.replace('API', 'live API')} found" if keys else ""
+        if keys and not outcomes:
+            it = "it" if keys == 1 else "them"
+            summary += f"; disable {it} with --disable, then recreate or rotate {it}"
     if summary:
         print(f"apikey-tui: {summary}.", file=sys.stderr)
     return EXIT_FOUND if live else EXIT_OK
+
+
+def _disable_confirmed(args: argparse.Namespace, verdicts: dict[str, Verdict]) -> bool:
+    """In a terminal, ask before disabling the live keys found, naming them (up to five)."""
+    from apikey_tui.prompts import confirmed
+
+    named = [
+        f"{printable(v.owner or '?')}/{printable(v.name or '?')}"
+        for v in verdicts.values()
+        if v.state == "live"
+    ]
+    shown = ", ".join(named[:5]) + (f" and {len(named) - 5} more" if len(named) > 5 else "")
+    some = "1 live key" if len(named) == 1 else f"{len(named)} live keys"
+    if confirmed(f"Disable {some} ({shown})?", assume_yes=args.yes):
+        return True
+    print("Cancelled: no key was disabled.", file=sys.stderr)
+    return False
 
 
 def _line(row: dict[str, Any]) -> str:

@@ -65,7 +65,11 @@ def set_lifetime_policy(ctx: StoreContext, maximum: timedelta | None) -> None:
         violators = _violators(session, maximum)
         detail = f"max-lifetime {format_duration(maximum) if maximum else 'none'}"
         if violators:
-            detail += f"; {violators} existing key(s) break it"
+            detail += (
+                "; 1 existing key breaks it"
+                if violators == 1
+                else (f"; {violators} existing keys break it")
+            )
         audit.record(ctx, session, "policy.set", detail=detail)
         session.commit()
 

@@ -258,16 +258,18 @@ class Verifier:
             if caller is not None:
                 return caller
             verdict = self._index.verdict(parsed.public_id, parsed.secret)
-        if (
-            verdict is Verdict.UNKNOWN
-            and not self._exact
-            and (self._notice_waits() or self._rechecks.take())
-        ):
+        if verdict is Verdict.UNKNOWN and not self._exact:
             # A push (or time bound) may lag a commit by milliseconds: a key created a moment
             # ago reads the log once more, at once if its notice is waiting unread, else within
-            # a small budget that forged ids share (3, then 1 a second).
-            yield from self._synced(inline)
-            verdict = self._index.verdict(parsed.public_id, parsed.secret)
+            # a small budget that forged ids share (3, then 1 a second). Once a flood has spent
+            # that budget, the id is looked up by itself under the lookup budget, as while the
+            # index loads: a new key is never refused for its notice being late, and past both
+            # budgets the answer is 503 (try again), never a 401 that may be wrong.
+            if self._notice_waits() or self._rechecks.take():
+                yield from self._synced(inline)
+                verdict = self._index.verdict(parsed.public_id, parsed.secret)
+            else:
+                verdict = Verdict.UNSURE
         if verdict is Verdict.WRONG:
             if self._record:  # a known public id with a wrong secret: a leak or attack signal
                 self._uses.wrong_secret(parsed.public_id)

@@ -1,0 +1,37 @@
+"""The CLI's start-up: `--help`, a group's help and `completion bash` beside `python -c pass`.
+
+Whole processes, run in turns (pass, then each command, then pass again …) so that a noisy
+moment of the shared machine falls on all of them alike; the median of each.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+RUNS = 25
+COMMANDS = {
+    "python_pass_s": [sys.executable, "-c", "pass"],
+    "help_s": [sys.executable, "-m", "apikey_tui", "--help"],
+    "keys_help_s": [sys.executable, "-m", "apikey_tui", "keys", "--help"],
+    "usage_error_s": [sys.executable, "-m", "apikey_tui", "keys", "create", "x"],
+    "completion_bash_s": [sys.executable, "-m", "apikey_tui", "completion", "bash"],
+}
+
+
+def main() -> None:
+    times: dict[str, list[float]] = {name: [] for name in COMMANDS}
+    for _ in range(RUNS):
+        for name, command in COMMANDS.items():
+            start = time.perf_counter()
+            subprocess.run(command, capture_output=True, check=False)
+            times[name].append(time.perf_counter() - start)
+    result = {name: statistics.median(values) for name, values in times.items()}
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
