@@ -6,6 +6,7 @@ trail; the verifier imports nothing else of the store.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -26,13 +27,14 @@ from apikey_tui.store.records import INFO_COLUMNS, KEY_TABLE, SCOPE_TABLE, in_gr
 from apikey_tui.store.types import Actor, KeyInfo
 
 # A flush of usage counts on SQLite is multi-row INSERTs of this many rows (6 values a row stays
-# under its 32,766 bound parameters), in one transaction; on PostgreSQL one INSERT of arrays.
+# under its 32,766 bound parameters), in one transaction; on PostgreSQL one INSERT of one JSON
+# array of rows.
 USAGE_ROWS_PER_INSERT = 5000
 _USAGE_COLUMNS = ", ".join(c.name for c in UsageTable.columns)
-_USAGE_UNNEST = (
+_USAGE_FROM_JSON = (
     f"INSERT INTO {UsageTable.name} ({_USAGE_COLUMNS}) "  # noqa: S608 (constants only)
-    "SELECT * FROM unnest(%s::text[], %s::int[], %s::smallint[], %s::smallint[], %s::text[], "
-    "%s::bigint[])"
+    "SELECT r->>0, (r->>1)::int, (r->>2)::smallint, (r->>3)::smallint, r->>4, (r->>5)::bigint "
+    "FROM json_array_elements(%s::json) AS r"
 )
 
 # PostgreSQL: every recorded change also NOTIFYs this channel in its own transaction, so
@@ -194,10 +196,10 @@ class CredentialReads(StoreContext):
             engine = engine.execution_options(**WRITE)
         with database_errors(engine), engine.begin() as conn:
             if conn.dialect.name == "postgresql":
-                # One statement of six arrays, however many rows: psycopg parses a statement of
-                # thousands of placeholders slower than the server inserts its rows.
-                columns = [list(column) for column in zip(*rows, strict=True)]
-                conn.exec_driver_sql(_USAGE_UNNEST, tuple(columns))
+                # One statement with one JSON parameter, however many rows: psycopg parses a
+                # statement of thousands of placeholders, and dumps Python lists into arrays,
+                # slower than the server inserts the rows (json.dumps is C).
+                conn.exec_driver_sql(_USAGE_FROM_JSON, (json.dumps(rows),))
                 return
             one = "(" + ", ".join(["?"] * 6) + ")"
             for start in range(0, len(rows), USAGE_ROWS_PER_INSERT):
