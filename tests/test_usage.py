@@ -73,7 +73,7 @@ def test_counts_are_exact_after_close(
     assert [(s.scope, s.requests) for s in report.scopes] == [("project", N), ("serving", 0)]
     assert [(f.missing, f.requests) for f in report.forbidden] == [(("admin",), M)]
     assert (report.requests, report.wrong_secret) == (N, W)
-    assert report.daily[-1].allowed == N and sum(p.allowed for p in report.hourly) == N
+    assert sum(p.allowed for p in report.daily) == sum(p.allowed for p in report.hourly) == N
     data = _usage_json(database_url, capsys, "svc")
     assert data["scopes"][0] == {
         "scope": "project",
@@ -96,6 +96,8 @@ def test_counts_are_exact_after_close(
             )
             for a in listed
         ] == [svc]
+    days = admin.daily_requests([created.info.public_id, "akunknown"], 3)
+    assert (sum(days[created.info.public_id]), days["akunknown"]) == (N, (0, 0, 0))
     assert admin.usage_overview(owner="alice").busiest[0].allowed == N
     assert admin.usage_overview(owner="bob").busiest == ()
     stats = verifier.stats.snapshot()

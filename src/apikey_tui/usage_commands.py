@@ -159,7 +159,7 @@ def run_rightsize(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
             for p in found.proposals
         )
         if not confirmed(f"Narrow {len(found.proposals)} key(s): {names}?", assume_yes=args.yes):
-            print("Nothing changed.", file=sys.stderr)
+            print("Cancelled: nothing was done.", file=sys.stderr)  # the CLI's one wording
             return EXIT_REFUSED
         for proposal in found.proposals:
             store.apply_proposal(proposal, args.window)

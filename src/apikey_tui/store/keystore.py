@@ -314,6 +314,12 @@ class KeyStore(CredentialReads):
         series (`usage.key_usage`)."""
         return usage.key_usage(self, owner, name, window)
 
+    def daily_requests(
+        self, public_ids: Iterable[str], days: int = 7
+    ) -> dict[str, tuple[int, ...]]:
+        """Allowed requests per UTC day (oldest first, ending today) of many keys at once."""
+        return usage.daily_requests(self, public_ids, days)
+
     def usage_overview(
         self, window: timedelta = timedelta(days=7), *, limit: int = 20, owner: str | None = None
     ) -> UsageOverview:

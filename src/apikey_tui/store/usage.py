@@ -308,6 +308,33 @@ def key_usage(
     return KeyUsage(info, since, now, requests, uses, tuple(forbidden), wrong, daily, hourly)
 
 
+def daily_requests(
+    ctx: StoreContext, public_ids: Iterable[str], days: int = 7
+) -> dict[str, tuple[int, ...]]:
+    """Allowed requests per UTC day for each public id, `days` values ending today (oldest
+    first), for a column of many keys at once: one grouped query per 1,000 ids. An id with no
+    use maps to zeros. Counts under a key's previous id are the caller's to add (`old_public_id`).
+    """
+    now = ctx.clock()
+    last = minute_of(now)
+    last -= last % DAY
+    first = last - (days - 1) * DAY
+    ids = list(dict.fromkeys(public_ids))
+    found: dict[str, list[int]] = {i: [0] * days for i in ids}
+    with database_errors(ctx.engine), ctx.engine.connect() as conn:
+        for chunk in _chunks(ids):
+            query = (
+                select(U.public_id, U.minute - U.minute % DAY, func.sum(U.requests))
+                .where(U.public_id.in_(chunk), U.minute >= first, U.kind == USAGE_ALLOWED)
+                .group_by(U.public_id, U.minute - U.minute % DAY)
+            )
+            for public_id, day, n in conn.execute(query):
+                index = (int(day) - first) // DAY
+                if 0 <= index < days:
+                    found[public_id][index] += int(n)
+    return {i: tuple(v) for i, v in found.items()}
+
+
 def _in_window(first: int) -> Any:
     from sqlalchemy import case
 
