@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, and_, func, or_, select, text
+from sqlalchemy import Connection, and_, func, literal_column, or_, select, text
 
 from apikey_tui.db import WRITE, database_errors
 from apikey_tui.db.models import (
@@ -322,11 +322,14 @@ def daily_requests(
     ids = list(dict.fromkeys(public_ids))
     found: dict[str, list[int]] = {i: [0] * days for i in ids}
     with database_errors(ctx.engine), ctx.engine.connect() as conn:
+        # A literal, not a bound parameter: PostgreSQL matches the GROUP BY to the select list
+        # only if they are the same expression.
+        day = U.minute - U.minute % literal_column(str(DAY))
         for chunk in _chunks(ids):
             query = (
-                select(U.public_id, U.minute - U.minute % DAY, func.sum(U.requests))
+                select(U.public_id, day, func.sum(U.requests))
                 .where(U.public_id.in_(chunk), U.minute >= first, U.kind == USAGE_ALLOWED)
-                .group_by(U.public_id, U.minute - U.minute % DAY)
+                .group_by(U.public_id, day)
             )
             for public_id, day, n in conn.execute(query):
                 index = (int(day) - first) // DAY
