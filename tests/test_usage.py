@@ -347,3 +347,25 @@ def test_rightsize_cli_applies_with_yes_and_usage_prints_a_sparkline(
     out = capsys.readouterr().out
     assert "project" in out and "per day: " in out and "wrong secrets: 0" in out
     store.close()
+
+
+def test_prometheus_exposes_usage_counts_and_flush_time(database_url: str, admin: KeyStore) -> None:
+    """The collector shows requests recorded, flushed and dropped, and the flush histogram."""
+    from prometheus_client import CollectorRegistry
+
+    from apikey_tui.integrations.prometheus import register
+
+    created = admin.create_key("alice", "svc", ["project"])
+    verifier = Verifier.from_url(database_url, hasher=CHEAP)
+    registry = CollectorRegistry()
+    register(verifier, registry)
+    _use(verifier, created.plaintext, 4, 1, 1)
+    verifier.flush()
+
+    def sample(name: str) -> float | None:
+        return registry.get_sample_value(f"apikey_tui_verifier_{name}")
+
+    assert (sample("usage_recorded_total"), sample("usage_flushed_total")) == (6, 6)
+    assert sample("usage_dropped_total") == 0
+    assert sample("usage_flush_seconds_count") == 1
+    verifier.close()
