@@ -364,6 +364,7 @@ def render(
     lk: Any = None,
     sc: Any = None,
     cs: Any = None,
+    us: Any = None,
 ) -> str:
     """The results page, every number with its baseline and target."""
     floor, peer = v["floor_us"], v["peer"]["is_valid_us"]
@@ -456,11 +457,13 @@ def render(
     from benchmarks.bench_leaks import markdown as leaks_section
     from benchmarks.bench_revocation import markdown as revocation_section
     from benchmarks.bench_scale import markdown as scale_section
+    from benchmarks.bench_usage import markdown as usage_section
 
     lines += ["", *middleware_section(m), *floods_section(f), *revocation_section(rv)]
     lines += scale_section(sc)
     lines += forward_auth_section(fa)
     lines += leaks_section(lk)
+    lines += usage_section(us)
     lines += [
         "## Terminal app (`bench_tui.py`, headless, 120x40)",
         "",
@@ -540,6 +543,7 @@ MODULES = (
     "bench_leaks",
     "bench_scale",
     "bench_cli_start",
+    "bench_usage",
 )
 
 

@@ -15,7 +15,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import text
 from sqlmodel import SQLModel
 
-from apikey_tui.db import WRITE, ensure_schema, make_engine
+from apikey_tui.db import WRITE, ensure_schema, make_engine, schema
 from apikey_tui.db.migrations import VERSION_TABLE, is_ours, revision_of
 from apikey_tui.db.models import SCHEMA_VERSION, Base
 from apikey_tui.db.schema import alembic_config, head_revision
@@ -49,21 +49,23 @@ def test_tables_live_on_the_package_metadata_only() -> None:
 
 
 def test_fresh_database_gets_default_scopes_and_version(database_url: str) -> None:
-    """A fresh database is built by the migrations: version 3, 'project' and 'serving' scopes."""
+    """A fresh database is built by the migrations: version 5, 'project' and 'serving' scopes."""
     engine = make_engine(database_url)
     ensure_schema(engine)
     ensure_schema(engine)  # opening twice is harmless
     with engine.connect() as conn:
-        version = conn.execute(text("SELECT value FROM apikey_tui_meta")).scalar()
+        version = conn.execute(
+            text("SELECT value FROM apikey_tui_meta WHERE key = 'schema_version'")
+        ).scalar()
         revision = conn.execute(text("SELECT version_num FROM apikey_tui_alembic_version")).all()
         scopes = conn.execute(text("SELECT name FROM apikey_tui_scope ORDER BY name")).scalars()
-        assert (version, revision, list(scopes)) == ("4", [("0004",)], ["project", "serving"])
+        assert (version, revision, list(scopes)) == ("5", [("0005",)], ["project", "serving"])
     engine.dispose()
 
 
 def test_shipped_migrations_end_at_this_releases_schema_version() -> None:
     """The newest shipped Alembic revision is the schema version the models describe."""
-    assert head_revision() == revision_of(SCHEMA_VERSION) == "0004"
+    assert head_revision() == revision_of(SCHEMA_VERSION) == "0005"
 
 
 def test_migrations_build_exactly_the_models(database_url: str) -> None:
@@ -81,7 +83,7 @@ def test_migrations_build_exactly_the_models(database_url: str) -> None:
 @pytest.mark.parametrize(
     ("revision", "message"),
     [
-        ("0005", r"schema version 5, newer than this release .*\(4\): upgrade apikey-tui"),
+        ("0006", r"schema version 6, newer than this release .*\(5\): upgrade apikey-tui"),
         ("f00dcafe", r"revision 'f00dcafe', which this release .* does not know"),
     ],
 )
@@ -96,6 +98,23 @@ def test_newer_schema_version_is_refused(database_url: str, revision: str, messa
     for create in (True, False):
         with pytest.raises(SchemaVersionError, match=message):
             ensure_schema(engine, create=create)
+    engine.dispose()
+
+
+def test_a_schema_4_verifier_works_beside_a_schema_5_database(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A verifier of version 4 accepts the usage schema (it names 4 as still working); admins
+    of version 4 and verifiers older than that are refused."""
+    engine = make_engine(database_url)
+    ensure_schema(engine)
+    monkeypatch.setattr(schema, "SCHEMA_VERSION", 4)
+    ensure_schema(engine, create=False, verifier=True)
+    with pytest.raises(SchemaVersionError, match="newer than this release"):
+        ensure_schema(engine, create=False)
+    monkeypatch.setattr(schema, "SCHEMA_VERSION", 3)
+    with pytest.raises(SchemaVersionError, match="newer than this release"):
+        ensure_schema(engine, create=False, verifier=True)
     engine.dispose()
 
 
@@ -177,7 +196,7 @@ def test_concurrent_openers_create_the_schema_once(postgres_url: str) -> None:
         list(pool.map(ensure_schema, engines))
     with engines[0].connect() as conn:
         assert conn.execute(text("SELECT version_num FROM apikey_tui_alembic_version")).all() == [
-            ("0004",)
+            ("0005",)
         ]
         assert conn.execute(text("SELECT count(*) FROM apikey_tui_scope")).scalar() == 2
     for engine in engines:

@@ -64,7 +64,7 @@ def test_granted_role_verifies_and_records_use(
     created = admin_store.create_key("alice", "svc", ["project"])
     code, out, err = _grant(capsys, postgres_url, role)
     assert code == 0 and "Granted to" in err and "warning" not in err
-    assert out.count("GRANT ") == 3 and "UPDATE (last_used_at) ON TABLE" in out
+    assert out.count("GRANT ") == 4 and "UPDATE (last_used_at) ON TABLE" in out
     verifier = Verifier.from_url(_as(role, postgres_url), hasher=CHEAP)
     try:
         caller = verifier.verify("ApiKey " + created.plaintext, ["project"])
@@ -134,6 +134,7 @@ def test_grant_without_apply_prints_the_sql_and_changes_nothing(
         f"{schema}.apikey_tui_change, "
         f"{schema}.apikey_tui_meta, {schema}.apikey_tui_alembic_version TO {role};",
         f"GRANT UPDATE (last_used_at) ON TABLE {schema}.apikey_tui_key TO {role};",
+        f"GRANT INSERT ON TABLE {schema}.apikey_tui_usage TO {role};",
     ]
     with (
         psycopg.connect(_libpq(_as(role, postgres_url))) as conn,
@@ -198,3 +199,31 @@ def test_grants_need_this_releases_schema(
     code = main(["--database-url", postgres_url, "db", "grant-verifier", role])
     out, err = capsys.readouterr()
     assert (code, out) == (1, "") and "no apikey-tui tables yet" in err
+
+
+def test_granted_role_records_usage_and_can_do_nothing_else_with_it(
+    postgres_url: str, role: str, admin_store: KeyStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The verifier role appends usage counts (read back by the admin) but cannot read, change,
+    delete or empty the usage table."""
+    created = admin_store.create_key("alice", "svc", ["project"])
+    assert _grant(capsys, postgres_url, role)[0] == 0
+    verifier = Verifier.from_url(_as(role, postgres_url), hasher=CHEAP)
+    try:
+        for _ in range(3):
+            verifier.verify("ApiKey " + created.plaintext, ["project"])
+    finally:
+        verifier.close()
+    assert verifier.stats.snapshot()["usage_flushed"] == 3
+    assert admin_store.key_usage("alice", "svc").requests == 3
+    for statement in (
+        "SELECT * FROM apikey_tui_usage",
+        "UPDATE apikey_tui_usage SET requests = 0",
+        "DELETE FROM apikey_tui_usage",
+        "TRUNCATE apikey_tui_usage",
+    ):
+        with (
+            psycopg.connect(_libpq(_as(role, postgres_url))) as conn,
+            pytest.raises(errors.InsufficientPrivilege),
+        ):
+            conn.execute(statement.encode())

@@ -311,6 +311,9 @@ def build_parser() -> argparse.ArgumentParser:
     from apikey_tui.leaks.commands import add_commands  # the standard library only, like here
 
     add_commands(commands, common)
+    from apikey_tui.usage_commands import add_commands as add_usage_commands  # likewise
+
+    add_usage_commands(key_commands, db_commands, common)
     completion = commands.add_parser(
         "completion", help="print the shell completion script for bash, zsh or fish"
     )

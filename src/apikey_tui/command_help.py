@@ -46,6 +46,12 @@ EXAMPLES: dict[str, list[str]] = {
     ],
     "keys disable": ["apikey-tui keys disable ci --reason 'seen in a pastebin'"],
     "keys enable": ["apikey-tui keys enable ci"],
+    "keys usage": ["apikey-tui keys usage ci --since 7d", "apikey-tui keys usage ci --json"],
+    "keys rightsize": [
+        "apikey-tui keys rightsize --all              # for cron: silent when none",
+        "apikey-tui keys rightsize ci --window 90d --apply   # asks first in a terminal",
+        "apikey-tui keys rightsize --all --apply --yes --json",
+    ],
     "policy": ["apikey-tui policy show"],
     "policy show": ["apikey-tui policy show --json"],
     "policy set": [
@@ -59,6 +65,7 @@ EXAMPLES: dict[str, list[str]] = {
     "scopes remove": ["apikey-tui scopes remove legacy"],
     "events": ["apikey-tui events --limit 20", "apikey-tui events --json | jq '.[0]'"],
     "db": ["apikey-tui db upgrade"],
+    "db compact": ["apikey-tui db compact                # hourly from cron: silent when idle"],
     "db upgrade": ["apikey-tui db upgrade --database-url postgresql+psycopg://admin@db/keys"],
     "db grant-verifier": [
         "apikey-tui db grant-verifier svc_reader            # print the grants",

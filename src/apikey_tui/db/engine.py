@@ -176,7 +176,7 @@ def _create_private_file(path: Path) -> None:
         raise StoreUnavailableError(f"cannot create database file {path}: {exc.strerror}") from None
 
 
-def ensure_schema(engine: Engine, *, create: bool = True) -> None:
+def ensure_schema(engine: Engine, *, create: bool = True, verifier: bool = False) -> None:
     """Create the tables in an empty database, or check that an existing one is of our version.
 
     An older or newer database raises SchemaVersionError (`apikey_tui.db.schema` says why);
@@ -184,7 +184,7 @@ def ensure_schema(engine: Engine, *, create: bool = True) -> None:
     """
     # A check that may not create only reads: it need not queue for SQLite's write lock.
     with _schema_transaction(engine, write=create) as conn:
-        schema.ensure(conn, create=create)
+        schema.ensure(conn, create=create, verifier=verifier)
     use_wal(engine)  # only now: a database we refuse is never changed, not even its journal
 
 

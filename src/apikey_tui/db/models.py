@@ -5,14 +5,30 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Column, DateTime, Dialect, ForeignKey, String, UniqueConstraint
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    DateTime,
+    Dialect,
+    ForeignKey,
+    Index,
+    Integer,
+    SmallInteger,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import registry
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
 # The schema this release reads and writes: Alembic revision f"{SCHEMA_VERSION:04d}" in
 # apikey_tui/migrations, which also builds every new database (a test holds the two equal).
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
+# The oldest verifier that still works beside this schema (a newer schema that only adds tables
+# a verifier never reads keeps older verifiers working): the meta row 'verifiers_from'.
+VERIFIERS_FROM = 4
 
 
 class Base(SQLModel, registry=registry()):
@@ -138,3 +154,36 @@ class ChangeRow(Base, table=True):
     seq: int | None = Field(default=None, primary_key=True)
     public_id: str = Field(max_length=32)
     changed_at: datetime = _timestamp(index=True)  # pruning finds old rows by it
+
+
+# Usage (schema version 5): counts per key public id, per period, per kind and scope. Insert-only
+# for services, so it has no key: a flush appends, reads sum every row of a period, and
+# `db compact` rolls minutes into hours and hours into days in one transaction.
+USAGE_ALLOWED, USAGE_FORBIDDEN, USAGE_WRONG_SECRET = 0, 1, 2  # UsageTable.c.kind
+MINUTE, HOUR, DAY = 1, 60, 1440  # UsageTable.c.span, in minutes
+USAGE_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def usage_minute(moment: datetime) -> int:
+    """The usage table's period key of a moment: whole minutes since 1970-01-01 UTC."""
+    return int((moment - USAGE_EPOCH).total_seconds()) // 60
+
+
+UsageTable = Table(
+    "apikey_tui_usage",
+    Base.metadata,
+    Column("public_id", String(32), nullable=False),
+    # The period's first minute, in whole minutes since 1970-01-01 UTC: one integer compares,
+    # rounds to hours and days, and sums the same on every backend.
+    Column("minute", Integer, nullable=False),
+    Column("span", SmallInteger, nullable=False),  # MINUTE, HOUR or DAY
+    Column("kind", SmallInteger, nullable=False),  # USAGE_ALLOWED, _FORBIDDEN, _WRONG_SECRET
+    # allowed: the scopes the check required, sorted and space-separated ('' for none: one row
+    # per request counts it once, however many scopes it needed); forbidden: the missing
+    # scopes, likewise; wrong secret: ''. Unbounded text: a list cut short could make a scope
+    # that is needed look unused.
+    Column("scope", Text, nullable=False),
+    Column("requests", BigInteger().with_variant(Integer, "sqlite"), nullable=False),
+    Index("ix_apikey_tui_usage_key", "public_id", "minute"),
+    Index("ix_apikey_tui_usage_minute", "minute"),
+)

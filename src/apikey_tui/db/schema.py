@@ -85,10 +85,27 @@ def check(found: int | None, *, create: bool) -> None:
     )
 
 
-def ensure(conn: Connection, *, create: bool) -> None:
+def verifiers_from(conn: Connection) -> int | None:
+    """The oldest verifier's schema version that still works beside this database (meta row
+    'verifiers_from', schema version 5 on), or None when the database does not say."""
+    value = conn.execute(
+        select(_meta_table.c.value).where(_meta_table.c.key == "verifiers_from")
+    ).scalar_one_or_none()
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def ensure(conn: Connection, *, create: bool, verifier: bool = False) -> None:
     """Create the tables at this release's version in an empty database (if create), or
-    check that an existing database is at exactly this release's version."""
+    check that an existing database is at exactly this release's version.
+
+    A verifier also accepts a newer database that names this release among the verifiers that
+    keep working beside it (a newer schema that only added tables a verifier never reads).
+    """
     found = found_version(conn)
+    if verifier and found is not None and found > SCHEMA_VERSION:
+        oldest = verifiers_from(conn)
+        if oldest is not None and oldest <= SCHEMA_VERSION:
+            return
     check(found, create=create)
     if found is None:
         from alembic import command
@@ -161,6 +178,8 @@ VERIFIER_READS = (
     VERSION_TABLE,
 )
 VERIFIER_UPDATES = ("apikey_tui_key", ("last_used_at",))
+# Its one append: usage counts (schema version 5), insert-only, never read back or changed.
+VERIFIER_INSERTS = ("apikey_tui_usage",)
 _ROLE = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,62}")
 # Names that GRANT reads as something else even when quoted ("public" is everyone).
 _NOT_A_ROLE = {"public", "none", "current_user", "current_role", "session_user"}
@@ -188,6 +207,7 @@ def verifier_grants(conn: Connection, role: str) -> list[str]:
         f"GRANT SELECT ON TABLE {', '.join(map(table_name, VERIFIER_READS))} TO {quote(role)}",
         f"GRANT UPDATE ({', '.join(map(quote, columns))}) ON TABLE {table_name(key)} "
         f"TO {quote(role)}",
+        f"GRANT INSERT ON TABLE {', '.join(map(table_name, VERIFIER_INSERTS))} TO {quote(role)}",
     ]
 
 
@@ -214,7 +234,12 @@ def excess_privileges(conn: Connection, role: str) -> list[str]:
         return bool(conn.execute(text(f"SELECT {function}"), arguments).scalar_one())
 
     for name in sorted(t for t in inspect(conn).get_table_names() if t.startswith(TABLE_PREFIX)):
-        rights = [p for p in _WRITES if holds("has_table_privilege(:role, :table, :what)", name, p)]
+        rights = [
+            p
+            for p in _WRITES
+            if not (p == "INSERT" and name in VERIFIER_INSERTS)
+            and holds("has_table_privilege(:role, :table, :what)", name, p)
+        ]
         columns = [c["name"] for c in inspect(conn).get_columns(name)]
         updatable = [
             c

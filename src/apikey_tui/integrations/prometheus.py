@@ -141,6 +141,23 @@ class VerifierCollector(Collector):
             "Time a cold check (database read, argon2) or a key index refresh ran.",
             gate.ran,
         )
+        usage = stats.usage
+        if usage is not None:
+            for name, count, documentation in (
+                ("usage_recorded", usage.recorded, "Requests counted per key for usage."),
+                ("usage_flushed", usage.flushed, "Counted requests written to the usage table."),
+                (
+                    "usage_dropped",
+                    usage.dropped,
+                    "Counted requests dropped: past the memory bound, or unwritable at close.",
+                ),
+            ):
+                yield CounterMetricFamily(f"{prefix}_{name}", documentation, count)
+            yield _histogram(
+                f"{prefix}_usage_flush_seconds",
+                "Time one flush of usage counts (one transaction of INSERTs) took.",
+                usage.flush_seconds,
+            )
 
     def gauges(self) -> Iterator[Metric]:
         """The gauges: what this process holds and how key changes reach it, right now."""

@@ -6,7 +6,8 @@ trail; the verifier imports nothing else of the store.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -16,13 +17,25 @@ from sqlalchemy import select as sa_select
 from sqlmodel import col
 
 from apikey_tui.clock import Clock, system_clock
-from apikey_tui.db.models import KeyRow
+from apikey_tui.db import WRITE, database_errors
+from apikey_tui.db.models import KeyRow, UsageTable
 from apikey_tui.hashing import SecretHasher
 from apikey_tui.store import change_log
 from apikey_tui.store.change_log import Change as Change  # the verifier's view of a change
 from apikey_tui.store.context import StoreContext
 from apikey_tui.store.records import INFO_COLUMNS, KEY_TABLE, SCOPE_TABLE, in_grace, key_info
 from apikey_tui.store.types import Actor, KeyInfo
+
+# A flush of usage counts on SQLite is multi-row INSERTs of this many rows (6 values a row stays
+# under its 32,766 bound parameters), in one transaction; on PostgreSQL one INSERT of one JSON
+# array of rows.
+USAGE_ROWS_PER_INSERT = 5000
+_USAGE_COLUMNS = ", ".join(c.name for c in UsageTable.columns)
+_USAGE_FROM_JSON = (
+    f"INSERT INTO {UsageTable.name} ({_USAGE_COLUMNS}) "  # noqa: S608 (constants only)
+    "SELECT r->>0, (r->>1)::int, (r->>2)::smallint, (r->>3)::smallint, r->>4, (r->>5)::bigint "
+    "FROM json_array_elements(%s::json) AS r"
+)
 
 # PostgreSQL: every recorded change also NOTIFYs this channel in its own transaction, so
 # verifiers on every host hear of it at commit (and never before: a rolled-back change is silent).
@@ -166,6 +179,38 @@ class CredentialReads(StoreContext):
                 statement, [{"pid": pid, "at": at} for pid, at in used.items()]
             )
             session.commit()
+
+    def record_usage(self, rows: Sequence[tuple[str, int, int, int, str, int]]) -> None:
+        """Append usage rows (public_id, minute, span, kind, scope, requests), all or none.
+
+        Insert-only (the verifier's role may do nothing else with the table) and never in the
+        change log: counts are no change to a key. One transaction, so a failed flush is retried
+        whole and a count is never written twice.
+        """
+        if not rows:
+            return
+        engine = self.engine
+        if engine.dialect.name == "postgresql":  # the verifier's engine reads in autocommit
+            engine = engine.execution_options(isolation_level="READ COMMITTED")
+        else:
+            engine = engine.execution_options(**WRITE)
+        with database_errors(engine), engine.begin() as conn:
+            if conn.dialect.name == "postgresql":
+                # One statement with one JSON parameter, however many rows: psycopg parses a
+                # statement of thousands of placeholders, and dumps Python lists into arrays,
+                # slower than the server inserts the rows (json.dumps is C).
+                conn.exec_driver_sql(_USAGE_FROM_JSON, (json.dumps(rows),))
+                return
+            one = "(" + ", ".join(["?"] * 6) + ")"
+            for start in range(0, len(rows), USAGE_ROWS_PER_INSERT):
+                chunk = rows[start : start + USAGE_ROWS_PER_INSERT]
+                values = ", ".join([one] * len(chunk))
+                flat = tuple(value for row in chunk for value in row)
+                conn.exec_driver_sql(
+                    # Only placeholders are joined in; every value is a bound parameter.
+                    f"INSERT INTO {UsageTable.name} ({_USAGE_COLUMNS}) VALUES {values}",  # noqa: S608
+                    flat,
+                )
 
 
 def credential_source(

@@ -12,8 +12,8 @@ from datetime import datetime, timedelta
 from apikey_tui.clock import Clock, system_clock
 from apikey_tui.db import ensure_schema, make_engine
 from apikey_tui.hashing import SecretHasher
-from apikey_tui.names import Expiry
-from apikey_tui.store import audit, bulk, catalog, leaks, lifecycle, policy, queries
+from apikey_tui.names import Expiry, format_duration
+from apikey_tui.store import audit, bulk, catalog, leaks, lifecycle, policy, queries, usage
 from apikey_tui.store.bulk import Batch
 from apikey_tui.store.credentials import Credential, CredentialReads
 from apikey_tui.store.lifecycle import Deliver
@@ -29,6 +29,7 @@ from apikey_tui.store.types import (
     ScopeInfo,
     ScopeUsage,
 )
+from apikey_tui.store.usage import Compaction, KeyUsage, Proposal, Rightsizing, UsageOverview
 
 
 class KeyStore(CredentialReads):
@@ -342,3 +343,49 @@ class KeyStore(CredentialReads):
     def issued(self, public_id: str) -> bool:
         """Whether this database ever made a key with this public id (its events name it)."""
         return leaks.issued(self, public_id)
+
+    # --- usage -------------------------------------------------------------------------------
+
+    def key_usage(
+        self, owner: str, name: str, window: timedelta = usage.DEFAULT_WINDOW
+    ) -> KeyUsage:
+        """A key's use in the window ending now: per scope, 403s, wrong secrets, day and hour
+        series (`usage.key_usage`)."""
+        return usage.key_usage(self, owner, name, window)
+
+    def daily_requests(
+        self, public_ids: Iterable[str], days: int = 7
+    ) -> dict[str, tuple[int, ...]]:
+        """Allowed requests per UTC day (oldest first, ending today) of many keys at once."""
+        return usage.daily_requests(self, public_ids, days)
+
+    def usage_overview(
+        self, window: timedelta = timedelta(days=7), *, limit: int = 20, owner: str | None = None
+    ) -> UsageOverview:
+        """The busiest keys, keys refused with 403 and keys given wrong secrets in the window."""
+        return usage.overview(self, window, limit=limit, owner=owner)
+
+    def rightsize(
+        self,
+        window: timedelta = usage.DEFAULT_WINDOW,
+        *,
+        owner: str | None = None,
+        name: str | None = None,
+    ) -> Rightsizing:
+        """Proposals to drop scopes keys older than the window never used in it."""
+        return usage.rightsize(self, window, owner=owner, name=name)
+
+    def apply_proposal(self, proposal: Proposal, window: timedelta | None = None) -> KeyInfo:
+        """Narrow the key as proposed: one `key.rightsize` event naming the scopes removed.
+
+        Refused (KeyChangedError) if the key was recreated or rotated since the proposal.
+        """
+        note = f"unused for {format_duration(window)}" if window is not None else ""
+        info = proposal.info
+        return lifecycle.narrow_scopes(
+            self, info.owner, info.name, proposal.drop, expected_public_id=info.public_id, note=note
+        )
+
+    def compact_usage(self, retention: timedelta = usage.DEFAULT_RETENTION) -> Compaction:
+        """Roll old usage minutes into hours and days; delete what is past the retention."""
+        return usage.compact(self, retention)

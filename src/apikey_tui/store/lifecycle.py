@@ -371,3 +371,41 @@ def set_key_scopes(
         audit.record(ctx, session, "key.rescope", info, detail=f"scopes: {' '.join(wanted)}")
         session.commit()
     return info
+
+
+def narrow_scopes(
+    ctx: StoreContext,
+    owner: str,
+    name: str,
+    drop: Iterable[str],
+    *,
+    expected_public_id: str | None,
+    action: str = "key.rightsize",
+    note: str = "",
+) -> KeyInfo:
+    """Remove these scopes from a key (those it still holds), keeping at least one.
+
+    One event (action, detail "removed: a b" and the note) and the change-log entry, in the
+    key's own transaction: a scope added meanwhile stays, a recreated key is refused.
+    """
+    removing = set(drop)
+    with ctx.session(write=True) as session:
+        row = key_row(session, owner, name, lock=True, expected_public_id=expected_public_id)
+        held = read_info(session, row, ctx.clock()).scopes
+        removed = tuple(s for s in held if s in removing)
+        keep = tuple(s for s in held if s not in removing)
+        if not removed:  # already narrower: nothing to record
+            return read_info(session, row, ctx.clock())
+        if not keep:
+            raise InvalidInputError("a key needs at least one scope")
+        assert row.id is not None
+        session.exec(
+            delete(KeyScopeRow).where(
+                col(KeyScopeRow.key_id) == row.id, col(KeyScopeRow.scope).in_(removed)
+            )
+        )
+        info = key_info(row, keep, ctx.clock())
+        detail = f"removed: {' '.join(removed)}" + (f" ({note})" if note else "")
+        audit.record(ctx, session, action, info, detail=detail)
+        session.commit()
+    return info

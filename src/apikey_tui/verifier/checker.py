@@ -44,6 +44,7 @@ from apikey_tui.verifier.key_index import KeyIndex, Verdict
 from apikey_tui.verifier.metrics import VerifierStats
 from apikey_tui.verifier.port import CredentialSource
 from apikey_tui.verifier.usage import UsageWriter
+from apikey_tui.verifier.use_counts import DEFAULT_LIMIT, UseCounts
 
 __all__ = ["Caller", "Verifier"]
 
@@ -54,6 +55,8 @@ DEFAULT_REVOCATION_BOUND = 1.0  # seconds a PostgreSQL-backed cache entry is tru
 DEFAULT_CHECK_TIMEOUT = 2.0  # seconds a request waits for the database before 503
 LAST_USED_INTERVAL = 60.0  # at most one last_used_at write per key per minute per process
 RECHECK_BURST, RECHECKS_PER_SECOND = 3, 1.0  # log re-reads for ids unknown where push may lag
+MAX_USAGE_INTERVAL = 10.0  # seconds usage counts may wait in memory at most
+_HASHABLE = (tuple, frozenset)  # required scopes as integrations pass them (RouteScopes: tuple)
 _SYNC = object()  # the CheckGate key of a change-log read: one at a time, shared
 
 
@@ -108,6 +111,8 @@ class Verifier:
         lookups_per_second: float = 1000,
         lookup_burst: float = 1000,
         flush_interval: float = 5.0,
+        record_usage: bool = True,
+        usage_limit: int = DEFAULT_LIMIT,
         clock: Clock = system_clock,
     ) -> None:
         if revocation_bound < 0:
@@ -141,7 +146,13 @@ class Verifier:
         self._lookups = TokenBucket(lookup_burst, lookups_per_second)
         self._rechecks = TokenBucket(RECHECK_BURST, RECHECKS_PER_SECOND)
         self._usage = UsageWriter(self._source.record_use, flush_interval, clock)
-        self.stats = VerifierStats(self._gate, self._freshness, revocation_bound)  # for metrics
+        # Per key, per minute: requests allowed per scope, refused for scopes, wrong secrets;
+        # flushed at least every 10 s (and at each minute boundary) off the request path.
+        self._uses = UseCounts(
+            self._source.record_usage, min(flush_interval, MAX_USAGE_INTERVAL), clock, usage_limit
+        )
+        self._record = record_usage
+        self.stats = VerifierStats(self._gate, self._freshness, revocation_bound, self._uses)
         event.listen(self._engine, "handle_error", self.stats.database_error)
         self._salted = hashlib.sha256(secrets.token_bytes(32))  # per-process salt
         self._entries: dict[bytes, _Entry] = {}  # verified and unchanged since: the warm path
@@ -259,7 +270,11 @@ class Verifier:
                 verdict = self._index.verdict(parsed.public_id, parsed.secret)
             else:
                 verdict = Verdict.UNSURE
-        if verdict is Verdict.UNKNOWN or verdict is Verdict.WRONG:
+        if verdict is Verdict.WRONG:
+            if self._record:  # a known public id with a wrong secret: a leak or attack signal
+                self._uses.wrong_secret(parsed.public_id)
+            raise InvalidKeyError()
+        if verdict is Verdict.UNKNOWN:  # nothing recorded: unknown ids are unbounded
             raise InvalidKeyError()
         if verdict is Verdict.UNSURE and not self._lookups.take():
             raise VerifierUnavailableError()  # index still loading and a flood of unknown ids
@@ -311,7 +326,15 @@ class Verifier:
     def _authorize(self, caller: Caller, required: Collection[str]) -> Caller:
         if required and not caller.scopes.issuperset(required):
             self.stats.forbidden += 1
-            raise InsufficientScopeError(sorted(set(required) - caller.scopes))
+            missing = sorted(set(required) - caller.scopes)
+            if self._record:
+                self._uses.forbidden(caller.public_id, missing)
+            raise InsufficientScopeError(missing)
+        if self._record:  # the warm path's only recording cost: a deque append
+            self._uses.allowed(
+                caller.public_id,
+                required if required.__class__ in _HASHABLE else tuple(required),
+            )
         return caller
 
     # --- in a CheckGate thread ----------------------------------------------------------------
@@ -320,7 +343,7 @@ class Verifier:
         if self._ready:
             return
         try:
-            ensure_schema(self._engine, create=False)
+            ensure_schema(self._engine, create=False, verifier=True)
         except (StoreUnavailableError, SchemaVersionError) as exc:
             log.warning("API keys cannot be checked: %s", exc)
             raise VerifierUnavailableError() from None
@@ -351,17 +374,21 @@ class Verifier:
         mark = self._feed.mark()  # before reading: a change read meanwhile wins, see may_cache
         stored = self._read(lambda: self._source.credential(parsed.public_id))
         expires_at = stored.expires_at if stored is not None else None
+        wrong = (
+            stored is not None
+            and stored.fingerprint is not None
+            and not hmac.compare_digest(
+                stored.fingerprint, fingerprint(parsed.public_id, parsed.secret)
+            )
+        )
+        if wrong and self._record:
+            self._uses.wrong_secret(parsed.public_id)
         if (
             stored is None
             or stored.disabled
             or (expires_at is not None and self._clock() >= expires_at)
-            or (
-                # Looked up past the index (still loading): its fingerprint still spares argon2.
-                stored.fingerprint is not None
-                and not hmac.compare_digest(
-                    stored.fingerprint, fingerprint(parsed.public_id, parsed.secret)
-                )
-            )
+            # Looked up past the index (still loading): its fingerprint still spares argon2.
+            or wrong
         ):
             # Unknown, disabled, expired, or a previous secret past its grace: one same 401.
             self.stats.revoked += parsed.public_id in self._by_id  # a key verified here
@@ -384,6 +411,8 @@ class Verifier:
         self.stats.argon2 += 1
         if not self._hasher.verify(stored.secret_hash, parsed.secret):
             self.stats.revoked += entry is not None  # the key verified here was recreated
+            if self._record:
+                self._uses.wrong_secret(parsed.public_id)
             if stored.fingerprint is None:
                 self._budget.spend(parsed.public_id)
             raise InvalidKeyError()
@@ -396,6 +425,8 @@ class Verifier:
                 self._entries[digest] = entry
                 self._by_id[parsed.public_id] = digest
         self._usage.note(parsed.public_id)
+        if self._record:
+            self._uses.start()  # warm hits append to it from now on
         return entry.caller
 
     def _upgrade_hash(self, parsed: ParsedKey, stored: Credential) -> bytes:
@@ -460,6 +491,7 @@ class Verifier:
         """In a forked child: drop the parent's threads, locks, caches and connections."""
         self._gate.reset()
         self._usage.reset()
+        self._uses.reset()
         self._index.reset()
         self._feed.reset()
         self._budget.reset()
@@ -472,17 +504,19 @@ class Verifier:
         self._engine.dispose(close=False)
 
     def flush(self) -> None:
-        """Write pending last-used times now (also done every flush_interval seconds)."""
+        """Write pending last-used times and usage counts now (also done in the background)."""
         self._usage.flush()
+        self._uses.flush()
 
     def close(self) -> None:
-        """Flush last-used times, stop the background threads and release connections.
+        """Flush last-used times and usage counts, stop the threads and release connections.
 
         The process's SQLite commit watch stays open on purpose (see sqlite_watch.CommitWatch).
         """
         self._gate.close()
         self._index.close()
         self._usage.close()
+        self._uses.close()
         if isinstance(self._freshness, PushFreshness):
             self._freshness.close()
         self._source.close()  # its kept connections, then the engine's pool

@@ -87,6 +87,15 @@ class GateCounts(Protocol):
     rejected: int
 
 
+class UsageCounts(Protocol):
+    """What the stats read of the usage counter: requests counted, written and dropped."""
+
+    recorded: int
+    flushed: int
+    dropped: int
+    flush_seconds: Timings
+
+
 class VerifierStats:
     """Counters one Verifier keeps: read them with snapshot(), or register them for Prometheus.
 
@@ -96,12 +105,19 @@ class VerifierStats:
     an increment from two threads at once may, rarely, lose one count; no lock on the warm path.
     """
 
-    __slots__ = (*COUNTERS, "_ok_high", "freshness", "gate", "revocation_bound")
+    __slots__ = (*COUNTERS, "_ok_high", "freshness", "gate", "revocation_bound", "usage")
 
-    def __init__(self, gate: GateCounts, freshness: Freshness, revocation_bound: float) -> None:
+    def __init__(
+        self,
+        gate: GateCounts,
+        freshness: Freshness,
+        revocation_bound: float,
+        usage: UsageCounts | None = None,
+    ) -> None:
         # Read at scrape time: the CheckGate's timings and 503 counts, and whether changes
         # reach this process by push (PostgreSQL LISTEN) or by the time bound.
         self.gate, self.freshness, self.revocation_bound = gate, freshness, revocation_bound
+        self.usage = usage  # requests counted per key for the usage table (read at scrape time)
         self.hits = 0  # checks answered from the cache (no query, no argon2)
         self.cold_answers = 0  # checks answered after a cold check (their own or a shared one)
         self.cold = 0  # cold checks run: one database read, argon2 when the key is new here
@@ -153,4 +169,8 @@ class VerifierStats:
         values: dict[str, int] = {name: getattr(self, name) for name in COUNTERS}
         values["check_timeouts"], values["checks_rejected"] = self.gate.timeouts, self.gate.rejected
         values.update({f"checks_{k}": v for k, v in self.outcomes().items()})
+        if self.usage is not None:
+            values["usage_recorded"] = self.usage.recorded
+            values["usage_flushed"] = self.usage.flushed
+            values["usage_dropped"] = self.usage.dropped
         return values

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Protocol
 
@@ -35,6 +35,9 @@ class CredentialSource(Protocol):
 
     def record_use(self, used: Mapping[str, datetime]) -> None:
         """Move last_used_at forward for these public ids."""
+
+    def record_usage(self, rows: Sequence[tuple[str, int, int, int, str, int]]) -> None:
+        """Append usage counts (public_id, minute, span, kind, scope, requests), all or none."""
 
     def replace_hash(self, public_id: str, old_hash: str, new_hash: str) -> None:
         """Store an upgraded hash of the same secret (skipped when the role may not)."""

@@ -1,0 +1,615 @@
+"""Usage: what verifiers counted per key (reports, busiest keys, right-size proposals), compaction.
+
+Verifiers append counts per key public id per minute (`verifier.use_counts`); `compact` rolls
+minutes older than 48 h into hours and hours older than 30 d into days, and deletes what is past
+the retention. Every read sums rows of every granularity, and every window starts at a UTC
+midnight (an hourly series at a full hour), so an answer is the same before and after
+compaction. A key's counts are found under its public id and, after a rotation, its previous
+one (while the key row still names it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, and_, func, literal_column, or_, select, text
+
+from apikey_tui.db import WRITE, database_errors
+from apikey_tui.db.models import (
+    DAY,
+    HOUR,
+    MINUTE,
+    USAGE_ALLOWED,
+    USAGE_EPOCH,
+    USAGE_FORBIDDEN,
+    USAGE_WRONG_SECRET,
+    UsageTable,
+    usage_minute,
+)
+from apikey_tui.store.context import StoreContext
+from apikey_tui.store.records import INFO_COLUMNS, KEY_TABLE, SCOPE_TABLE, key_info
+from apikey_tui.store.types import KeyInfo
+
+HOURS_AFTER = timedelta(hours=48)  # minute rows older than this become hour rows
+DAYS_AFTER = timedelta(days=30)  # hour rows older than this become day rows
+DEFAULT_RETENTION = timedelta(days=400)  # rows older than this are deleted by `compact`
+DEFAULT_WINDOW = timedelta(days=30)
+SERIES_HOURS = 7 * 24  # the hourly series: the last 7 days
+_IN_CHUNK = 1000  # ids per IN (...) list
+U = UsageTable.c
+
+
+minute_of = usage_minute
+
+
+def moment_of(minute: int) -> datetime:
+    """The moment a period key stands for (its first minute), in UTC."""
+    return USAGE_EPOCH + timedelta(minutes=minute)
+
+
+def window_start(now: datetime, window: timedelta) -> datetime:
+    """The start of a window of this length ending now: the UTC midnight at or before now-window.
+
+    Whole days, so that day rows made by compaction fall wholly inside or outside it.
+    """
+    start = minute_of(now - window)
+    return moment_of(start - start % DAY)
+
+
+# --- values ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScopeUse:
+    """A scope the key holds: requests in the window that needed it, and its last use.
+
+    last_used is the start of the newest period with a request (a minute; an hour or a day for
+    compacted periods), across everything kept, not only the window; None: never.
+    """
+
+    scope: str
+    requests: int
+    last_used: datetime | None
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object `keys usage --json` lists under "scopes"."""
+        last = self.last_used.isoformat() if self.last_used else None
+        return {"scope": self.scope, "requests": self.requests, "last_used": last}
+
+
+@dataclass(frozen=True)
+class ForbiddenUse:
+    """Requests refused with 403 in the window because the key lacked these scopes."""
+
+    missing: tuple[str, ...]
+    requests: int
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object `keys usage --json` lists under "forbidden"."""
+        return {"missing": list(self.missing), "requests": self.requests}
+
+
+@dataclass(frozen=True)
+class UsagePoint:
+    """One period of a series: requests allowed, refused with 403, and wrong secrets in it."""
+
+    start: datetime
+    allowed: int = 0
+    forbidden: int = 0
+    wrong_secret: int = 0
+
+
+@dataclass(frozen=True)
+class KeyUsage:
+    """A key's use in a window [since, until): per scope, its 403s, wrong secrets and series.
+
+    requests counts every allowed request (one that needed two scopes counts once here and
+    once under each scope). daily has one point per UTC day from since's day to until's;
+    hourly one point per hour of the last `SERIES_HOURS` hours (ending with the current hour).
+    """
+
+    info: KeyInfo
+    since: datetime
+    until: datetime
+    requests: int
+    scopes: tuple[ScopeUse, ...]
+    forbidden: tuple[ForbiddenUse, ...]
+    wrong_secret: int
+    daily: tuple[UsagePoint, ...]
+    hourly: tuple[UsagePoint, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """The `keys usage --json` object."""
+        return {
+            "owner": self.info.owner,
+            "name": self.info.name,
+            "public_id": self.info.public_id,
+            "since": self.since.isoformat(),
+            "until": self.until.isoformat(),
+            "requests": self.requests,
+            "scopes": [s.to_json() for s in self.scopes],
+            "forbidden": [f.to_json() for f in self.forbidden],
+            "wrong_secret": self.wrong_secret,
+            "daily": [
+                {
+                    "day": p.start.date().isoformat(),
+                    "allowed": p.allowed,
+                    "forbidden": p.forbidden,
+                    "wrong_secret": p.wrong_secret,
+                }
+                for p in self.daily
+            ],
+        }
+
+
+@dataclass(frozen=True)
+class KeyActivity:
+    """A key's totals in a window, for the busiest / refused / wrong-secret lists.
+
+    missing: for a key refused with 403, the missing scope sets and how often each was refused.
+    """
+
+    owner: str
+    name: str
+    public_id: str
+    allowed: int
+    forbidden: int
+    wrong_secret: int
+    missing: tuple[ForbiddenUse, ...] = ()
+
+
+@dataclass(frozen=True)
+class UsageOverview:
+    """The Usage view's lists, each newest-window totals, largest first (at most `limit` each)."""
+
+    since: datetime
+    busiest: tuple[KeyActivity, ...]
+    forbidden: tuple[KeyActivity, ...]
+    wrong_secret: tuple[KeyActivity, ...]
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """Narrow a key to the scopes it used in the window; would_refuse: requests in the window
+    the narrower key would have refused (0 for scopes never used, which are all it drops)."""
+
+    info: KeyInfo
+    drop: tuple[str, ...]
+    keep: tuple[str, ...]
+    would_refuse: int
+
+    def to_json(self) -> dict[str, Any]:
+        """One entry of `keys rightsize --json`'s "proposals"."""
+        return {
+            "owner": self.info.owner,
+            "name": self.info.name,
+            "public_id": self.info.public_id,
+            "drop": list(self.drop),
+            "keep": list(self.keep),
+            "would_refuse": self.would_refuse,
+        }
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A key that was refused (403) in the window for scopes it lacks."""
+
+    info: KeyInfo
+    missing: tuple[ForbiddenUse, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """One entry of `keys rightsize --json`'s "refused"."""
+        return {
+            "owner": self.info.owner,
+            "name": self.info.name,
+            "public_id": self.info.public_id,
+            "missing": [m.to_json() for m in self.missing],
+        }
+
+
+@dataclass(frozen=True)
+class Rightsizing:
+    """Proposals for keys older than the window, and the keys refused for a missing scope."""
+
+    since: datetime
+    proposals: tuple[Proposal, ...]
+    refused: tuple[Refused, ...]
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """What `compact` did: rows rolled into hours, into days, and deleted past the retention."""
+
+    into_hours: int
+    into_days: int
+    expired: int
+
+
+# --- reads -------------------------------------------------------------------------------------
+
+
+def _key_rows(conn: Connection, condition: Any) -> list[tuple[Any, list[str]]]:
+    """Key rows (INFO_COLUMNS) matching condition, each with its scopes, ordered by scope."""
+    query = (
+        select(*INFO_COLUMNS, SCOPE_TABLE.c.scope)
+        .select_from(KEY_TABLE.outerjoin(SCOPE_TABLE, SCOPE_TABLE.c.key_id == KEY_TABLE.c.id))
+        .where(condition)
+        .order_by(KEY_TABLE.c.id, SCOPE_TABLE.c.scope)
+    )
+    found: dict[int, tuple[Any, list[str]]] = {}
+    for row in conn.execute(query):
+        entry = found.setdefault(row.id, (row, []))
+        if row.scope is not None:
+            entry[1].append(row.scope)
+    return list(found.values())
+
+
+def _ids(row: Any) -> list[str]:
+    return [row.public_id] + ([row.old_public_id] if row.old_public_id else [])
+
+
+def key_usage(
+    ctx: StoreContext, owner: str, name: str, window: timedelta = DEFAULT_WINDOW
+) -> KeyUsage:
+    """The key's use in the window ending now (store clock); KeyNotFoundError if no such key."""
+    from apikey_tui.errors import KeyNotFoundError
+
+    now = ctx.clock()
+    since = window_start(now, window)
+    first, last = minute_of(since), minute_of(now)
+    hour_start = last - last % HOUR - (SERIES_HOURS - 1) * HOUR
+    with database_errors(ctx.engine), ctx.engine.connect() as conn:
+        rows = _key_rows(conn, and_(KEY_TABLE.c.owner == owner, KEY_TABLE.c.name == name))
+        if not rows:
+            raise KeyNotFoundError(owner, name)
+        row, scopes = rows[0]
+        ids = _ids(row)
+        totals = conn.execute(
+            select(
+                U.kind,
+                U.scope,
+                func.sum(func.coalesce(_in_window(first), 0)),
+                func.max(U.minute),
+            )
+            .where(U.public_id.in_(ids))
+            .group_by(U.kind, U.scope)
+        ).all()
+        series = conn.execute(
+            select(U.minute, U.kind, func.sum(U.requests))
+            .where(U.public_id.in_(ids), U.minute >= min(first, hour_start))
+            .group_by(U.minute, U.kind)
+        ).all()
+    info = key_info(row, scopes, now)
+    counts: dict[str, int] = dict.fromkeys(scopes, 0)
+    newest: dict[str, int] = {}
+    forbidden: list[ForbiddenUse] = []
+    requests = wrong = 0
+    for kind, scope_set, in_window, latest in totals:
+        in_window = int(in_window or 0)
+        if kind == USAGE_ALLOWED:
+            requests += in_window
+            for scope in scope_set.split():  # a request counts under every scope it needed
+                counts[scope] = counts.get(scope, 0) + in_window
+                newest[scope] = max(newest.get(scope, latest), latest)
+        elif kind == USAGE_FORBIDDEN and in_window:
+            forbidden.append(ForbiddenUse(tuple(scope_set.split()), in_window))
+        elif kind == USAGE_WRONG_SECRET:
+            wrong += in_window
+    uses = tuple(
+        ScopeUse(scope, counts[scope], moment_of(newest[scope]) if scope in newest else None)
+        for scope in scopes
+    )
+    forbidden.sort(key=lambda f: (-f.requests, f.missing))
+    daily = _series(series, first, last - last % DAY, DAY)
+    hourly = _series(series, hour_start, last - last % HOUR, HOUR)
+    return KeyUsage(info, since, now, requests, uses, tuple(forbidden), wrong, daily, hourly)
+
+
+def daily_requests(
+    ctx: StoreContext, public_ids: Iterable[str], days: int = 7
+) -> dict[str, tuple[int, ...]]:
+    """Allowed requests per UTC day for each public id, `days` values ending today (oldest
+    first), for a column of many keys at once: one grouped query per 1,000 ids. An id with no
+    use maps to zeros. Counts under a key's previous id are the caller's to add (`old_public_id`).
+    """
+    now = ctx.clock()
+    last = minute_of(now)
+    last -= last % DAY
+    first = last - (days - 1) * DAY
+    ids = list(dict.fromkeys(public_ids))
+    found: dict[str, list[int]] = {i: [0] * days for i in ids}
+    with database_errors(ctx.engine), ctx.engine.connect() as conn:
+        # A literal, not a bound parameter: PostgreSQL matches the GROUP BY to the select list
+        # only if they are the same expression.
+        day = U.minute - U.minute % literal_column(str(DAY))
+        for chunk in _chunks(ids):
+            query = (
+                select(U.public_id, day, func.sum(U.requests))
+                .where(U.public_id.in_(chunk), U.minute >= first, U.kind == USAGE_ALLOWED)
+                .group_by(U.public_id, day)
+            )
+            for public_id, day, n in conn.execute(query):
+                index = (int(day) - first) // DAY
+                if 0 <= index < days:
+                    found[public_id][index] += int(n)
+    return {i: tuple(v) for i, v in found.items()}
+
+
+def _in_window(first: int) -> Any:
+    from sqlalchemy import case
+
+    return case((U.minute >= first, U.requests), else_=0)
+
+
+def _series(
+    rows: Iterable[Sequence[Any]], first: int, last: int, step: int
+) -> tuple[UsagePoint, ...]:
+    """Points of `step` minutes from first to last (inclusive starts), summing every row in each.
+
+    A row of a longer period than the step (a day row in an hourly series) counts in the point
+    of its start.
+    """
+    count = (last - first) // step + 1
+    cells = [[0, 0, 0] for _ in range(count)]
+    for minute, kind, requests in rows:
+        index = (minute - first) // step
+        if 0 <= index < count:
+            cells[index][kind] += int(requests)
+    return tuple(UsagePoint(moment_of(first + i * step), *cell) for i, cell in enumerate(cells))
+
+
+def overview(
+    ctx: StoreContext,
+    window: timedelta = timedelta(days=7),
+    *,
+    limit: int = 20,
+    owner: str | None = None,
+) -> UsageOverview:
+    """The busiest keys, the keys refused with 403 and those given wrong secrets, in the window.
+
+    One grouped query over the window's rows (the minute index), then one read of the few
+    keys named; the cost follows the traffic in the window, not the number of keys. A count
+    under an id no key holds any more (deleted, or a previous id dropped) is left out.
+    """
+    now = ctx.clock()
+    since = window_start(now, window)
+    first = minute_of(since)
+    counts: dict[tuple[str, int], int] = {}
+    with database_errors(ctx.engine), ctx.engine.connect() as conn:
+        # SQLite would rather walk the (public_id, minute) index for the grouping, which reads
+        # every row ever kept instead of the window's: it is told which index to use.
+        indexed = " INDEXED BY ix_apikey_tui_usage_minute" if conn.dialect.name == "sqlite" else ""
+        mine = (
+            " AND public_id IN (SELECT public_id FROM apikey_tui_key WHERE owner = :owner"
+            " UNION SELECT old_public_id FROM apikey_tui_key WHERE owner = :owner)"
+            if owner is not None
+            else ""
+        )
+        query = text(
+            "SELECT public_id, kind, sum(requests) FROM apikey_tui_usage"  # noqa: S608 (constants)
+            f"{indexed} WHERE minute >= :first{mine} GROUP BY public_id, kind"
+        )
+        parameters: dict[str, Any] = {"first": first}
+        if owner is not None:
+            parameters["owner"] = owner
+        for public_id, kind, n in conn.execute(query, parameters):
+            counts[(public_id, kind)] = int(n)
+        lists: dict[int, list[str]] = {}
+        for kind in (USAGE_ALLOWED, USAGE_FORBIDDEN, USAGE_WRONG_SECRET):
+            ranked = sorted(
+                ((n, p) for (p, k), n in counts.items() if k == kind), key=lambda e: (-e[0], e[1])
+            )
+            lists[kind] = [p for _n, p in ranked[: limit * 2]]  # room for deleted keys' ids
+        named = {p for entries in lists.values() for p in entries}
+        keys = _keys_by_id(conn, named, ctx.clock())
+        missing = _missing(conn, named, first)
+    result: list[tuple[KeyActivity, ...]] = []
+    for kind in (USAGE_ALLOWED, USAGE_FORBIDDEN, USAGE_WRONG_SECRET):
+        found: list[KeyActivity] = []
+        seen: set[str] = set()
+        for public_id in lists[kind]:
+            info = keys.get(public_id)
+            if info is None or info.public_id in seen or len(found) >= limit:
+                continue
+            seen.add(info.public_id)
+            ids = [i for i in (info.public_id, info.old_public_id) if i]
+            sums = [sum(counts.get((i, k), 0) for i in ids) for k in range(3)]
+            gaps = tuple(m for i in ids for m in missing.get(i, ()))
+            found.append(
+                KeyActivity(info.owner, info.name, info.public_id, sums[0], sums[1], sums[2], gaps)
+            )
+        result.append(tuple(found))
+    return UsageOverview(since, *result)
+
+
+def _owned(owner: str | None) -> Any:
+    if owner is None:
+        return None
+    mine = KEY_TABLE.c.owner == owner
+    return or_(
+        U.public_id.in_(select(KEY_TABLE.c.public_id).where(mine)),
+        U.public_id.in_(select(KEY_TABLE.c.old_public_id).where(mine)),
+    )
+
+
+def _chunks(ids: Iterable[str]) -> Iterable[list[str]]:
+    ordered = sorted(ids)
+    for start in range(0, len(ordered), _IN_CHUNK):
+        yield ordered[start : start + _IN_CHUNK]
+
+
+def _keys_by_id(conn: Connection, ids: Iterable[str], now: datetime) -> dict[str, KeyInfo]:
+    """Each id's key (by its current or previous id), with the previous id kept in the info."""
+    found: dict[str, KeyInfo] = {}
+    for chunk in _chunks(ids):
+        condition = or_(KEY_TABLE.c.public_id.in_(chunk), KEY_TABLE.c.old_public_id.in_(chunk))
+        for row, scopes in _key_rows(conn, condition):
+            info = key_info(row, scopes, now)
+            # The previous id names the key for usage even after its grace: counts stay its own.
+            info = _with_old_id(info, row.old_public_id)
+            for public_id in _ids(row):
+                found[public_id] = info
+    return found
+
+
+def _with_old_id(info: KeyInfo, old_public_id: str | None) -> KeyInfo:
+    from dataclasses import replace
+
+    return (
+        info if info.old_public_id == old_public_id else replace(info, old_public_id=old_public_id)
+    )
+
+
+def _missing(conn: Connection, ids: Iterable[str], first: int) -> dict[str, list[ForbiddenUse]]:
+    found: dict[str, list[ForbiddenUse]] = {}
+    for chunk in _chunks(ids):
+        query = (
+            select(U.public_id, U.scope, func.sum(U.requests))
+            .where(U.public_id.in_(chunk), U.minute >= first, U.kind == USAGE_FORBIDDEN)
+            .group_by(U.public_id, U.scope)
+        )
+        for public_id, scope, n in conn.execute(query):
+            found.setdefault(public_id, []).append(ForbiddenUse(tuple(scope.split()), int(n)))
+    for uses in found.values():
+        uses.sort(key=lambda f: (-f.requests, f.missing))
+    return found
+
+
+def rightsize(
+    ctx: StoreContext,
+    window: timedelta = DEFAULT_WINDOW,
+    *,
+    owner: str | None = None,
+    name: str | None = None,
+) -> Rightsizing:
+    """Proposals to drop the scopes keys older than the window never used in it.
+
+    Only a key that used some scope in the window gets a proposal (it keeps at least one
+    scope: a key unused altogether is a candidate for deletion, not narrowing). A key younger
+    than the window gets none. Also lists the keys refused in the window for a missing scope.
+    Reads follow the traffic: the keys with counts in the window, not every key.
+    """
+    now = ctx.clock()
+    since = window_start(now, window)
+    first = minute_of(since)
+    old_enough = now - window
+    with database_errors(ctx.engine), ctx.engine.connect() as conn:
+        owned = _owned(owner)
+        query = (
+            select(U.public_id, U.kind, U.scope, func.sum(U.requests))
+            .where(U.minute >= first, U.kind != USAGE_WRONG_SECRET)
+            .group_by(U.public_id, U.kind, U.scope)
+        )
+        if owned is not None:
+            query = query.where(owned)
+        if name is not None:
+            mine = and_(KEY_TABLE.c.owner == owner, KEY_TABLE.c.name == name)
+            query = query.where(
+                or_(
+                    U.public_id.in_(select(KEY_TABLE.c.public_id).where(mine)),
+                    U.public_id.in_(select(KEY_TABLE.c.old_public_id).where(mine)),
+                )
+            )
+        used: dict[str, dict[str, int]] = {}
+        refused: dict[str, dict[str, int]] = {}
+        for public_id, kind, scope_set, n in conn.execute(query):
+            if kind == USAGE_ALLOWED:
+                per_scope = used.setdefault(public_id, {})
+                for scope in scope_set.split():  # counted under every scope it needed
+                    per_scope[scope] = per_scope.get(scope, 0) + int(n)
+            else:
+                refused.setdefault(public_id, {})[scope_set] = int(n)
+        keys = _keys_by_id(conn, set(used) | set(refused), now)
+    proposals: dict[str, Proposal] = {}
+    refusals: dict[str, Refused] = {}
+    for info in {k.public_id: k for k in keys.values()}.values():
+        if name is not None and (info.owner, info.name) != (owner, name):
+            continue
+        ids = [i for i in (info.public_id, info.old_public_id) if i]
+        counts: dict[str, int] = {}
+        gaps: dict[str, int] = {}
+        for i in ids:
+            for scope, n in used.get(i, {}).items():
+                counts[scope] = counts.get(scope, 0) + n
+            for scope, n in refused.get(i, {}).items():
+                gaps[scope] = gaps.get(scope, 0) + n
+        if gaps:
+            missing = sorted(
+                (ForbiddenUse(tuple(s.split()), n) for s, n in gaps.items()),
+                key=lambda f: (-f.requests, f.missing),
+            )
+            refusals[info.public_id] = Refused(info, tuple(missing))
+        keep = tuple(s for s in info.scopes if counts.get(s, 0) > 0)
+        drop = tuple(s for s in info.scopes if counts.get(s, 0) == 0)
+        if info.created_at <= old_enough and keep and drop:
+            would = sum(counts.get(s, 0) for s in drop)
+            proposals[info.public_id] = Proposal(info, drop, keep, would)
+
+    def order(value: Proposal | Refused) -> tuple[str, str]:
+        return (value.info.owner, value.info.name)
+
+    return Rightsizing(
+        since,
+        tuple(sorted(proposals.values(), key=order)),
+        tuple(sorted(refusals.values(), key=order)),
+    )
+
+
+# --- compaction --------------------------------------------------------------------------------
+
+
+def compact(ctx: StoreContext, retention: timedelta = DEFAULT_RETENTION) -> Compaction:
+    """Roll minutes older than 48 h into hours and hours older than 30 d into days; delete rows
+    older than the retention. One transaction: killed midway, nothing changed.
+
+    Safe while verifiers append: on PostgreSQL each roll-up is one statement that deletes the
+    rows and inserts their sums (a row appended meanwhile is neither, and stays for the next
+    run); on SQLite the transaction holds the write lock throughout. Two at once: the second
+    waits (PostgreSQL: an advisory lock; SQLite: the write lock) and finds less to do.
+    """
+    now = ctx.clock()
+    into_hours = minute_of(now - HOURS_AFTER)
+    into_hours -= into_hours % HOUR
+    into_days = minute_of(now - DAYS_AFTER)
+    into_days -= into_days % DAY
+    expire = minute_of(window_start(now, retention))
+    engine = ctx.engine.execution_options(**WRITE)
+    with database_errors(engine), engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('apikey_tui_usage'))"))
+        expired = conn.execute(UsageTable.delete().where(U.minute < expire)).rowcount
+        hours = _roll(conn, (MINUTE,), into_hours, HOUR)
+        days = _roll(conn, (MINUTE, HOUR), into_days, DAY)
+    return Compaction(hours, days, expired)
+
+
+def _roll(conn: Connection, spans: tuple[int, ...], before: int, span: int) -> int:
+    """Replace rows of these spans starting before `before` by their sums per `span`; how many."""
+    table, cols = UsageTable.name, "public_id, minute, span, kind, scope, requests"
+    span_list = ", ".join(str(s) for s in spans)
+    where = f"span IN ({span_list}) AND minute < :before"
+    period = f"minute - minute % {span}"
+    if conn.dialect.name == "postgresql":
+        # One statement: exactly the rows deleted are summed, whatever commits meanwhile.
+        statement = text(
+            f"WITH moved AS (DELETE FROM {table} WHERE {where} RETURNING *), "  # noqa: S608
+            f"rolled AS (INSERT INTO {table} ({cols}) "
+            f"SELECT public_id, {period}, {span}, kind, scope, sum(requests) FROM moved "
+            f"GROUP BY public_id, {period}, kind, scope RETURNING 1) "
+            "SELECT (SELECT count(*) FROM moved)"
+        )
+        return int(conn.execute(statement, {"before": before}).scalar_one())
+    conn.execute(
+        text(
+            f"INSERT INTO {table} ({cols}) "  # noqa: S608
+            f"SELECT public_id, {period}, {span}, kind, scope, sum(requests) FROM {table} "
+            f"WHERE {where} GROUP BY public_id, {period}, kind, scope"
+        ),
+        {"before": before},
+    )
+    return int(
+        conn.execute(text(f"DELETE FROM {table} WHERE {where}"), {"before": before}).rowcount  # noqa: S608
+    )

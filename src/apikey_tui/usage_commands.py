@@ -1,0 +1,224 @@
+"""`keys usage`, `keys rightsize` and `db compact`: their options here, their work in the store."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, TextIO
+
+# Standard library and the names module only at import time (the CLI builds every parser).
+from apikey_tui.errors import InvalidInputError
+from apikey_tui.names import format_duration, parse_duration, printable
+
+if TYPE_CHECKING:
+    from apikey_tui.store import KeyStore
+    from apikey_tui.store.usage import KeyUsage, Rightsizing
+
+EXIT_OK, EXIT_REFUSED = 0, 1
+SPARKS = "▁▂▃▄▅▆▇█"
+
+
+def _span(text: str) -> timedelta:
+    try:
+        span = parse_duration(text)
+    except InvalidInputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if span <= timedelta(0):
+        raise argparse.ArgumentTypeError(f"expected a span longer than 0, got {text[:30]!a}")
+    return span
+
+
+def add_commands(keys: Any, db: Any, common: argparse.ArgumentParser) -> None:
+    """Add `keys usage`, `keys rightsize` and `db compact` to the CLI's subcommands."""
+    usage = keys.add_parser(
+        "usage",
+        parents=[common],
+        help="a key's use per scope, its 403s and wrong secrets, requests per day",
+        description="What verifiers recorded for the key in the window: requests per scope and "
+        "last use, 403s with the missing scopes, wrong secrets, and requests per day.",
+    )
+    usage.add_argument("name")
+    usage.add_argument(
+        "--since",
+        type=_span,
+        default=timedelta(days=30),
+        metavar="SPAN",
+        help="the window, back from today's UTC midnight less SPAN (default 30d)",
+    )
+    usage.set_defaults(run=run_usage)
+
+    rightsize = keys.add_parser(
+        "rightsize",
+        parents=[common],
+        help="propose dropping scopes keys never used; --apply narrows them",
+        description="For every key older than the window, propose dropping the scopes it never "
+        "used in it (a key keeps at least one scope: a key unused altogether gets no proposal), "
+        "and name the keys refused for a missing scope. Prints nothing when there is nothing to "
+        "say (for cron).",
+    )
+    rightsize.add_argument("name", nargs="?", help="one key (default: every key of --owner)")
+    rightsize.add_argument(
+        "--all", action="store_true", dest="all_owners", help="every owner's keys"
+    )
+    rightsize.add_argument(
+        "--window",
+        type=_span,
+        default=timedelta(days=30),
+        metavar="SPAN",
+        help="how far back to look for use (default 30d); younger keys get no proposal",
+    )
+    rightsize.add_argument(
+        "--apply", action="store_true", help="narrow the keys (asks first in a terminal)"
+    )
+    rightsize.add_argument(
+        "--yes", action="store_true", help="with --apply: do not ask for confirmation"
+    )
+    rightsize.set_defaults(run=run_rightsize)
+
+    compact = db.add_parser(
+        "compact",
+        parents=[common],
+        help="roll old usage minutes into hours and days; delete usage past the retention",
+        description="Minutes older than 48 h become hours, hours older than 30 d become days, "
+        "rows older than the retention go. One transaction: safe under cron, beside running "
+        "verifiers and against kill -9. Prints nothing unless it changed something.",
+    )
+    compact.add_argument(
+        "--retention",
+        type=_span,
+        default=timedelta(days=400),
+        metavar="SPAN",
+        help="how long usage is kept (default 400d)",
+    )
+    compact.set_defaults(run_db=run_compact)
+
+
+def _out() -> TextIO:
+    return sys.stdout
+
+
+def _json(data: Any) -> None:
+    json.dump(data, _out(), indent=2)
+    _out().write("\n")
+
+
+def sparkline(values: Sequence[int]) -> str:
+    """Values as a line of block characters, the highest as a full block, zero as the lowest."""
+    top = max(values, default=0)
+    if top == 0:
+        return SPARKS[0] * len(values)
+    return "".join(SPARKS[min(len(SPARKS) - 1, v * (len(SPARKS) - 1) // top)] for v in values)
+
+
+def run_usage(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
+    """`keys usage NAME`: the key's use in the window."""
+    report = store.key_usage(owner, args.name, args.since)
+    if getattr(args, "json", False):
+        _json(report.to_json())
+    else:
+        _print_usage(report, _out())
+    return EXIT_OK
+
+
+def _print_usage(report: KeyUsage, out: TextIO) -> None:
+    info = report.info
+    since = report.since.strftime("%Y-%m-%d")
+    print(
+        f"{printable(info.owner)}/{printable(info.name)} ({info.public_id}): "
+        f"{report.requests} requests since {since} (UTC)",
+        file=out,
+    )
+    width = max([len("SCOPE"), *(len(s.scope) for s in report.scopes)])
+    print(f"{'SCOPE'.ljust(width)}  {'REQUESTS':>10}  LAST USED (UTC)", file=out)
+    for use in report.scopes:
+        last = use.last_used.strftime("%Y-%m-%d %H:%M") if use.last_used else "never"
+        print(f"{use.scope.ljust(width)}  {use.requests:>10}  {last}", file=out)
+    for refused in report.forbidden:
+        missing = printable(" ".join(refused.missing))
+        print(f"403 missing {missing}: {refused.requests}", file=out)
+    print(f"wrong secrets: {report.wrong_secret}", file=out)
+    days = [p.allowed for p in report.daily]
+    print(f"per day: {sparkline(days)}  (max {max(days, default=0)})", file=out)
+
+
+def run_rightsize(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
+    """`keys rightsize`: propose (and with --apply make) narrower keys."""
+    if args.all_owners and args.name is not None:
+        raise InvalidInputError("give a key NAME or --all, not both")
+    who = None if args.all_owners else owner
+    found = store.rightsize(args.window, owner=who, name=args.name)
+    applied = False
+    if args.apply and found.proposals:
+        from apikey_tui.prompts import confirmed
+
+        names = ", ".join(
+            f"{printable(p.info.owner)}/{printable(p.info.name)} (drop {' '.join(p.drop)})"
+            for p in found.proposals
+        )
+        if not confirmed(f"Narrow {len(found.proposals)} key(s): {names}?", assume_yes=args.yes):
+            print("Cancelled: nothing was done.", file=sys.stderr)  # the CLI's one wording
+            return EXIT_REFUSED
+        for proposal in found.proposals:
+            store.apply_proposal(proposal, args.window)
+        applied = True
+    if getattr(args, "json", False):
+        _json(
+            {
+                "proposals": [p.to_json() for p in found.proposals],
+                "refused": [r.to_json() for r in found.refused],
+                "applied": applied,
+            }
+        )
+    else:
+        _print_rightsize(found, args.window, applied, _out())
+    return EXIT_OK
+
+
+def _print_rightsize(found: Rightsizing, window: timedelta, applied: bool, out: TextIO) -> None:
+    span = format_duration(window)
+    for p in found.proposals:
+        verb = "dropped" if applied else "drop"
+        print(
+            f"{printable(p.info.owner)}/{printable(p.info.name)} ({p.info.public_id}): {verb} "
+            f"{' '.join(p.drop)} (unused for {span}; would have refused {p.would_refuse}), "
+            f"keep {' '.join(p.keep)}",
+            file=out,
+        )
+    for r in found.refused:
+        gaps = "; ".join(f"{' '.join(m.missing)} ({m.requests})" for m in r.missing)
+        print(
+            f"{printable(r.info.owner)}/{printable(r.info.name)} ({r.info.public_id}): refused "
+            f"for missing scopes: {printable(gaps)}",
+            file=out,
+        )
+
+
+def run_compact(url: str, args: argparse.Namespace) -> int:
+    """`db compact`: one compaction of the usage table."""
+    from apikey_tui.db import ensure_schema, make_engine
+    from apikey_tui.store import KeyStore
+
+    engine = make_engine(url, create=False)
+    try:
+        ensure_schema(engine, create=False)
+        done = KeyStore(engine).compact_usage(args.retention)
+    finally:
+        engine.dispose()
+    data = {
+        "into_hours": done.into_hours,
+        "into_days": done.into_days,
+        "expired": done.expired,
+        "retention": format_duration(args.retention),
+    }
+    if getattr(args, "json", False):
+        _json(data)
+    elif done.into_hours or done.into_days or done.expired:
+        print(
+            f"Compacted usage: {done.into_hours} minute rows into hours, {done.into_days} into "
+            f"days; {done.expired} rows past {data['retention']} deleted.",
+            file=_out(),
+        )
+    return EXIT_OK

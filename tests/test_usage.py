@@ -1,0 +1,371 @@
+"""Usage: exact counts from verifiers, reports, right-sizing and compaction, on both backends."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from apikey_tui import keyformat
+from apikey_tui.cli import main
+from apikey_tui.clock import system_clock
+from apikey_tui.db.models import DAY, HOUR, MINUTE, USAGE_ALLOWED, usage_minute
+from apikey_tui.errors import InsufficientScopeError, InvalidKeyError
+from apikey_tui.store import KeyStore
+from apikey_tui.store.credentials import credential_source
+from apikey_tui.verifier import Verifier
+from tests import usage_workers
+from tests.conftest import ACTOR, CHEAP, FakeClock
+
+N, M, W = 7, 3, 2
+
+
+@pytest.fixture
+def keys(database_url: str, clock: FakeClock) -> Iterator[KeyStore]:
+    """An admin store on the fake clock, with an 'admin' scope in the catalog."""
+    store = KeyStore.open(database_url, hasher=CHEAP, actor=ACTOR, clock=clock)
+    store.add_scope("admin")
+    yield store
+    store.close()
+
+
+_wrong = usage_workers.wrong
+
+
+def _use(verifier: Verifier, plaintext: str, n: int = N, m: int = M, w: int = W) -> None:
+    for _ in range(n):
+        verifier.verify("ApiKey " + plaintext, ("project",))
+    for _ in range(m):
+        with pytest.raises(InsufficientScopeError):
+            verifier.verify("ApiKey " + plaintext, ["project", "admin"])
+    for _ in range(w):
+        with pytest.raises(InvalidKeyError):
+            verifier.verify("ApiKey " + _wrong(plaintext), ("project",))
+
+
+def _usage_json(url: str, capsys: pytest.CaptureFixture[str], name: str) -> dict[str, Any]:
+    assert main(["--database-url", url, "--owner", "alice", "keys", "usage", name, "--json"]) == 0
+    data: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return data
+
+
+@pytest.fixture
+def admin(store: KeyStore) -> KeyStore:
+    """The store on the system clock (the CLI reads it too), with an 'admin' scope."""
+    store.add_scope("admin")
+    return store
+
+
+def test_counts_are_exact_after_close(
+    database_url: str, admin: KeyStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """N allowed for project, M refused for admin, W wrong secrets: close(), usage shows N, M, W."""
+    created = admin.create_key("alice", "svc", ["project", "serving"])
+    verifier = Verifier.from_url(database_url, hasher=CHEAP)
+    _use(verifier, created.plaintext)
+    verifier.close()
+    report = admin.key_usage("alice", "svc")
+    assert [(s.scope, s.requests) for s in report.scopes] == [("project", N), ("serving", 0)]
+    assert [(f.missing, f.requests) for f in report.forbidden] == [(("admin",), M)]
+    assert (report.requests, report.wrong_secret) == (N, W)
+    assert sum(p.allowed for p in report.daily) == sum(p.allowed for p in report.hourly) == N
+    data = _usage_json(database_url, capsys, "svc")
+    assert data["scopes"][0] == {
+        "scope": "project",
+        "requests": N,
+        "last_used": report.scopes[0].last_used.isoformat(),  # type: ignore[union-attr]
+    }
+    assert data["scopes"][1] == {"scope": "serving", "requests": 0, "last_used": None}
+    assert data["forbidden"] == [{"missing": ["admin"], "requests": M}]
+    assert data["wrong_secret"] == W
+    view = admin.usage_overview()
+    svc = ("svc", N, M, W, (((("admin",), M)),))
+    for listed in (view.busiest, view.forbidden, view.wrong_secret):
+        assert [
+            (
+                a.name,
+                a.allowed,
+                a.forbidden,
+                a.wrong_secret,
+                tuple((f.missing, f.requests) for f in a.missing),
+            )
+            for a in listed
+        ] == [svc]
+    days = admin.daily_requests([created.info.public_id, "akunknown"], 3)
+    assert (sum(days[created.info.public_id]), days["akunknown"]) == (N, (0, 0, 0))
+    assert admin.usage_overview(owner="alice").busiest[0].allowed == N
+    assert admin.usage_overview(owner="bob").busiest == ()
+    stats = verifier.stats.snapshot()
+    assert stats["usage_recorded"] == stats["usage_flushed"] == N + M + W
+    assert stats["usage_dropped"] == 0
+
+
+def test_unknown_ids_are_not_recorded(database_url: str, keys: KeyStore, clock: FakeClock) -> None:
+    """A forged public id leaves no row: their number is unbounded."""
+    keys.create_key("alice", "svc", ["project"])
+    verifier = Verifier.from_url(database_url, hasher=CHEAP, clock=clock)
+    forged = keyformat.generate()[1]
+    for _ in range(3):
+        with pytest.raises(InvalidKeyError):
+            verifier.verify("ApiKey " + forged, ("project",))
+    verifier.close()
+    with keys.engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM apikey_tui_usage")).scalar_one() == 0
+
+
+def test_usage_writes_never_reach_the_change_log(
+    database_url: str, keys: KeyStore, clock: FakeClock
+) -> None:
+    """Recording use appends no change-log entry (verifiers would drop a key for nothing)."""
+    created = keys.create_key("alice", "svc", ["project"])
+    before = keys.log_position()
+    verifier = Verifier.from_url(database_url, hasher=CHEAP, clock=clock)
+    _use(verifier, created.plaintext)
+    verifier.close()
+    assert keys.log_position() == before
+
+
+def test_memory_is_bounded_and_drops_are_counted(
+    database_url: str, keys: KeyStore, clock: FakeClock
+) -> None:
+    """Past the bound a new entry is dropped and counted; existing entries still count."""
+    a = keys.create_key("alice", "a", ["project"])
+    b = keys.create_key("alice", "b", ["project"])
+    verifier = Verifier.from_url(database_url, hasher=CHEAP, clock=clock, usage_limit=1)
+    for _ in range(3):
+        verifier.verify("ApiKey " + a.plaintext, ("project",))
+        verifier.verify("ApiKey " + b.plaintext, ("project",))
+    verifier.close()
+    assert verifier.stats.snapshot()["usage_dropped"] == 3
+    assert keys.key_usage("alice", "a").requests == 3
+    assert keys.key_usage("alice", "b").requests == 0
+
+
+@pytest.mark.slow
+def test_counts_are_exact_across_two_processes(
+    database_url: str, admin: KeyStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two verifier processes each record N, M, W: `keys usage --json` gives 2N, 2M, 2W."""
+    created = admin.create_key("alice", "svc", ["project"])
+    context = multiprocessing.get_context("spawn")
+    workers = [
+        context.Process(
+            target=usage_workers.verify, args=(database_url, created.plaintext, N, M, W)
+        )
+        for _ in "ab"
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=60)
+        assert worker.exitcode == 0
+    data = _usage_json(database_url, capsys, "svc")
+    assert data["scopes"] == [
+        {"scope": "project", "requests": 2 * N, "last_used": data["scopes"][0]["last_used"]}
+    ]
+    assert data["forbidden"] == [{"missing": ["admin"], "requests": 2 * M}]
+    assert data["wrong_secret"] == 2 * W
+
+
+def _rows(store: KeyStore, rows: list[tuple[str, int, int, int, str, int]]) -> None:
+    source = credential_source(store.engine, clock=store.clock)
+    source.record_usage(rows)
+    source.close()
+
+
+def test_compaction_keeps_every_answer(keys: KeyStore, clock: FakeClock) -> None:
+    """Reports, overview and proposals read the same before and after `compact`."""
+    created = keys.create_key("alice", "svc", ["project", "serving"])
+    clock.advance(timedelta(days=90))
+    pid, now = created.info.public_id, usage_minute(clock())
+    rows = []
+    for minutes_ago in range(0, 60 * 24 * 70, 97):  # 70 days, every 97 minutes
+        minute = now - minutes_ago
+        rows.append((pid, minute, MINUTE, USAGE_ALLOWED, "", 2))
+        rows.append((pid, minute, MINUTE, USAGE_ALLOWED, "project", 2))
+        rows.append((pid, minute, MINUTE, USAGE_ALLOWED, "project serving", 1))
+        rows.append((pid, minute, MINUTE, 1, "admin", 1))
+        rows.append((pid, minute, MINUTE, 2, "", 1))
+    _rows(keys, rows)
+
+    def answers() -> tuple[Any, ...]:
+        return (
+            keys.key_usage("alice", "svc"),
+            keys.key_usage("alice", "svc", timedelta(days=60)),
+            keys.key_usage("alice", "svc", timedelta(days=3)),
+            keys.usage_overview(),
+            keys.usage_overview(timedelta(days=45)),
+            keys.rightsize(),
+        )
+
+    before = answers()
+    done = keys.compact_usage()
+    assert done.into_hours > 0 and done.into_days > 0 and done.expired == 0
+    assert answers() == before
+    assert keys.compact_usage() == type(done)(0, 0, 0)  # a second run finds nothing to do
+    with keys.engine.connect() as conn:
+        spans = set(conn.execute(text("SELECT DISTINCT span FROM apikey_tui_usage")).scalars())
+    assert spans == {MINUTE, HOUR, DAY}
+    first = usage_minute(before[0].since)
+    windowed = [r for r in rows if r[3] == USAGE_ALLOWED and r[1] >= first]
+    assert before[0].requests == sum(r[5] for r in windowed)
+    assert [s.requests for s in before[0].scopes] == [3 * len(windowed) // 3, len(windowed) // 3]
+
+
+def test_compaction_deletes_what_is_past_the_retention(keys: KeyStore, clock: FakeClock) -> None:
+    """Rows older than the retention are deleted; younger ones stay."""
+    created = keys.create_key("alice", "svc", ["project"])
+    now = usage_minute(clock())
+    pid = created.info.public_id
+    _rows(keys, [(pid, now - 60 * 24 * 20, MINUTE, 0, "", 5), (pid, now, MINUTE, 0, "", 1)])
+    assert keys.compact_usage(timedelta(days=10)).expired == 1
+    assert keys.key_usage("alice", "svc", timedelta(days=30)).requests == 1
+
+
+def test_rightsize_proposes_for_old_keys_only_and_applies_with_an_event(
+    database_url: str, keys: KeyStore, clock: FakeClock, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An old key never using 'serving' is proposed to drop it; a young one is not; --apply
+    narrows the key and writes one key.rightsize event naming the scope."""
+    old = keys.create_key("alice", "old", ["project", "serving"])
+    clock.advance(timedelta(days=40))
+    young = keys.create_key("alice", "young", ["project", "serving"])
+    verifier = Verifier.from_url(database_url, hasher=CHEAP, clock=clock)
+    for created in (old, young):
+        verifier.verify("ApiKey " + created.plaintext, ("project",))
+        with pytest.raises(InsufficientScopeError):
+            verifier.verify("ApiKey " + created.plaintext, ("admin",))
+    verifier.close()
+    found = keys.rightsize(owner="alice")
+    assert [(p.info.name, p.drop, p.keep, p.would_refuse) for p in found.proposals] == [
+        ("old", ("serving",), ("project",), 0)
+    ]
+    assert [(r.info.name, r.missing[0].missing) for r in found.refused] == [
+        ("old", ("admin",)),
+        ("young", ("admin",)),
+    ]
+    proposal = found.proposals[0]
+    narrowed = keys.apply_proposal(proposal, timedelta(days=30))
+    assert narrowed.scopes == ("project",)
+    event = keys.events(1)[0]
+    assert (event.action, event.key_name) == ("key.rightsize", "old")
+    assert event.detail.startswith("removed: serving")
+    assert keys.rightsize(owner="alice").proposals == ()
+
+
+def test_rightsize_cli_prints_nothing_without_proposals_and_applies_with_yes(
+    database_url: str, keys: KeyStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`keys rightsize` on keys with nothing to propose prints nothing and exits 0 (cron); its
+    JSON has the issue's shape."""
+    keys.create_key("alice", "svc", ["project"])
+    args = ["--database-url", database_url, "--owner", "alice", "keys", "rightsize"]
+    assert main(args) == 0
+    assert capsys.readouterr().out == ""
+    assert main([*args, "--json", "--apply", "--yes"]) == 0
+    assert json.loads(capsys.readouterr().out) == {
+        "proposals": [],
+        "refused": [],
+        "applied": False,
+    }
+
+
+def test_db_compact_cli_is_quiet_when_there_is_nothing_to_do(
+    database_url: str, keys: KeyStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`db compact` under cron says nothing when nothing changed, and its JSON counts rows."""
+    assert main(["--database-url", database_url, "db", "compact"]) == 0
+    assert capsys.readouterr().out == ""
+    assert main(["--database-url", database_url, "db", "compact", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["into_hours"] == 0
+
+
+@pytest.mark.slow
+def test_two_writers_and_compaction_at_once_lose_no_count(
+    database_url: str, admin: KeyStore
+) -> None:
+    """Two processes append old minutes while `compact` runs again and again: the sum is exact."""
+    created = admin.create_key("alice", "svc", ["project"])
+    rounds = 150
+    old = usage_minute(admin.clock()) - 3 * 24 * 60  # past 48 h: compacted as it arrives
+    context = multiprocessing.get_context("spawn")
+    workers = [
+        context.Process(
+            target=usage_workers.append,
+            args=(database_url, created.info.public_id, rounds, old),
+        )
+        for _ in "ab"
+    ]
+    for worker in workers:
+        worker.start()
+    compactions = 0
+    while any(w.is_alive() for w in workers):
+        admin.compact_usage()
+        compactions += 1
+    for worker in workers:
+        worker.join(timeout=60)
+        assert worker.exitcode == 0
+    admin.compact_usage()
+    assert compactions > 1
+    assert admin.key_usage("alice", "svc", timedelta(days=5)).requests == 2 * rounds
+
+
+@pytest.mark.time_dependent
+def test_rightsize_cli_applies_with_yes_and_usage_prints_a_sparkline(
+    database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`keys rightsize --apply --yes --json` narrows a key made 40 days ago that never used
+    'serving' and says so; `keys usage` prints each scope and a per-day sparkline."""
+    past = FakeClock(system_clock() - timedelta(days=40))
+    store = KeyStore.open(database_url, hasher=CHEAP, actor=ACTOR, clock=past)
+    created = store.create_key("alice", "svc", ["project", "serving"])
+    verifier = Verifier.from_url(database_url, hasher=CHEAP)
+    verifier.verify("ApiKey " + created.plaintext, ("project",))
+    verifier.close()
+    args = ["--database-url", database_url, "--owner", "alice", "keys"]
+    assert main([*args, "rightsize", "--apply", "--yes", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["applied"] is True
+    assert data["proposals"] == [
+        {
+            "owner": "alice",
+            "name": "svc",
+            "public_id": created.info.public_id,
+            "drop": ["serving"],
+            "keep": ["project"],
+            "would_refuse": 0,
+        }
+    ]
+    assert store.get_key("alice", "svc").scopes == ("project",)
+    assert [e.action for e in store.events(5)].count("key.rightsize") == 1
+    assert main([*args, "usage", "svc"]) == 0
+    out = capsys.readouterr().out
+    assert "project" in out and "per day: " in out and "wrong secrets: 0" in out
+    store.close()
+
+
+def test_prometheus_exposes_usage_counts_and_flush_time(database_url: str, admin: KeyStore) -> None:
+    """The collector shows requests recorded, flushed and dropped, and the flush histogram."""
+    from prometheus_client import CollectorRegistry
+
+    from apikey_tui.integrations.prometheus import register
+
+    created = admin.create_key("alice", "svc", ["project"])
+    verifier = Verifier.from_url(database_url, hasher=CHEAP)
+    registry = CollectorRegistry()
+    register(verifier, registry)
+    _use(verifier, created.plaintext, 4, 1, 1)
+    verifier.flush()
+
+    def sample(name: str) -> float | None:
+        return registry.get_sample_value(f"apikey_tui_verifier_{name}")
+
+    assert (sample("usage_recorded_total"), sample("usage_flushed_total")) == (6, 6)
+    assert sample("usage_dropped_total") == 0
+    assert sample("usage_flush_seconds_count") == 1
+    verifier.close()
