@@ -144,7 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument(
         "--filter",
         default="",
-        help="only keys whose owner, name, id or a scope's name contains this (as in the app)",
+        help="only keys whose owner, name, id or a scope's name contains this, or in the state"
+        " it names from 3 letters on: active, unused, soon/expiring, grace, disabled,"
+        " expired, leaked (as the app's /)",
     )
     listing.add_argument(
         "--expiring",
