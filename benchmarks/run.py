@@ -296,6 +296,9 @@ def tui_scale_section(ts: Any) -> list[str]:
         " table adds about half the key table (343 MB to 505 MB at a million keys); `db upgrade`"
         " built all of them on an existing million-key database in 10 to 13 s on SQLite and about"
         " 10 s on PostgreSQL.",
+        "",
+        # bench_table_sorts.py prints text, not JSON: its figures are kept by hand, here.
+        (HERE / "table_sorts.md").read_text().rstrip(),
     ]
     if cli is not None:
         base = cli["python_pass_s"]
