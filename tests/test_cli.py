@@ -513,3 +513,14 @@ def test_version_is_the_installed_release() -> None:
     assert done.stdout == f"apikey-tui {installed}\n"
     assert apikey_tui.__version__ == installed, "stale install: run pip install -e . again"
     assert tuple(int(part) for part in installed.split(".")[:2]) >= (0, 3)
+
+
+def test_a_parser_built_for_a_command_line_helps_as_the_full_one() -> None:
+    """Every command's --help, from a parser built only for its words, equals the full parser's."""
+    from apikey_tui.cli import build_parser
+    from apikey_tui.command_help import subcommands
+
+    full = dict(subcommands(build_parser()))
+    for words, parser in full.items():
+        lazy = dict(subcommands(build_parser(words.split())))[words]
+        assert lazy.format_help() == parser.format_help(), words

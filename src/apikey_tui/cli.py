@@ -11,7 +11,7 @@ import math
 import os
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
@@ -28,6 +28,7 @@ from apikey_tui.errors import (
     StoreUnavailableError,
 )
 from apikey_tui.integrations.serve_options import add_server_options, count, server_options
+from apikey_tui.lazy_commands import LazyCommands
 from apikey_tui.names import (
     Expiry,
     check_expiry,
@@ -58,14 +59,23 @@ EMPTY_HINT = "No keys. Create one with: apikey-tui keys create NAME --scope SCOP
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose usage errors are one line on stderr (exit 2)."""
 
+    named_words: frozenset[str] | None = None  # see LazyCommands: None builds every subcommand
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.register("action", "parsers", LazyCommands)
         # Anything like '-5d' is a value, as '-5' already is: `--expires -5d` is then refused
         # for what it is (with what a duration looks like), not as "expected one argument".
         self._negative_number_matcher = re.compile(r"-\d")
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: {message} (see --help)\n")
+
+    def add_subparsers(self, **kwargs: Any) -> Any:
+        commands = super().add_subparsers(**kwargs)
+        assert isinstance(commands, LazyCommands)  # registered in __init__
+        commands.named = self.named_words
+        return commands
 
 
 def _owner(text: str) -> str:
@@ -118,14 +128,16 @@ def _common() -> _Parser:
     return common
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Build the argument parser for every subcommand."""
+def build_parser(words: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """Build the argument parser: for every subcommand, or for those `words` name (a command
+    line's words: the others stay unbuilt, which keeps `--help` and usage errors fast)."""
     common = _common()
     parser = _Parser(
         prog="apikey-tui",
         parents=[common],
         description="Manage API keys. With no subcommand, open the terminal app.",
     )
+    parser.named_words = None if words is None else frozenset(words)
     parser.add_argument("--version", action="version", version=f"apikey-tui {__version__}")
     parser.add_argument(
         "--all", action="store_true", default=argparse.SUPPRESS, help="all owners' keys"
@@ -433,7 +445,7 @@ def _where(exc: BaseException) -> str:
 
 
 def _main(arguments: list[str]) -> int:
-    args = build_parser().parse_args(arguments)
+    args = build_parser(arguments).parse_args(arguments)
     if args.command == "completion":  # no database, no store: the parser alone
         from apikey_tui.completion import script
 
