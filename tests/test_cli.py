@@ -391,7 +391,15 @@ def test_app_without_a_terminal_says_so_and_exits_2(sqlite_url: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "args", [["keys", "list"], ["keys", "show", "ci"], ["scopes", "list"], ["events"]]
+    "args",
+    [
+        ["keys", "list"],
+        ["keys", "show", "ci"],
+        ["scopes", "list"],
+        ["events"],
+        ["keys", "usage", "ci"],
+        ["keys", "rightsize", "--all", "--apply", "--yes"],
+    ],
 )
 def test_read_only_commands_never_create_a_database(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, args: list[str]

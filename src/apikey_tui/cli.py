@@ -475,8 +475,11 @@ def _main(arguments: list[str]) -> int:
             run_db: Callable[[str, argparse.Namespace], int] = args.run_db
             return run_db(url, args)
         run: Callable[[KeyStore, argparse.Namespace, str], int] = args.run
-        read_only = (_keys_list, _keys_show, _scopes_list, _events, _policy_show)
-        store = _open_store(url, create=run not in read_only)
+        from apikey_tui.usage_commands import run_rightsize, run_usage
+
+        # Commands that only read (or change keys that must exist) never create a database.
+        reads = (_keys_list, _keys_show, _scopes_list, _events, _policy_show, run_usage)
+        store = _open_store(url, create=run not in (*reads, run_rightsize))
         try:
             return run(store, args, owner)
         finally:
