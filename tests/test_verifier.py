@@ -217,11 +217,11 @@ def test_last_used_is_recorded_off_the_request_path(store: KeyStore, verifier: V
     verifier.verify(header(key))
     verifier.verify(header(key))
     assert store.get_key("alice", "demo").last_used_at is None  # nothing written yet
-    assert len(verifier._usage.pending) == 1
+    assert len(verifier._last_used.pending) == 1
     verifier.flush()
     assert store.get_key("alice", "demo").last_used_at is not None
     verifier.verify(header(key))
-    assert verifier._usage.pending == {}  # within the minute: no new write queued
+    assert verifier._last_used.pending == {}  # within the minute: no new write queued
 
 
 def test_verify_async_gives_the_same_answers(store: KeyStore, verifier: Verifier) -> None:
@@ -269,7 +269,7 @@ def _child_checks(url: str, key: str, done: Any) -> None:
     checker = _SHARED[0]
     caller = checker.verify(header(key))
     checker.flush()
-    done.put((caller.key_name, checker._usage.running))
+    done.put((caller.key_name, checker._last_used.running))
 
 
 _SHARED: list[Verifier] = []

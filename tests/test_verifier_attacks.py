@@ -27,7 +27,7 @@ from apikey_tui.errors import (
 )
 from apikey_tui.store import KeyStore
 from apikey_tui.verifier import RECHECK_BURST, Verifier
-from apikey_tui.verifier.usage import UsageWriter
+from apikey_tui.verifier.last_used import LastUsedWriter
 from tests.conftest import CHEAP
 from tests.test_verifier import CountingHasher, header
 from tests.throwaway_postgres import ThrowawayPostgres
@@ -233,7 +233,7 @@ def test_the_last_used_writer_survives_a_failing_database(
             raise failures.pop()
         written.append(dict(used))
 
-    writer = UsageWriter(record, interval=3600, clock=system_clock)
+    writer = LastUsedWriter(record, interval=3600, clock=system_clock)
     with caplog.at_level(logging.WARNING, logger="apikey_tui.verifier"):
         writer.note("akaaaaaaaaaaaaaaaa")
         for _ in range(3):

@@ -41,9 +41,9 @@ from apikey_tui.verifier.freshness import (
 )
 from apikey_tui.verifier.guard import CheckGate, FailureBudget, TokenBucket
 from apikey_tui.verifier.key_index import KeyIndex, Verdict
+from apikey_tui.verifier.last_used import LastUsedWriter
 from apikey_tui.verifier.metrics import VerifierStats
 from apikey_tui.verifier.port import CredentialSource
-from apikey_tui.verifier.usage import UsageWriter
 from apikey_tui.verifier.use_counts import DEFAULT_LIMIT, UseCounts
 
 __all__ = ["Caller", "Verifier"]
@@ -145,7 +145,7 @@ class Verifier:
         # CheckGate runs), then 503 until the index is in.
         self._lookups = TokenBucket(lookup_burst, lookups_per_second)
         self._rechecks = TokenBucket(RECHECK_BURST, RECHECKS_PER_SECOND)
-        self._usage = UsageWriter(self._source.record_use, flush_interval, clock)
+        self._last_used = LastUsedWriter(self._source.record_use, flush_interval, clock)
         # Per key, per minute: requests allowed per scope, refused for scopes, wrong secrets;
         # flushed at least every 10 s (and at each minute boundary) off the request path.
         self._uses = UseCounts(
@@ -319,7 +319,7 @@ class Verifier:
         now = time.monotonic()
         if now - entry.recorded_at >= LAST_USED_INTERVAL:
             entry.recorded_at = now
-            self._usage.note(entry.caller.public_id)
+            self._last_used.note(entry.caller.public_id)
         self.stats.hits += 1  # the warm path's only metrics cost: a plain int
         return entry.caller
 
@@ -424,7 +424,7 @@ class Verifier:
                 self._drop(parsed.public_id)
                 self._entries[digest] = entry
                 self._by_id[parsed.public_id] = digest
-        self._usage.note(parsed.public_id)
+        self._last_used.note(parsed.public_id)
         if self._record:
             self._uses.start()  # warm hits append to it from now on
         return entry.caller
@@ -490,7 +490,7 @@ class Verifier:
     def _after_fork(self) -> None:
         """In a forked child: drop the parent's threads, locks, caches and connections."""
         self._gate.reset()
-        self._usage.reset()
+        self._last_used.reset()
         self._uses.reset()
         self._index.reset()
         self._feed.reset()
@@ -505,7 +505,7 @@ class Verifier:
 
     def flush(self) -> None:
         """Write pending last-used times and usage counts now (also done in the background)."""
-        self._usage.flush()
+        self._last_used.flush()
         self._uses.flush()
 
     def close(self) -> None:
@@ -515,7 +515,7 @@ class Verifier:
         """
         self._gate.close()
         self._index.close()
-        self._usage.close()
+        self._last_used.close()
         self._uses.close()
         if isinstance(self._freshness, PushFreshness):
             self._freshness.close()

@@ -12,7 +12,7 @@ from apikey_tui.clock import Clock
 log = logging.getLogger("apikey_tui.verifier")
 
 
-class UsageWriter:
+class LastUsedWriter:
     """Collects public ids that were used and writes them every `interval` seconds.
 
     A failed write (database down, a role that may not write) is logged once per failure streak
