@@ -189,3 +189,18 @@ def test_d_deletes_the_selected_key_after_a_service_used_it(tmp_path: Path) -> N
         assert [k.name for k in store.list_keys("alice")] == ["aa", "cc"]
     finally:
         store.close()
+
+
+def test_typing_right_after_slash_goes_into_the_filter(tmux_app: tuple[Tmux, str]) -> None:
+    """'/dis' typed in one burst filters by 'dis': the 'd' never reaches the table (Delete)."""
+    tmux, url = tmux_app
+    store = KeyStore.open(url)
+    store.create_key("alice", "ci-deploy", ["project"])
+    store.create_key("alice", "reports", ["project"])
+    store.disable_key("alice", "ci-deploy")
+    store.close()
+    tmux.send("F5")
+    tmux.wait_for(lambda s: " reports " in s and " ci-deploy " in s, "the two keys")
+    tmux.run("send-keys", "-t", "e2e", "/dis")  # one write: the keys arrive together
+    screen = tmux.wait_for(lambda s: "1 key" in s or "Delete key" in s, "the filter or a dialog")
+    assert "Delete key" not in screen and " ci-deploy " in screen and " reports " not in screen

@@ -33,6 +33,9 @@ class KeyAction:
     screens: frozenset[Where]
     footer: bool = True  # the footer is full at 80 columns: the rest are in help and palette
     view: str = ""  # the view it opens, for the `:` jump (`:scopes`); "" for none
+    # Moves the focus where the next keys go: runs as the key arrives (a Textual priority
+    # binding), before keys typed in the same burst ('/dis' over SSH) are handed on.
+    at_once: bool = False
 
 
 _BOTH = frozenset({TABLE, DETAIL})
@@ -69,7 +72,7 @@ ACTIONS: tuple[KeyAction, ...] = (
     ),
     KeyAction(
         "focus_filter", "slash", "Filter", "Filter keys",
-        "filter by name, public id, scope, owner or state", _TABLE,
+        "filter by name, public id, scope, owner or state", _TABLE, at_once=True,
     ),
     KeyAction(
         "sort", "s", "Sort", "Sort keys",
@@ -135,7 +138,11 @@ def actions(where: Where) -> list[KeyAction]:
 
 def bindings(where: Where) -> list[BindingType]:
     """A screen's key bindings for its actions (a view reached only by `:` has no key)."""
-    return [Binding(a.keys, a.id, a.label, show=a.footer) for a in actions(where) if a.keys]
+    return [
+        Binding(a.keys, a.id, a.label, show=a.footer, priority=a.at_once)
+        for a in actions(where)
+        if a.keys
+    ]
 
 
 def views() -> dict[str, KeyAction]:

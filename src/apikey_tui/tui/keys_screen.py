@@ -199,6 +199,8 @@ class KeysScreen(Screen[None]):
         self.refresh_bindings()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool:
+        if action == "focus_filter":  # a priority binding: in the filter, '/' is text
+            return not self.query_one("#filter", Input).has_focus
         # O (end grace) is offered only for a selected key whose old secret is in grace (or,
         # with marks, when any marked key's is).
         if action == "end_grace":
@@ -235,10 +237,12 @@ class KeysScreen(Screen[None]):
         table, box = self.query_one(KeyTable), self.query_one("#filter", Input)
         if table.has_focus and box.value:
             box.value = ""  # Input.Changed reloads the table unfiltered
-        table.focus()
+        self.set_focus(table)
 
     def action_focus_filter(self) -> None:
-        self.query_one("#filter", Input).focus()
+        # At once, not widget.focus() (which waits for the queue): in '/dis' typed in one burst,
+        # 'd' would otherwise still reach the table and ask to delete a key.
+        self.set_focus(self.query_one("#filter", Input))
 
     def action_sort(self) -> None:
         table = self.query_one(KeyTable)

@@ -141,7 +141,7 @@ class SwitchOwnerDialog(ModalScreen[OwnerChoice | None]):
         """↓ from the name: into the owners' list, on its first owner."""
         listing = self.query_one("#owners", OptionList)
         if listing.display and listing.option_count:
-            listing.focus()
+            self.set_focus(listing)  # at once: an Enter typed right after ↓ picks from the list
             if listing.highlighted is None:
                 listing.highlighted = 0
 
