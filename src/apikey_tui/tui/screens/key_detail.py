@@ -104,9 +104,8 @@ def graph_note(report: KeyUsage) -> str:
     peak = max((p.allowed for p in hourly), default=0)
     total = sum(p.allowed for p in hourly)
     refused = sum(f.requests for f in report.forbidden)
-    days = (report.until - report.since).days
     return (
-        f"peak {peak:,}/h · {total:,} in 7 d · in {days} d: {refused:,} refused (403), "
+        f"peak {peak:,}/h · {total:,} in 7d · in {WINDOW}: {refused:,} refused (403), "
         f"{report.wrong_secret:,} wrong secret{'s' if report.wrong_secret != 1 else ''}"
     )
 
