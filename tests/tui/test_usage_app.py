@@ -102,6 +102,17 @@ async def test_p_asks_naming_key_and_scopes_then_applies_one_rightsize_event(
     assert "removed: serving" in events[0].detail
 
 
+async def test_palette_offers_the_proposal_of_a_key_that_has_one(used: KeyStore) -> None:
+    """Ctrl+P on model-client's detail offers 'Apply right-size proposal' and 'Usage'."""
+    app = make_app(used)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("down", "enter")
+        await settle(pilot)
+        offered = {c.title for c in app.get_system_commands(app.screen)}
+        assert {"Apply right-size proposal", "Usage"} <= offered
+
+
 async def test_p_is_offered_only_with_a_proposal(used: KeyStore) -> None:
     """A key with no proposal (ci-deploy used its one scope) has no p in the palette's actions."""
     app = make_app(used)
@@ -198,8 +209,8 @@ async def test_table_hides_the_column_rather_than_cut_names(used: KeyStore) -> N
         assert "usage" not in table.shown_columns
 
 
-async def test_snapshot_key_detail_with_graph(used: KeyStore) -> None:
-    """The picture shows model-client's hourly graph, scope use and the proposal at 80x24."""
+async def test_snapshot_key_detail_with_scope_use(used: KeyStore) -> None:
+    """The picture shows model-client's fields and each scope's requests and last use."""
 
     async def steps(pilot: Pilot[Any]) -> None:
         await pilot.press("down", "enter")
@@ -207,15 +218,15 @@ async def test_snapshot_key_detail_with_graph(used: KeyStore) -> None:
     await run(used, "key_detail_usage", steps)
 
 
-async def test_snapshot_key_detail_scrolled_to_scopes_and_proposal(used: KeyStore) -> None:
-    """The picture shows the detail's top scrolled down: each scope's use and the proposal."""
+async def test_snapshot_key_detail_with_graph(used: KeyStore) -> None:
+    """The picture shows the detail's top scrolled down: the hourly graph and the proposal."""
 
     async def steps(pilot: Pilot[Any]) -> None:
         await pilot.press("down", "enter")
         await settle(pilot)
         pilot.app.screen.query_one("#detail-top").scroll_end(animate=False)
 
-    await run(used, "key_detail_usage_scrolled", steps)
+    await run(used, "key_detail_graph", steps)
 
 
 async def test_snapshot_usage_view(used: KeyStore) -> None:

@@ -150,11 +150,11 @@ class KeyDetailScreen(LiveScreen[DetailData]):
         yield self.context_line(f"Key of {key.owner}: {key.name}")
         with VerticalScroll(id="detail-top"):
             yield Static("Loading…", id="detail-fields")
+            yield Static(f"Scopes · requests in {WINDOW} · last use", classes="section")
+            yield VerticalScroll(id="detail-scopes")
             yield Static("Requests per hour, last 7 days (UTC)", classes="section")
             yield Sparkline([], id="detail-graph")
             yield Static("", id="detail-graph-note")
-            yield Static(f"Scopes · requests in {WINDOW} · last use", classes="section")
-            yield VerticalScroll(id="detail-scopes")
             yield Static("Right-size", classes="section")
             yield Static("", id="detail-rightsize")
         yield Static("Events, newest first (times in UTC)", classes="section")
