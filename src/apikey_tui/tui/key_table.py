@@ -587,12 +587,12 @@ class KeyTable(ScrollView, can_focus=True):
         shown, widths = self.columns, widths_of(self.columns)
         more = with_usage(self.columns)
         more_widths = widths_of(more)
-        # The usage column only where the whole row fits with it and no name is cut more for it:
-        # narrower, it is hidden, never squeezing names (nor scrolling a time out of sight).
-        names_keep = all(
-            more_widths[more.index(c)] >= widths[shown.index(c)] for c in PINNED if c in shown
+        # The usage column only where the whole row fits with it and no column (a name above
+        # all) is cut more for it: narrower, it is hidden, never squeezing anything.
+        nothing_cut = all(
+            more_widths[more.index(c)] >= w for c, w in zip(shown, widths, strict=True)
         )
-        if names_keep and _total_width(more_widths) <= room:
+        if nothing_cut and _total_width(more_widths) <= room:
             shown, widths = more, more_widths
         self.shown_columns, self.widths = shown, widths
         pinned = [w for c, w in zip(shown, widths, strict=True) if c in PINNED]
