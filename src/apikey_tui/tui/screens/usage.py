@@ -5,16 +5,20 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 
+from textual import work
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.widgets import Static
 
+from apikey_tui.errors import ApiKeyError
 from apikey_tui.names import format_duration, printable
 from apikey_tui.store import KeyStore
 from apikey_tui.store.usage import DEFAULT_WINDOW, KeyActivity, Proposal, Rightsizing, UsageOverview
+from apikey_tui.tui.failures import unforeseen
 from apikey_tui.tui.fitting_footer import FittingFooter
 from apikey_tui.tui.key_table import fit_middle
+from apikey_tui.tui.messages import StoreFailed
 from apikey_tui.tui.screens.live import LiveScreen
 from apikey_tui.tui.session import Session
 from apikey_tui.tui.text import literal
@@ -22,7 +26,6 @@ from apikey_tui.tui.text import literal
 OVERVIEW_WINDOW = timedelta(days=7)  # the lists' window: this week's traffic
 LIMIT = 10  # keys per list: the view is read at a glance; the CLI has every proposal
 _WHO_WIDTH = 30  # an owner/name column: cut in the middle past this, like the key table's
-UsageData = tuple[UsageOverview, Rightsizing]
 
 
 def _who(owner: str, name: str, *, with_owner: bool, width: int) -> str:
@@ -89,12 +92,21 @@ def proposal_lines(proposals: Sequence[Proposal], *, with_owner: bool) -> list[s
     return lines
 
 
-class UsageScreen(LiveScreen[UsageData]):
-    """U (or `:usage`) opens this from the key table or a key; Escape goes back."""
+class UsageScreen(LiveScreen[UsageOverview]):
+    """U (or `:usage`) opens this from the key table or a key; Escape goes back.
+
+    The three lists are read first (they follow the week's traffic), the proposals after in
+    their own worker (they read every key used in 30 days: seconds at a hundred thousand busy
+    keys), so the lists never wait for them. Use moves the change marker all the time: a read
+    is never started while the same read runs, only one more after it.
+    """
 
     def __init__(self, session: Session) -> None:
         super().__init__(session)
-        self.data: UsageData | None = None
+        self.overview: UsageOverview | None = None
+        self.rightsizing: Rightsizing | None = None
+        self._reading = self._proposing = False
+        self._read_again = self._propose_again = False
 
     def compose(self) -> ComposeResult:
         owner = self.session.owner
@@ -120,30 +132,82 @@ class UsageScreen(LiveScreen[UsageData]):
         super().on_mount()
         self.query_one("#usage-body", VerticalScroll).focus()
 
-    def read_store(self, store: KeyStore) -> UsageData:
-        owner = self.session.owner
-        overview = store.usage_overview(OVERVIEW_WINDOW, limit=LIMIT, owner=owner)
-        return overview, store.rightsize(DEFAULT_WINDOW, owner=owner)
+    def reload(self) -> None:
+        if self._reading:
+            self._read_again = True
+            return
+        self._reading = True
+        super().reload()
 
-    def show(self, data: UsageData) -> None:
-        self.data = data
-        overview, rightsizing = data
+    def _read_done(self) -> None:
+        self._reading = False
+        if self._read_again:
+            self._read_again = False
+            self.reload()
+
+    def read_store(self, store: KeyStore) -> UsageOverview:
+        return store.usage_overview(OVERVIEW_WINDOW, limit=LIMIT, owner=self.session.owner)
+
+    def on_store_failed(self, message: StoreFailed) -> None:
+        super().on_store_failed(message)
+        if message.while_loading:  # the lists' read ended: the next change may read again
+            self._read_done()
+
+    def show(self, data: UsageOverview) -> None:
+        self.overview = data
         with_owner = self.session.owner is None
         lists = {
-            "busiest": activity_lines(overview.busiest, busiest_text, with_owner=with_owner),
-            "forbidden": activity_lines(overview.forbidden, forbidden_text, with_owner=with_owner),
+            "busiest": activity_lines(data.busiest, busiest_text, with_owner=with_owner),
+            "forbidden": activity_lines(data.forbidden, forbidden_text, with_owner=with_owner),
             "wrong-secret": activity_lines(
-                overview.wrong_secret, wrong_secret_text, with_owner=with_owner
+                data.wrong_secret, wrong_secret_text, with_owner=with_owner
             ),
-            "proposals": proposal_lines(rightsizing.proposals, with_owner=with_owner),
         }
         for list_id, lines in lists.items():
-            text = Content("\n").join(literal(line) for line in lines)  # one line per key
-            self.query_one(f"#usage-{list_id}", Static).update(text)
+            self._fill(list_id, lines)
         self.show_status()
+        self._read_done()
+        self._propose()
+
+    def _fill(self, list_id: str, lines: list[str]) -> None:
+        text = Content("\n").join(literal(line) for line in lines)  # one line per key
+        self.query_one(f"#usage-{list_id}", Static).update(text)
+
+    def _propose(self) -> None:
+        if self._proposing:
+            self._propose_again = True
+            return
+        self._proposing = True
+        self._read_proposals()
+
+    @work(thread=True, group="proposals")
+    def _read_proposals(self) -> None:
+        """The open right-size proposals, off the event loop (as `keys rightsize` reads them)."""
+        try:
+            found: Rightsizing | str = self.session.store.rightsize(
+                DEFAULT_WINDOW, owner=self.session.owner
+            )
+        except ApiKeyError as exc:
+            found = str(exc)
+        except Exception as exc:  # never a traceback, never a crash: one line
+            found = unforeseen(exc, "Reading the right-size proposals")
+        self.app.call_from_thread(self._proposals_read, found)
+
+    def _proposals_read(self, found: Rightsizing | str) -> None:
+        self._proposing = False
+        if isinstance(found, str):
+            self.notify(found, title="Not read", severity="error", markup=False)
+        else:
+            self.rightsizing = found
+            with_owner = self.session.owner is None
+            self._fill("proposals", proposal_lines(found.proposals, with_owner=with_owner))
+            self.show_status()
+        if self._propose_again:
+            self._propose_again = False
+            self._propose()
 
     def status_text(self) -> str:
-        if self.data is None:
-            return ""
-        proposals = len(self.data[1].proposals)
+        if self.rightsizing is None:
+            return f"top {LIMIT} of each list · reading the proposals… · live"
+        proposals = len(self.rightsizing.proposals)
         return f"top {LIMIT} of each list · {_plural(proposals, 'open proposal')} · live"
