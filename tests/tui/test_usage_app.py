@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime
 from typing import Any
 
@@ -236,3 +237,36 @@ async def test_snapshot_usage_view(used: KeyStore) -> None:
         await pilot.press("U")
 
     await run(used, "usage_view", steps)
+
+
+async def test_usage_view_never_runs_two_reads_of_its_lists_at_once(
+    used: KeyStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Changes during a slow read start no second read beside it, only one more after it."""
+    app = make_app(used)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("U")
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, UsageScreen)
+        release, calls = threading.Event(), []
+        real = used.usage_overview
+
+        def slow(*args: Any, **kwargs: Any) -> Any:
+            calls.append(1)
+            release.wait(10)
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(used, "usage_overview", slow)
+        for _ in range(3):
+            screen.reload()
+            await pilot.pause()
+        for _ in range(50):  # the first read's thread may start a little later
+            if calls:
+                break
+            await pilot.pause(0.02)
+        assert len(calls) == 1
+        release.set()
+        await settle(pilot)
+        assert len(calls) == 2
