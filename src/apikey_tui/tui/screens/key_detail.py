@@ -259,7 +259,8 @@ class KeyDetailScreen(LiveScreen[DetailData]):
         # the lifecycle keys, which the footer has no room for at 80 columns
         toggle = "enable" if self.detail is not None and self.detail.info.disabled else "disable"
         grace = " · O end grace" if self.check_action("end_grace", ()) else ""
-        keys = f"R rotate{grace} · x {toggle} · E expiry"
+        rightsize = " · p right-size" if self.check_action("apply_rightsize", ()) else ""
+        keys = f"R rotate{grace} · x {toggle} · E expiry{rightsize}"
         return f"{count} event{'s' if count != 1 else ''} of this key · {keys}"
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool:
