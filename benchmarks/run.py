@@ -368,6 +368,7 @@ def render(
     sc: Any = None,
     cs: Any = None,
     us: Any = None,
+    ua: Any = None,
 ) -> str:
     """The results page, every number with its baseline and target."""
     floor, peer = v["floor_us"], v["peer"]["is_valid_us"]
@@ -467,6 +468,9 @@ def render(
     lines += forward_auth_section(fa)
     lines += leaks_section(lk)
     lines += usage_section(us)
+    from benchmarks.bench_usage_app import markdown as usage_app_section
+
+    lines += usage_app_section(ua)
     lines += [
         "## Terminal app (`bench_tui.py`, headless, 120x40)",
         "",
@@ -547,6 +551,7 @@ MODULES = (
     "bench_scale",
     "bench_cli_start",
     "bench_usage",
+    "bench_usage_app",
 )
 
 

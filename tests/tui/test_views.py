@@ -75,8 +75,8 @@ async def test_enter_shows_the_key_in_full(tui_store: KeyStore, clock: FakeClock
         assert f"Last used    3 d ago ({used:%Y-%m-%d %H:%M} UTC)" in fields
         assert "Created by   admin-test (192.0.2.7) · just now" in fields
         scopes = [str(s.render()) for s in screen.query("#detail-scopes Static")]
-        assert scopes[0::2] == ["project", "serving"]
-        assert scopes[1].startswith("Project API") and scopes[3].startswith("Model serving API")
+        assert scopes[0::3] == ["project", "serving"]  # name, description, use
+        assert scopes[1].startswith("Project API") and scopes[4].startswith("Model serving API")
         events = table_cells(app, "#key-events")
         assert [row[1:3] for row in events] == [["key.create", "admin-test (192.0.2.7)"]]
         assert "alice" in shown(app, "#context") and "ci-deploy" in shown(app, "#context")

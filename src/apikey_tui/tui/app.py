@@ -34,6 +34,7 @@ from apikey_tui.tui.screens.audit_trail import AuditTrailScreen
 from apikey_tui.tui.screens.key_detail import KeyDetailScreen
 from apikey_tui.tui.screens.live import LiveScreen
 from apikey_tui.tui.screens.scope_catalog import ScopeCatalogScreen
+from apikey_tui.tui.screens.usage import UsageScreen
 
 
 class ApiKeysApp(App[None]):
@@ -124,6 +125,10 @@ class ApiKeysApp(App[None]):
         """Show the audit trail, newest first, filterable and live."""
         self.push_screen(AuditTrailScreen(self))
 
+    def action_usage(self) -> None:
+        """Show the Usage view: busiest keys, 403s, wrong secrets, right-size proposals; live."""
+        self.push_screen(UsageScreen(self))
+
     def action_help(self) -> None:
         """Show every key of every view and dialog, then the security rules."""
         self.push_screen(HelpScreen(help_sections()))
@@ -194,7 +199,12 @@ def help_sections() -> list[Section]:
         ),
         Section("Scope catalog (c)", (ScopeCatalogScreen,)),
         Section("Audit trail (a)", (AuditTrailScreen,)),
-        Section("In the detail, catalog and audit trail", (LiveScreen,)),
+        Section(
+            "Usage (U, :usage)",
+            (UsageScreen,),
+            (("↑ / ↓ / PgUp / PgDn", "scroll the four lists"),),
+        ),
+        Section("In the detail, catalog, audit trail and usage", (LiveScreen,)),
         Section(
             "Create a key (n), edit its scopes (e)",
             (CreateKeyDialog, EditScopesDialog, ScopePicker),

@@ -104,7 +104,7 @@ ACTIONS: tuple[KeyAction, ...] = (
     ),
     KeyAction(
         "app.jump", "colon", "Jump", "Jump to a view",
-        "jump to a view: :keys, :scopes, :events (Tab completes)", _BOTH, footer=False,
+        "jump to a view: :keys, :scopes, :events, :usage", _BOTH, footer=False,
     ),
     KeyAction(
         "app.switch_owner", "o", "Owner", "Switch owner",
@@ -126,6 +126,17 @@ ACTIONS: tuple[KeyAction, ...] = (
     KeyAction(
         "copy_public_id", "Y", "Copy id", "Copy public id",
         "copy the name (y) or public id (Y), never the secret", _BOTH, footer=False,
+    ),
+    # Usage (issue 18): last, so help's first page at 80x24 keeps the table's own keys.
+    KeyAction(
+        "app.usage", "U", "Usage", "Usage",
+        "usage: busiest keys, 403s, wrong secrets, right-size proposals", _BOTH, footer=False,
+        view="usage",
+    ),
+    KeyAction(
+        "apply_rightsize", "p", "Right-size", "Apply right-size proposal",
+        "drop the scopes the key never used in 30 days (asks first, audited)", _DETAIL,
+        footer=False,
     ),
 )
 # fmt: on

@@ -35,6 +35,7 @@ from apikey_tui.names import printable
 from apikey_tui.store import SORTS, KeyInfo, KeyQuery, KeyStore, QueryCancelled, states
 from apikey_tui.tui import times
 from apikey_tui.tui.failures import unforeseen
+from apikey_tui.usage_commands import sparkline
 
 CHUNK = 100  # rows read at a time; a few screens
 KEEP = 20 * CHUNK  # rows kept around the viewport before far ones are forgotten
@@ -55,7 +56,11 @@ COLUMNS: dict[str, str] = {
     "scopes": "Scopes",
     "public_id": "Public id",
     "created": "Created",
+    "usage": "7 days",  # requests per day, a text sparkline: shown only where the row has room
 }
+USAGE = "usage"
+USAGE_DAYS = 7
+_USAGE_AFTER = "last_used"  # beside the last use: when, and how much lately
 PINNED = ("owner", "name")  # never scrolled sideways, never dropped
 SORTABLE = tuple(c for c in COLUMNS if c in SORTS)  # every column: the database sorts each
 TIMES = ("expires", "last_used", "created")
@@ -73,12 +78,17 @@ Identity = tuple[str, str]  # (owner, name): unique, and kept by a recreate
 
 
 def row_cells(
-    key: KeyInfo, columns: Sequence[str], now: datetime, *, absolute_times: bool = False
+    key: KeyInfo,
+    columns: Sequence[str],
+    now: datetime,
+    *,
+    absolute_times: bool = False,
+    usage: Sequence[int] | None = None,
 ) -> list[str]:
     """The cells of one key's row at the moment now, control characters made visible.
 
     Times are relative to now, or absolute (UTC) with absolute_times; the State marker is
-    judged at now either way.
+    judged at now either way. usage: the key's requests per day for the usage column.
     """
 
     def show(moment: datetime | None) -> str:
@@ -95,13 +105,26 @@ def row_cells(
         "expires": show(key.expires_at),
         "created": show(key.created_at),
         "last_used": show(key.last_used_at),
+        USAGE: usage_cell(usage),
     }
     return [printable(values[c]) for c in columns]
 
 
 def columns(*, with_owner: bool) -> list[str]:
     """The column keys in display order."""
-    return [c for c in COLUMNS if with_owner or c != "owner"]
+    return [c for c in COLUMNS if (with_owner or c != "owner") and c != USAGE]
+
+
+def with_usage(names: Sequence[str]) -> list[str]:
+    """The columns with the 7-day usage column after Last used (or last)."""
+    shown = list(names)
+    at = shown.index(_USAGE_AFTER) + 1 if _USAGE_AFTER in shown else len(shown)
+    return [*shown[:at], USAGE, *shown[at:]]
+
+
+def usage_cell(days: Sequence[int] | None) -> str:
+    """A key's requests per day as the CLI's text sparkline; blank until read."""
+    return sparkline(days) if days is not None else ""
 
 
 def fit(text: str, width: int) -> str:
@@ -132,7 +155,7 @@ def natural_widths(
 ) -> list[int]:
     """What each column would like: the longest value seen (capped) or its fixed size."""
     time_width = times.ABSOLUTE_WIDTH if absolute_times else times.RELATIVE_WIDTH
-    fixed = {"public_id": len(keyformat.PREFIX) + keyformat.ID_CHARS}
+    fixed = {"public_id": len(keyformat.PREFIX) + keyformat.ID_CHARS, USAGE: USAGE_DAYS}
     fixed.update(dict.fromkeys(TIMES, time_width))
     widths = []
     for column in names:
@@ -200,6 +223,10 @@ class _Window:
     rows: list[KeyInfo]
     total: int | None
     cursor: int | None  # where the followed key stands now (None: leave the cursor)
+
+
+def _total_width(widths: Sequence[int]) -> int:
+    return 1 + sum(widths) + len(_GAP) * (len(widths) - 1)
 
 
 class KeyFilter(Input):
@@ -278,7 +305,10 @@ class KeyTable(ScrollView, can_focus=True):
         self.clock: Clock = system_clock  # the bound store's clock once bound (bind)
         self.key_query = KeyQuery()
         self.columns: list[str] = columns(with_owner=False)
-        self.widths: list[int] = []
+        # What is drawn: the columns, and the usage column where the row has room for it.
+        self.shown_columns: list[str] = list(self.columns)
+        self.widths: list[int] = []  # of shown_columns
+        self._usage: dict[str, tuple[int, ...]] = {}  # requests per day, by public id
         self.total: int | None = None  # None while counting
         self.loaded = False  # a first window arrived for the current query
         self._rows: dict[int, KeyInfo] = {}
@@ -321,10 +351,15 @@ class KeyTable(ScrollView, can_focus=True):
         return any((k.owner, k.name) == identity for k in self._rows.values())
 
     def row_text(self, index: int) -> list[str]:
-        """The cells of loaded row index as displayed, uncut (for tests and screen readers)."""
+        """The cells of loaded row index as displayed, uncut (for tests and screen readers);
+        without the usage column (usage_text)."""
         return row_cells(
             self.rows[index], self.columns, self.clock(), absolute_times=self.absolute_times
         )
+
+    def usage_text(self, index: int) -> str:
+        """The usage cell of loaded row index: its 7 days as a sparkline ('' until read)."""
+        return usage_cell(self._usage.get(self.rows[index].public_id))
 
     def select(self, identity: Identity) -> None:
         """Read the table again with the cursor on the key identity (e.g. one just created);
@@ -395,6 +430,7 @@ class KeyTable(ScrollView, can_focus=True):
             if total is None and start == 0 and len(rows) < CHUNK:
                 total = len(rows)
             self._post_window(_Window(generation, start, rows, total, target))
+            self._read_usage(store, generation, rows)
             if total is None:
                 if query.text:
                     # A filter's count may scan every row: wait until typing pauses, so that
@@ -449,6 +485,40 @@ class KeyTable(ScrollView, can_focus=True):
                 self.post_message(self.Failed(unforeseen(exc, "Reading the keys")))
             return
         self._post_window(_Window(generation, start, rows, total, None))
+        try:
+            self._read_usage(store, generation, rows)
+        except ApiKeyError as exc:
+            if not worker.is_cancelled:
+                self.post_message(self.Failed(str(exc)))
+
+    def _read_usage(self, store: KeyStore, generation: int, rows: list[KeyInfo]) -> None:
+        """The window's requests per day: one grouped query for its keys (never one per row),
+        after its rows are on screen, so the first rows come no later than without it."""
+        if not rows:
+            return
+        ids = [i for key in rows for i in (key.public_id, key.old_public_id) if i]
+        daily = store.daily_requests(ids, USAGE_DAYS)
+        none = (0,) * USAGE_DAYS
+        found = {
+            # a rotated key's counts under its previous id are its own too
+            key.public_id: tuple(
+                a + b
+                for a, b in zip(
+                    daily.get(key.public_id, none),
+                    daily.get(key.old_public_id or "", none),
+                    strict=True,
+                )
+            )
+            for key in rows
+        }
+        self.app.call_from_thread(self._usage_arrived, generation, found)
+
+    def _usage_arrived(self, generation: int, found: dict[str, tuple[int, ...]]) -> None:
+        if generation != self._generation:
+            return  # an answer to an older question
+        self._usage.update(found)
+        if USAGE in self.shown_columns:
+            self.refresh()
 
     def _post_window(self, window: _Window) -> None:
         self.app.call_from_thread(self._arrived, window)
@@ -489,6 +559,8 @@ class KeyTable(ScrollView, can_focus=True):
         middle = self.scroll_offset.y
         for index in sorted(self._rows, key=lambda i: -abs(i - middle))[: len(self._rows) - KEEP]:
             del self._rows[index]
+        kept = {key.public_id for key in self._rows.values()}
+        self._usage = {p: days for p, days in self._usage.items() if p in kept}
 
     def _want(self, index: int) -> None:
         """Read the chunk holding row index if it is neither loaded nor being read."""
@@ -506,14 +578,27 @@ class KeyTable(ScrollView, can_focus=True):
     # --- drawing ------------------------------------------------------------------------------
 
     def _relayout(self) -> None:
-        wanted = natural_widths(self.columns, self._seen, absolute_times=self.absolute_times)
         room = max(self.scrollable_content_region.width, 1)
-        self.widths = layout(self.columns, wanted, room)
-        pinned = [w for c, w in zip(self.columns, self.widths, strict=True) if c in PINNED]
+
+        def widths_of(names: list[str]) -> list[int]:
+            wanted = natural_widths(names, self._seen, absolute_times=self.absolute_times)
+            return layout(names, wanted, room)
+
+        shown, widths = self.columns, widths_of(self.columns)
+        more = with_usage(self.columns)
+        more_widths = widths_of(more)
+        # The usage column only where the whole row fits with it and no column (a name above
+        # all) is cut more for it: narrower, it is hidden, never squeezing anything.
+        nothing_cut = all(
+            more_widths[more.index(c)] >= w for c, w in zip(shown, widths, strict=True)
+        )
+        if nothing_cut and _total_width(more_widths) <= room:
+            shown, widths = more, more_widths
+        self.shown_columns, self.widths = shown, widths
+        pinned = [w for c, w in zip(shown, widths, strict=True) if c in PINNED]
         self._pinned_cells = 1 + sum(w + len(_GAP) for w in pinned)
         rows = self.total if self.total is not None else len(self._rows)
-        width = 1 + sum(self.widths) + len(_GAP) * (len(self.widths) - 1)
-        self.virtual_size = Size(width, rows + 1)
+        self.virtual_size = Size(_total_width(widths), rows + 1)
 
     def on_resize(self) -> None:
         self._relayout()
@@ -534,7 +619,7 @@ class KeyTable(ScrollView, can_focus=True):
         """(pinned part, scrolling cells) of one line; state styles the State cell."""
         pinned: list[str] = []
         rest: list[tuple[str, Style]] = []
-        for column, cell, width in zip(self.columns, cells, self.widths, strict=True):
+        for column, cell, width in zip(self.shown_columns, cells, self.widths, strict=True):
             if column in PINNED:
                 pinned.append(fit_middle(cell, width))
                 continue
@@ -544,7 +629,9 @@ class KeyTable(ScrollView, can_focus=True):
 
     def _header(self) -> list[str]:
         arrow = " ▼" if self.key_query.reverse else " ▲"
-        return [COLUMNS[c] + (arrow if c == self.key_query.sort else "") for c in self.columns]
+        return [
+            COLUMNS[c] + (arrow if c == self.key_query.sort else "") for c in self.shown_columns
+        ]
 
     def render_line(self, y: int) -> Strip:
         width, (left, top) = self.size.width, self.scroll_offset
@@ -571,9 +658,14 @@ class KeyTable(ScrollView, can_focus=True):
         state = None
         if kind != states.ACTIVE and index != self.cursor_row:  # the cursor keeps its colours
             state = self.get_component_rich_style(f"key-table--{kind}", partial=True)
-        pinned, rest = self._cells(
-            row_cells(key, self.columns, now, absolute_times=self.absolute_times), style, state
+        cells = row_cells(
+            key,
+            self.shown_columns,
+            now,
+            absolute_times=self.absolute_times,
+            usage=self._usage.get(key.public_id),
         )
+        pinned, rest = self._cells(cells, style, state)
         if (key.owner, key.name) in self.marked:  # the line's first cell is a blank: mark it
             pinned = MARK + pinned[1:]
         return self._line((pinned, rest), style, left, width)
@@ -645,7 +737,7 @@ class KeyTable(ScrollView, can_focus=True):
     def on_click(self, event: events.Click) -> None:
         if event.y == 0:
             x = 1
-            for column, width in zip(self.columns, self.widths, strict=True):
+            for column, width in zip(self.shown_columns, self.widths, strict=True):
                 start = x if column in PINNED else x - self.scroll_offset.x
                 if start <= event.x < start + width + len(_GAP):
                     self.post_message(self.SortRequested(column))

@@ -10,11 +10,12 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.content import Content
 from textual.message import Message
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable, Sparkline, Static
 
 from apikey_tui.errors import ApiKeyError, KeyNotFoundError
-from apikey_tui.names import printable
+from apikey_tui.names import format_duration, printable
 from apikey_tui.store import Event, KeyDetail, KeyInfo, KeyStore, Leak, ScopeInfo, states
+from apikey_tui.store.usage import DEFAULT_WINDOW, KeyUsage, Proposal
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.edit_scopes import EditScopesDialog, ScopeChange
 from apikey_tui.tui.fitting_footer import FittingFooter
@@ -26,6 +27,7 @@ from apikey_tui.tui.text import literal
 from apikey_tui.tui.times import absolute, minute, relative, relative_and_absolute
 
 _LABEL = 13
+WINDOW = format_duration(DEFAULT_WINDOW)  # the scopes' and the proposal's window, as the CLI's
 
 
 def actor_text(event: Event) -> str:
@@ -96,7 +98,32 @@ def leak_rows(info: KeyInfo, leaks: list[Leak], now: datetime) -> list[tuple[str
     return rows
 
 
-DetailData = tuple[KeyDetail, list[ScopeInfo], list[Leak]]
+def graph_note(report: KeyUsage) -> str:
+    """The line under the hourly graph: its peak, its total, and the refusals of the window."""
+    hourly = report.hourly
+    peak = max((p.allowed for p in hourly), default=0)
+    total = sum(p.allowed for p in hourly)
+    refused = sum(f.requests for f in report.forbidden)
+    return (
+        f"peak {peak:,}/h · {total:,} in 7d · in {WINDOW}: {refused:,} refused (403), "
+        f"{report.wrong_secret:,} wrong secret{'s' if report.wrong_secret != 1 else ''}"
+    )
+
+
+def use_text(requests: int, last_used: datetime | None, now: datetime) -> str:
+    """A scope's use: requests in the window and its last use ('12 req · 3 h ago')."""
+    return f"{requests:,} req · {relative(last_used, now)}"
+
+
+def proposal_text(proposal: Proposal | None) -> str:
+    """The right-size line: what the proposal drops and keeps, and the key that applies it."""
+    if proposal is None:
+        return f"no proposal: every scope was used in the last {WINDOW} (or the key is younger)"
+    drop, keep = " ".join(proposal.drop), " ".join(proposal.keep)
+    return f"drop {drop} (unused for {WINDOW}), keep {keep} · p applies it (asks first)"
+
+
+DetailData = tuple[KeyDetail, list[ScopeInfo], list[Leak], KeyUsage, Proposal | None]
 
 
 class KeyDetailScreen(LiveScreen[DetailData]):
@@ -111,6 +138,8 @@ class KeyDetailScreen(LiveScreen[DetailData]):
         self.detail: KeyDetail | None = None
         self.catalog: list[ScopeInfo] = []
         self.leaks: list[Leak] = []
+        self.usage: KeyUsage | None = None
+        self.proposal: Proposal | None = None
         self._act = act
         self._asked_delete = False  # the admin pressed d here: the table reports the deletion
         self._gone = False
@@ -121,8 +150,13 @@ class KeyDetailScreen(LiveScreen[DetailData]):
         yield self.context_line(f"Key of {key.owner}: {key.name}")
         with VerticalScroll(id="detail-top"):
             yield Static("Loading…", id="detail-fields")
-            yield Static("Scopes", classes="section")
+            yield Static(f"Scopes · requests in {WINDOW} · last use", classes="section")
             yield VerticalScroll(id="detail-scopes")
+            yield Static("Requests per hour, last 7 days (UTC)", classes="section")
+            yield Sparkline([], id="detail-graph")
+            yield Static("", id="detail-graph-note")
+            yield Static("Right-size", classes="section")
+            yield Static("", id="detail-rightsize")
         yield Static("Events, newest first (times in UTC)", classes="section")
         table: DataTable[Text] = DataTable(id="key-events", cursor_type="row", zebra_stripes=True)
         table.add_columns("When", "Action", "Actor", "Detail")
@@ -134,7 +168,12 @@ class KeyDetailScreen(LiveScreen[DetailData]):
 
     def read_store(self, store: KeyStore) -> DetailData:
         owner, name = self.key.owner, self.key.name
-        return store.key_detail(owner, name), store.list_scopes(), store.leaks(owner, name)
+        detail = store.key_detail(owner, name)
+        report = store.key_usage(owner, name, DEFAULT_WINDOW)
+        # The CLI's `keys rightsize NAME` read: the same proposal, and the same apply path.
+        proposals = store.rightsize(DEFAULT_WINDOW, owner=owner, name=name).proposals
+        proposal = proposals[0] if proposals else None
+        return detail, store.list_scopes(), store.leaks(owner, name), report, proposal
 
     def read_failed(self, error: ApiKeyError) -> Message:
         if isinstance(error, KeyNotFoundError):
@@ -142,7 +181,7 @@ class KeyDetailScreen(LiveScreen[DetailData]):
         return super().read_failed(error)
 
     def show(self, data: DetailData) -> None:
-        self.detail, self.catalog, self.leaks = data
+        self.detail, self.catalog, self.leaks, self.usage, self.proposal = data
         info, now = self.detail.info, self.session.store.clock()
         origin = self.detail.origin
         if origin is None:
@@ -169,6 +208,7 @@ class KeyDetailScreen(LiveScreen[DetailData]):
             for label, value in rows
         )
         self.query_one("#detail-fields", Static).update(fields)
+        self._show_usage(self.usage, now)
         self._show_scopes(info)
         table = self.query_one("#key-events", DataTable)
         row = table.cursor_row
@@ -184,8 +224,16 @@ class KeyDetailScreen(LiveScreen[DetailData]):
         self.show_status()
         self.refresh_bindings()
 
+    def _show_usage(self, report: KeyUsage, now: datetime) -> None:
+        graph = self.query_one("#detail-graph", Sparkline)
+        graph.data = [p.allowed for p in report.hourly]
+        self.query_one("#detail-graph-note", Static).update(literal(graph_note(report)))
+        self.query_one("#detail-rightsize", Static).update(literal(proposal_text(self.proposal)))
+
     def _show_scopes(self, info: KeyInfo) -> None:
         descriptions = {s.name: s.description for s in self.catalog}
+        uses = {u.scope: u for u in self.usage.scopes} if self.usage is not None else {}
+        now = self.session.store.clock()
         box = self.query_one("#detail-scopes", VerticalScroll)
         box.remove_children()
         width = max((len(s) for s in info.scopes), default=0) + 2
@@ -193,8 +241,14 @@ class KeyDetailScreen(LiveScreen[DetailData]):
         for scope in info.scopes:
             name = Static(literal(scope), classes="scope-name")
             name.styles.width = width
+            use = uses.get(scope)
+            used = use_text(use.requests, use.last_used, now) if use is not None else ""
             lines.append(
-                Horizontal(name, Static(literal(descriptions.get(scope, "")), classes="scope-text"))
+                Horizontal(
+                    name,
+                    Static(literal(descriptions.get(scope, "")), classes="scope-text"),
+                    Static(literal(used), classes="scope-use"),
+                )
             )
         box.mount_all(lines)
 
@@ -205,7 +259,8 @@ class KeyDetailScreen(LiveScreen[DetailData]):
         # the lifecycle keys, which the footer has no room for at 80 columns
         toggle = "enable" if self.detail is not None and self.detail.info.disabled else "disable"
         grace = " · O end grace" if self.check_action("end_grace", ()) else ""
-        keys = f"R rotate{grace} · x {toggle} · E expiry"
+        rightsize = " · p right-size" if self.check_action("apply_rightsize", ()) else ""
+        keys = f"R rotate{grace} · x {toggle} · E expiry{rightsize}"
         return f"{count} event{'s' if count != 1 else ''} of this key · {keys}"
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool:
@@ -213,6 +268,8 @@ class KeyDetailScreen(LiveScreen[DetailData]):
         if action == "end_grace":
             info = None if self._gone or self.detail is None else self.detail.info
             return info is not None and states.in_grace(info, self.session.store.clock())
+        if action == "apply_rightsize":  # p only while there is a proposal to apply
+            return not self._gone and self.proposal is not None
         return True
 
     def on_key_vanished(self, message: KeyVanished) -> None:
@@ -276,6 +333,30 @@ class KeyDetailScreen(LiveScreen[DetailData]):
             f"Key {message.key.name!r} of {message.key.owner} now has: {scopes}.", markup=False
         )
         self.reload()
+
+    def action_apply_rightsize(self) -> None:
+        """Ask, naming the key and the scopes to drop; then the CLI's `rightsize --apply` path."""
+        proposal = self.proposal
+        if self._gone or proposal is None:
+            self.notify("No right-size proposal for this key.", severity="warning")
+            return
+        key = proposal.info
+        dialog = ConfirmDialog(
+            f"Drop {' '.join(proposal.drop)} from key {key.name!r} of {key.owner}?",
+            f"It used none of them in the last {WINDOW}; it keeps: {' '.join(proposal.keep)}. "
+            "Services see the narrower key at once: a request that needs a dropped scope is "
+            "refused (403). Recorded as a key.rightsize event.",
+            "Drop scopes",
+        )
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.run_store(
+                    lambda store: KeyRescoped(store.apply_proposal(proposal, DEFAULT_WINDOW)),
+                    f"Right-size (key {key.name!r} of {key.owner})",
+                )
+
+        self.app.push_screen(dialog, answered)
 
     def _act_on_current(self, action: str) -> None:
         key = self._current()

@@ -1,0 +1,213 @@
+"""The Usage view: the busiest keys, 403s, wrong secrets and open right-size proposals, live."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+
+from textual import work
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.content import Content
+from textual.widgets import Static
+
+from apikey_tui.errors import ApiKeyError
+from apikey_tui.names import format_duration, printable
+from apikey_tui.store import KeyStore
+from apikey_tui.store.usage import DEFAULT_WINDOW, KeyActivity, Proposal, Rightsizing, UsageOverview
+from apikey_tui.tui.failures import unforeseen
+from apikey_tui.tui.fitting_footer import FittingFooter
+from apikey_tui.tui.key_table import fit_middle
+from apikey_tui.tui.messages import StoreFailed
+from apikey_tui.tui.screens.live import LiveScreen
+from apikey_tui.tui.session import Session
+from apikey_tui.tui.text import literal
+
+OVERVIEW_WINDOW = timedelta(days=7)  # the lists' window: this week's traffic
+LIMIT = 10  # keys per list: the view is read at a glance; the CLI has every proposal
+_WHO_WIDTH = 30  # an owner/name column: cut in the middle past this, like the key table's
+
+
+def _who(owner: str, name: str, *, with_owner: bool, width: int) -> str:
+    text = printable(f"{owner}/{name}" if with_owner else name)
+    return fit_middle(text, width)
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count:,} {word}{'' if count == 1 else 's'}"
+
+
+def activity_lines(
+    keys: Sequence[KeyActivity], say: Callable[[KeyActivity], str], *, with_owner: bool
+) -> list[str]:
+    """One line per key: who (cut to a common width), then what `say` says of it."""
+    if not keys:
+        return ["none"]
+    names = [printable(f"{k.owner}/{k.name}" if with_owner else k.name) for k in keys]
+    width = min(max(len(n) for n in names), _WHO_WIDTH)
+    return [f"{_who(k.owner, k.name, with_owner=with_owner, width=width)}  {say(k)}" for k in keys]
+
+
+def busiest_text(key: KeyActivity) -> str:
+    """Allowed requests, and the refusals beside them when there were any."""
+    parts = [_plural(key.allowed, "request")]
+    if key.forbidden:
+        parts.append(f"{key.forbidden:,} refused (403)")
+    if key.wrong_secret:
+        parts.append(_plural(key.wrong_secret, "wrong secret"))
+    return " · ".join(parts)
+
+
+def forbidden_text(key: KeyActivity) -> str:
+    """How often the key was refused, and the scope set it lacked most often (needs …)."""
+    text = f"{key.forbidden:,} refused (403)"
+    if key.missing:
+        text += f" · needs {' '.join(key.missing[0].missing)}"
+        if len(key.missing) > 1:
+            text += f" (+{len(key.missing) - 1} other)"
+    return text
+
+
+def wrong_secret_text(key: KeyActivity) -> str:
+    """Wrong secrets presented with the key's public id: a leak or an attack signal."""
+    return f"{_plural(key.wrong_secret, 'wrong secret')} · public id {key.public_id}"
+
+
+def proposal_lines(proposals: Sequence[Proposal], *, with_owner: bool) -> list[str]:
+    """One line per proposal (drop …, keep …), at most LIMIT and a count of the rest."""
+    if not proposals:
+        return ["none"]
+    shown = proposals[:LIMIT]
+    names = [
+        printable(f"{p.info.owner}/{p.info.name}" if with_owner else p.info.name) for p in shown
+    ]
+    width = min(max(len(n) for n in names), _WHO_WIDTH)
+    lines = [
+        f"{_who(p.info.owner, p.info.name, with_owner=with_owner, width=width)}  "
+        f"drop {' '.join(p.drop)} · keep {' '.join(p.keep)}"
+        for p in shown
+    ]
+    if len(proposals) > LIMIT:
+        lines.append(f"… and {len(proposals) - LIMIT:,} more: apikey-tui keys rightsize")
+    return lines
+
+
+class UsageScreen(LiveScreen[UsageOverview]):
+    """U (or `:usage`) opens this from the key table or a key; Escape goes back.
+
+    The three lists are read first (they follow the week's traffic), the proposals after in
+    their own worker (they read every key used in 30 days: seconds at a hundred thousand busy
+    keys), so the lists never wait for them. Use moves the change marker all the time: a read
+    is never started while the same read runs, only one more after it.
+    """
+
+    def __init__(self, session: Session) -> None:
+        super().__init__(session)
+        self.overview: UsageOverview | None = None
+        self.rightsizing: Rightsizing | None = None
+        self._reading = self._proposing = False
+        self._read_again = self._propose_again = False
+
+    def compose(self) -> ComposeResult:
+        owner = self.session.owner
+        whose = "every owner" if owner is None else f"keys of {owner}"
+        yield self.context_line(f"Usage · {whose}")
+        with VerticalScroll(id="usage-body"):
+            week = format_duration(OVERVIEW_WINDOW)
+            for list_id, title in (
+                ("busiest", f"Busiest keys (requests in {week})"),
+                ("forbidden", f"Refused with 403 in {week}: a scope they need but lack"),
+                ("wrong-secret", f"Wrong secrets in {week} (a leak or attack signal)"),
+                (
+                    "proposals",
+                    f"Right-size proposals (scopes unused for {format_duration(DEFAULT_WINDOW)})",
+                ),
+            ):
+                yield Static(title, classes="section")
+                yield Static("Loading…", id=f"usage-{list_id}", classes="usage-list")
+        yield Static("", id="status")
+        yield FittingFooter()
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.query_one("#usage-body", VerticalScroll).focus()
+
+    def reload(self) -> None:
+        if self._reading:
+            self._read_again = True
+            return
+        self._reading = True
+        super().reload()
+
+    def _read_done(self) -> None:
+        self._reading = False
+        if self._read_again:
+            self._read_again = False
+            self.reload()
+
+    def read_store(self, store: KeyStore) -> UsageOverview:
+        return store.usage_overview(OVERVIEW_WINDOW, limit=LIMIT, owner=self.session.owner)
+
+    def on_store_failed(self, message: StoreFailed) -> None:
+        super().on_store_failed(message)
+        if message.while_loading:  # the lists' read ended: the next change may read again
+            self._read_done()
+
+    def show(self, data: UsageOverview) -> None:
+        self.overview = data
+        with_owner = self.session.owner is None
+        lists = {
+            "busiest": activity_lines(data.busiest, busiest_text, with_owner=with_owner),
+            "forbidden": activity_lines(data.forbidden, forbidden_text, with_owner=with_owner),
+            "wrong-secret": activity_lines(
+                data.wrong_secret, wrong_secret_text, with_owner=with_owner
+            ),
+        }
+        for list_id, lines in lists.items():
+            self._fill(list_id, lines)
+        self.show_status()
+        self._read_done()
+        self._propose()
+
+    def _fill(self, list_id: str, lines: list[str]) -> None:
+        text = Content("\n").join(literal(line) for line in lines)  # one line per key
+        self.query_one(f"#usage-{list_id}", Static).update(text)
+
+    def _propose(self) -> None:
+        if self._proposing:
+            self._propose_again = True
+            return
+        self._proposing = True
+        self._read_proposals()
+
+    @work(thread=True, group="proposals")
+    def _read_proposals(self) -> None:
+        """The open right-size proposals, off the event loop (as `keys rightsize` reads them)."""
+        try:
+            found: Rightsizing | str = self.session.store.rightsize(
+                DEFAULT_WINDOW, owner=self.session.owner
+            )
+        except ApiKeyError as exc:
+            found = str(exc)
+        except Exception as exc:  # never a traceback, never a crash: one line
+            found = unforeseen(exc, "Reading the right-size proposals")
+        self.app.call_from_thread(self._proposals_read, found)
+
+    def _proposals_read(self, found: Rightsizing | str) -> None:
+        self._proposing = False
+        if isinstance(found, str):
+            self.notify(found, title="Not read", severity="error", markup=False)
+        else:
+            self.rightsizing = found
+            with_owner = self.session.owner is None
+            self._fill("proposals", proposal_lines(found.proposals, with_owner=with_owner))
+            self.show_status()
+        if self._propose_again:
+            self._propose_again = False
+            self._propose()
+
+    def status_text(self) -> str:
+        if self.rightsizing is None:
+            return f"top {LIMIT} of each list · reading the proposals… · live"
+        proposals = len(self.rightsizing.proposals)
+        return f"top {LIMIT} of each list · {_plural(proposals, 'open proposal')} · live"
