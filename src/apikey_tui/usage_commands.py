@@ -5,20 +5,19 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TextIO
 
 # Standard library and the names module only at import time (the CLI builds every parser).
 from apikey_tui.errors import InvalidInputError
 from apikey_tui.names import format_duration, parse_duration, printable
+from apikey_tui.sparklines import sparkline
 
 if TYPE_CHECKING:
     from apikey_tui.store import KeyStore
     from apikey_tui.store.usage import KeyUsage, Rightsizing
 
 EXIT_OK, EXIT_REFUSED = 0, 1
-SPARKS = "▁▂▃▄▅▆▇█"
 
 
 def _span(text: str) -> timedelta:
@@ -103,14 +102,6 @@ def _out() -> TextIO:
 def _json(data: Any) -> None:
     json.dump(data, _out(), indent=2)
     _out().write("\n")
-
-
-def sparkline(values: Sequence[int]) -> str:
-    """Values as a line of block characters, the highest as a full block, zero as the lowest."""
-    top = max(values, default=0)
-    if top == 0:
-        return SPARKS[0] * len(values)
-    return "".join(SPARKS[min(len(SPARKS) - 1, v * (len(SPARKS) - 1) // top)] for v in values)
 
 
 def run_usage(store: KeyStore, args: argparse.Namespace, owner: str) -> int:

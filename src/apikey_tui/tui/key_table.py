@@ -32,10 +32,10 @@ from apikey_tui import keyformat
 from apikey_tui.clock import Clock, system_clock
 from apikey_tui.errors import ApiKeyError
 from apikey_tui.names import printable
+from apikey_tui.sparklines import sparkline
 from apikey_tui.store import SORTS, KeyInfo, KeyQuery, KeyStore, QueryCancelled, states
 from apikey_tui.tui import times
 from apikey_tui.tui.failures import unforeseen
-from apikey_tui.usage_commands import sparkline
 
 CHUNK = 100  # rows read at a time; a few screens
 KEEP = 20 * CHUNK  # rows kept around the viewport before far ones are forgotten
