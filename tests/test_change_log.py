@@ -72,14 +72,26 @@ def _settle(database_url: str) -> None:
         time.sleep(0.5)
 
 
+def _cached(verifier: Verifier, keys: list[str], database_url: str) -> None:
+    """Verify the keys, then again once the log holding their creation has been read.
+
+    On a loaded machine a key's creation may reach the verifier (push) after its first check
+    cached it; the log read then rightly re-reads it once. The second pass absorbs that, so
+    what a test counts afterwards is caused by its own change alone.
+    """
+    for _ in range(2):
+        for key in keys:
+            verifier.verify(f"ApiKey {key}")
+        _settle(database_url)
+
+
 def test_an_unrelated_commit_rereads_no_cached_key(
     store: KeyStore, database_url: str, checker: tuple[Verifier, Statements]
 ) -> None:
     """After an admin edits a scope's description, 30 cached keys answer with no key read."""
     verifier, statements = checker
     keys = [store.create_key("alice", f"k{i}", ["project"]).plaintext for i in range(30)]
-    for key in keys:
-        verifier.verify(f"ApiKey {key}", ["project"])
+    _cached(verifier, keys, database_url)
     before = statements.count(CREDENTIAL_READ)
     store.describe_scope("project", "an unrelated edit")
     _settle(database_url)
@@ -94,8 +106,7 @@ def test_a_changed_key_alone_is_reread(
     """Rescoping one of 10 cached keys re-reads that key only, and the new scopes apply."""
     verifier, statements = checker
     keys = [store.create_key("alice", f"k{i}", ["project"]).plaintext for i in range(10)]
-    for key in keys:
-        verifier.verify(f"ApiKey {key}")
+    _cached(verifier, keys, database_url)
     before = statements.count(CREDENTIAL_READ)
     store.set_key_scopes("alice", "k3", ["serving"])
     _settle(database_url)
