@@ -15,7 +15,8 @@ from apikey_tui.sparklines import sparkline
 
 if TYPE_CHECKING:
     from apikey_tui.store import KeyStore
-    from apikey_tui.store.usage import KeyUsage, Rightsizing
+    from apikey_tui.store.rightsizing import Rightsizing
+    from apikey_tui.store.usage import KeyUsage
 
 EXIT_OK, EXIT_REFUSED = 0, 1
 

@@ -13,11 +13,23 @@ from apikey_tui.clock import Clock, system_clock
 from apikey_tui.db import ensure_schema, make_engine
 from apikey_tui.hashing import SecretHasher
 from apikey_tui.names import Expiry, format_duration
-from apikey_tui.store import audit, bulk, catalog, leaks, lifecycle, policy, queries, usage
+from apikey_tui.store import (
+    audit,
+    bulk,
+    catalog,
+    leaks,
+    lifecycle,
+    policy,
+    queries,
+    rightsizing,
+    usage,
+    usage_compaction,
+)
 from apikey_tui.store.bulk import Batch
 from apikey_tui.store.credentials import Credential, CredentialReads
 from apikey_tui.store.lifecycle import Deliver
 from apikey_tui.store.queries import Cancel
+from apikey_tui.store.rightsizing import Proposal, Rightsizing
 from apikey_tui.store.types import (
     Actor,
     CreatedKey,
@@ -29,7 +41,8 @@ from apikey_tui.store.types import (
     ScopeInfo,
     ScopeUsage,
 )
-from apikey_tui.store.usage import Compaction, KeyUsage, Proposal, Rightsizing, UsageOverview
+from apikey_tui.store.usage import KeyUsage, UsageOverview
+from apikey_tui.store.usage_compaction import DEFAULT_RETENTION, Compaction
 
 
 class KeyStore(CredentialReads):
@@ -373,7 +386,7 @@ class KeyStore(CredentialReads):
         name: str | None = None,
     ) -> Rightsizing:
         """Proposals to drop scopes keys older than the window never used in it."""
-        return usage.rightsize(self, window, owner=owner, name=name)
+        return rightsizing.rightsize(self, window, owner=owner, name=name)
 
     def apply_proposal(self, proposal: Proposal, window: timedelta | None = None) -> KeyInfo:
         """Narrow the key as proposed: one `key.rightsize` event naming the scopes removed.
@@ -386,6 +399,6 @@ class KeyStore(CredentialReads):
             self, info.owner, info.name, proposal.drop, expected_public_id=info.public_id, note=note
         )
 
-    def compact_usage(self, retention: timedelta = usage.DEFAULT_RETENTION) -> Compaction:
+    def compact_usage(self, retention: timedelta = DEFAULT_RETENTION) -> Compaction:
         """Roll old usage minutes into hours and days; delete what is past the retention."""
-        return usage.compact(self, retention)
+        return usage_compaction.compact(self, retention)

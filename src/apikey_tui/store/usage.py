@@ -1,8 +1,9 @@
-"""Usage: what verifiers counted per key (reports, busiest keys, right-size proposals), compaction.
+"""Usage: what verifiers counted per key (a key's report; the busiest, refused, wrong-secret).
 
-Verifiers append counts per key public id per minute (`verifier.use_counts`); `compact` rolls
+Verifiers append counts per key public id per minute (`verifier.use_counts`); compaction rolls
 minutes older than 48 h into hours and hours older than 30 d into days, and deletes what is past
-the retention. Every read sums rows of every granularity, and every window starts at a UTC
+the retention (`usage_compaction`); right-sizing reads the same rows (`rightsizing`). Every
+read sums rows of every granularity, and every window starts at a UTC
 midnight (an hourly series at a full hour), so an answer is the same before and after
 compaction. A key's counts are found under its public id and, after a rotation, its previous
 one (while the key row still names it).
@@ -17,11 +18,10 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, func, literal_column, or_, select, text
 
-from apikey_tui.db import WRITE, database_errors
+from apikey_tui.db import database_errors
 from apikey_tui.db.models import (
     DAY,
     HOUR,
-    MINUTE,
     USAGE_ALLOWED,
     USAGE_EPOCH,
     USAGE_FORBIDDEN,
@@ -33,9 +33,6 @@ from apikey_tui.store.context import StoreContext
 from apikey_tui.store.records import INFO_COLUMNS, KEY_TABLE, SCOPE_TABLE, key_info
 from apikey_tui.store.types import KeyInfo
 
-HOURS_AFTER = timedelta(hours=48)  # minute rows older than this become hour rows
-DAYS_AFTER = timedelta(days=30)  # hour rows older than this become day rows
-DEFAULT_RETENTION = timedelta(days=400)  # rows older than this are deleted by `compact`
 DEFAULT_WINDOW = timedelta(days=30)
 SERIES_HOURS = 7 * 24  # the hourly series: the last 7 days
 _IN_CHUNK = 1000  # ids per IN (...) list
@@ -171,63 +168,6 @@ class UsageOverview:
     wrong_secret: tuple[KeyActivity, ...]
 
 
-@dataclass(frozen=True)
-class Proposal:
-    """Narrow a key to the scopes it used in the window; would_refuse: requests in the window
-    the narrower key would have refused (0 for scopes never used, which are all it drops)."""
-
-    info: KeyInfo
-    drop: tuple[str, ...]
-    keep: tuple[str, ...]
-    would_refuse: int
-
-    def to_json(self) -> dict[str, Any]:
-        """One entry of `keys rightsize --json`'s "proposals"."""
-        return {
-            "owner": self.info.owner,
-            "name": self.info.name,
-            "public_id": self.info.public_id,
-            "drop": list(self.drop),
-            "keep": list(self.keep),
-            "would_refuse": self.would_refuse,
-        }
-
-
-@dataclass(frozen=True)
-class Refused:
-    """A key that was refused (403) in the window for scopes it lacks."""
-
-    info: KeyInfo
-    missing: tuple[ForbiddenUse, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        """One entry of `keys rightsize --json`'s "refused"."""
-        return {
-            "owner": self.info.owner,
-            "name": self.info.name,
-            "public_id": self.info.public_id,
-            "missing": [m.to_json() for m in self.missing],
-        }
-
-
-@dataclass(frozen=True)
-class Rightsizing:
-    """Proposals for keys older than the window, and the keys refused for a missing scope."""
-
-    since: datetime
-    proposals: tuple[Proposal, ...]
-    refused: tuple[Refused, ...]
-
-
-@dataclass(frozen=True)
-class Compaction:
-    """What `compact` did: rows rolled into hours, into days, and deleted past the retention."""
-
-    into_hours: int
-    into_days: int
-    expired: int
-
-
 # --- reads -------------------------------------------------------------------------------------
 
 
@@ -325,7 +265,7 @@ def daily_requests(
         # A literal, not a bound parameter: PostgreSQL matches the GROUP BY to the select list
         # only if they are the same expression.
         day = U.minute - U.minute % literal_column(str(DAY))
-        for chunk in _chunks(ids):
+        for chunk in chunks(ids):
             query = (
                 select(U.public_id, day, func.sum(U.requests))
                 .where(U.public_id.in_(chunk), U.minute >= first, U.kind == USAGE_ALLOWED)
@@ -404,7 +344,7 @@ def overview(
             )
             lists[kind] = [p for _n, p in ranked[: limit * 2]]  # room for deleted keys' ids
         named = {p for entries in lists.values() for p in entries}
-        keys = _keys_by_id(conn, named, ctx.clock())
+        keys = keys_by_id(conn, named, ctx.clock())
         missing = _missing(conn, named, first)
     result: list[tuple[KeyActivity, ...]] = []
     for kind in (USAGE_ALLOWED, USAGE_FORBIDDEN, USAGE_WRONG_SECRET):
@@ -425,7 +365,7 @@ def overview(
     return UsageOverview(since, *result)
 
 
-def _owned(owner: str | None) -> Any:
+def owned_by(owner: str | None) -> Any:
     if owner is None:
         return None
     mine = KEY_TABLE.c.owner == owner
@@ -435,16 +375,16 @@ def _owned(owner: str | None) -> Any:
     )
 
 
-def _chunks(ids: Iterable[str]) -> Iterable[list[str]]:
+def chunks(ids: Iterable[str]) -> Iterable[list[str]]:
     ordered = sorted(ids)
     for start in range(0, len(ordered), _IN_CHUNK):
         yield ordered[start : start + _IN_CHUNK]
 
 
-def _keys_by_id(conn: Connection, ids: Iterable[str], now: datetime) -> dict[str, KeyInfo]:
+def keys_by_id(conn: Connection, ids: Iterable[str], now: datetime) -> dict[str, KeyInfo]:
     """Each id's key (by its current or previous id), with the previous id kept in the info."""
     found: dict[str, KeyInfo] = {}
-    for chunk in _chunks(ids):
+    for chunk in chunks(ids):
         condition = or_(KEY_TABLE.c.public_id.in_(chunk), KEY_TABLE.c.old_public_id.in_(chunk))
         for row, scopes in _key_rows(conn, condition):
             info = key_info(row, scopes, now)
@@ -465,7 +405,7 @@ def _with_old_id(info: KeyInfo, old_public_id: str | None) -> KeyInfo:
 
 def _missing(conn: Connection, ids: Iterable[str], first: int) -> dict[str, list[ForbiddenUse]]:
     found: dict[str, list[ForbiddenUse]] = {}
-    for chunk in _chunks(ids):
+    for chunk in chunks(ids):
         query = (
             select(U.public_id, U.scope, func.sum(U.requests))
             .where(U.public_id.in_(chunk), U.minute >= first, U.kind == USAGE_FORBIDDEN)
@@ -476,140 +416,3 @@ def _missing(conn: Connection, ids: Iterable[str], first: int) -> dict[str, list
     for uses in found.values():
         uses.sort(key=lambda f: (-f.requests, f.missing))
     return found
-
-
-def rightsize(
-    ctx: StoreContext,
-    window: timedelta = DEFAULT_WINDOW,
-    *,
-    owner: str | None = None,
-    name: str | None = None,
-) -> Rightsizing:
-    """Proposals to drop the scopes keys older than the window never used in it.
-
-    Only a key that used some scope in the window gets a proposal (it keeps at least one
-    scope: a key unused altogether is a candidate for deletion, not narrowing). A key younger
-    than the window gets none. Also lists the keys refused in the window for a missing scope.
-    Reads follow the traffic: the keys with counts in the window, not every key.
-    """
-    now = ctx.clock()
-    since = window_start(now, window)
-    first = minute_of(since)
-    old_enough = now - window
-    with database_errors(ctx.engine), ctx.engine.connect() as conn:
-        owned = _owned(owner)
-        query = (
-            select(U.public_id, U.kind, U.scope, func.sum(U.requests))
-            .where(U.minute >= first, U.kind != USAGE_WRONG_SECRET)
-            .group_by(U.public_id, U.kind, U.scope)
-        )
-        if owned is not None:
-            query = query.where(owned)
-        if name is not None:
-            mine = and_(KEY_TABLE.c.owner == owner, KEY_TABLE.c.name == name)
-            query = query.where(
-                or_(
-                    U.public_id.in_(select(KEY_TABLE.c.public_id).where(mine)),
-                    U.public_id.in_(select(KEY_TABLE.c.old_public_id).where(mine)),
-                )
-            )
-        used: dict[str, dict[str, int]] = {}
-        refused: dict[str, dict[str, int]] = {}
-        for public_id, kind, scope_set, n in conn.execute(query):
-            if kind == USAGE_ALLOWED:
-                per_scope = used.setdefault(public_id, {})
-                for scope in scope_set.split():  # counted under every scope it needed
-                    per_scope[scope] = per_scope.get(scope, 0) + int(n)
-            else:
-                refused.setdefault(public_id, {})[scope_set] = int(n)
-        keys = _keys_by_id(conn, set(used) | set(refused), now)
-    proposals: dict[str, Proposal] = {}
-    refusals: dict[str, Refused] = {}
-    for info in {k.public_id: k for k in keys.values()}.values():
-        if name is not None and (info.owner, info.name) != (owner, name):
-            continue
-        ids = [i for i in (info.public_id, info.old_public_id) if i]
-        counts: dict[str, int] = {}
-        gaps: dict[str, int] = {}
-        for i in ids:
-            for scope, n in used.get(i, {}).items():
-                counts[scope] = counts.get(scope, 0) + n
-            for scope, n in refused.get(i, {}).items():
-                gaps[scope] = gaps.get(scope, 0) + n
-        if gaps:
-            missing = sorted(
-                (ForbiddenUse(tuple(s.split()), n) for s, n in gaps.items()),
-                key=lambda f: (-f.requests, f.missing),
-            )
-            refusals[info.public_id] = Refused(info, tuple(missing))
-        keep = tuple(s for s in info.scopes if counts.get(s, 0) > 0)
-        drop = tuple(s for s in info.scopes if counts.get(s, 0) == 0)
-        if info.created_at <= old_enough and keep and drop:
-            would = sum(counts.get(s, 0) for s in drop)
-            proposals[info.public_id] = Proposal(info, drop, keep, would)
-
-    def order(value: Proposal | Refused) -> tuple[str, str]:
-        return (value.info.owner, value.info.name)
-
-    return Rightsizing(
-        since,
-        tuple(sorted(proposals.values(), key=order)),
-        tuple(sorted(refusals.values(), key=order)),
-    )
-
-
-# --- compaction --------------------------------------------------------------------------------
-
-
-def compact(ctx: StoreContext, retention: timedelta = DEFAULT_RETENTION) -> Compaction:
-    """Roll minutes older than 48 h into hours and hours older than 30 d into days; delete rows
-    older than the retention. One transaction: killed midway, nothing changed.
-
-    Safe while verifiers append: on PostgreSQL each roll-up is one statement that deletes the
-    rows and inserts their sums (a row appended meanwhile is neither, and stays for the next
-    run); on SQLite the transaction holds the write lock throughout. Two at once: the second
-    waits (PostgreSQL: an advisory lock; SQLite: the write lock) and finds less to do.
-    """
-    now = ctx.clock()
-    into_hours = minute_of(now - HOURS_AFTER)
-    into_hours -= into_hours % HOUR
-    into_days = minute_of(now - DAYS_AFTER)
-    into_days -= into_days % DAY
-    expire = minute_of(window_start(now, retention))
-    engine = ctx.engine.execution_options(**WRITE)
-    with database_errors(engine), engine.begin() as conn:
-        if conn.dialect.name == "postgresql":
-            conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('apikey_tui_usage'))"))
-        expired = conn.execute(UsageTable.delete().where(U.minute < expire)).rowcount
-        hours = _roll(conn, (MINUTE,), into_hours, HOUR)
-        days = _roll(conn, (MINUTE, HOUR), into_days, DAY)
-    return Compaction(hours, days, expired)
-
-
-def _roll(conn: Connection, spans: tuple[int, ...], before: int, span: int) -> int:
-    """Replace rows of these spans starting before `before` by their sums per `span`; how many."""
-    table, cols = UsageTable.name, "public_id, minute, span, kind, scope, requests"
-    span_list = ", ".join(str(s) for s in spans)
-    where = f"span IN ({span_list}) AND minute < :before"
-    period = f"minute - minute % {span}"
-    if conn.dialect.name == "postgresql":
-        # One statement: exactly the rows deleted are summed, whatever commits meanwhile.
-        statement = text(
-            f"WITH moved AS (DELETE FROM {table} WHERE {where} RETURNING *), "  # noqa: S608
-            f"rolled AS (INSERT INTO {table} ({cols}) "
-            f"SELECT public_id, {period}, {span}, kind, scope, sum(requests) FROM moved "
-            f"GROUP BY public_id, {period}, kind, scope RETURNING 1) "
-            "SELECT (SELECT count(*) FROM moved)"
-        )
-        return int(conn.execute(statement, {"before": before}).scalar_one())
-    conn.execute(
-        text(
-            f"INSERT INTO {table} ({cols}) "  # noqa: S608
-            f"SELECT public_id, {period}, {span}, kind, scope, sum(requests) FROM {table} "
-            f"WHERE {where} GROUP BY public_id, {period}, kind, scope"
-        ),
-        {"before": before},
-    )
-    return int(
-        conn.execute(text(f"DELETE FROM {table} WHERE {where}"), {"before": before}).rowcount  # noqa: S608
-    )

@@ -15,7 +15,8 @@ from textual.widgets import DataTable, Sparkline, Static
 from apikey_tui.errors import ApiKeyError, KeyNotFoundError
 from apikey_tui.names import format_duration, printable
 from apikey_tui.store import Event, KeyDetail, KeyInfo, KeyStore, Leak, ScopeInfo, states
-from apikey_tui.store.usage import DEFAULT_WINDOW, KeyUsage, Proposal
+from apikey_tui.store.rightsizing import Proposal
+from apikey_tui.store.usage import DEFAULT_WINDOW, KeyUsage
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.edit_scopes import EditScopesDialog, ScopeChange
 from apikey_tui.tui.fitting_footer import FittingFooter

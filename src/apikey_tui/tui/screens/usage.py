@@ -14,7 +14,8 @@ from textual.widgets import Static
 from apikey_tui.errors import ApiKeyError
 from apikey_tui.names import format_duration, printable
 from apikey_tui.store import KeyStore
-from apikey_tui.store.usage import DEFAULT_WINDOW, KeyActivity, Proposal, Rightsizing, UsageOverview
+from apikey_tui.store.rightsizing import Proposal, Rightsizing
+from apikey_tui.store.usage import DEFAULT_WINDOW, KeyActivity, UsageOverview
 from apikey_tui.tui.failures import unforeseen
 from apikey_tui.tui.fitting_footer import FittingFooter
 from apikey_tui.tui.key_table import fit_middle
