@@ -12,9 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
-from sqlmodel import Session, col, delete
+from sqlmodel import Session
 
-from apikey_tui.db.models import KeyScopeRow
 from apikey_tui.errors import InvalidInputError, KeyStateError
 from apikey_tui.names import Expiry, check_reason
 from apikey_tui.store import audit, lifecycle
@@ -173,7 +172,8 @@ def restore(ctx: StoreContext, done: Batch) -> Batch:
 
     def step(session: Session, key: KeyInfo, batch: str | None) -> KeyInfo:
         row = key_row(session, key.owner, key.name, lock=True, expected_public_id=key.public_id)
-        if not _same(read_info(session, row, ctx.clock()), then[(key.owner, key.name)]):
+        now = read_info(session, row, ctx.clock())
+        if not _same(now, then[(key.owner, key.name)]):
             raise KeyStateError(
                 f"key {key.name!r} of {key.owner} changed after the {done.action}; "
                 "nothing was undone"
@@ -181,9 +181,8 @@ def restore(ctx: StoreContext, done: Batch) -> Batch:
         row.expires_at = key.expires_at
         row.disabled_at, row.disabled_reason = key.disabled_at, key.disabled_reason
         session.add(row)
-        assert row.id is not None
-        session.exec(delete(KeyScopeRow).where(col(KeyScopeRow.key_id) == row.id))
-        session.add_all(KeyScopeRow(key_id=row.id, scope=s) for s in key.scopes)
+        if now.scopes != key.scopes:  # a disable, enable or expiry left them as they were
+            lifecycle.replace_scopes(session, row, key.scopes)
         session.flush()
         info = read_info(session, row, ctx.clock())
         undone = f"batch {done.id}" if done.id is not None else "the change"

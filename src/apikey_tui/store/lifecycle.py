@@ -350,6 +350,13 @@ def enable_in(
     return info
 
 
+def replace_scopes(session: Session, row: KeyRow, scopes: Iterable[str]) -> None:
+    """Make the key's scope rows exactly these, in the caller's transaction."""
+    assert row.id is not None
+    session.exec(delete(KeyScopeRow).where(col(KeyScopeRow.key_id) == row.id))
+    session.add_all(KeyScopeRow(key_id=row.id, scope=s) for s in scopes)
+
+
 def set_key_scopes(
     ctx: StoreContext,
     owner: str,
@@ -364,9 +371,7 @@ def set_key_scopes(
     with ctx.session(write=True, conflicts=conflicts) as session:
         row = key_row(session, owner, name, lock=True, expected_public_id=expected_public_id)
         catalog.check_catalog(session, wanted)
-        assert row.id is not None
-        session.exec(delete(KeyScopeRow).where(col(KeyScopeRow.key_id) == row.id))
-        session.add_all(KeyScopeRow(key_id=row.id, scope=s) for s in wanted)
+        replace_scopes(session, row, wanted)
         info = key_info(row, wanted, ctx.clock())
         audit.record(ctx, session, "key.rescope", info, detail=f"scopes: {' '.join(wanted)}")
         session.commit()

@@ -169,9 +169,7 @@ class UseCounts:
                 if not self._failing:
                     log.warning("cannot record API key usage: %s", exc)
                 self._failing = True
-                for entry, n in self._counts.items():  # counted meanwhile (none: we hold it)
-                    rows[entry] = rows.get(entry, 0) + n
-                self._counts = rows
+                self._counts = rows  # nothing was counted meanwhile: the drain needs our lock
                 return
             self.flush_seconds.observe(time.monotonic() - started)
             self.flushed += sum(rows.values())
