@@ -178,6 +178,21 @@ def _rows(store: KeyStore, rows: list[tuple[str, int, int, int, str, int]]) -> N
     source.close()
 
 
+def test_a_flush_writes_every_value_as_given(keys: KeyStore, clock: FakeClock) -> None:
+    """Scope text with a tab, newline, backslash, `\\N`, quotes or non-ASCII, and counts past
+    2**31, are stored exactly (PostgreSQL's flush is a COPY, whose text format escapes these)."""
+    created = keys.create_key("alice", "svc", ["project"])
+    pid, now = created.info.public_id, usage_minute(clock())
+    odd = ["a\tb", "line\nnext", "back\\slash", "\\N", "'quote\" é ✓", ""]
+    rows = [(pid, now - i, MINUTE, 1, scope, 2**33 + i) for i, scope in enumerate(odd)]
+    _rows(keys, rows)
+    with keys.engine.connect() as conn:
+        stored = conn.execute(
+            text("SELECT public_id, minute, span, kind, scope, requests FROM apikey_tui_usage")
+        ).all()
+    assert sorted(tuple(r) for r in stored) == sorted(rows)
+
+
 def test_compaction_keeps_every_answer(keys: KeyStore, clock: FakeClock) -> None:
     """Reports, overview and proposals read the same before and after `compact`."""
     created = keys.create_key("alice", "svc", ["project", "serving"])

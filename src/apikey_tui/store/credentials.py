@@ -6,7 +6,6 @@ trail; the verifier imports nothing else of the store.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -27,15 +26,10 @@ from apikey_tui.store.records import INFO_COLUMNS, KEY_TABLE, SCOPE_TABLE, in_gr
 from apikey_tui.store.types import Actor, KeyInfo
 
 # A flush of usage counts on SQLite is multi-row INSERTs of this many rows (6 values a row stays
-# under its 32,766 bound parameters), in one transaction; on PostgreSQL one INSERT of one JSON
-# array of rows.
+# under its 32,766 bound parameters), in one transaction; on PostgreSQL one COPY.
 USAGE_ROWS_PER_INSERT = 5000
 _USAGE_COLUMNS = ", ".join(c.name for c in UsageTable.columns)
-_USAGE_FROM_JSON = (
-    f"INSERT INTO {UsageTable.name} ({_USAGE_COLUMNS}) "  # noqa: S608 (constants only)
-    "SELECT r->>0, (r->>1)::int, (r->>2)::smallint, (r->>3)::smallint, r->>4, (r->>5)::bigint "
-    "FROM json_array_elements(%s::json) AS r"
-)
+_USAGE_COPY = f"COPY {UsageTable.name} ({_USAGE_COLUMNS}) FROM STDIN"
 
 # PostgreSQL: every recorded change also NOTIFYs this channel in its own transaction, so
 # verifiers on every host hear of it at commit (and never before: a rolled-back change is silent).
@@ -196,10 +190,14 @@ class CredentialReads(StoreContext):
             engine = engine.execution_options(**WRITE)
         with database_errors(engine), engine.begin() as conn:
             if conn.dialect.name == "postgresql":
-                # One statement with one JSON parameter, however many rows: psycopg parses a
-                # statement of thousands of placeholders, and dumps Python lists into arrays,
-                # slower than the server inserts the rows (json.dumps is C).
-                conn.exec_driver_sql(_USAGE_FROM_JSON, (json.dumps(rows),))
+                # COPY, in the same transaction: 100,000 rows in about the time the server's own
+                # INSERT ... SELECT of them takes; one INSERT of a JSON array of rows took twice
+                # that (the server parses the JSON), and psycopg dumps Python lists into arrays
+                # slower still. COPY needs only the INSERT privilege; psycopg escapes each value.
+                raw: Any = conn.connection.driver_connection  # psycopg's own connection
+                with raw.cursor() as cursor, cursor.copy(_USAGE_COPY) as copy:
+                    for row in rows:
+                        copy.write_row(row)
                 return
             one = "(" + ", ".join(["?"] * 6) + ")"
             for start in range(0, len(rows), USAGE_ROWS_PER_INSERT):
