@@ -177,7 +177,7 @@ def test_upgrade_keeps_every_key_working_and_every_old_key_refused(
     """After `db upgrade` live keys verify with their scopes; deleted and recreated stay refused.
     It says to restart the services: a running 0.1.0 verifier would accept disabled keys."""
     code, _, err = _cli(capsys, old_database.url, "db", "upgrade")
-    assert code == 0 and "Upgraded the database from schema version 1 to 5." in err
+    assert code == 0 and "Upgraded the database from schema version 1 to 6." in err
     assert "Restart every service now" in err and "disabled and expired keys" in err
     verifier = Verifier.from_url(old_database.url)
     verifier_of.append(verifier)
@@ -193,7 +193,7 @@ def test_upgrade_keeps_every_key_working_and_every_old_key_refused(
             verifier.verify("ApiKey " + key["key"])
     assert _rows(
         old_database.url, "SELECT value FROM apikey_tui_meta WHERE key = 'schema_version'"
-    ) == [("5",)]
+    ) == [("6",)]
 
 
 def test_upgrade_keeps_events_and_usage_and_fingerprints_only_new_keys(
@@ -287,7 +287,7 @@ def test_a_services_own_alembic_history_is_never_touched(
     assert _cli(capsys, old_database.url, "db", "upgrade")[0] == 0
     assert _rows(old_database.url, "SELECT * FROM alembic_version") == [("svc_0042",)]
     assert _rows(old_database.url, "SELECT * FROM orders") == [(1, "tea")]
-    assert _rows(old_database.url, "SELECT * FROM apikey_tui_alembic_version") == [("0005",)]
+    assert _rows(old_database.url, "SELECT * FROM apikey_tui_alembic_version") == [("0006",)]
 
 
 def test_upgrade_refuses_a_database_from_a_newer_release(
@@ -297,12 +297,12 @@ def test_upgrade_refuses_a_database_from_a_newer_release(
     assert main(["--database-url", old_database.url, "db", "upgrade"]) == 0
     engine = make_engine(old_database.url)
     with engine.begin() as conn:
-        conn.execute(text("UPDATE apikey_tui_alembic_version SET version_num = '0006'"))
+        conn.execute(text("UPDATE apikey_tui_alembic_version SET version_num = '0007'"))
     engine.dispose()
     capsys.readouterr()
     code, _, err = _cli(capsys, old_database.url, "db", "upgrade")
     assert code == 1 and "newer than this release" in err and err.count("\n") == 1
-    assert _rows(old_database.url, "SELECT * FROM apikey_tui_alembic_version") == [("0006",)]
+    assert _rows(old_database.url, "SELECT * FROM apikey_tui_alembic_version") == [("0007",)]
 
 
 def test_downgrade_to_0001_gives_back_the_0_1_0_schema(old_database: OldDatabase) -> None:
@@ -392,7 +392,7 @@ def test_downgrade_0003_to_0002_refuses_while_a_key_is_disabled_then_works(
         with pytest.raises(RuntimeError, match="disabled or expire"), engine.begin() as conn:
             command.downgrade(alembic_config(conn), "0002")
         assert _rows(old_database.url, "SELECT value FROM apikey_tui_meta WHERE key = "
-                     "'schema_version'") == [("5",)]  # fmt: skip
+                     "'schema_version'") == [("6",)]  # fmt: skip
         store.enable_key("ci-bot", "deploy")
         with engine.begin() as conn:
             command.downgrade(alembic_config(conn), "0002")
@@ -404,9 +404,52 @@ def test_downgrade_0003_to_0002_refuses_while_a_key_is_disabled_then_works(
                 ("schema_version", "2")
             ]
             assert conn.execute(text("SELECT count(*) FROM apikey_tui_key_scope")).scalar() == 7
-        assert upgrade_schema(engine)[:2] == (2, 5)
+        assert upgrade_schema(engine)[:2] == (2, 6)
         with engine.connect() as conn:
             assert _shape(conn) == version_3
     finally:
         store.close()
+        engine.dispose()
+
+
+def test_0006_swaps_the_usage_minute_index_and_keeps_every_count(
+    old_database: OldDatabase,
+) -> None:
+    """Down to 0005 and up again: the usage rows stay, and only the usage table's second index
+    changes, from (minute) to (minute, kind, public_id, requests)."""
+    engine = make_engine(old_database.url)
+    rows = [("akone", 100, 1, 0, "project", 3), ("aktwo", 200, 60, 1, "admin", 2)]
+    query = "SELECT public_id, minute, span, kind, scope, requests FROM apikey_tui_usage"
+
+    def usage_indexes(conn: Connection) -> list[tuple[str, list[str]]]:
+        return sorted(
+            (i["name"] or "", list(i["column_names"]))
+            for i in inspect(conn).get_indexes("apikey_tui_usage")
+        )
+
+    try:
+        upgrade_schema(engine)
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO apikey_tui_usage (public_id, minute, span, kind, scope, requests)"
+                    " VALUES (:p, :m, :s, :k, :c, :r)"
+                ),
+                [dict(zip("pmskcr", row, strict=True)) for row in rows],
+            )
+            command.downgrade(alembic_config(conn), "0005")
+        with engine.connect() as conn:
+            assert usage_indexes(conn) == [
+                ("ix_apikey_tui_usage_key", ["public_id", "minute"]),
+                ("ix_apikey_tui_usage_minute", ["minute"]),
+            ]
+            assert sorted(tuple(r) for r in conn.execute(text(query))) == rows
+        assert upgrade_schema(engine)[:2] == (5, SCHEMA_VERSION)
+        with engine.connect() as conn:
+            assert usage_indexes(conn) == [
+                ("ix_apikey_tui_usage_key", ["public_id", "minute"]),
+                ("ix_apikey_tui_usage_window", ["minute", "kind", "public_id", "requests"]),
+            ]
+            assert sorted(tuple(r) for r in conn.execute(text(query))) == rows
+    finally:
         engine.dispose()

@@ -16,7 +16,7 @@ from apikey_tui.cli import main
 from apikey_tui.clock import system_clock
 from apikey_tui.db.models import DAY, HOUR, MINUTE, USAGE_ALLOWED, usage_minute
 from apikey_tui.errors import InsufficientScopeError, InvalidKeyError
-from apikey_tui.store import KeyStore
+from apikey_tui.store import KeyStore, rightsizing
 from apikey_tui.store.credentials import credential_source
 from apikey_tui.verifier import Verifier
 from tests import usage_workers
@@ -271,6 +271,53 @@ def test_rightsize_proposes_for_old_keys_only_and_applies_with_an_event(
     assert (event.action, event.key_name) == ("key.rightsize", "old")
     assert event.detail.startswith("removed: serving")
     assert keys.rightsize(owner="alice").proposals == ()
+
+
+def test_first_proposals_are_the_first_of_every_proposal_at_any_page_size(
+    keys: KeyStore, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The view's first N proposals are rightsize's first N, for every N, owner and page size,
+    before and after compaction: used through a previous id, held scopes all used, one scope,
+    unused, only refused, young keys and another owner's key each count as rightsize says."""
+    held = ["project", "serving"]
+    made = {n: keys.create_key("alice", n, held) for n in ("a", "b", "d", "e", "f")}
+    made["c"] = keys.create_key("alice", "c", ["project"])
+    made["g"] = keys.create_key("alice", "g", ["admin", *held])
+    made["bob"] = keys.create_key("bob", "a", held)
+    keys.rotate_key("alice", "e", grace=timedelta(hours=1))
+    old_e = made["e"].info.public_id
+    clock.advance(timedelta(days=40))
+    made["young"] = keys.create_key("alice", "h", held)
+    uses = {
+        "a": (0, "project"),
+        "b": (0, "project serving"),
+        "c": (0, "project"),
+        "f": (1, "serving"),
+        "g": (0, "admin"),
+        "bob": (0, "serving"),
+        "young": (0, "project"),
+    }
+    now = usage_minute(clock())
+    rows = [
+        (made[n].info.public_id, now - ago, MINUTE, kind, scope, 1)
+        for n, (kind, scope) in uses.items()
+        for ago in (0, 60 * 24 * 3)  # today, and three days ago (compaction makes it an hour)
+    ]
+    rows.append((old_e, now, MINUTE, 0, "serving", 4))  # the rotated key, under its old id
+    _rows(keys, rows)
+    expected = [("alice", "a"), ("alice", "e"), ("alice", "g"), ("bob", "a")]
+    for compacted in (False, True):
+        if compacted:
+            assert keys.compact_usage().into_hours > 0
+        every = keys.rightsize().proposals
+        assert [(p.info.owner, p.info.name) for p in every] == expected
+        for page in (1, 2, 500):
+            monkeypatch.setattr(rightsizing, "PAGE", page)
+            for n in range(len(every) + 2):
+                assert keys.first_proposals(limit=n) == every[:n]
+            assert (
+                keys.first_proposals(owner="bob", limit=5) == keys.rightsize(owner="bob").proposals
+            )
 
 
 def test_rightsize_cli_prints_nothing_without_proposals_and_applies_with_yes(

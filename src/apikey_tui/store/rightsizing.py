@@ -2,25 +2,28 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import Connection, and_, func, literal, or_, select, tuple_
 
 from apikey_tui.db import database_errors
-from apikey_tui.db.models import USAGE_ALLOWED, USAGE_WRONG_SECRET
+from apikey_tui.db.models import USAGE_ALLOWED, USAGE_FORBIDDEN
 from apikey_tui.store.context import StoreContext
-from apikey_tui.store.records import KEY_TABLE
+from apikey_tui.store.records import INFO_COLUMNS, KEY_TABLE, SCOPE_TABLE, key_info
 from apikey_tui.store.types import KeyInfo
 from apikey_tui.store.usage import (
     DEFAULT_WINDOW,
     ForbiddenUse,
     U,
+    chunks,
     keys_by_id,
     minute_of,
     owned_by,
     window_start,
+    with_old_id,
 )
 
 
@@ -72,6 +75,9 @@ class Rightsizing:
     refused: tuple[Refused, ...]
 
 
+PAGE = 500  # candidate keys read at a time, in (owner, name) order
+
+
 def rightsize(
     ctx: StoreContext,
     window: timedelta = DEFAULT_WINDOW,
@@ -84,19 +90,142 @@ def rightsize(
     Only a key that used some scope in the window gets a proposal (it keeps at least one
     scope: a key unused altogether is a candidate for deletion, not narrowing). A key younger
     than the window gets none. Also lists the keys refused in the window for a missing scope.
-    Reads follow the traffic: the keys with counts in the window, not every key.
     """
     now = ctx.clock()
-    since = window_start(now, window)
-    first = minute_of(since)
-    old_enough = now - window
+    found = _walk(ctx, now, window, owner, name, None)
+    return Rightsizing(
+        window_start(now, window),
+        tuple(sorted(found, key=_order)),
+        tuple(sorted(_refusals(ctx, now, window, owner, name), key=_order)),
+    )
+
+
+def _order(value: Proposal | Refused) -> tuple[str, str]:
+    return (value.info.owner, value.info.name)
+
+
+def proposals(
+    ctx: StoreContext,
+    window: timedelta = DEFAULT_WINDOW,
+    *,
+    owner: str | None = None,
+    name: str | None = None,
+    limit: int | None = None,
+) -> tuple[Proposal, ...]:
+    """The first `limit` proposals (None: every one) in the database's (owner, name) order.
+
+    Walks the keys in that order (the unique index), a page at a time, and reads usage only
+    for the candidates: keys older than the window, with two scopes or more, and an allowed
+    request in it (the database tests each key against the usage index). The first proposals
+    take milliseconds however many keys and rows there are; all of them, one probe per key.
+    """
+    return _walk(ctx, ctx.clock(), window, owner, name, limit)
+
+
+def _walk(
+    ctx: StoreContext,
+    now: datetime,
+    window: timedelta,
+    owner: str | None,
+    name: str | None,
+    limit: int | None,
+) -> tuple[Proposal, ...]:
+    first = minute_of(window_start(now, window))
+    found: list[Proposal] = []
+    after: tuple[str, str] | None = None
     with database_errors(ctx.engine), ctx.engine.connect() as conn:
-        owned = owned_by(owner)
-        query = (
-            select(U.public_id, U.kind, U.scope, func.sum(U.requests))
-            .where(U.minute >= first, U.kind != USAGE_WRONG_SECRET)
-            .group_by(U.public_id, U.kind, U.scope)
+        while limit is None or len(found) < limit:
+            query = _candidates(first, now - window, owner, name, after)
+            rows = conn.execute(query).all()
+            found += _proposals_of(conn, rows, first, now)
+            if len(rows) < PAGE:
+                break
+            after = (rows[-1].owner, rows[-1].name)
+    return tuple(found if limit is None else found[:limit])
+
+
+def _candidates(
+    first: int,
+    old_enough: datetime,
+    owner: str | None,
+    name: str | None,
+    after: tuple[str, str] | None,
+) -> Any:
+    """The next PAGE keys that may get a proposal, after `after` in (owner, name) order."""
+    key = KEY_TABLE.c
+
+    def used(public_id: Any) -> Any:
+        return (
+            select(literal(1))
+            .where(U.public_id == public_id, U.minute >= first, U.kind == USAGE_ALLOWED)
+            .exists()
         )
+
+    scopes = select(func.count()).where(SCOPE_TABLE.c.key_id == key.id).scalar_subquery()
+    query = select(*INFO_COLUMNS).where(
+        key.created_at <= old_enough, scopes >= 2, or_(used(key.public_id), used(key.old_public_id))
+    )
+    if owner is not None:
+        query = query.where(key.owner == owner)
+    if name is not None:
+        query = query.where(key.name == name)
+    if after is not None:
+        query = query.where(tuple_(key.owner, key.name) > tuple_(*after))
+    return query.order_by(key.owner, key.name).limit(PAGE)
+
+
+def _proposals_of(
+    conn: Connection, rows: Sequence[Any], first: int, now: datetime
+) -> list[Proposal]:
+    """The proposals among these key rows (INFO_COLUMNS), in their order."""
+    ids = {i for row in rows for i in (row.public_id, row.old_public_id) if i}
+    used: dict[str, dict[str, int]] = {}
+    for chunk in chunks(ids):
+        query = (
+            select(U.public_id, U.scope, func.sum(U.requests))
+            .where(U.public_id.in_(chunk), U.minute >= first, U.kind == USAGE_ALLOWED)
+            .group_by(U.public_id, U.scope)
+        )
+        for public_id, scope_set, n in conn.execute(query):
+            per_scope = used.setdefault(public_id, {})
+            for scope in scope_set.split():  # counted under every scope it needed
+                per_scope[scope] = per_scope.get(scope, 0) + int(n)
+    held: dict[int, list[str]] = {}
+    query = (
+        select(SCOPE_TABLE.c.key_id, SCOPE_TABLE.c.scope)
+        .where(SCOPE_TABLE.c.key_id.in_([row.id for row in rows]))  # PAGE ids at most
+        .order_by(SCOPE_TABLE.c.key_id, SCOPE_TABLE.c.scope)
+    )
+    for entry in conn.execute(query):
+        held.setdefault(entry.key_id, []).append(entry.scope)
+    found = []
+    for row in rows:
+        counts: dict[str, int] = {}
+        for i in (row.public_id, row.old_public_id):
+            for scope, n in used.get(i or "", {}).items():
+                counts[scope] = counts.get(scope, 0) + n
+        scopes = held.get(row.id, [])
+        keep = tuple(s for s in scopes if counts.get(s, 0) > 0)
+        drop = tuple(s for s in scopes if counts.get(s, 0) == 0)
+        if keep and drop:
+            # The previous id names the key for usage even after its grace: counts stay its own.
+            info = with_old_id(key_info(row, scopes, now), row.old_public_id)
+            found.append(Proposal(info, drop, keep, sum(counts.get(s, 0) for s in drop)))
+    return found
+
+
+def _refusals(
+    ctx: StoreContext, now: datetime, window: timedelta, owner: str | None, name: str | None
+) -> list[Refused]:
+    """The keys refused (403) in the window for scopes they lack, and how often for which."""
+    first = minute_of(window_start(now, window))
+    with database_errors(ctx.engine), ctx.engine.connect() as conn:
+        query = (
+            select(U.public_id, U.scope, func.sum(U.requests))
+            .where(U.minute >= first, U.kind == USAGE_FORBIDDEN)
+            .group_by(U.public_id, U.scope)
+        )
+        owned = owned_by(owner)
         if owned is not None:
             query = query.where(owned)
         if name is not None:
@@ -107,46 +236,21 @@ def rightsize(
                     U.public_id.in_(select(KEY_TABLE.c.old_public_id).where(mine)),
                 )
             )
-        used: dict[str, dict[str, int]] = {}
         refused: dict[str, dict[str, int]] = {}
-        for public_id, kind, scope_set, n in conn.execute(query):
-            if kind == USAGE_ALLOWED:
-                per_scope = used.setdefault(public_id, {})
-                for scope in scope_set.split():  # counted under every scope it needed
-                    per_scope[scope] = per_scope.get(scope, 0) + int(n)
-            else:
-                refused.setdefault(public_id, {})[scope_set] = int(n)
-        keys = keys_by_id(conn, set(used) | set(refused), now)
-    proposals: dict[str, Proposal] = {}
-    refusals: dict[str, Refused] = {}
+        for public_id, scope_set, n in conn.execute(query):
+            refused.setdefault(public_id, {})[scope_set] = int(n)
+        keys = keys_by_id(conn, refused, now)
+    found = []
     for info in {k.public_id: k for k in keys.values()}.values():
         if name is not None and (info.owner, info.name) != (owner, name):
             continue
-        ids = [i for i in (info.public_id, info.old_public_id) if i]
-        counts: dict[str, int] = {}
         gaps: dict[str, int] = {}
-        for i in ids:
-            for scope, n in used.get(i, {}).items():
-                counts[scope] = counts.get(scope, 0) + n
-            for scope, n in refused.get(i, {}).items():
+        for i in (info.public_id, info.old_public_id):
+            for scope, n in refused.get(i or "", {}).items():
                 gaps[scope] = gaps.get(scope, 0) + n
-        if gaps:
-            missing = sorted(
-                (ForbiddenUse(tuple(s.split()), n) for s, n in gaps.items()),
-                key=lambda f: (-f.requests, f.missing),
-            )
-            refusals[info.public_id] = Refused(info, tuple(missing))
-        keep = tuple(s for s in info.scopes if counts.get(s, 0) > 0)
-        drop = tuple(s for s in info.scopes if counts.get(s, 0) == 0)
-        if info.created_at <= old_enough and keep and drop:
-            would = sum(counts.get(s, 0) for s in drop)
-            proposals[info.public_id] = Proposal(info, drop, keep, would)
-
-    def order(value: Proposal | Refused) -> tuple[str, str]:
-        return (value.info.owner, value.info.name)
-
-    return Rightsizing(
-        since,
-        tuple(sorted(proposals.values(), key=order)),
-        tuple(sorted(refusals.values(), key=order)),
-    )
+        missing = sorted(
+            (ForbiddenUse(tuple(s.split()), n) for s, n in gaps.items()),
+            key=lambda f: (-f.requests, f.missing),
+        )
+        found.append(Refused(info, tuple(missing)))
+    return found
