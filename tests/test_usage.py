@@ -273,7 +273,7 @@ def test_rightsize_proposes_for_old_keys_only_and_applies_with_an_event(
     assert keys.rightsize(owner="alice").proposals == ()
 
 
-def test_first_proposals_are_the_first_of_every_proposal_at_any_page_size(
+def test_the_views_first_proposals_are_the_first_of_every_proposal_at_any_page_size(
     keys: KeyStore, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The view's first N proposals are rightsize's first N, for every N, owner and page size,
@@ -314,10 +314,8 @@ def test_first_proposals_are_the_first_of_every_proposal_at_any_page_size(
         for page in (1, 2, 500):
             monkeypatch.setattr(rightsizing, "PAGE", page)
             for n in range(len(every) + 2):
-                assert keys.first_proposals(limit=n) == every[:n]
-            assert (
-                keys.first_proposals(owner="bob", limit=5) == keys.rightsize(owner="bob").proposals
-            )
+                assert keys.proposals(limit=n) == every[:n]
+            assert keys.proposals(owner="bob", limit=5) == keys.rightsize(owner="bob").proposals
 
 
 def test_rightsize_cli_prints_nothing_without_proposals_and_applies_with_yes(

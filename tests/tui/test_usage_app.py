@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -270,3 +270,49 @@ async def test_usage_view_never_runs_two_reads_of_its_lists_at_once(
         release.set()
         await settle(pilot)
         assert len(calls) == 2
+
+
+async def test_usage_view_shows_the_first_proposals_before_they_are_counted(
+    used: KeyStore, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With more proposals than the view shows, the first page appears while the rest are
+    counted ("counting"), then the count of the rest replaces it."""
+    import apikey_tui.tui.screens.usage as usage_screen
+
+    monkeypatch.setattr(usage_screen, "LIMIT", 1)
+    clock.now = NOW - timedelta(days=40)  # old enough for a proposal
+    extra = used.create_key("alice", "wide", ["project", "serving"])
+    clock.now = NOW
+    record(used, [(extra.info.public_id, usage_minute(NOW), MINUTE, USAGE_ALLOWED, "serving", 1)])
+    release, counting = threading.Event(), threading.Event()
+    real = used.proposals
+
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("limit") is None:  # the count: held until the test has looked
+            counting.set()
+            release.wait(10)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(used, "proposals", slow)
+    app = make_app(used)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("U")
+        screen = app.screen
+        assert isinstance(screen, UsageScreen)
+        shown = ""
+        for _ in range(200):  # not settle(): it would wait for the held count
+            await pilot.pause(0.02)
+            shown = str(screen.query_one("#usage-proposals", Static).render())
+            if counting.is_set() and "model-client" in shown:
+                break
+        assert shown.splitlines() == [
+            "model-client  drop serving · keep project",
+            "… and more (counting them): apikey-tui keys rightsize",
+        ]
+        assert "counting the proposals" in str(screen.query_one("#status", Static).render())
+        release.set()
+        await settle(pilot)
+        shown = str(screen.query_one("#usage-proposals", Static).render())
+        assert shown.splitlines()[1] == "… and 1 more: apikey-tui keys rightsize"
+        assert "2 open proposals" in str(screen.query_one("#status", Static).render())

@@ -388,10 +388,15 @@ class KeyStore(CredentialReads):
         """Proposals to drop scopes keys older than the window never used in it."""
         return rightsizing.rightsize(self, window, owner=owner, name=name)
 
-    def first_proposals(
-        self, window: timedelta = usage.DEFAULT_WINDOW, *, owner: str | None = None, limit: int
+    def proposals(
+        self,
+        window: timedelta = usage.DEFAULT_WINDOW,
+        *,
+        owner: str | None = None,
+        limit: int | None = None,
     ) -> tuple[Proposal, ...]:
-        """The first `limit` right-size proposals in (owner, name) order: fast at any scale."""
+        """The first `limit` right-size proposals (None: all) in the database's (owner, name)
+        order; the first few take milliseconds at any scale (the Usage view's first page)."""
         return rightsizing.proposals(self, window, owner=owner, limit=limit)
 
     def apply_proposal(self, proposal: Proposal, window: timedelta | None = None) -> KeyInfo:

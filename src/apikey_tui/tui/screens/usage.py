@@ -14,7 +14,7 @@ from textual.widgets import Static
 from apikey_tui.errors import ApiKeyError
 from apikey_tui.names import format_duration, printable
 from apikey_tui.store import KeyStore
-from apikey_tui.store.rightsizing import Proposal, Rightsizing
+from apikey_tui.store.rightsizing import Proposal
 from apikey_tui.store.usage import DEFAULT_WINDOW, KeyActivity, UsageOverview
 from apikey_tui.tui.failures import unforeseen
 from apikey_tui.tui.fitting_footer import FittingFooter
@@ -74,8 +74,11 @@ def wrong_secret_text(key: KeyActivity) -> str:
     return f"{_plural(key.wrong_secret, 'wrong secret')} · public id {key.public_id}"
 
 
-def proposal_lines(proposals: Sequence[Proposal], *, with_owner: bool) -> list[str]:
-    """One line per proposal (drop …, keep …), at most LIMIT and a count of the rest."""
+def proposal_lines(
+    proposals: Sequence[Proposal], *, with_owner: bool, total: int | None
+) -> list[str]:
+    """One line per proposal (drop …, keep …), at most LIMIT, and the count of the rest (total:
+    how many there are; None while they are counted)."""
     if not proposals:
         return ["none"]
     shown = proposals[:LIMIT]
@@ -88,8 +91,10 @@ def proposal_lines(proposals: Sequence[Proposal], *, with_owner: bool) -> list[s
         f"drop {' '.join(p.drop)} · keep {' '.join(p.keep)}"
         for p in shown
     ]
-    if len(proposals) > LIMIT:
-        lines.append(f"… and {len(proposals) - LIMIT:,} more: apikey-tui keys rightsize")
+    if total is None and len(proposals) > LIMIT:
+        lines.append("… and more (counting them): apikey-tui keys rightsize")
+    elif total is not None and total > LIMIT:
+        lines.append(f"… and {total - LIMIT:,} more: apikey-tui keys rightsize")
     return lines
 
 
@@ -97,15 +102,17 @@ class UsageScreen(LiveScreen[UsageOverview]):
     """U (or `:usage`) opens this from the key table or a key; Escape goes back.
 
     The three lists are read first (they follow the week's traffic), the proposals after in
-    their own worker (they read every key used in 30 days: seconds at a hundred thousand busy
-    keys), so the lists never wait for them. Use moves the change marker all the time: a read
-    is never started while the same read runs, only one more after it.
+    their own worker: the first page (milliseconds), then, if there are more, their count (a
+    walk of every key: seconds at a million keys), so nothing shown waits for the count. Use
+    moves the change marker all the time: a read is never started while the same read runs,
+    only one more after it.
     """
 
     def __init__(self, session: Session) -> None:
         super().__init__(session)
         self.overview: UsageOverview | None = None
-        self.rightsizing: Rightsizing | None = None
+        self.proposals: tuple[Proposal, ...] | None = None  # the first LIMIT + 1
+        self.proposal_count: int | None = None  # None while counting
         self._reading = self._proposing = False
         self._read_again = self._propose_again = False
 
@@ -183,32 +190,46 @@ class UsageScreen(LiveScreen[UsageOverview]):
 
     @work(thread=True, group="proposals")
     def _read_proposals(self) -> None:
-        """The open right-size proposals, off the event loop (as `keys rightsize` reads them)."""
+        """The open right-size proposals, off the event loop: the first page, then the count."""
+        store, owner = self.session.store, self.session.owner
         try:
-            found: Rightsizing | str = self.session.store.rightsize(
-                DEFAULT_WINDOW, owner=self.session.owner
-            )
+            first = store.proposals(DEFAULT_WINDOW, owner=owner, limit=LIMIT + 1)
+            self.app.call_from_thread(self._proposals_read, first, None)
+            if len(first) > LIMIT:  # more than the page shows: count them (as rightsize would)
+                count = len(store.proposals(DEFAULT_WINDOW, owner=owner))
+            else:
+                count = len(first)
+            self.app.call_from_thread(self._proposals_read, first, count)
+            self.app.call_from_thread(self._proposals_done)
         except ApiKeyError as exc:
-            found = str(exc)
+            self.app.call_from_thread(self._proposals_failed, str(exc))
         except Exception as exc:  # never a traceback, never a crash: one line
-            found = unforeseen(exc, "Reading the right-size proposals")
-        self.app.call_from_thread(self._proposals_read, found)
+            failed = unforeseen(exc, "Reading the right-size proposals")
+            self.app.call_from_thread(self._proposals_failed, failed)
 
-    def _proposals_read(self, found: Rightsizing | str) -> None:
+    def _proposals_read(self, first: tuple[Proposal, ...], count: int | None) -> None:
+        # A refresh keeps the last count until the new one comes: no flicker to "counting".
+        self.proposals = first
+        self.proposal_count = count if count is not None else self.proposal_count
+        count = self.proposal_count
+        with_owner = self.session.owner is None
+        self._fill("proposals", proposal_lines(first, with_owner=with_owner, total=count))
+        self.show_status()
+
+    def _proposals_failed(self, message: str) -> None:
+        self.notify(message, title="Not read", severity="error", markup=False)
+        self._proposals_done()
+
+    def _proposals_done(self) -> None:
         self._proposing = False
-        if isinstance(found, str):
-            self.notify(found, title="Not read", severity="error", markup=False)
-        else:
-            self.rightsizing = found
-            with_owner = self.session.owner is None
-            self._fill("proposals", proposal_lines(found.proposals, with_owner=with_owner))
-            self.show_status()
         if self._propose_again:
             self._propose_again = False
             self._propose()
 
     def status_text(self) -> str:
-        if self.rightsizing is None:
+        if self.proposals is None:
             return f"top {LIMIT} of each list · reading the proposals… · live"
-        proposals = len(self.rightsizing.proposals)
-        return f"top {LIMIT} of each list · {_plural(proposals, 'open proposal')} · live"
+        if self.proposal_count is None:
+            return f"top {LIMIT} of each list · counting the proposals… · live"
+        proposals = _plural(self.proposal_count, "open proposal")
+        return f"top {LIMIT} of each list · {proposals} · live"
