@@ -75,7 +75,7 @@ class Rightsizing:
     refused: tuple[Refused, ...]
 
 
-PAGE = 500  # candidate keys read at a time, in (owner, name) order
+PAGE = 500  # candidate keys read at a time, in (owner, name) order (at most)
 
 
 def rightsize(
@@ -133,14 +133,17 @@ def _walk(
     first = minute_of(window_start(now, window))
     found: list[Proposal] = []
     after: tuple[str, str] | None = None
+    # A first page of a few candidates for a few proposals, doubling up to PAGE.
+    page = PAGE if limit is None else min(PAGE, max(limit, 1))
     with database_errors(ctx.engine), ctx.engine.connect() as conn:
         while limit is None or len(found) < limit:
-            query = _candidates(first, now - window, owner, name, after)
+            query = _candidates(first, now - window, owner, name, after, page)
             rows = conn.execute(query).all()
             found += _proposals_of(conn, rows, first, now)
-            if len(rows) < PAGE:
+            if len(rows) < page:
                 break
             after = (rows[-1].owner, rows[-1].name)
+            page = min(PAGE, page * 2)
     return tuple(found if limit is None else found[:limit])
 
 
@@ -150,8 +153,9 @@ def _candidates(
     owner: str | None,
     name: str | None,
     after: tuple[str, str] | None,
+    page: int,
 ) -> Any:
-    """The next PAGE keys that may get a proposal, after `after` in (owner, name) order."""
+    """The next `page` keys that may get a proposal, after `after` in (owner, name) order."""
     key = KEY_TABLE.c
 
     def used(public_id: Any) -> Any:
@@ -171,7 +175,7 @@ def _candidates(
         query = query.where(key.name == name)
     if after is not None:
         query = query.where(tuple_(key.owner, key.name) > tuple_(*after))
-    return query.order_by(key.owner, key.name).limit(PAGE)
+    return query.order_by(key.owner, key.name).limit(page)
 
 
 def _proposals_of(
