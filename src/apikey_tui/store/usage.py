@@ -323,6 +323,12 @@ def overview(
         # SQLite would rather walk the (public_id, minute) index for the grouping, which reads
         # every row ever kept instead of the window's: it is told which index to use.
         indexed = " INDEXED BY ix_apikey_tui_usage_window" if conn.dialect.name == "sqlite" else ""
+        if conn.dialect.name == "postgresql":
+            # Room to group a busy week in memory (a hash of 100,000 keys takes about 25 MB; at
+            # the default 4 MB it sorted on disk, 4x slower), and no JIT compiling for one read
+            # (about 0.1 s). For this transaction only: a connection goes back to the pool reset.
+            conn.exec_driver_sql("SET LOCAL work_mem = '64MB'")
+            conn.exec_driver_sql("SET LOCAL jit = off")
         mine = (
             " AND public_id IN (SELECT public_id FROM apikey_tui_key WHERE owner = :owner"
             " UNION SELECT old_public_id FROM apikey_tui_key WHERE owner = :owner)"
