@@ -151,7 +151,10 @@ def markdown(r: Any) -> list[str]:
         " use: a proposal each). It opens when its three lists and its first page of proposals"
         " (ten, and whether there are more) are read; the count of the rest follows in its own"
         " worker. On PostgreSQL the usage table is vacuumed first, as autovacuum leaves an"
-        " insert-only table (index-only scans).",
+        " insert-only table (index-only scans). Before schema version 6 and the walk (the"
+        " view waited for every proposal), SQLite: lists 114 ms and proposals 882 ms at 10,000"
+        " busy keys, 1,203 ms and 8,642 ms at 100,000; PostgreSQL at 100,000 (measured once,"
+        " the old code on the new index): lists 2.0 s, proposals 21 s.",
         "",
         "| measure | result | target |",
         "|---|---|---|",
