@@ -6,21 +6,20 @@ import argparse
 import errno
 import functools
 import io
-import json
 import math
 import os
 import re
 import sys
 from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
-# Only the standard library and two small modules at import time: `--help`, `--version` and
-# usage errors must cost about what starting Python costs. SQLAlchemy, SQLModel and Alembic are
-# imported by the commands that use a database, inside the functions below.
+# Only argparse, a few light standard modules and small modules of ours at import time:
+# `--help`, `--version` and usage errors must cost about what starting Python costs (not even
+# typing, json or shutil: tests/test_completion.py keeps the list). SQLAlchemy, SQLModel and
+# Alembic are imported by the commands that use a database, inside the functions below.
 from apikey_tui import __version__
 from apikey_tui.clock import system_clock
-from apikey_tui.command_help import finish
+from apikey_tui.command_help import HelpFormatter, finish
 from apikey_tui.errors import (
     ApiKeyError,
     DatabaseUrlError,
@@ -30,7 +29,6 @@ from apikey_tui.errors import (
 from apikey_tui.integrations.serve_options import add_server_options, count, server_options
 from apikey_tui.lazy_commands import LazyCommands
 from apikey_tui.names import (
-    Expiry,
     check_expiry,
     check_owner,
     format_duration,
@@ -41,9 +39,13 @@ from apikey_tui.names import (
 )
 from apikey_tui.prompts import confirmed
 
+# typing costs 3 ms to import, a fifth of starting Python: `--help` does without it.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from datetime import timedelta
+    from typing import Any, NoReturn, TextIO
 
+    from apikey_tui.names import Expiry
     from apikey_tui.store import CreatedKey, Deliver, KeyInfo, KeyStore
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
@@ -62,6 +64,8 @@ class _Parser(argparse.ArgumentParser):
     named_words: frozenset[str] | None = None  # see LazyCommands: None builds every subcommand
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # From the start, not only for --help: add_argument already asks for a formatter.
+        kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
         self.register("action", "parsers", LazyCommands)
         # Anything like '-5d' is a value, as '-5' already is: `--expires -5d` is then refused
@@ -566,6 +570,8 @@ def _write(args: argparse.Namespace, data: Any, human: Callable[[TextIO], None])
     # command with something to say there.
     out: TextIO = sys.stdout if sys.stdout is not None else _NoStdout()
     if getattr(args, "json", False):
+        import json  # only for --json: `--help` does without it
+
         json.dump(data, out, indent=2)
         out.write("\n")
     else:

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TextIO
 
 # Standard library and the names module only at import time (the CLI builds every parser).
 from apikey_tui.errors import InvalidInputError
 from apikey_tui.names import format_duration, parse_duration, printable
 from apikey_tui.sparklines import sparkline
 
+TYPE_CHECKING = False  # typing costs the CLI's `--help` 3 ms: see cli.py
 if TYPE_CHECKING:
+    from typing import Any, TextIO
+
     from apikey_tui.store import KeyStore
     from apikey_tui.store.rightsizing import Rightsizing
     from apikey_tui.store.usage import KeyUsage
@@ -101,6 +102,8 @@ def _out() -> TextIO:
 
 
 def _json(data: Any) -> None:
+    import json  # only for --json: `--help` does without it
+
     json.dump(data, _out(), indent=2)
     _out().write("\n")
 

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
 
 # Standard library only at import time: the CLI builds every parser for `--help` and usage
 # errors, which must stay as cheap as starting Python.
 from apikey_tui.integrations.serve_options import add_server_options, count, server_options
 from apikey_tui.names import printable
 
+TYPE_CHECKING = False  # typing costs the CLI's `--help` 3 ms: see cli.py
 if TYPE_CHECKING:
+    from typing import Any
+
     from apikey_tui.leaks.scan import Found, ScanError
     from apikey_tui.leaks.verdicts import Verdict
     from apikey_tui.store import KeyStore
@@ -183,6 +184,8 @@ def _report(args: argparse.Namespace, found: list[Found], store: KeyStore | None
         )
     live = [row for row in rows if row["state"] in ("live", "well-formed")]
     if getattr(args, "json", False):
+        import json  # only for --json: `--help` does without it
+
         json.dump(rows, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:

@@ -11,15 +11,19 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from sqlmodel import Session
 
 from apikey_tui.errors import InvalidInputError, KeyStateError
-from apikey_tui.names import Expiry, check_reason
+from apikey_tui.names import check_reason
 from apikey_tui.store import audit, lifecycle
 from apikey_tui.store.context import StoreContext
 from apikey_tui.store.records import key_row, read_info
 from apikey_tui.store.types import CreatedKey, KeyInfo
+
+if TYPE_CHECKING:
+    from apikey_tui.names import Expiry
 
 BULK_MAX = 1000  # keys one batch may touch: one transaction holds every row's lock
 

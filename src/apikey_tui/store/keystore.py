@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from apikey_tui.clock import Clock, system_clock
 from apikey_tui.db import ensure_schema, make_engine
 from apikey_tui.hashing import SecretHasher
-from apikey_tui.names import Expiry, format_duration
+from apikey_tui.names import format_duration
 from apikey_tui.store import (
     audit,
     bulk,
@@ -43,6 +44,9 @@ from apikey_tui.store.types import (
 )
 from apikey_tui.store.usage import KeyUsage, UsageOverview
 from apikey_tui.store.usage_compaction import DEFAULT_RETENTION, Compaction
+
+if TYPE_CHECKING:
+    from apikey_tui.names import Expiry
 
 
 class KeyStore(CredentialReads):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from sqlmodel import Session, col, delete
 
@@ -18,7 +19,6 @@ from apikey_tui.db.models import KeyRow, KeyScopeRow
 from apikey_tui.errors import DuplicateKeyNameError, InvalidInputError, KeyStateError
 from apikey_tui.hashing import fingerprint
 from apikey_tui.names import (
-    Expiry,
     check_key_name,
     check_owner,
     check_reason,
@@ -29,6 +29,9 @@ from apikey_tui.store import audit, catalog, policy
 from apikey_tui.store.context import StoreContext
 from apikey_tui.store.records import in_grace, key_info, key_row, read_info
 from apikey_tui.store.types import LEAK_REASON, CreatedKey, KeyInfo
+
+if TYPE_CHECKING:
+    from apikey_tui.names import Expiry
 
 Deliver = Callable[[CreatedKey], None]
 """Hands a new key's secret over (the CLI writes it to stdout) inside the transaction that makes

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -21,7 +21,6 @@ from apikey_tui.errors import (
 )
 from apikey_tui.names import (
     DESCRIPTION_MAX,
-    Expiry,
     check_reason,
     expiry_moment,
     parse_duration,
@@ -52,6 +51,9 @@ from apikey_tui.tui.screens.key_detail import KeyDetailScreen
 from apikey_tui.tui.session import Session
 from apikey_tui.tui.text import literal
 from apikey_tui.tui.times import absolute
+
+if TYPE_CHECKING:
+    from apikey_tui.names import Expiry
 
 LISTED = 5  # keys a bulk confirmation names before "and N more"
 UNDOABLE = ("disable", "enable", "set expiry")  # batches an undo can restore exactly

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from textual import on
 from textual.app import ComposeResult
@@ -14,10 +15,13 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static
 
 from apikey_tui.errors import InvalidInputError
-from apikey_tui.names import Expiry, check_expiry, check_owner, key_name_problem, parse_expiry
+from apikey_tui.names import check_expiry, check_owner, key_name_problem, parse_expiry
 from apikey_tui.store import ScopeInfo
 from apikey_tui.tui.scope_picker import ScopePicker
 from apikey_tui.tui.text import literal
+
+if TYPE_CHECKING:
+    from apikey_tui.names import Expiry
 
 
 @dataclass(frozen=True)
