@@ -207,6 +207,10 @@ class KeyStore(CredentialReads):
         """Set every key's expiry, each held to the policy; one refusal refuses all."""
         return bulk.set_expiry(self, keys, expires)
 
+    def set_scopes_of_keys(self, keys: Sequence[KeyInfo], scopes: Iterable[str]) -> Batch:
+        """Give every key exactly these scopes; refused whole if one changed meanwhile."""
+        return bulk.set_scopes(self, keys, scopes)
+
     def end_grace_of_keys(self, keys: Sequence[KeyInfo]) -> Batch:
         """End every key's grace; refused whole if one has no previous secret in grace."""
         return bulk.end_grace(self, keys)
@@ -220,7 +224,7 @@ class KeyStore(CredentialReads):
         return bulk.rotate(self, keys, grace)
 
     def undo(self, done: Batch) -> Batch:
-        """Restore each key of a disable, enable or expiry batch exactly (`bulk.restore`)."""
+        """Restore each key of a disable, enable, expiry or scopes batch (`bulk.restore`)."""
         return bulk.restore(self, done)
 
     # --- keys: reads ---------------------------------------------------------------------------

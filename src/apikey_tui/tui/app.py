@@ -14,7 +14,7 @@ from textual.worker import WorkerFailed
 
 from apikey_tui.config import current_user
 from apikey_tui.names import printable
-from apikey_tui.store import KeyStore
+from apikey_tui.store import Batch, KeyStore
 from apikey_tui.tui.dialogs.ask_value import AskValueDialog
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.create_key import CreateKeyDialog
@@ -58,6 +58,7 @@ class ApiKeysApp(App[None]):
         self.owner = owner  # None: every owner's keys, with an owner column
         self.database_label = database_label
         self.poll_seconds = poll_seconds
+        self.undoable: Batch | None = None  # see Session.undoable
         self.default_owner = owner or current_user()
         self.failure: str | None = None  # one line: why the app stopped, if an error stopped it
 

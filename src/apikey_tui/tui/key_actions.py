@@ -116,7 +116,7 @@ ACTIONS: tuple[KeyAction, ...] = (
     ),
     KeyAction(
         "undo", "u", "Undo", "Undo",
-        "undo the last disable, enable or expiry change", _TABLE,
+        "undo the last disable, enable, expiry or scopes change", _BOTH,
         footer=False,
     ),
     KeyAction(

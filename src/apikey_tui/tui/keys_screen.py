@@ -31,6 +31,7 @@ from apikey_tui.tui.context_line import ContextLine
 from apikey_tui.tui.dialogs.ask_value import Answer, AskValueDialog
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.create_key import CreateKeyDialog, NewKeyRequest
+from apikey_tui.tui.dialogs.edit_scopes import EditScopesDialog, ScopeChange
 from apikey_tui.tui.dialogs.reveal_secret import RevealSecretDialog, copy_note
 from apikey_tui.tui.failures import unforeseen
 from apikey_tui.tui.fitting_footer import FittingFooter
@@ -56,7 +57,7 @@ if TYPE_CHECKING:
     from apikey_tui.names import Expiry
 
 LISTED = 5  # keys a bulk confirmation names before "and N more"
-UNDOABLE = ("disable", "enable", "set expiry")  # batches an undo can restore exactly
+UNDOABLE = ("disable", "enable", "set expiry", "set scopes")  # what an undo restores exactly
 
 
 def named(keys: Sequence[KeyInfo], *, owners: bool = False) -> str:
@@ -97,7 +98,6 @@ class KeysScreen(Screen[None]):
         # The reason a write just failed, while the reload after it runs: one toast says it once.
         self._reloading_after: str | None = None
         self.marked: dict[Identity, KeyInfo] = {}  # Space marks: actions then act on them all
-        self._undo: Batch | None = None  # the last reversible change, until the next change
 
     # --- layout -------------------------------------------------------------------------------
 
@@ -195,7 +195,7 @@ class KeysScreen(Screen[None]):
             status.update(literal(f"⚠ showing the last keys read: {self._unreachable}"))
         else:
             marks = f"{len(self.marked)} marked · " if self.marked else ""
-            undo = " · u: undo" if self._undo is not None else ""
+            undo = " · u: undo" if self.session.undoable is not None else ""
             status.update(f"{marks}{shown} · {sort} · {times}{undo}")
         status.set_class(self._unreachable is not None, "error")
         self.refresh_bindings()
@@ -313,7 +313,7 @@ class KeysScreen(Screen[None]):
         again: on the store refusing the value asked for (an expiry past the lifetime policy),
         reopen the dialog with what was typed instead of a toast.
         """
-        self._undo = None
+        self.session.undoable = None
         self.show_keys()
         self._store_worker(operation, doing, again)
 
@@ -491,7 +491,7 @@ class KeysScreen(Screen[None]):
         batch = message.batch
         note = message.note
         if batch.action in UNDOABLE:
-            self._undo = batch
+            self.session.undoable = batch
             note += " Press u to undo."
         if len(batch.after) > 1 or self.marked:
             self.marked.clear()
@@ -517,10 +517,13 @@ class KeysScreen(Screen[None]):
 
     # --- undo ---------------------------------------------------------------------------------
 
-    def action_undo(self) -> None:
-        batch = self._undo
+    def action_undo(self, _key: KeyInfo | None = None) -> None:
+        """Undo the last reversible change (_key: the detail's key, as act_on passes it)."""
+        batch = self.session.undoable
         if batch is None:
-            self.notify("Nothing to undo: only the last disable, enable or expiry change can be.")
+            self.notify(
+                "Nothing to undo: only the last disable, enable, expiry or scopes change can be."
+            )
             return
         keys = batch.before
         dialog = ConfirmDialog(
@@ -536,6 +539,34 @@ class KeysScreen(Screen[None]):
             return BatchDone(undone, f"Undid the {batch.action} of {named(undone.after)}.")
 
         self._ask(dialog, operation, f"undo of {counted(len(keys))}")
+
+    # --- scopes -------------------------------------------------------------------------------
+
+    def action_edit_scopes(self, key: KeyInfo | None = None) -> None:
+        """Edit one key's scopes (the detail's e); confirmed, then one batch that u undoes."""
+        key = self.selected_key() if key is None else key
+        if key is not None:
+            self.app.push_screen(EditScopesDialog(key, self.scopes), self._scopes_chosen)
+
+    def _scopes_chosen(self, change: ScopeChange | None) -> None:
+        if change is None:
+            return
+        key = change.key
+        added = ", ".join(change.added) or "none"
+        removed = ", ".join(change.removed) or "none"
+        dialog = ConfirmDialog(
+            f"Change the scopes of key {key.name!r} of {key.owner}?",
+            f"Adds: {added}. Removes: {removed}. Services see the new scopes at once: a "
+            "request that needs a removed scope is refused. u undoes it, until the next change.",
+            "Change scopes",
+        )
+
+        def operation(store: KeyStore, _: object) -> Message:
+            batch = store.set_scopes_of_keys([key], change.scopes)
+            scopes = " ".join(batch.after[0].scopes)
+            return BatchDone(batch, f"Key {key.name!r} of {key.owner} now has: {scopes}.")
+
+        self._ask(dialog, operation, f"key {key.name!r} of {key.owner}")
 
     # --- copy ---------------------------------------------------------------------------------
 

@@ -18,7 +18,6 @@ from apikey_tui.store import Event, KeyDetail, KeyInfo, KeyStore, Leak, ScopeInf
 from apikey_tui.store.rightsizing import Proposal
 from apikey_tui.store.usage import DEFAULT_WINDOW, KeyUsage
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
-from apikey_tui.tui.dialogs.edit_scopes import EditScopesDialog, ScopeChange
 from apikey_tui.tui.fitting_footer import FittingFooter
 from apikey_tui.tui.key_actions import DETAIL, bindings
 from apikey_tui.tui.messages import KeyRescoped, KeyVanished
@@ -261,7 +260,8 @@ class KeyDetailScreen(LiveScreen[DetailData]):
         toggle = "enable" if self.detail is not None and self.detail.info.disabled else "disable"
         grace = " · O end grace" if self.check_action("end_grace", ()) else ""
         rightsize = " · p right-size" if self.check_action("apply_rightsize", ()) else ""
-        keys = f"R rotate{grace} · x {toggle} · E expiry{rightsize}"
+        undo = " · u undo" if self.session.undoable is not None else ""
+        keys = f"R rotate{grace} · x {toggle} · E expiry{rightsize}{undo}"
         return f"{count} event{'s' if count != 1 else ''} of this key · {keys}"
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool:
@@ -299,33 +299,7 @@ class KeyDetailScreen(LiveScreen[DetailData]):
         return self.detail.info
 
     def action_edit_scopes(self) -> None:
-        key = self._current()
-        if key is not None:
-            self.app.push_screen(EditScopesDialog(key, self.catalog), self._scopes_chosen)
-
-    def _scopes_chosen(self, change: ScopeChange | None) -> None:
-        if change is None:
-            return
-        key = change.key
-        added = ", ".join(change.added) or "none"
-        removed = ", ".join(change.removed) or "none"
-        dialog = ConfirmDialog(
-            f"Change the scopes of key {key.name!r} of {key.owner}?",
-            f"Adds: {added}. Removes: {removed}. Services see the new scopes at once: a "
-            "request that needs a removed scope is refused.",
-            "Change scopes",
-        )
-
-        def answered(yes: bool | None) -> None:
-            if yes:
-                self.run_store(
-                    lambda store: KeyRescoped(
-                        store.set_key_scopes(key.owner, key.name, change.scopes)
-                    ),
-                    f"Change scopes (key {key.name!r} of {key.owner})",
-                )
-
-        self.app.push_screen(dialog, answered)
+        self._act_on_current("edit_scopes")  # as the table acts: one place offers its undo
 
     def on_key_rescoped(self, message: KeyRescoped) -> None:
         message.stop()
@@ -382,6 +356,9 @@ class KeyDetailScreen(LiveScreen[DetailData]):
 
     def action_set_expiry(self) -> None:
         self._act_on_current("set_expiry")
+
+    def action_undo(self) -> None:
+        self._act_on_current("undo")
 
     def action_copy_name(self) -> None:
         self._act_on_current("copy_name")

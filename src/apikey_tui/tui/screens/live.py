@@ -116,9 +116,18 @@ class LiveScreen(Screen[None], Generic[T]):
 
     # --- writing ------------------------------------------------------------------------------
 
+    def run_store(
+        self, operation: Callable[[KeyStore], Message], doing: str, *, writes: bool = True
+    ) -> None:
+        """Run one store call off the event loop; a write ends the offer of undo (as a
+        write from the key table does: `Session.undoable`)."""
+        if writes:
+            self.session.undoable = None
+        self._store_worker(operation, doing)
+
     @work(thread=True, group="store")
-    def run_store(self, operation: Callable[[KeyStore], Message], doing: str) -> None:
-        """Run one store call off the event loop; report its outcome as a message.
+    def _store_worker(self, operation: Callable[[KeyStore], Message], doing: str) -> None:
+        """Run one store call; report its outcome as a message.
 
         As KeysScreen.run_store: a refusal, or an error nobody foresaw, is one line.
         """

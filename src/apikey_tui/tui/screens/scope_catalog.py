@@ -166,7 +166,9 @@ class ScopeCatalogScreen(LiveScreen[list[ScopeUsage]]):
         name = scope.name
         if scope.keys:
             # Not offered: the catalog would refuse. Say so, naming the keys (read now).
-            self.run_store(lambda store: self._held(store, name), f"Read the holders of {name!r}")
+            self.run_store(
+                lambda store: self._held(store, name), f"Read the holders of {name!r}", writes=False
+            )
             return
         body = "No key holds it. A key can no longer be given this scope."
         dialog = ConfirmDialog(f"Remove scope {name!r} from the catalog?", body, "Remove")
