@@ -204,3 +204,26 @@ def test_typing_right_after_slash_goes_into_the_filter(tmux_app: tuple[Tmux, str
     tmux.run("send-keys", "-t", "e2e", "/dis")  # one write: the keys arrive together
     screen = tmux.wait_for(lambda s: "1 key" in s or "Delete key" in s, "the filter or a dialog")
     assert "Delete key" not in screen and " ci-deploy " in screen and " reports " not in screen
+
+
+def test_a_name_typed_in_the_burst_that_opens_the_dialog_is_kept(
+    tmux_app: tuple[Tmux, str],
+) -> None:
+    """'nburst-key' in one write opens the create dialog with the name 'burst-key' typed in:
+    no key of the burst is lost before the dialog's field has the focus."""
+    tmux, _ = tmux_app
+    tmux.wait_for(lambda s: "No API keys for alice yet" in s, "the empty table")
+    tmux.run("send-keys", "-t", "e2e", "nburst-key")  # one write: the keys arrive together
+    screen = tmux.wait_for(lambda s: "burst-key" in s, "the name in the dialog", timeout=10)
+    assert "New API key" in screen
+    assert any("Name:" in line and "burst-key" in line for line in screen.splitlines())
+
+
+def test_keys_that_open_dialogs_are_text_in_the_filter(tmux_app: tuple[Tmux, str]) -> None:
+    """In the filter, 'n', 'x', 'o' and ':' (which open dialogs at once in the table) are text:
+    '/nxo:' in one write filters by 'nxo:' and opens nothing."""
+    tmux, _ = tmux_app
+    tmux.wait_for(lambda s: "No API keys for alice yet" in s, "the empty table")
+    tmux.run("send-keys", "-t", "e2e", "/nxo:")
+    screen = tmux.wait_for(lambda s: "nxo:" in s, "the typed filter", timeout=10)
+    assert "New API key" not in screen and "Switch owner" not in screen

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from textual.binding import Binding, BindingType
+from textual.widget import Widget
+from textual.widgets import Input
 
 Where = Literal["table", "detail"]
 TABLE: Where = "table"
@@ -33,8 +35,9 @@ class KeyAction:
     screens: frozenset[Where]
     footer: bool = True  # the footer is full at 80 columns: the rest are in help and palette
     view: str = ""  # the view it opens, for the `:` jump (`:scopes`); "" for none
-    # Moves the focus where the next keys go: runs as the key arrives (a Textual priority
-    # binding), before keys typed in the same burst ('/dis' over SSH) are handed on.
+    # Moves the focus where the next keys go (the filter, or a dialog that takes text): runs
+    # as the key arrives (a Textual priority binding), before keys typed in the same burst
+    # ('/dis' or 'nci-deploy' over SSH) are handed on; see `typed_as_text` and TypeAheadDialog.
     at_once: bool = False
 
 
@@ -44,10 +47,12 @@ _DETAIL = frozenset({DETAIL})
 
 # fmt: off
 ACTIONS: tuple[KeyAction, ...] = (
-    KeyAction("create", "n", "New", "Create key", "create a key; it is shown once", _TABLE),
+    KeyAction(
+        "create", "n", "New", "Create key", "create a key; it is shown once", _TABLE, at_once=True,
+    ),
     KeyAction(
         "edit_scopes", "e", "Edit scopes", "Edit scopes",
-        "edit the key's scopes (asks first, audited)", _DETAIL,
+        "edit the key's scopes (asks first, audited)", _DETAIL, at_once=True,
     ),
     KeyAction("delete", "d", "Delete", "Delete key", "delete the key (asks first)", _BOTH),
     KeyAction(
@@ -56,7 +61,7 @@ ACTIONS: tuple[KeyAction, ...] = (
     ),
     KeyAction(
         "rotate", "R", "Rotate", "Rotate key",
-        "rotate: new secret; the old one works for a grace", _BOTH, footer=False,
+        "rotate: new secret; the old one works for a grace", _BOTH, footer=False, at_once=True,
     ),
     KeyAction(
         "end_grace", "O", "End grace", "End grace",
@@ -65,10 +70,11 @@ ACTIONS: tuple[KeyAction, ...] = (
     KeyAction(
         "toggle_disabled", "x", "Disable/enable", "Disable or enable key",
         "disable (with a reason) or enable the key (asks first)", _BOTH, footer=False,
+        at_once=True,
     ),
     KeyAction(
         "set_expiry", "E", "Set expiry", "Set expiry",
-        "set the expiry: 90d, a date or never (asks first)", _BOTH, footer=False,
+        "set the expiry: 90d, a date or never (asks first)", _BOTH, footer=False, at_once=True,
     ),
     KeyAction(
         "focus_filter", "slash", "Filter", "Filter keys",
@@ -104,11 +110,11 @@ ACTIONS: tuple[KeyAction, ...] = (
     ),
     KeyAction(
         "app.jump", "colon", "Jump", "Jump to a view",
-        "jump to a view: :keys, :scopes, :events, :usage", _BOTH, footer=False,
+        "jump to a view: :keys, :scopes, :events, :usage", _BOTH, footer=False, at_once=True,
     ),
     KeyAction(
         "app.switch_owner", "o", "Owner", "Switch owner",
-        "switch owner, or show every owner's keys", _TABLE, footer=False,
+        "switch owner, or show every owner's keys", _TABLE, footer=False, at_once=True,
     ),
     KeyAction(
         "toggle_mark", "space", "Mark", "Mark or unmark key",
@@ -154,6 +160,19 @@ def bindings(where: Where) -> list[BindingType]:
         for a in actions(where)
         if a.keys
     ]
+
+
+_AT_ONCE = frozenset(a.id.removeprefix("app.") for a in ACTIONS if a.at_once)
+
+
+def typed_as_text(action: str, focused: Widget | None) -> bool:
+    """Whether a key that runs at once is text instead: while a text field has the focus.
+
+    A priority binding outruns the focused widget, so `n` or `/` typed into the filter would
+    open a dialog; screens and the app refuse such actions here (check_action) and the key
+    reaches the field. action: as check_action gets it, without 'app.'.
+    """
+    return action in _AT_ONCE and isinstance(focused, Input)
 
 
 def views() -> dict[str, KeyAction]:

@@ -35,7 +35,7 @@ from apikey_tui.tui.dialogs.edit_scopes import EditScopesDialog, ScopeChange
 from apikey_tui.tui.dialogs.reveal_secret import RevealSecretDialog, copy_note
 from apikey_tui.tui.failures import unforeseen
 from apikey_tui.tui.fitting_footer import FittingFooter
-from apikey_tui.tui.key_actions import TABLE, bindings
+from apikey_tui.tui.key_actions import TABLE, bindings, typed_as_text
 from apikey_tui.tui.key_table import COLUMNS, SORTABLE, Identity, KeyFilter, KeyTable
 from apikey_tui.tui.messages import (
     BatchDone,
@@ -201,8 +201,8 @@ class KeysScreen(Screen[None]):
         self.refresh_bindings()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool:
-        if action == "focus_filter":  # a priority binding: in the filter, '/' is text
-            return not self.query_one("#filter", Input).has_focus
+        if typed_as_text(action, self.focused):  # in the filter, '/' and 'n' are text
+            return False
         # O (end grace) is offered only for a selected key whose old secret is in grace (or,
         # with marks, when any marked key's is).
         if action == "end_grace":

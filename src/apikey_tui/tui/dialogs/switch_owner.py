@@ -11,12 +11,12 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.screen import ModalScreen
 from textual.widgets import Button, Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 from apikey_tui.errors import ApiKeyError, InvalidInputError
 from apikey_tui.names import OWNER_MAX, check_owner, printable
+from apikey_tui.tui.dialogs.type_ahead import TypeAheadDialog
 from apikey_tui.tui.failures import unforeseen
 from apikey_tui.tui.text import literal
 
@@ -34,7 +34,7 @@ def _keys(count: int) -> str:
     return f"{count:,} key" if count == 1 else f"{count:,} keys"
 
 
-class SwitchOwnerDialog(ModalScreen[OwnerChoice | None]):
+class SwitchOwnerDialog(TypeAheadDialog[OwnerChoice | None]):
     """The owners that have keys, with their counts, narrowed by what is typed; free text still
     names a new owner, and the dialog says plainly when the typed owner has no keys (a typo must
     not look like a real owner). Show is enabled only for a valid owner name; 'All owners'
@@ -70,7 +70,7 @@ class SwitchOwnerDialog(ModalScreen[OwnerChoice | None]):
                 yield Button("Cancel", id="cancel")
 
     def on_mount(self) -> None:
-        self.query_one("#owner", Input).focus()
+        self.focus_first(self.query_one("#owner", Input))
         self._load()
 
     @work(thread=True, exit_on_error=False)
