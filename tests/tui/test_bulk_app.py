@@ -16,7 +16,8 @@ from apikey_tui.tui.app import ApiKeysApp
 from apikey_tui.tui.dialogs.ask_value import AskValueDialog
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.key_table import MARK, KeyTable
-from apikey_tui.tui.keys_screen import KeysScreen, named
+from apikey_tui.tui.key_writes import named
+from apikey_tui.tui.keys_screen import KeysScreen
 from tests.conftest import FakeClock
 from tests.tui.conftest import Toasts, make_app
 from tests.tui.test_app import settle
