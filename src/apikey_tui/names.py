@@ -128,6 +128,11 @@ def check_span(span: timedelta, what: str) -> timedelta:
     return span
 
 
+def counted(number: int, noun: str = "key") -> str:
+    """'1 key', '3 keys', '1,200 keys': how every count of things is written (no 'key(s)')."""
+    return f"{number:,} {noun}" if number == 1 else f"{number:,} {noun}s"
+
+
 def format_duration(span: timedelta) -> str:
     """Write a span the way parse_duration reads it, in the largest unit that is exact."""
     seconds = int(span.total_seconds())

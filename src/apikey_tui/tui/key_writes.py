@@ -20,6 +20,7 @@ from apikey_tui.errors import (
 from apikey_tui.names import (
     DESCRIPTION_MAX,
     check_reason,
+    counted,
     expiry_moment,
     parse_duration,
     parse_expiry,
@@ -57,11 +58,6 @@ def named(keys: Sequence[KeyInfo], *, owners: bool = False) -> str:
     if rest > 0:
         return f"{', '.join(shown)} and {rest} more"
     return shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} and {shown[-1]}"
-
-
-def counted(number: int) -> str:
-    """'1 key', '3 keys'."""
-    return f"{number} key" if number == 1 else f"{number} keys"
 
 
 def _expiry(expires_at: datetime | None) -> str:

@@ -13,7 +13,7 @@ from textual.message import Message
 from textual.widgets import DataTable, Sparkline, Static
 
 from apikey_tui.errors import ApiKeyError, KeyNotFoundError
-from apikey_tui.names import format_duration, printable
+from apikey_tui.names import counted, format_duration, printable
 from apikey_tui.store import Event, KeyDetail, KeyInfo, KeyStore, Leak, ScopeInfo, states
 from apikey_tui.store.rightsizing import Proposal
 from apikey_tui.store.usage import DEFAULT_WINDOW, KeyUsage
@@ -106,7 +106,7 @@ def graph_note(report: KeyUsage) -> str:
     refused = sum(f.requests for f in report.forbidden)
     return (
         f"peak {peak:,}/h · {total:,} in 7d · in {WINDOW}: {refused:,} refused (403), "
-        f"{report.wrong_secret:,} wrong secret{'s' if report.wrong_secret != 1 else ''}"
+        f"{counted(report.wrong_secret, 'wrong secret')}"
     )
 
 
@@ -262,7 +262,7 @@ class KeyDetailScreen(LiveScreen[DetailData]):
         rightsize = " · p right-size" if self.check_action("apply_rightsize", ()) else ""
         undo = " · u undo" if self.session.undoable is not None else ""
         keys = f"R rotate{grace} · x {toggle} · E expiry{rightsize}{undo}"
-        return f"{count} event{'s' if count != 1 else ''} of this key · {keys}"
+        return f"{counted(count, 'event')} of this key · {keys}"
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool:
         # O (end grace) is offered only while the key's old secret is in grace.

@@ -10,7 +10,7 @@ from textual.message import Message
 from textual.widgets import DataTable, Static
 
 from apikey_tui.errors import ScopeInUseError
-from apikey_tui.names import printable
+from apikey_tui.names import counted, printable
 from apikey_tui.store import KeyStore, ScopeUsage
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.scope_form import ScopeEdit, ScopeFormDialog
@@ -117,7 +117,7 @@ class ScopeCatalogScreen(LiveScreen[list[ScopeUsage]]):
         if self._refusal is not None:
             return self._refusal
         total = len(self.usage)
-        return f"{total} scope{'s' if total != 1 else ''} in the catalog"
+        return f"{counted(total, 'scope')} in the catalog"
 
     def show_status(self) -> None:
         super().show_status()
