@@ -227,3 +227,29 @@ def test_keys_that_open_dialogs_are_text_in_the_filter(tmux_app: tuple[Tmux, str
     tmux.run("send-keys", "-t", "e2e", "/nxo:")
     screen = tmux.wait_for(lambda s: "nxo:" in s, "the typed filter", timeout=10)
     assert "New API key" not in screen and "Switch owner" not in screen
+
+
+@pytest.mark.parametrize(
+    "burst", [["d", "Enter"], ["-l", "dy"], ["r", "Enter"]], ids=["d-enter", "dy", "r-enter"]
+)
+def test_keys_typed_with_the_one_that_asks_never_answer_the_confirmation(
+    tmux_app: tuple[Tmux, str], burst: list[str]
+) -> None:
+    """'d' and Enter (or 'y', or 'r' and Enter) in one write open the confirmation and leave it
+    open: a key typed before the question was on screen never answers it."""
+    tmux, url = tmux_app
+    store = KeyStore.open(url)
+    before = store.create_key("alice", "victim", ["project"]).info
+    store.close()
+    tmux.send("F5")
+    tmux.wait_for(lambda s: " victim " in s, "the key")
+    tmux.run("send-keys", "-t", "e2e", *burst)  # one write: the keys arrive together
+    screen = tmux.wait_for(lambda s: "key 'victim' of alice?" in s, "the confirmation")
+    time.sleep(0.5)  # had the burst answered it, the dialog would be gone by now
+    assert "key 'victim' of alice?" in tmux.screen(), screen
+    tmux.send("Escape")
+    store = KeyStore.open(url)
+    try:
+        assert store.get_key("alice", "victim").public_id == before.public_id
+    finally:
+        store.close()
