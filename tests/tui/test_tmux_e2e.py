@@ -253,3 +253,23 @@ def test_keys_typed_with_the_one_that_asks_never_answer_the_confirmation(
         assert store.get_key("alice", "victim").public_id == before.public_id
     finally:
         store.close()
+
+
+@pytest.mark.parametrize(
+    ("view", "burst", "landed"),
+    [("c", ":ev", "ev"), ("U", ":sc", "sc"), ("a", "/web", "web")],
+    ids=["catalog-jump", "usage-jump", "trail-filter"],
+)
+def test_text_typed_right_after_colon_or_slash_lands_in_every_view(
+    tmux_app: tuple[Tmux, str], view: str, burst: str, landed: str
+) -> None:
+    """In the scope catalog, the Usage view and the audit trail, ':ev' or '/web' in one write
+    puts the letters in the prompt or filter that ':' or '/' opens (none is lost)."""
+    tmux, _ = tmux_app
+    tmux.wait_for(lambda s: "No API keys for alice yet" in s, "the empty table")
+    tmux.send(view)
+    time.sleep(1.0)  # the view is on screen
+    tmux.run("send-keys", "-t", "e2e", "-l", burst)
+    screen = tmux.wait_for(lambda s: f"▊  {landed}" in s or f"{landed}▏" in s or f" {landed} " in s,
+                           f"{landed!r} in the field", timeout=10)  # fmt: skip
+    assert landed in screen

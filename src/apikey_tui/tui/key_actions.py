@@ -7,6 +7,7 @@ record's keys and description, so no action can be bound, yet missing from the p
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Literal
 
@@ -165,14 +166,15 @@ def bindings(where: Where) -> list[BindingType]:
 _AT_ONCE = frozenset(a.id.removeprefix("app.") for a in ACTIONS if a.at_once)
 
 
-def typed_as_text(action: str, focused: Widget | None) -> bool:
+def typed_as_text(action: str, focused: Widget | None, at_once: Collection[str] = _AT_ONCE) -> bool:
     """Whether a key that runs at once is text instead: while a text field has the focus.
 
     A priority binding outruns the focused widget, so `n` or `/` typed into the filter would
     open a dialog; screens and the app refuse such actions here (check_action) and the key
-    reaches the field. action: as check_action gets it, without 'app.'.
+    reaches the field. action: as check_action gets it, without 'app.'; at_once: the actions
+    bound with priority (the list's, or a view's own: LiveScreen.AT_ONCE).
     """
-    return action in _AT_ONCE and isinstance(focused, Input)
+    return action in at_once and isinstance(focused, Input)
 
 
 def views() -> dict[str, KeyAction]:
@@ -183,7 +185,7 @@ def views() -> dict[str, KeyAction]:
 def app_binding(action_id: str) -> Binding:
     """The binding of one of the app's own actions ('app.jump'), for every screen."""
     action = next(a for a in ACTIONS if a.id == action_id)
-    return Binding(action.keys, action.id, action.label, show=False)
+    return Binding(action.keys, action.id, action.label, show=False, priority=action.at_once)
 
 
 def by_id(where: Where) -> dict[str, KeyAction]:
