@@ -158,9 +158,13 @@ async def test_a_scope_edit_in_the_detail_is_undone_with_u(tui_store: KeyStore) 
             "Key 'ci-deploy' of alice now has: project serving. Press u to undo."
         )
         assert isinstance(app.screen, KeyDetailScreen)
-        assert "u undo" in shown(app, "#status")
+        assert shown(app, "#status").startswith("u undo scopes change of ci-deploy of alice · ")
         await pilot.press("u")
         assert isinstance(app.screen, ConfirmDialog)
+        body = str(app.screen.query_one(".dialog-body", Static).render())
+        assert body.startswith(
+            "Key 'ci-deploy' of alice: its scopes go back to project (now project serving)."
+        )
         await pilot.press("y")
         await settle(pilot)
         assert tui_store.get_key("alice", "ci-deploy").scopes == ("project",)

@@ -43,6 +43,7 @@ from apikey_tui.tui.messages import (
 from apikey_tui.tui.screens.key_detail import KeyDetailScreen
 from apikey_tui.tui.session import Session
 from apikey_tui.tui.times import absolute
+from apikey_tui.tui.undo_words import change_of, comes_back
 
 if TYPE_CHECKING:
     from apikey_tui.names import Expiry
@@ -297,17 +298,24 @@ class KeyWrites(Screen[None]):
             )
             return
         keys = batch.before
+        if len(keys) == 1:  # say exactly what comes back, against what the key has now
+            body = (
+                f"Key {keys[0].name!r} of {keys[0].owner}: {comes_back(keys[0], batch.after[0])}."
+            )
+        else:
+            body = (
+                f"{named(keys, owners=True)} each get back exactly what they had before: "
+                "disabled or not (with the same time and reason), expiry and scopes."
+            )
+        change = change_of(batch)
         dialog = ConfirmDialog(
-            f"Undo the {batch.action} of {counted(len(keys))}?",
-            f"{named(keys, owners=self._owners())} get back exactly what they had before: "
-            "disabled or not (with the same time and reason), expiry and scopes. Refused, and "
-            "nothing is done, if any of them changed since.",
+            f"Undo the {change}?",
+            f"{body} Refused, and nothing is done, if any of them changed since.",
             "Undo",
         )
 
         def operation(store: KeyStore, _: object) -> Message:
-            undone = store.undo(batch)
-            return BatchDone(undone, f"Undid the {batch.action} of {named(undone.after)}.")
+            return BatchDone(store.undo(batch), f"Undid the {change}.")
 
         self._ask(dialog, operation, f"undo of {counted(len(keys))}")
 

@@ -29,6 +29,7 @@ from apikey_tui.tui.polling import marker_moved
 from apikey_tui.tui.screens.key_detail import KeyDetailScreen
 from apikey_tui.tui.session import Session
 from apikey_tui.tui.text import literal
+from apikey_tui.tui.undo_words import change_of
 
 
 class KeysScreen(KeyWrites):
@@ -143,8 +144,10 @@ class KeysScreen(KeyWrites):
             status.update(literal(f"⚠ showing the last keys read: {self._unreachable}"))
         else:
             marks = f"{len(self.marked)} marked · " if self.marked else ""
-            undo = " · u: undo" if self.session.undoable is not None else ""
-            status.update(f"{marks}{shown} · {sort} · {times}{undo}")
+            undoable = self.session.undoable
+            # First, with the marks: a narrow terminal cuts the line's end (the sort, the times).
+            undo = f"u: undo {change_of(undoable)} · " if undoable is not None else ""
+            status.update(f"{marks}{undo}{shown} · {sort} · {times}")
         status.set_class(self._unreachable is not None, "error")
         self.refresh_bindings()
 

@@ -25,6 +25,7 @@ from apikey_tui.tui.screens.live import LiveScreen
 from apikey_tui.tui.session import Session
 from apikey_tui.tui.text import literal
 from apikey_tui.tui.times import absolute, minute, relative, relative_and_absolute
+from apikey_tui.tui.undo_words import change_of
 
 _LABEL = 13
 WINDOW = format_duration(DEFAULT_WINDOW)  # the scopes' and the proposal's window, as the CLI's
@@ -260,9 +261,11 @@ class KeyDetailScreen(LiveScreen[DetailData]):
         toggle = "enable" if self.detail is not None and self.detail.info.disabled else "disable"
         grace = " · O end grace" if self.check_action("end_grace", ()) else ""
         rightsize = " · p right-size" if self.check_action("apply_rightsize", ()) else ""
-        undo = " · u undo" if self.session.undoable is not None else ""
-        keys = f"R rotate{grace} · x {toggle} · E expiry{rightsize}{undo}"
-        return f"{counted(count, 'event')} of this key · {keys}"
+        # The undo first, naming its key: it may be another key's change (the last one made).
+        undoable = self.session.undoable
+        undo = f"u undo {change_of(undoable)} · " if undoable is not None else ""
+        keys = f"R rotate{grace} · x {toggle} · E expiry{rightsize}"
+        return f"{undo}{counted(count, 'event')} of this key · {keys}"
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool:
         # O (end grace) is offered only while the key's old secret is in grace.
