@@ -129,3 +129,38 @@ def test_help_and_usage_errors_import_nothing_heavy(argv: list[str]) -> None:
     )
     assert done.stderr.splitlines()[-1] == ""
     assert "apikey-tui" in done.stdout + done.stderr  # it did answer (help, or a one-line error)
+
+
+def test_a_positionals_choices_are_offered_once(tmp_path: Path) -> None:
+    """After `policy set max-lifetime` (or `completion bash`) the choice is not offered again,
+    in bash, zsh and fish: each position has its own, and those have one."""
+    script = _script("bash", tmp_path)
+    assert _bash(script, "policy", "set", "") == ["max-lifetime"]
+    assert _bash(script, "policy", "set", "max-lifetime", "") == []
+    assert _bash(script, "completion", "bash", "") == []
+    fish = _script("fish", tmp_path)
+    asks = (
+        "complete -C 'apikey-tui completion '; echo SPLIT; "
+        "complete -C 'apikey-tui completion bash '"
+    )
+    done = subprocess.run(
+        [_shell("fish"), "--no-config", "-c", f"source {fish}; {asks}"],
+        capture_output=True, text=True, check=True, timeout=30,
+    )  # fmt: skip
+    first, again = done.stdout.split("SPLIT\n")
+    assert first.split() == ["bash", "fish", "zsh"] and "bash" not in again.split(), done.stdout
+    zsh = _script("zsh", tmp_path)
+    driver = f"""
+compdef() {{ }}
+compadd() {{ print -l -- "${{@[2,-1]}}" }}
+_files() {{ print FILES }}
+source {zsh}
+words=(apikey-tui completion ''); CURRENT=3; _apikey_tui
+print SPLIT
+words=(apikey-tui completion bash ''); CURRENT=4; _apikey_tui
+"""
+    done = subprocess.run(
+        [_shell("zsh"), "-f", "-c", driver], capture_output=True, text=True, check=True, timeout=30
+    )
+    first, again = done.stdout.split("SPLIT\n")
+    assert first.split() == ["bash", "zsh", "fish"] and again.split() == ["FILES"], done.stdout
