@@ -193,6 +193,7 @@ def test_a_commit_failing_after_the_key_was_written_says_to_discard_it(
     def failing_commit(self: Session) -> None:
         raise OperationalError("COMMIT", {}, sqlite3.OperationalError("disk I/O error"))
 
+    KeyStore.open(sqlite_url).close()  # the database exists: only the key's commit fails
     monkeypatch.setattr(Session, "commit", failing_commit)
     code = main(["--database-url", sqlite_url, "keys", "create", "ci", "--scope", "project"])
     out, err = capsys.readouterr()

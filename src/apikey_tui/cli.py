@@ -531,8 +531,10 @@ def _open_store(url: str, *, create: bool) -> KeyStore:
 
     parsed = parse_database_url(url)
     path = parsed.database
-    if create or parsed.get_backend_name() != "sqlite" or not path or path == ":memory:":
+    if parsed.get_backend_name() != "sqlite" or not path or path == ":memory:":
         return KeyStore.open(url)
+    if create:
+        return _create_or_open(url, path)
     if not os.path.exists(path):  # a mistyped path must not become a new, empty database
         raise StoreUnavailableError(
             f"no database at {path}; check the path, or create it with "
@@ -545,6 +547,32 @@ def _open_store(url: str, *, create: bool) -> KeyStore:
         engine.dispose()
         raise
     return KeyStore(engine)
+
+
+def _create_or_open(url: str, path: str) -> KeyStore:
+    """Open a SQLite database for a command that writes, creating it if it is missing.
+
+    A new database is said on stderr (a mistyped path must not pass unnoticed), and a missing
+    folder is created only for the default location: elsewhere it is most likely a typo.
+    """
+    from apikey_tui.config import default_database_path
+    from apikey_tui.store import KeyStore
+
+    where = os.path.abspath(path)
+    if os.path.exists(where):
+        return KeyStore.open(url)
+    folder = os.path.dirname(where)
+    if not os.path.isdir(folder) and where != str(default_database_path()):
+        raise StoreUnavailableError(
+            f"no folder {folder} for a new database at {where}; check the path, or create "
+            "the folder first"
+        )
+    store = KeyStore.open(url)
+    try:
+        print(f"apikey-tui: created a new database at {where}", file=sys.stderr, flush=True)
+    except OSError:  # a note nobody can read must not fail the command it precedes
+        pass
+    return store
 
 
 def _open_app(url: str, owner: str, *, all_owners: bool, create: bool) -> int:
