@@ -164,7 +164,9 @@ def build_parser(words: Collection[str] | None = None) -> argparse.ArgumentParse
     _expires_option(create)
     create.set_defaults(run=_keys_create)
     listing = key_commands.add_parser("list", parents=[common], help="list keys (no secrets)")
-    listing.add_argument("--all", action="store_true", default=argparse.SUPPRESS)
+    listing.add_argument(
+        "--all", action="store_true", default=argparse.SUPPRESS, help="every owner's keys"
+    )
     listing.add_argument(
         "--filter",
         default="",
@@ -1091,7 +1093,7 @@ def _print_keys(keys: list[KeyInfo], out: TextIO, *, with_owner: bool, now: date
         table.Column("NAME", 12, shorten),  # both ends: long names differ at the end
         table.Column("PUBLIC ID", 9),
         table.Column("SCOPES", 6),
-        table.Column("STATE", 9),
+        table.Column("STATE", 10),  # never cut (≤ 10 cells), as the app never cuts it
         table.Column("EXPIRES (UTC)", 16),
         table.Column("CREATED (UTC)", 16),
         table.Column("LAST USED (UTC)", 16),
@@ -1117,8 +1119,9 @@ def _print_keys(keys: list[KeyInfo], out: TextIO, *, with_owner: bool, now: date
         _print_rows([c.header for c in columns], rows, out)
         return
     at = {c.header: i for i, c in enumerate(columns)}
-    # Cut first what tells keys apart least; then drop whole columns, least needed first.
-    shrink = [at[h] for h in ("SCOPES", "PUBLIC ID", "STATE", "OWNER", "NAME") if h in at]
+    # Cut first what tells keys apart least; then drop whole columns, least needed first. The
+    # state is what a glance is for: it is never cut ('⚠ 20h le…' said less than a column less).
+    shrink = [at[h] for h in ("SCOPES", "PUBLIC ID", "OWNER", "NAME") if h in at]
     drop = [at[h] for h in ("CREATED (UTC)", "LAST USED (UTC)", "SCOPES", "PUBLIC ID")]
     colours = None
     if table.colour_wanted(out):

@@ -51,19 +51,19 @@ def key_name_problem(name: str) -> str | None:
 
 def check_key_name(name: str) -> str:
     """Return the key name unchanged if it follows the rules, else raise InvalidInputError."""
-    rule = "use letters, digits, '.', '_' or '-', starting with a letter or digit"
+    rule = "use ASCII letters, digits, '.', '_' or '-', starting with a letter or digit"
     return _check("key name", name, _KEY_NAME, KEY_NAME_MAX, rule)
 
 
 def check_owner(owner: str) -> str:
     """Return the owner unchanged if it follows the rules, else raise InvalidInputError."""
-    rule = "use letters, digits, '.', '_', '@' or '-'"
+    rule = "use ASCII letters, digits, '.', '_', '@' or '-'"
     return _check("owner", owner, _OWNER, OWNER_MAX, rule)
 
 
 def check_scope_name(name: str) -> str:
     """Return the scope name unchanged if it follows the rules, else raise InvalidInputError."""
-    rule = "use lower-case letters, digits, '_', ':' or '-', starting with a letter"
+    rule = "use lower-case ASCII letters, digits, '_', ':' or '-', starting with a letter"
     return _check("scope name", name, _SCOPE_NAME, SCOPE_NAME_MAX, rule)
 
 

@@ -436,8 +436,9 @@ class KeyWrites(Screen[None]):
                 AskValueDialog(
                     f"Rotate {counted(len(keys))}?",
                     f"{named(keys, owners=self._owners())}. Each gets a new id and secret, "
-                    "shown once, one after the other; the old secrets keep working for the "
-                    "grace, then every service refuses them. 0 stops them now.",
+                    "shown once, one after the other, and the lifetime it had, from now; the "
+                    "old secrets keep working for the grace, then every service refuses them. "
+                    "0 stops them now.",
                     prompt="Grace for the old secrets (30s, 15m, 24h, 90d or 0):",
                     parse=parse_duration,
                     confirm_label=f"Rotate {len(keys)}",
@@ -455,6 +456,8 @@ class KeyWrites(Screen[None]):
                 "owner, name and scopes. The old secret keeps working for the grace, then every "
                 "service refuses it from that second; 0 stops it now, like recreate."
             )
+            if key.expires_at is not None:  # as `keys rotate` without --expires
+                body += " The new secret gets the lifetime the key had, from now."
             if key.old_public_id is not None:
                 body += f" Its older secret {key.old_public_id}, still in grace, stops at once."
             return AskValueDialog(

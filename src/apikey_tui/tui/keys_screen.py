@@ -10,6 +10,7 @@ from textual.widgets import Input, Static
 from apikey_tui.errors import (
     ApiKeyError,
 )
+from apikey_tui.names import counted
 from apikey_tui.store import KeyInfo, states
 from apikey_tui.tui.context_line import ContextLine
 from apikey_tui.tui.dialogs.create_key import CreateKeyDialog, NewKeyRequest
@@ -133,8 +134,8 @@ class KeysScreen(KeyWrites):
         if table.total is None:
             shown = "counting keys…"
         else:
-            noun = "key" if table.total == 1 else "keys"
-            shown = f"{table.total:,} {noun}" + (" match" if text else "")
+            verb = ("matches" if table.total == 1 else "match") if text else ""
+            shown = f"{counted(table.total)} {verb}".rstrip()
         arrow = "▼" if table.reverse else "▲"
         sort = f"sorted by {COLUMNS[table.sort_column].lower()} {arrow} (s, S)"
         # The hint names what t switches to, not what is shown.
@@ -147,7 +148,8 @@ class KeysScreen(KeyWrites):
             undoable = self.session.undoable
             # First, with the marks: a narrow terminal cuts the line's end (the sort, the times).
             undo = f"u: undo {change_of(undoable)} · " if undoable is not None else ""
-            status.update(f"{marks}{undo}{shown} · {sort} · {times}")
+            # literal: the undo names a key, and a name in the database may be anything
+            status.update(literal(f"{marks}{undo}{shown} · {sort} · {times}"))
         status.set_class(self._unreachable is not None, "error")
         self.refresh_bindings()
 
