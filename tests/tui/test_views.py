@@ -554,3 +554,30 @@ async def test_the_owner_switch_lists_owners_with_counts_and_names_a_typo(
         await pilot.press("enter")
         await settle(pilot)
         assert "this database has no key of that owner" in shown(app, "#empty")
+
+
+async def test_enter_in_the_owner_switch_takes_the_one_owner_that_matches(
+    tui_store: KeyStore,
+) -> None:
+    """'ali' then Enter shows alice (the one owner that matches, as fzf does), and the note
+    says so; the Show owner button takes 'ali' as typed, a new owner."""
+    tui_store.create_key("alice", "ci-deploy", ["project"])
+    tui_store.create_key("bob", "reports", ["project"])
+    app = make_app(tui_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("o")
+        await settle(pilot)
+        app.screen.query_one("#owner", Input).value = "ali"
+        await pilot.pause()
+        assert "Enter shows alice, the one owner that matches" in shown(app, "#owner-note")
+        await pilot.press("enter")
+        await settle(pilot)
+        assert app.owner == "alice" and isinstance(app.screen, KeysScreen)
+        await pilot.press("o")
+        await settle(pilot)
+        app.screen.query_one("#owner", Input).value = "ali"
+        await pilot.pause()
+        await pilot.click("#show")
+        await settle(pilot)
+        assert app.owner == "ali"
