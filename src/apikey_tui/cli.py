@@ -40,6 +40,7 @@ from apikey_tui.lazy_commands import LazyCommands
 from apikey_tui.names import (
     check_expiry,
     check_owner,
+    counted,
     format_duration,
     format_moment,
     parse_duration,
@@ -783,9 +784,8 @@ def _keys_list(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
         unused_for=args.unused,
         violating_policy=args.violating_policy,
     )
-    if args.limit is not None and len(keys) > args.limit:
-        keys = keys[: args.limit]
-        print(f"Showing the first {args.limit} keys; more match.", file=sys.stderr)
+    more = args.limit is not None and len(keys) > args.limit
+    keys = keys[: args.limit] if more else keys
     if args.violating_policy and store.lifetime_policy() is None:
         print("No max-lifetime policy is set, so no key breaks it.", file=sys.stderr)
     # For cron: a filtered listing that finds nothing prints nothing (cron mails only output).
@@ -799,7 +799,10 @@ def _keys_list(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
         elif keys or not quiet:
             _print_keys(keys, out, with_owner=everyone, now=now)
 
-    return emit(args, [_key_json(k, now) for k in keys], human)
+    done = emit(args, [_key_json(k, now) for k in keys], human)
+    if more:  # after the table (stdout is flushed): in a terminal it reads as a footnote
+        print(f"Showing the first {counted(args.limit)}; more match.", file=sys.stderr)
+    return done
 
 
 def _keys_show(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
