@@ -12,14 +12,18 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 RUNS = 25
+# As a user runs it: the `apikey-tui` script pip installed beside this interpreter.
+SCRIPT = str(Path(sys.executable).with_name("apikey-tui"))
 COMMANDS = {
     "python_pass_s": [sys.executable, "-c", "pass"],
-    "help_s": [sys.executable, "-m", "apikey_tui", "--help"],
-    "keys_help_s": [sys.executable, "-m", "apikey_tui", "keys", "--help"],
-    "usage_error_s": [sys.executable, "-m", "apikey_tui", "keys", "create", "x"],
-    "completion_bash_s": [sys.executable, "-m", "apikey_tui", "completion", "bash"],
+    "help_s": [SCRIPT, "--help"],
+    "module_help_s": [sys.executable, "-m", "apikey_tui", "--help"],
+    "keys_help_s": [SCRIPT, "keys", "--help"],
+    "usage_error_s": [SCRIPT, "keys", "create", "x"],
+    "completion_bash_s": [SCRIPT, "completion", "bash"],
 }
 
 

@@ -172,7 +172,7 @@ def whole_process_s(arguments: list[str], runs: int = 15) -> float:
 
 
 def cli_start(url: str) -> dict[str, float]:
-    """--help, a usage error and `keys list` beside `python -c pass` and importing sqlmodel."""
+    """`keys list` beside `python -c pass` and importing sqlmodel (--help: bench_cli_start.py)."""
     python = sys.executable
     env_url = ["--database-url", url]
     return {
@@ -184,8 +184,6 @@ def cli_start(url: str) -> dict[str, float]:
         ),
         # what the app imports before it can draw anything: the floor under "first rows"
         "import_app_s": whole_process_s([python, "-c", "import apikey_tui.tui.app"], runs=5),
-        "help_s": whole_process_s([python, "-m", "apikey_tui", "--help"]),
-        "usage_error_s": whole_process_s([python, "-m", "apikey_tui", "keys", "create", "x"]),
         "keys_list_s": whole_process_s(
             [python, "-m", "apikey_tui", "keys", "list", "--owner", "bench", *env_url]
         ),

@@ -95,6 +95,30 @@ def test_undo_of_an_expiry_batch_puts_back_each_expiry(bstore: KeyStore) -> None
     assert keys(bstore, "c", "d") == before
 
 
+def test_undo_of_a_scopes_change_puts_back_each_keys_scopes(bstore: KeyStore) -> None:
+    """Giving two keys new scopes, then undoing, brings back exactly the scopes each had."""
+    bstore.set_key_scopes("alice", "c", ["project", "serving"])
+    before = keys(bstore, "c", "d")
+    done = bstore.set_scopes_of_keys(before, ["serving"])
+    assert [k.scopes for k in keys(bstore, "c", "d")] == [("serving",), ("serving",)]
+    assert [e.action for e in bstore.events(2)] == ["key.rescope", "key.rescope"]
+    bstore.undo(done)
+    assert keys(bstore, "c", "d") == before
+    assert bstore.events(1)[0].action == "key.restore"
+
+
+def test_undo_of_scopes_refuses_when_a_scope_to_restore_left_the_catalog(
+    bstore: KeyStore,
+) -> None:
+    """A scope removed from the catalog after the change cannot come back: the undo is refused."""
+    bstore.set_key_scopes("alice", "a", ["project", "serving"])
+    done = bstore.set_scopes_of_keys(keys(bstore, "a"), ["project"])
+    bstore.remove_scope("serving")
+    with pytest.raises(KeyStateError, match="serving left the catalog"):
+        bstore.undo(done)
+    assert bstore.get_key("alice", "a").scopes == ("project",)
+
+
 def test_undo_refuses_when_a_key_changed_after_the_batch(bstore: KeyStore) -> None:
     """An undo never overwrites a later change: it is refused whole, the later change stays."""
     done = bstore.disable_keys(keys(bstore, "a", "b"))

@@ -415,6 +415,28 @@ def test_read_only_commands_never_create_a_database(
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_write_creates_a_new_database_only_in_a_folder_that_exists_and_says_so(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """keys create at a path in a missing folder is refused in one line, creating nothing; in
+    an existing folder it creates the database and says so on stderr (stdout: only the key)."""
+    typo = tmp_path / "typo" / "keys.db"
+    code, out, err = run(capsys, f"sqlite:///{typo}", "keys", "create", "a", "--scope", "project")
+    assert (code, out) == (1, "")
+    assert err == (
+        f"apikey-tui: no folder {typo.parent} for a new database at {typo}; check the path, "
+        "or create the folder first\n"
+    )
+    assert list(tmp_path.iterdir()) == []
+    new = tmp_path / "keys.db"
+    code, out, err = run(capsys, f"sqlite:///{new}", "keys", "create", "a", "--scope", "project")
+    assert code == 0 and new.exists()
+    keyformat.parse(out.strip())
+    assert err.startswith(f"apikey-tui: created a new database at {new}\n")
+    code, out, err = run(capsys, f"sqlite:///{new}", "keys", "create", "b", "--scope", "project")
+    assert code == 0 and "created a new database" not in err
+
+
 def _as_if_in_a_terminal(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Pretend stdin and stdout are a terminal and record the app's runs instead of drawing."""
     from apikey_tui.tui.app import ApiKeysApp

@@ -137,6 +137,27 @@ def test_a_listing_that_cannot_be_written_is_one_line(
     assert "could not write" in _one_line(_cli(database_url, sink, "keys", "list"))
 
 
+# Commands whose output another module writes (the usage commands, scan): the same one path.
+OTHER_WRITERS = {
+    "usage": ["keys", "usage", "ci"],
+    "rightsize": ["keys", "rightsize", "--all", "--json"],
+    "compact": ["db", "compact", "--json"],
+    "scan": ["scan", "--offline", "--json", os.devnull],
+}
+
+
+@pytest.mark.parametrize("sink", SINKS)
+@pytest.mark.parametrize("command", OTHER_WRITERS)
+def test_every_command_that_cannot_write_its_output_says_so_in_one_line(
+    ostore: KeyStore, database_url: str, sink: str, command: str
+) -> None:
+    """keys usage, keys rightsize, db compact and scan to /dev/full or a closed stdout say so
+    in one line, exit 1 (not an 'internal error', not a usage error)."""
+    ostore.create_key("alice", "ci", ["project"])
+    line = _one_line(_cli(database_url, sink, *OTHER_WRITERS[command]))
+    assert "could not write to stdout" in line
+
+
 def _closed_stderr() -> None:
     os.close(2)
 
@@ -172,6 +193,7 @@ def test_a_commit_failing_after_the_key_was_written_says_to_discard_it(
     def failing_commit(self: Session) -> None:
         raise OperationalError("COMMIT", {}, sqlite3.OperationalError("disk I/O error"))
 
+    KeyStore.open(sqlite_url).close()  # the database exists: only the key's commit fails
     monkeypatch.setattr(Session, "commit", failing_commit)
     code = main(["--database-url", sqlite_url, "keys", "create", "ci", "--scope", "project"])
     out, err = capsys.readouterr()

@@ -78,6 +78,23 @@ def test_list_every_owner_at_80_columns_is_one_line_per_key(
     assert len(lines) == 4 and all(len(line) <= 80 for line in lines)
 
 
+def test_the_state_is_never_cut_in_a_terminal(
+    keys_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At 80 columns with every owner, a key expiring in 20 hours shows '⚠ 20h left' whole
+    (the scopes column goes first), as the app shows it."""
+    with closing(KeyStore.open(keys_url, hasher=CHEAP, actor=ACTOR)) as store:
+        store.create_key(
+            "svc-notebooks", "alice-notebook", ["project"], expires=timedelta(hours=20)
+        )
+    monkeypatch.setenv("COLUMNS", "80")
+    out, _ = _terminal(monkeypatch)
+    assert run(keys_url, "keys", "list", "--all") == 0
+    lines = SGR.sub("", out.getvalue()).splitlines()
+    assert all(len(line) <= 80 for line in lines), lines
+    assert any("⚠ 20h left" in line for line in lines), lines
+
+
 def test_state_is_coloured_in_a_terminal_unless_no_color(
     keys_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -105,18 +105,62 @@ words=(apikey-tui serve-leaks --action ''); CURRENT=4; _apikey_tui
     assert choices.split() == ["disable", "delete"]
 
 
-def test_help_does_not_load_the_completion_module() -> None:
-    """`--help` builds the parser without importing apikey_tui.completion (no cost to --help)."""
+# What `--help` and a usage error must not import: the completion generator and the database
+# and app libraries (seconds), and the standard library's typing, json, shutil and http (about
+# 8 ms together, half of starting Python: the issue holds `--help` to 3x `python -c pass`).
+HEAVY = ("apikey_tui.completion", "sqlalchemy", "textual", "typing", "json", "shutil", "http")
+
+
+@pytest.mark.parametrize(
+    "argv", [["--help"], ["keys", "--help"], ["keys", "create", "x"]], ids=" ".join
+)
+def test_help_and_usage_errors_import_nothing_heavy(argv: list[str]) -> None:
+    """`--help`, a group's help and a usage error load none of HEAVY (so they stay cheap)."""
     code = (
-        "import sys, contextlib, io\n"
+        "import sys\n"
         "from apikey_tui.cli import main\n"
-        "with contextlib.redirect_stdout(io.StringIO()):\n"
-        "    try: main(['--help'])\n"
-        "    except SystemExit: pass\n"
-        "print('apikey_tui.completion' in sys.modules, 'sqlalchemy' in sys.modules)\n"
+        "try: main(sys.argv[1:])\n"
+        "except SystemExit: pass\n"
+        f"print(*sorted(m for m in {HEAVY!r} if m in sys.modules), file=sys.stderr)\n"
     )
     env = {**os.environ, "PYTHONPATH": SOURCE}
     done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+        [sys.executable, "-c", code, *argv], capture_output=True, text=True, check=True, env=env
     )
-    assert done.stdout.split() == ["False", "False"]
+    assert done.stderr.splitlines()[-1] == ""
+    assert "apikey-tui" in done.stdout + done.stderr  # it did answer (help, or a one-line error)
+
+
+def test_a_positionals_choices_are_offered_once(tmp_path: Path) -> None:
+    """After `policy set max-lifetime` (or `completion bash`) the choice is not offered again,
+    in bash, zsh and fish: each position has its own, and those have one."""
+    script = _script("bash", tmp_path)
+    assert _bash(script, "policy", "set", "") == ["max-lifetime"]
+    assert _bash(script, "policy", "set", "max-lifetime", "") == []
+    assert _bash(script, "completion", "bash", "") == []
+    fish = _script("fish", tmp_path)
+    asks = (
+        "complete -C 'apikey-tui completion '; echo SPLIT; "
+        "complete -C 'apikey-tui completion bash '"
+    )
+    done = subprocess.run(
+        [_shell("fish"), "--no-config", "-c", f"source {fish}; {asks}"],
+        capture_output=True, text=True, check=True, timeout=30,
+    )  # fmt: skip
+    first, again = done.stdout.split("SPLIT\n")
+    assert first.split() == ["bash", "fish", "zsh"] and "bash" not in again.split(), done.stdout
+    zsh = _script("zsh", tmp_path)
+    driver = f"""
+compdef() {{ }}
+compadd() {{ print -l -- "${{@[2,-1]}}" }}
+_files() {{ print FILES }}
+source {zsh}
+words=(apikey-tui completion ''); CURRENT=3; _apikey_tui
+print SPLIT
+words=(apikey-tui completion bash ''); CURRENT=4; _apikey_tui
+"""
+    done = subprocess.run(
+        [_shell("zsh"), "-f", "-c", driver], capture_output=True, text=True, check=True, timeout=30
+    )
+    first, again = done.stdout.split("SPLIT\n")
+    assert first.split() == ["bash", "zsh", "fish"] and again.split() == ["FILES"], done.stdout

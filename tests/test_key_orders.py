@@ -145,8 +145,8 @@ def test_the_sql_state_is_the_markers_at_every_edge(
             word = states.WORDS[kind][0]
             found = {k.name for k in store.key_window(KeyQuery("alice", word), 0, 100)}
             named = states.kinds_named(word)
-            marked = {k.name for k in keys if states.marker(k, clock.now)[1] in named}
-            assert found == marked, (kind, shift)
+            held = {k.name for k in keys if set(named) & set(states.facts(k, clock.now))}
+            assert found == held, (kind, shift)
 
 
 def test_the_filter_finds_states_by_their_words(clocked_store: KeyStore, clock: FakeClock) -> None:
@@ -161,7 +161,7 @@ def test_the_filter_finds_states_by_their_words(clocked_store: KeyStore, clock: 
 
     def of(*kinds: str) -> set[str]:
         keys = clocked_store.list_keys("alice")
-        return {k.name for k in keys if states.marker(k, now)[1] in kinds}
+        return {k.name for k in keys if set(kinds) & set(states.facts(k, now))}
 
     assert found("dis") == of(states.DISABLED, states.LEAKED) | {"disco"}  # leaked: disabled too
     assert found("DISABLED") == of(states.DISABLED, states.LEAKED)
@@ -205,3 +205,23 @@ def test_keys_list_filter_finds_states_as_the_app_does(
     code, out, _ = run(capsys, sqlite_url, "keys", "list", "--all", "--filter", text, "--json")
     assert code == 0 and in_app
     assert {(k["owner"], k["name"]) for k in json.loads(out)} == in_app
+
+
+def test_a_state_word_finds_a_key_the_state_cell_shows_otherwise(
+    clocked_store: KeyStore, clock: FakeClock
+) -> None:
+    """A key rotated with a grace that also expires in 3 days shows '⚠ 3d left', yet 'grace'
+    finds it (its old secret still works), as 'soon' does; 'active' finds neither state."""
+    store = clocked_store
+    store.create_key("alice", "staging-b", ["project"], expires=timedelta(days=10))
+    store.rotate_key("alice", "staging-b", grace=timedelta(hours=1))
+    store.set_expiry("alice", "staging-b", timedelta(days=3))
+    store.create_key("alice", "plain", ["project"])
+    key = store.get_key("alice", "staging-b")
+    assert states.marker(key, clock.now) == ("⚠ 3d left", states.SOON_KIND)
+
+    def found(text: str) -> list[str]:
+        return [k.name for k in store.key_window(KeyQuery("alice", text), 0, 100)]
+
+    assert found("grace") == ["staging-b"] and found("soon") == ["staging-b"]
+    assert found("active") == ["plain"]

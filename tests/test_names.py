@@ -70,3 +70,15 @@ def test_shorten_keeps_both_ends_of_a_long_name() -> None:
     assert len(cut) == 25 and cut.startswith("production-") and cut.endswith("…ay-eu-west-1")
     assert shorten(one, 25) != shorten(two, 25)
     assert shorten("ci", 25) == "ci" and shorten(one, 1) == "…" and shorten(one, 0) == ""
+
+
+def test_counts_are_written_one_way_without_a_parenthesised_plural() -> None:
+    """counted says '1 key', '0 keys', '1,200 keys' and takes other nouns ('2 scopes')."""
+    from apikey_tui.names import counted
+
+    assert [counted(1), counted(0), counted(1200), counted(2, "scope")] == [
+        "1 key",
+        "0 keys",
+        "1,200 keys",
+        "2 scopes",
+    ]

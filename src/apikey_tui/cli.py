@@ -3,24 +3,32 @@
 from __future__ import annotations
 
 import argparse
-import errno
 import functools
-import io
-import json
 import math
 import os
 import re
 import sys
 from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
-# Only the standard library and two small modules at import time: `--help`, `--version` and
-# usage errors must cost about what starting Python costs. SQLAlchemy, SQLModel and Alembic are
-# imported by the commands that use a database, inside the functions below.
+# Only argparse, a few light standard modules and small modules of ours at import time:
+# `--help`, `--version` and usage errors must cost about what starting Python costs (not even
+# typing, json or shutil: tests/test_completion.py keeps the list). SQLAlchemy, SQLModel and
+# Alembic are imported by the commands that use a database, inside the functions below.
 from apikey_tui import __version__
 from apikey_tui.clock import system_clock
-from apikey_tui.command_help import finish
+from apikey_tui.command_help import HelpFormatter, finish
+from apikey_tui.command_output import (
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_USAGE,
+    OutputError,
+    drop_stdout,
+    emit,
+    flush_stdout,
+    stdout_failed,
+    write_result,
+)
 from apikey_tui.errors import (
     ApiKeyError,
     DatabaseUrlError,
@@ -30,9 +38,9 @@ from apikey_tui.errors import (
 from apikey_tui.integrations.serve_options import add_server_options, count, server_options
 from apikey_tui.lazy_commands import LazyCommands
 from apikey_tui.names import (
-    Expiry,
     check_expiry,
     check_owner,
+    counted,
     format_duration,
     format_moment,
     parse_duration,
@@ -41,12 +49,15 @@ from apikey_tui.names import (
 )
 from apikey_tui.prompts import confirmed
 
+# typing costs 3 ms to import, a fifth of starting Python: `--help` does without it.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from datetime import timedelta
+    from typing import Any, NoReturn, TextIO
 
+    from apikey_tui.names import Expiry
     from apikey_tui.store import CreatedKey, Deliver, KeyInfo, KeyStore
 
-EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a tool that the signal ended would report
 EVENTS_LIMIT_MAX = 10_000
 ONCE_WARNING = (
@@ -62,6 +73,8 @@ class _Parser(argparse.ArgumentParser):
     named_words: frozenset[str] | None = None  # see LazyCommands: None builds every subcommand
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # From the start, not only for --help: add_argument already asks for a formatter.
+        kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
         self.register("action", "parsers", LazyCommands)
         # Anything like '-5d' is a value, as '-5' already is: `--expires -5d` is then refused
@@ -152,7 +165,9 @@ def build_parser(words: Collection[str] | None = None) -> argparse.ArgumentParse
     _expires_option(create)
     create.set_defaults(run=_keys_create)
     listing = key_commands.add_parser("list", parents=[common], help="list keys (no secrets)")
-    listing.add_argument("--all", action="store_true", default=argparse.SUPPRESS)
+    listing.add_argument(
+        "--all", action="store_true", default=argparse.SUPPRESS, help="every owner's keys"
+    )
     listing.add_argument(
         "--filter",
         default="",
@@ -413,10 +428,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         code = _main(arguments)
-        _flush_stdout()  # a reader that went away shows here, not at interpreter exit
+        flush_stdout()  # a reader that went away shows here, not at interpreter exit
     except BrokenPipeError:
         # `keys list | head`: stop quietly.
-        _drop_stdout()
+        drop_stdout()
         return EXIT_BROKEN_PIPE
     except ApiKeyError as exc:  # may quote database content: shown escaped, never obeyed
         print(f"apikey-tui: {printable(str(exc))}", file=sys.stderr)
@@ -450,7 +465,7 @@ def _main(arguments: list[str]) -> int:
         from apikey_tui.completion import script
 
         text = script(build_parser(), args.shell)
-        return _emit(argparse.Namespace(), None, lambda out: print(text, end="", file=out))
+        return emit(argparse.Namespace(), None, lambda out: print(text, end="", file=out))
     if hasattr(args, "run_leaks"):  # scan and serve-leaks; `scan --offline` imports no SQLAlchemy
         return _run_leaks(args)
     from apikey_tui.config import (  # SQLAlchemy: see above
@@ -498,6 +513,8 @@ def _run_leaks(args: argparse.Namespace) -> int:
     run: Callable[..., int] = args.run_leaks
     try:
         return run(url, args, _open_store)
+    except OutputError:
+        raise  # stdout failed: exit 1 like every command (main), not a usage error
     except ApiKeyError as exc:  # a URL we cannot use, a database that cannot be asked: usage (2)
         print(f"apikey-tui: {printable(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
@@ -517,8 +534,10 @@ def _open_store(url: str, *, create: bool) -> KeyStore:
 
     parsed = parse_database_url(url)
     path = parsed.database
-    if create or parsed.get_backend_name() != "sqlite" or not path or path == ":memory:":
+    if parsed.get_backend_name() != "sqlite" or not path or path == ":memory:":
         return KeyStore.open(url)
+    if create:
+        return _create_or_open(url, path)
     if not os.path.exists(path):  # a mistyped path must not become a new, empty database
         raise StoreUnavailableError(
             f"no database at {path}; check the path, or create it with "
@@ -531,6 +550,32 @@ def _open_store(url: str, *, create: bool) -> KeyStore:
         engine.dispose()
         raise
     return KeyStore(engine)
+
+
+def _create_or_open(url: str, path: str) -> KeyStore:
+    """Open a SQLite database for a command that writes, creating it if it is missing.
+
+    A new database is said on stderr (a mistyped path must not pass unnoticed), and a missing
+    folder is created only for the default location: elsewhere it is most likely a typo.
+    """
+    from apikey_tui.config import default_database_path
+    from apikey_tui.store import KeyStore
+
+    where = os.path.abspath(path)
+    if os.path.exists(where):
+        return KeyStore.open(url)
+    folder = os.path.dirname(where)
+    if not os.path.isdir(folder) and where != str(default_database_path()):
+        raise StoreUnavailableError(
+            f"no folder {folder} for a new database at {where}; check the path, or create "
+            "the folder first"
+        )
+    store = KeyStore.open(url)
+    try:
+        print(f"apikey-tui: created a new database at {where}", file=sys.stderr, flush=True)
+    except OSError:  # a note nobody can read must not fail the command it precedes
+        pass
+    return store
 
 
 def _open_app(url: str, owner: str, *, all_owners: bool, create: bool) -> int:
@@ -551,65 +596,6 @@ def _open_app(url: str, owner: str, *, all_owners: bool, create: bool) -> int:
         store.close()
 
 
-class _OutputError(ApiKeyError):
-    """stdout could not be written (a full disk, /dev/full, stdout closed): one line, exit 1."""
-
-
-class _NoStdout(io.StringIO):
-    """Where output goes when the process has no stdout; anything written there is an error.
-    (Its own type: a StringIO that a caller set as sys.stdout is a stdout like any other.)"""
-
-
-def _write(args: argparse.Namespace, data: Any, human: Callable[[TextIO], None]) -> None:
-    """Write a command's result to stdout and flush it, so that a failure shows now (OSError)."""
-    # Started with stdout closed (`>&-`), Python has no sys.stdout: that matters only to a
-    # command with something to say there.
-    out: TextIO = sys.stdout if sys.stdout is not None else _NoStdout()
-    if getattr(args, "json", False):
-        json.dump(data, out, indent=2)
-        out.write("\n")
-    else:
-        human(out)
-    if isinstance(out, _NoStdout) and out.getvalue():
-        raise OSError(errno.EBADF, "stdout is closed")
-    out.flush()
-
-
-def _emit(args: argparse.Namespace, data: Any, human: Callable[[TextIO], None]) -> int:
-    try:
-        _write(args, data, human)
-    except BrokenPipeError:
-        raise  # a reader that went away: quiet (main)
-    except OSError as exc:
-        raise _stdout_failed(exc, "could not write to stdout") from None
-    return EXIT_OK
-
-
-def _flush_stdout() -> None:
-    try:
-        if sys.stdout is not None:
-            sys.stdout.flush()
-    except BrokenPipeError:
-        raise
-    except OSError as exc:
-        raise _stdout_failed(exc, "could not write to stdout") from None
-
-
-def _stdout_failed(exc: OSError, what: str, then: str = "") -> _OutputError:
-    """The one line for stdout that failed; stdout is dropped first (_drop_stdout)."""
-    _drop_stdout()
-    return _OutputError(f"{what} ({exc.strerror or exc}){then}")
-
-
-def _drop_stdout() -> None:
-    """Point stdout at devnull after it failed, so that the flush at exit cannot fail again
-    (as the Python docs advise for a broken pipe); what it still buffered is discarded."""
-    if sys.stdout is not None:  # else fd 1 may be a database socket by now: leave it
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-
-
 class _Delivery:
     """Writes a new key to stdout from inside the transaction that makes it (store.Deliver):
     a secret that could not be written is never stored, and says so in one line."""
@@ -620,10 +606,10 @@ class _Delivery:
     def __call__(self, created: CreatedKey) -> None:
         data = {"key": created.plaintext, **created.info.to_json()}
         try:
-            _write(self.args, data, lambda out: print(created.plaintext, file=out))
+            write_result(self.args, data, lambda out: print(created.plaintext, file=out))
         except OSError as exc:  # a closed pipe too: nobody received the key
             undone = f": {self.undone}"
-            raise _stdout_failed(exc, "could not write the key to stdout", undone) from None
+            raise stdout_failed(exc, "could not write the key to stdout", undone) from None
         self.done = True
 
     def run(self, make: Callable[[Deliver], CreatedKey]) -> CreatedKey:
@@ -631,7 +617,7 @@ class _Delivery:
         try:
             return make(self)
         except ApiKeyError as exc:
-            if not self.done or isinstance(exc, _OutputError):
+            if not self.done or isinstance(exc, OutputError):
                 raise
             # Written, then the commit failed: the secret on stdout belongs to no key.
             raise ApiKeyError(
@@ -733,7 +719,7 @@ def _keys_rotate(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
     if args.end_grace:
         info = store.end_grace(owner, args.name, expected_public_id=old.public_id)
         print(f"The old secret of {_whose(info)} stopped working.", file=sys.stderr)
-        return _emit(args, _key_json(info, store.clock()), lambda out: None)
+        return emit(args, _key_json(info, store.clock()), lambda out: None)
     created = _Delivery(args, f"key {args.name!r} is unchanged").run(
         lambda deliver: store.rotate_key(
             owner,
@@ -757,7 +743,7 @@ def _keys_set_expiry(store: KeyStore, args: argparse.Namespace, owner: str) -> i
     info = store.set_expiry(owner, args.name, args.when)
     when = f"expires at {_when(info.expires_at)}" if info.expires_at else "never expires"
     print(f"Key {info.name!r} of {printable(info.owner)} now {when}.", file=sys.stderr)
-    return _emit(args, _key_json(info, store.clock()), lambda out: None)
+    return emit(args, _key_json(info, store.clock()), lambda out: None)
 
 
 def _keys_disable(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
@@ -767,14 +753,14 @@ def _keys_disable(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
         "until it is enabled.",
         file=sys.stderr,
     )
-    return _emit(args, _key_json(info, store.clock()), lambda out: None)
+    return emit(args, _key_json(info, store.clock()), lambda out: None)
 
 
 def _keys_enable(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
     info = store.enable_key(owner, args.name)
     note = " It has expired, so services still refuse it." if info.expired(store.clock()) else ""
     print(f"Enabled key {info.name!r} of {printable(info.owner)}.{note}", file=sys.stderr)
-    return _emit(args, _key_json(info, store.clock()), lambda out: None)
+    return emit(args, _key_json(info, store.clock()), lambda out: None)
 
 
 def _keys_set_scopes(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
@@ -785,7 +771,7 @@ def _keys_set_scopes(store: KeyStore, args: argparse.Namespace, owner: str) -> i
         f"{', '.join(info.scopes)}.",
         file=sys.stderr,
     )
-    return _emit(args, _key_json(info, store.clock()), lambda out: None)
+    return emit(args, _key_json(info, store.clock()), lambda out: None)
 
 
 def _keys_list(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
@@ -798,9 +784,8 @@ def _keys_list(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
         unused_for=args.unused,
         violating_policy=args.violating_policy,
     )
-    if args.limit is not None and len(keys) > args.limit:
-        keys = keys[: args.limit]
-        print(f"Showing the first {args.limit} keys; more match.", file=sys.stderr)
+    more = args.limit is not None and len(keys) > args.limit
+    keys = keys[: args.limit] if more else keys
     if args.violating_policy and store.lifetime_policy() is None:
         print("No max-lifetime policy is set, so no key breaks it.", file=sys.stderr)
     # For cron: a filtered listing that finds nothing prints nothing (cron mails only output).
@@ -814,13 +799,16 @@ def _keys_list(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
         elif keys or not quiet:
             _print_keys(keys, out, with_owner=everyone, now=now)
 
-    return _emit(args, [_key_json(k, now) for k in keys], human)
+    done = emit(args, [_key_json(k, now) for k in keys], human)
+    if more:  # after the table (stdout is flushed): in a terminal it reads as a footnote
+        print(f"Showing the first {counted(args.limit)}; more match.", file=sys.stderr)
+    return done
 
 
 def _keys_show(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
     info = store.get_key(owner, args.name)
     now = store.clock()
-    return _emit(args, _key_json(info, now), lambda out: _print_key(info, out, now=now))
+    return emit(args, _key_json(info, now), lambda out: _print_key(info, out, now=now))
 
 
 def _print_key(info: KeyInfo, out: TextIO, *, now: datetime) -> None:
@@ -849,7 +837,7 @@ def _print_key(info: KeyInfo, out: TextIO, *, now: datetime) -> None:
 
 
 def _policy_show(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
-    return _emit(args, _policy_json(store.lifetime_policy()), _print_policy(store))
+    return emit(args, _policy_json(store.lifetime_policy()), _print_policy(store))
 
 
 def _policy_json(maximum: timedelta | None) -> dict[str, Any]:
@@ -892,7 +880,7 @@ def _policy_set(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
             _print_keys(violating, out, with_owner=True, now=now)
 
     data = {**_policy_json(args.value), "violating": [_key_json(k, now) for k in violating]}
-    return _emit(args, data, human)
+    return emit(args, data, human)
 
 
 def _usage(message: str) -> int:
@@ -910,12 +898,12 @@ def _keys_delete(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
     print(
         f"Deleted key {info.name!r} of {printable(info.owner)} ({info.public_id}).", file=sys.stderr
     )
-    return _emit(args, info.to_json(), lambda out: None)
+    return emit(args, info.to_json(), lambda out: None)
 
 
 def _scopes_list(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
     scopes = store.list_scopes()
-    return _emit(
+    return emit(
         args,
         [s.to_json() for s in scopes],
         lambda out: _print_rows(
@@ -927,19 +915,19 @@ def _scopes_list(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
 def _scopes_add(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
     scope = store.add_scope(args.name, args.description)
     print(f"Added scope {scope.name!r}.", file=sys.stderr)
-    return _emit(args, scope.to_json(), lambda out: None)
+    return emit(args, scope.to_json(), lambda out: None)
 
 
 def _scopes_describe(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
     scope = store.describe_scope(args.name, args.description)
     print(f"Described scope {scope.name!r}.", file=sys.stderr)
-    return _emit(args, scope.to_json(), lambda out: None)
+    return emit(args, scope.to_json(), lambda out: None)
 
 
 def _scopes_remove(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
     store.remove_scope(args.name)
     print(f"Removed scope {args.name!r}.", file=sys.stderr)
-    return _emit(args, {"removed": args.name}, lambda out: None)
+    return emit(args, {"removed": args.name}, lambda out: None)
 
 
 def _events(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
@@ -956,7 +944,7 @@ def _events(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
         for e in events
     ]
     header = ["WHEN (UTC)", "ACTION", "KEY/SCOPE", "PUBLIC ID", "BY", "DETAIL"]
-    return _emit(args, [e.to_json() for e in events], lambda out: _print_rows(header, rows, out))
+    return emit(args, [e.to_json() for e in events], lambda out: _print_rows(header, rows, out))
 
 
 SCHEMA_WITH_EXPIRY = 3  # the schema version that brought disable and expiry (release 0.3.0)
@@ -1000,7 +988,7 @@ def _db_upgrade(url: str, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     result = {"from_version": before, "to_version": after, "filter_index": searchable}
-    return _emit(args, result, lambda out: None)
+    return emit(args, result, lambda out: None)
 
 
 def _serve_auth(url: str, args: argparse.Namespace) -> int:
@@ -1086,7 +1074,7 @@ def _db_grant_verifier(url: str, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     data = {"role": args.role, "statements": statements, "applied": args.apply, "excess": excess}
-    return _emit(args, data, lambda out: print(*(f"{s};" for s in statements), sep="\n", file=out))
+    return emit(args, data, lambda out: print(*(f"{s};" for s in statements), sep="\n", file=out))
 
 
 def _print_keys(keys: list[KeyInfo], out: TextIO, *, with_owner: bool, now: datetime) -> None:
@@ -1108,7 +1096,7 @@ def _print_keys(keys: list[KeyInfo], out: TextIO, *, with_owner: bool, now: date
         table.Column("NAME", 12, shorten),  # both ends: long names differ at the end
         table.Column("PUBLIC ID", 9),
         table.Column("SCOPES", 6),
-        table.Column("STATE", 9),
+        table.Column("STATE", 10),  # never cut (≤ 10 cells), as the app never cuts it
         table.Column("EXPIRES (UTC)", 16),
         table.Column("CREATED (UTC)", 16),
         table.Column("LAST USED (UTC)", 16),
@@ -1134,8 +1122,9 @@ def _print_keys(keys: list[KeyInfo], out: TextIO, *, with_owner: bool, now: date
         _print_rows([c.header for c in columns], rows, out)
         return
     at = {c.header: i for i, c in enumerate(columns)}
-    # Cut first what tells keys apart least; then drop whole columns, least needed first.
-    shrink = [at[h] for h in ("SCOPES", "PUBLIC ID", "STATE", "OWNER", "NAME") if h in at]
+    # Cut first what tells keys apart least; then drop whole columns, least needed first. The
+    # state is what a glance is for: it is never cut ('⚠ 20h le…' said less than a column less).
+    shrink = [at[h] for h in ("SCOPES", "PUBLIC ID", "OWNER", "NAME") if h in at]
     drop = [at[h] for h in ("CREATED (UTC)", "LAST USED (UTC)", "SCOPES", "PUBLIC ID")]
     colours = None
     if table.colour_wanted(out):

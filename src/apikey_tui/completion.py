@@ -110,13 +110,15 @@ def _bash(commands: dict[str, _Command], valued: set[str]) -> str:
 _BASH_FUNCTION = """\
 _apikey_tui() {
     local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}"
-    local path="apikey-tui" word i skip=0
+    local path="apikey-tui" word i skip=0 npos=0
     for ((i = 1; i < COMP_CWORD; i++)); do
         word="${COMP_WORDS[i]}"
         if ((skip)); then skip=0; continue; fi
         if [[ -n "${_apikey_tui_valued[$word]-}" ]]; then skip=1; continue; fi
         if [[ $word != -* && " ${_apikey_tui_subs[$path]-} " == *" $word "* ]]; then
-            path="$path $word"
+            path="$path $word"; npos=0
+        elif [[ $word != -* ]]; then
+            ((npos++))  # a positional already typed: its choices are not offered again
         fi
     done
     COMPREPLY=()
@@ -128,7 +130,8 @@ _apikey_tui() {
     if [[ $cur == -* ]]; then
         COMPREPLY=($(compgen -W "${_apikey_tui_options[$path]-}" -- "$cur"))
     else
-        local words="${_apikey_tui_subs[$path]-} ${_apikey_tui_positional[$path]-}"
+        local words="${_apikey_tui_subs[$path]-}"
+        ((npos == 0)) && words="$words ${_apikey_tui_positional[$path]-}"
         COMPREPLY=($(compgen -W "$words" -- "$cur"))
     fi
     return 0
@@ -170,14 +173,16 @@ def _zsh(commands: dict[str, _Command], valued: set[str]) -> str:
 
 _ZSH_FUNCTION = """\
 _apikey_tui() {
-  local cmdpath="apikey-tui" word i skip=0
+  local cmdpath="apikey-tui" word i skip=0 npos=0
   local -a entries
   for (( i = 2; i < CURRENT; i++ )); do
     word=${words[i]}
     if (( skip )); then skip=0; continue; fi
     if (( ${+_apikey_tui_valued[$word]} )); then skip=1; continue; fi
     if [[ $word != -* ]] && (( ${${(s: :)_apikey_tui_names[$cmdpath]:-}[(Ie)$word]} )); then
-      cmdpath="$cmdpath $word"
+      cmdpath="$cmdpath $word"; npos=0
+    elif [[ $word != -* ]]; then
+      (( npos++ ))  # a positional already typed: its choices are not offered again
     fi
   done
   if (( skip )); then
@@ -191,7 +196,7 @@ _apikey_tui() {
   elif [[ -n ${_apikey_tui_subs[$cmdpath]:-} ]]; then
     entries=( ${(f)_apikey_tui_subs[$cmdpath]} )
     _describe -t commands command entries
-  elif [[ -n ${_apikey_tui_positional[$cmdpath]:-} ]]; then
+  elif (( npos == 0 )) && [[ -n ${_apikey_tui_positional[$cmdpath]:-} ]]; then
     compadd -- ${=_apikey_tui_positional[$cmdpath]}
   else
     _files
@@ -217,8 +222,9 @@ def _fish(commands: dict[str, _Command], valued: set[str]) -> str:
         at = f"-n {_q(f'__apikey_tui_at {_q(path)}')}"
         for name, text in command.subs.items():
             lines.append(f"complete -c apikey-tui {at} -f -a {_q(name)} -d {_q(text)}")
-        if command.positional:
-            lines.append(f"complete -c apikey-tui {at} -f -a {_q(' '.join(command.positional))}")
+        if command.positional:  # only while no positional is typed yet
+            first = f"-n {_q(f'__apikey_tui_at_first {_q(path)}')}"
+            lines.append(f"complete -c apikey-tui {first} -f -a {_q(' '.join(command.positional))}")
         for flag, text in command.options.items():
             spec = f"-l {_q(flag[2:])}" if flag.startswith("--") else f"-s {_q(flag[1:])}"
             if flag in command.choices:
@@ -233,6 +239,7 @@ _FISH_FUNCTIONS = """\
 function __apikey_tui_path
     set -l path apikey-tui
     set -l skip 0
+    set -g __apikey_tui_npos 0  # positionals typed after the command (read by _at_first)
     for word in (commandline -opc)[2..]
         if test $skip = 1
             set skip 0
@@ -247,10 +254,16 @@ function __apikey_tui_path
         end
         if contains -- "$path $word" $__apikey_tui_paths
             set path "$path $word"
+            set -g __apikey_tui_npos 0
+        else
+            set -g __apikey_tui_npos (math $__apikey_tui_npos + 1)
         end
     end
     echo $path
 end
 function __apikey_tui_at
     test (__apikey_tui_path) = "$argv[1]"
+end
+function __apikey_tui_at_first
+    __apikey_tui_at $argv[1]; and test $__apikey_tui_npos = 0
 end"""

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from http import HTTPStatus
-
 
 class ApiKeyError(Exception):
     """Base of every error this package raises on purpose; its message is one line for humans."""
@@ -142,6 +139,10 @@ class AuthError(ApiKeyError):
 
     def response(self, realm: str) -> tuple[int, list[tuple[str, str]], bytes]:
         """Status, headers (content length included) and body, ready for any framework."""
+        # Imported here, not at the top: the CLI's `--help` loads this module, and json
+        # and http cost it a tenth of starting Python. After the first call, a dict lookup.
+        import json
+
         body = json.dumps(self.problem()).encode()
         return self.status, [*self.http_headers(realm), ("content-length", str(len(body)))], body
 
@@ -252,6 +253,8 @@ class LeakRequestError(AuthError):
     ) -> None:
         super().__init__(detail)
         self.status = status
+        from http import HTTPStatus  # see response()
+
         self.title = HTTPStatus(status).phrase
         self.extra_headers = headers
 

@@ -3,22 +3,22 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TextIO
 
 # Standard library and the names module only at import time (the CLI builds every parser).
+from apikey_tui.command_output import EXIT_REFUSED, emit
 from apikey_tui.errors import InvalidInputError
-from apikey_tui.names import format_duration, parse_duration, printable
+from apikey_tui.names import counted, format_duration, parse_duration, printable
 from apikey_tui.sparklines import sparkline
 
+TYPE_CHECKING = False  # typing costs the CLI's `--help` 3 ms: see cli.py
 if TYPE_CHECKING:
+    from typing import Any, TextIO
+
     from apikey_tui.store import KeyStore
     from apikey_tui.store.rightsizing import Rightsizing
     from apikey_tui.store.usage import KeyUsage
-
-EXIT_OK, EXIT_REFUSED = 0, 1
 
 
 def _span(text: str) -> timedelta:
@@ -96,23 +96,10 @@ def add_commands(keys: Any, db: Any, common: argparse.ArgumentParser) -> None:
     compact.set_defaults(run_db=run_compact)
 
 
-def _out() -> TextIO:
-    return sys.stdout
-
-
-def _json(data: Any) -> None:
-    json.dump(data, _out(), indent=2)
-    _out().write("\n")
-
-
 def run_usage(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
     """`keys usage NAME`: the key's use in the window."""
     report = store.key_usage(owner, args.name, args.since)
-    if getattr(args, "json", False):
-        _json(report.to_json())
-    else:
-        _print_usage(report, _out())
-    return EXIT_OK
+    return emit(args, report.to_json(), lambda out: _print_usage(report, out))
 
 
 def _print_usage(report: KeyUsage, out: TextIO) -> None:
@@ -150,23 +137,18 @@ def run_rightsize(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
             f"{printable(p.info.owner)}/{printable(p.info.name)} (drop {' '.join(p.drop)})"
             for p in found.proposals
         )
-        if not confirmed(f"Narrow {len(found.proposals)} key(s): {names}?", assume_yes=args.yes):
+        if not confirmed(f"Narrow {counted(len(found.proposals))}: {names}?", assume_yes=args.yes):
             print("Cancelled: nothing was done.", file=sys.stderr)  # the CLI's one wording
             return EXIT_REFUSED
         for proposal in found.proposals:
             store.apply_proposal(proposal, args.window)
         applied = True
-    if getattr(args, "json", False):
-        _json(
-            {
-                "proposals": [p.to_json() for p in found.proposals],
-                "refused": [r.to_json() for r in found.refused],
-                "applied": applied,
-            }
-        )
-    else:
-        _print_rightsize(found, args.window, applied, _out())
-    return EXIT_OK
+    data = {
+        "proposals": [p.to_json() for p in found.proposals],
+        "refused": [r.to_json() for r in found.refused],
+        "applied": applied,
+    }
+    return emit(args, data, lambda out: _print_rightsize(found, args.window, applied, out))
 
 
 def _print_rightsize(found: Rightsizing, window: timedelta, applied: bool, out: TextIO) -> None:
@@ -205,12 +187,13 @@ def run_compact(url: str, args: argparse.Namespace) -> int:
         "expired": done.expired,
         "retention": format_duration(args.retention),
     }
-    if getattr(args, "json", False):
-        _json(data)
-    elif done.into_hours or done.into_days or done.expired:
-        print(
-            f"Compacted usage: {done.into_hours} minute rows into hours, {done.into_days} into "
-            f"days; {done.expired} rows past {data['retention']} deleted.",
-            file=_out(),
-        )
-    return EXIT_OK
+
+    def human(out: TextIO) -> None:
+        if done.into_hours or done.into_days or done.expired:  # silent when nothing was due
+            print(
+                f"Compacted usage: {done.into_hours} minute rows into hours, {done.into_days} "
+                f"into days; {done.expired} rows past {data['retention']} deleted.",
+                file=out,
+            )
+
+    return emit(args, data, human)

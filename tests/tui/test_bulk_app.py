@@ -16,7 +16,8 @@ from apikey_tui.tui.app import ApiKeysApp
 from apikey_tui.tui.dialogs.ask_value import AskValueDialog
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.key_table import MARK, KeyTable
-from apikey_tui.tui.keys_screen import KeysScreen, named
+from apikey_tui.tui.key_writes import named
+from apikey_tui.tui.keys_screen import KeysScreen
 from tests.conftest import FakeClock
 from tests.tui.conftest import Toasts, make_app
 from tests.tui.test_app import settle
@@ -84,7 +85,8 @@ async def test_bulk_disable_of_three_then_undo(five: KeyStore) -> None:
         assert disabled == {"ci-deploy", "model-client", "search-indexer"}
         batches = {batch_of(e.detail) for e in five.events(3)}
         assert len(batches) == 1 and None not in batches
-        assert "marked" not in status(pilot) and "u: undo" in status(pilot)
+        assert "marked" not in status(pilot)
+        assert status(pilot).startswith("u: undo disable of 3 keys · 5 keys")
         assert toasts.messages[-1] == (
             "Disabled 3 keys: ci-deploy, model-client and search-indexer. Press u to undo."
         )
@@ -93,12 +95,14 @@ async def test_bulk_disable_of_three_then_undo(five: KeyStore) -> None:
         snapshot(app, "bulk_disabled_80x24")
         await pilot.press("u")
         assert isinstance(app.screen, ConfirmDialog)
+        title = str(app.screen.query_one(".dialog-title", Static).render())
+        assert title == "Undo the disable of 3 keys?"
         await pilot.press("y")
         await settle(pilot)
         assert not any(k.disabled for k in five.list_keys("alice"))
         assert [e.action for e in five.events(3)] == ["key.restore"] * 3
         assert "u: undo" not in status(pilot)
-        assert toasts.messages[-1].startswith("Undid the disable of ci-deploy, model-client")
+        assert toasts.messages[-1] == "Undid the disable of 3 keys."
         toasts.clear(app)
         await pilot.pause()
         snapshot(app, "bulk_undone_80x24")

@@ -204,3 +204,72 @@ def test_typing_right_after_slash_goes_into_the_filter(tmux_app: tuple[Tmux, str
     tmux.run("send-keys", "-t", "e2e", "/dis")  # one write: the keys arrive together
     screen = tmux.wait_for(lambda s: "1 key" in s or "Delete key" in s, "the filter or a dialog")
     assert "Delete key" not in screen and " ci-deploy " in screen and " reports " not in screen
+
+
+def test_a_name_typed_in_the_burst_that_opens_the_dialog_is_kept(
+    tmux_app: tuple[Tmux, str],
+) -> None:
+    """'nburst-key' in one write opens the create dialog with the name 'burst-key' typed in:
+    no key of the burst is lost before the dialog's field has the focus."""
+    tmux, _ = tmux_app
+    tmux.wait_for(lambda s: "No API keys for alice yet" in s, "the empty table")
+    tmux.run("send-keys", "-t", "e2e", "nburst-key")  # one write: the keys arrive together
+    screen = tmux.wait_for(lambda s: "burst-key" in s, "the name in the dialog", timeout=10)
+    assert "New API key" in screen
+    assert any("Name:" in line and "burst-key" in line for line in screen.splitlines())
+
+
+def test_keys_that_open_dialogs_are_text_in_the_filter(tmux_app: tuple[Tmux, str]) -> None:
+    """In the filter, 'n', 'x', 'o' and ':' (which open dialogs at once in the table) are text:
+    '/nxo:' in one write filters by 'nxo:' and opens nothing."""
+    tmux, _ = tmux_app
+    tmux.wait_for(lambda s: "No API keys for alice yet" in s, "the empty table")
+    tmux.run("send-keys", "-t", "e2e", "/nxo:")
+    screen = tmux.wait_for(lambda s: "nxo:" in s, "the typed filter", timeout=10)
+    assert "New API key" not in screen and "Switch owner" not in screen
+
+
+@pytest.mark.parametrize(
+    "burst", [["d", "Enter"], ["-l", "dy"], ["r", "Enter"]], ids=["d-enter", "dy", "r-enter"]
+)
+def test_keys_typed_with_the_one_that_asks_never_answer_the_confirmation(
+    tmux_app: tuple[Tmux, str], burst: list[str]
+) -> None:
+    """'d' and Enter (or 'y', or 'r' and Enter) in one write open the confirmation and leave it
+    open: a key typed before the question was on screen never answers it."""
+    tmux, url = tmux_app
+    store = KeyStore.open(url)
+    before = store.create_key("alice", "victim", ["project"]).info
+    store.close()
+    tmux.send("F5")
+    tmux.wait_for(lambda s: " victim " in s, "the key")
+    tmux.run("send-keys", "-t", "e2e", *burst)  # one write: the keys arrive together
+    screen = tmux.wait_for(lambda s: "key 'victim' of alice?" in s, "the confirmation")
+    time.sleep(0.5)  # had the burst answered it, the dialog would be gone by now
+    assert "key 'victim' of alice?" in tmux.screen(), screen
+    tmux.send("Escape")
+    store = KeyStore.open(url)
+    try:
+        assert store.get_key("alice", "victim").public_id == before.public_id
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    ("view", "burst", "landed"),
+    [("c", ":ev", "ev"), ("U", ":sc", "sc"), ("a", "/web", "web")],
+    ids=["catalog-jump", "usage-jump", "trail-filter"],
+)
+def test_text_typed_right_after_colon_or_slash_lands_in_every_view(
+    tmux_app: tuple[Tmux, str], view: str, burst: str, landed: str
+) -> None:
+    """In the scope catalog, the Usage view and the audit trail, ':ev' or '/web' in one write
+    puts the letters in the prompt or filter that ':' or '/' opens (none is lost)."""
+    tmux, _ = tmux_app
+    tmux.wait_for(lambda s: "No API keys for alice yet" in s, "the empty table")
+    tmux.send(view)
+    time.sleep(1.0)  # the view is on screen
+    tmux.run("send-keys", "-t", "e2e", "-l", burst)
+    screen = tmux.wait_for(lambda s: f"▊  {landed}" in s or f"{landed}▏" in s or f" {landed} " in s,
+                           f"{landed!r} in the field", timeout=10)  # fmt: skip
+    assert landed in screen

@@ -133,6 +133,74 @@ async def test_edit_scopes_confirms_naming_the_key_and_records_it(tui_store: Key
         ]
 
 
+async def change_scopes_to_project_and_serving(pilot: Pilot[Any]) -> None:
+    """In an open key detail: e, add serving, Save, and yes."""
+    await pilot.press("e")
+    pilot.app.screen.query_one("#scopes", ScopePicker).select("serving")
+    await pilot.pause()
+    await pilot.click("#save")
+    assert isinstance(pilot.app.screen, ConfirmDialog)
+    await pilot.press("y")
+    await settle(pilot)
+
+
+async def test_a_scope_edit_in_the_detail_is_undone_with_u(tui_store: KeyStore) -> None:
+    """After e changes a key's scopes, the notice and status offer u; u in the detail asks,
+    then puts back exactly the scopes the key had, audited as key.restore."""
+    tui_store.create_key("alice", "ci-deploy", ["project"])
+    app = make_app(tui_store)
+    toasts = Toasts()
+    async with app.run_test(size=SIZE, message_hook=toasts.hook) as pilot:
+        await open_detail(pilot)
+        await change_scopes_to_project_and_serving(pilot)
+        assert tui_store.get_key("alice", "ci-deploy").scopes == ("project", "serving")
+        assert toasts.messages[-1] == (
+            "Key 'ci-deploy' of alice now has: project serving. Press u to undo."
+        )
+        assert isinstance(app.screen, KeyDetailScreen)
+        assert shown(app, "#status").startswith("u undo scopes change of ci-deploy of alice · ")
+        await pilot.press("u")
+        assert isinstance(app.screen, ConfirmDialog)
+        body = str(app.screen.query_one(".dialog-body", Static).render())
+        assert body.startswith(
+            "Key 'ci-deploy' of alice: its scopes go back to project (now project serving)."
+        )
+        await pilot.press("y")
+        await settle(pilot)
+        assert tui_store.get_key("alice", "ci-deploy").scopes == ("project",)
+        assert tui_store.events(1)[0].action == "key.restore"
+        assert isinstance(app.screen, KeyDetailScreen)
+        assert "u undo" not in shown(app, "#status")
+
+
+async def test_a_write_in_another_view_ends_the_offer_of_undo(tui_store: KeyStore) -> None:
+    """A scope edit's undo is offered only until the next change: after a scope is added in
+    the catalog view, u in the key table has nothing to undo and the key keeps its scopes."""
+    tui_store.create_key("alice", "ci-deploy", ["project"])
+    app = make_app(tui_store)
+    toasts = Toasts()
+    async with app.run_test(size=SIZE, message_hook=toasts.hook) as pilot:
+        await open_detail(pilot)
+        await change_scopes_to_project_and_serving(pilot)
+        await pilot.press("escape")
+        await settle(pilot)
+        assert "u: undo" in shown(app, "#status")  # offered in the table too
+        await open_catalog(pilot)
+        await pilot.press("n")
+        assert isinstance(app.screen, ScopeFormDialog)
+        app.screen.query_one("#scope-name", Input).value = "billing"
+        await pilot.pause()
+        await pilot.click("#save")
+        await settle(pilot)
+        await pilot.press("escape")
+        await settle(pilot)
+        assert isinstance(app.screen, KeysScreen)
+        await pilot.press("u")
+        await settle(pilot)
+        assert toasts.messages[-1].startswith("Nothing to undo")
+        assert tui_store.get_key("alice", "ci-deploy").scopes == ("project", "serving")
+
+
 async def test_edit_scopes_cancel_changes_nothing(tui_store: KeyStore) -> None:
     """Escape in the scopes dialog, or Cancel in the confirmation, writes nothing."""
     tui_store.create_key("alice", "ci-deploy", ["project"])
@@ -486,3 +554,30 @@ async def test_the_owner_switch_lists_owners_with_counts_and_names_a_typo(
         await pilot.press("enter")
         await settle(pilot)
         assert "this database has no key of that owner" in shown(app, "#empty")
+
+
+async def test_enter_in_the_owner_switch_takes_the_one_owner_that_matches(
+    tui_store: KeyStore,
+) -> None:
+    """'ali' then Enter shows alice (the one owner that matches, as fzf does), and the note
+    says so; the Show owner button takes 'ali' as typed, a new owner."""
+    tui_store.create_key("alice", "ci-deploy", ["project"])
+    tui_store.create_key("bob", "reports", ["project"])
+    app = make_app(tui_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("o")
+        await settle(pilot)
+        app.screen.query_one("#owner", Input).value = "ali"
+        await pilot.pause()
+        assert "Enter shows alice, the one owner that matches" in shown(app, "#owner-note")
+        await pilot.press("enter")
+        await settle(pilot)
+        assert app.owner == "alice" and isinstance(app.screen, KeysScreen)
+        await pilot.press("o")
+        await settle(pilot)
+        app.screen.query_one("#owner", Input).value = "ali"
+        await pilot.pause()
+        await pilot.click("#show")
+        await settle(pilot)
+        assert app.owner == "ali"

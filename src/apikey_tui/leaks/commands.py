@@ -3,22 +3,24 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
 
 # Standard library only at import time: the CLI builds every parser for `--help` and usage
 # errors, which must stay as cheap as starting Python.
+from apikey_tui.command_output import EXIT_OK, EXIT_USAGE, emit
 from apikey_tui.integrations.serve_options import add_server_options, count, server_options
 from apikey_tui.names import printable
 
+TYPE_CHECKING = False  # typing costs the CLI's `--help` 3 ms: see cli.py
 if TYPE_CHECKING:
+    from typing import Any, TextIO
+
     from apikey_tui.leaks.scan import Found, ScanError
     from apikey_tui.leaks.verdicts import Verdict
     from apikey_tui.store import KeyStore
 
-EXIT_OK, EXIT_FOUND, EXIT_USAGE = 0, 1, 2
+EXIT_FOUND = 1  # a live key was found (scan, like grep's 'matched')
 OpenStore = Callable[..., "KeyStore"]  # cli._open_store(url, create=...)
 
 
@@ -182,12 +184,12 @@ def _report(args: argparse.Namespace, found: list[Found], store: KeyStore | None
             }
         )
     live = [row for row in rows if row["state"] in ("live", "well-formed")]
-    if getattr(args, "json", False):
-        json.dump(rows, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
+
+    def human(out: TextIO) -> None:
         for row in rows:
-            print(_line(row), file=sys.stdout)
+            print(_line(row), file=out)
+
+    emit(args, rows, human)
     keys = len({row["token_sha256"] for row in live})
     some = "1 API key" if keys == 1 else f"{keys} API keys"
     if store is None:

@@ -8,18 +8,23 @@ batch touched reaches the change log in the same transaction (through `audit.rec
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from sqlmodel import Session
 
 from apikey_tui.errors import InvalidInputError, KeyStateError
-from apikey_tui.names import Expiry, check_reason
-from apikey_tui.store import audit, lifecycle
+from apikey_tui.names import check_reason
+from apikey_tui.store import audit, catalog, lifecycle
 from apikey_tui.store.context import StoreContext
 from apikey_tui.store.records import key_row, read_info
 from apikey_tui.store.types import CreatedKey, KeyInfo
+
+if TYPE_CHECKING:
+    from apikey_tui.db import Conflicts
+    from apikey_tui.names import Expiry
 
 BULK_MAX = 1000  # keys one batch may touch: one transaction holds every row's lock
 
@@ -43,7 +48,13 @@ class Batch:
 Step = Callable[[Session, KeyInfo, str | None], KeyInfo]
 
 
-def _run(ctx: StoreContext, action: str, keys: Sequence[KeyInfo], step: Step) -> Batch:
+def _run(
+    ctx: StoreContext,
+    action: str,
+    keys: Sequence[KeyInfo],
+    step: Step,
+    conflicts: Conflicts | None = None,
+) -> Batch:
     """Run step on every key in one write transaction, under one new batch id.
 
     Each key's before is read in the transaction, under its row lock, so an undo restores what
@@ -59,7 +70,7 @@ def _run(ctx: StoreContext, action: str, keys: Sequence[KeyInfo], step: Step) ->
     batch = audit.new_batch() if len(keys) > 1 else None
     before: list[KeyInfo] = []
     after: list[KeyInfo] = []
-    with ctx.session(write=True) as session:
+    with ctx.session(write=True, conflicts=conflicts) as session:
         for key in keys:
             row = key_row(session, key.owner, key.name, lock=True, expected_public_id=key.public_id)
             before.append(read_info(session, row, ctx.clock()))
@@ -96,6 +107,18 @@ def set_expiry(ctx: StoreContext, keys: Sequence[KeyInfo], expires: Expiry) -> B
         "set expiry",
         keys,
         lambda s, k, b: lifecycle.set_expiry_in(ctx, s, k.owner, k.name, expires, k.public_id, b),
+    )
+
+
+def set_scopes(ctx: StoreContext, keys: Sequence[KeyInfo], scopes: Iterable[str]) -> Batch:
+    """Give every key exactly these scopes (each must be in the catalog)."""
+    wanted = catalog.wanted_scopes(scopes)
+    return _run(
+        ctx,
+        "set scopes",
+        keys,
+        lambda s, k, b: lifecycle.set_scopes_in(ctx, s, k.owner, k.name, wanted, k.public_id, b),
+        lifecycle.scope_conflicts(ctx, wanted),
     )
 
 
@@ -182,6 +205,12 @@ def restore(ctx: StoreContext, done: Batch) -> Batch:
         row.disabled_at, row.disabled_reason = key.disabled_at, key.disabled_reason
         session.add(row)
         if now.scopes != key.scopes:  # a disable, enable or expiry left them as they were
+            gone = set(key.scopes) - set(catalog.names_in(session))
+            if gone:
+                raise KeyStateError(
+                    f"scope {', '.join(sorted(gone))} left the catalog after the "
+                    f"{done.action}; nothing was undone"
+                )
             lifecycle.replace_scopes(session, row, key.scopes)
         session.flush()
         info = read_info(session, row, ctx.clock())
@@ -190,4 +219,5 @@ def restore(ctx: StoreContext, done: Batch) -> Batch:
         audit.record(ctx, session, "key.restore", info, detail=detail, batch=batch)
         return info
 
-    return _run(ctx, "undo", done.before, step)
+    restored = tuple({s for k in done.before for s in k.scopes})
+    return _run(ctx, "undo", done.before, step, lifecycle.scope_conflicts(ctx, restored))

@@ -109,9 +109,14 @@ def wanted_scopes(scopes: Iterable[str]) -> tuple[str, ...]:
     return wanted
 
 
+def names_in(session: Session) -> list[str]:
+    """The catalog's scope names, sorted, read in the caller's transaction."""
+    return list(session.exec(select(ScopeRow.name).order_by(ScopeRow.name)))
+
+
 def check_catalog(session: Session, wanted: tuple[str, ...]) -> None:
     """Refuse scopes that are not in the catalog, naming those that are."""
-    known = list(session.exec(select(ScopeRow.name).order_by(ScopeRow.name)))
+    known = names_in(session)
     unknown = [s for s in wanted if s not in known]
     if unknown:
         raise UnknownScopeError(unknown, known)

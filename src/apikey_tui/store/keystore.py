@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from apikey_tui.clock import Clock, system_clock
 from apikey_tui.db import ensure_schema, make_engine
 from apikey_tui.hashing import SecretHasher
-from apikey_tui.names import Expiry, format_duration
+from apikey_tui.names import format_duration
 from apikey_tui.store import (
     audit,
     bulk,
@@ -43,6 +44,9 @@ from apikey_tui.store.types import (
 )
 from apikey_tui.store.usage import KeyUsage, UsageOverview
 from apikey_tui.store.usage_compaction import DEFAULT_RETENTION, Compaction
+
+if TYPE_CHECKING:
+    from apikey_tui.names import Expiry
 
 
 class KeyStore(CredentialReads):
@@ -203,6 +207,10 @@ class KeyStore(CredentialReads):
         """Set every key's expiry, each held to the policy; one refusal refuses all."""
         return bulk.set_expiry(self, keys, expires)
 
+    def set_scopes_of_keys(self, keys: Sequence[KeyInfo], scopes: Iterable[str]) -> Batch:
+        """Give every key exactly these scopes; refused whole if one changed meanwhile."""
+        return bulk.set_scopes(self, keys, scopes)
+
     def end_grace_of_keys(self, keys: Sequence[KeyInfo]) -> Batch:
         """End every key's grace; refused whole if one has no previous secret in grace."""
         return bulk.end_grace(self, keys)
@@ -216,7 +224,7 @@ class KeyStore(CredentialReads):
         return bulk.rotate(self, keys, grace)
 
     def undo(self, done: Batch) -> Batch:
-        """Restore each key of a disable, enable or expiry batch exactly (`bulk.restore`)."""
+        """Restore each key of a disable, enable, expiry or scopes batch (`bulk.restore`)."""
         return bulk.restore(self, done)
 
     # --- keys: reads ---------------------------------------------------------------------------

@@ -9,16 +9,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from sqlmodel import Session, col, delete
 
 from apikey_tui import keyformat
-from apikey_tui.db import FOREIGN_KEY, UNIQUE
+from apikey_tui.db import FOREIGN_KEY, UNIQUE, Conflicts
 from apikey_tui.db.models import KeyRow, KeyScopeRow
 from apikey_tui.errors import DuplicateKeyNameError, InvalidInputError, KeyStateError
 from apikey_tui.hashing import fingerprint
 from apikey_tui.names import (
-    Expiry,
     check_key_name,
     check_owner,
     check_reason,
@@ -29,6 +29,9 @@ from apikey_tui.store import audit, catalog, policy
 from apikey_tui.store.context import StoreContext
 from apikey_tui.store.records import in_grace, key_info, key_row, read_info
 from apikey_tui.store.types import LEAK_REASON, CreatedKey, KeyInfo
+
+if TYPE_CHECKING:
+    from apikey_tui.names import Expiry
 
 Deliver = Callable[[CreatedKey], None]
 """Hands a new key's secret over (the CLI writes it to stdout) inside the transaction that makes
@@ -367,14 +370,33 @@ def set_key_scopes(
 ) -> KeyInfo:
     """Replace the scopes a key holds; verifiers see the change like a deletion."""
     wanted = catalog.wanted_scopes(scopes)
-    conflicts = {FOREIGN_KEY: lambda: catalog.removed_meanwhile(ctx, wanted)}
-    with ctx.session(write=True, conflicts=conflicts) as session:
-        row = key_row(session, owner, name, lock=True, expected_public_id=expected_public_id)
-        catalog.check_catalog(session, wanted)
-        replace_scopes(session, row, wanted)
-        info = key_info(row, wanted, ctx.clock())
-        audit.record(ctx, session, "key.rescope", info, detail=f"scopes: {' '.join(wanted)}")
+    with ctx.session(write=True, conflicts=scope_conflicts(ctx, wanted)) as session:
+        info = set_scopes_in(ctx, session, owner, name, wanted, expected_public_id)
         session.commit()
+    return info
+
+
+def scope_conflicts(ctx: StoreContext, wanted: tuple[str, ...]) -> Conflicts:
+    """A scope checked in the catalog and removed from it before the commit: said as such."""
+    return {FOREIGN_KEY: lambda: catalog.removed_meanwhile(ctx, wanted)}
+
+
+def set_scopes_in(
+    ctx: StoreContext,
+    session: Session,
+    owner: str,
+    name: str,
+    wanted: tuple[str, ...],
+    expected_public_id: str | None,
+    batch: str | None = None,
+) -> KeyInfo:
+    """set_key_scopes's work inside session's transaction (wanted: checked; the caller commits)."""
+    row = key_row(session, owner, name, lock=True, expected_public_id=expected_public_id)
+    catalog.check_catalog(session, wanted)
+    replace_scopes(session, row, wanted)
+    info = key_info(row, wanted, ctx.clock())
+    detail = f"scopes: {' '.join(wanted)}"
+    audit.record(ctx, session, "key.rescope", info, detail=detail, batch=batch)
     return info
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col
@@ -12,7 +13,6 @@ from apikey_tui.errors import DatabaseCorruptError, InvalidInputError, LifetimeP
 from apikey_tui.names import (
     DURATION_MAX,
     NEVER,
-    Expiry,
     check_span,
     expiry_moment,
     format_duration,
@@ -21,6 +21,9 @@ from apikey_tui.names import (
 )
 from apikey_tui.store import audit
 from apikey_tui.store.context import StoreContext
+
+if TYPE_CHECKING:
+    from apikey_tui.names import Expiry
 
 POLICY_KEY = "max_lifetime_seconds"  # the lifetime policy's row in apikey_tui_meta
 

@@ -7,7 +7,8 @@ last use, else from the creation or last rotation.
 The same rules are written once more, in SQL, beside their Python (`urgency_sql`, `kind_sql`):
 the table sorts by urgency and the filter finds a state in the database, on SQLite and
 PostgreSQL, with the store clock's now as a bound parameter. A test holds the two equal at every
-boundary.
+boundary. The State cell shows one state, the most urgent; the filter finds every key a state
+word holds for (`facts`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, case, func, literal
+from sqlalchemy import and_, case, func, literal, or_
 from sqlalchemy.sql.elements import ColumnElement
 
 from apikey_tui.store.records import KEY_TABLE
@@ -67,26 +68,39 @@ def span(delta: timedelta) -> str:
     raise AssertionError("unreachable: the last unit holds every span")
 
 
-def marker(key: KeyInfo, now: datetime) -> tuple[str, str]:
-    """(text, kind) of the table's State cell: the state that matters most, in ≤ 10 cells.
+def facts(key: KeyInfo, now: datetime) -> list[str]:
+    """Every kind that holds for the key at now, in the State cell's order ([ACTIVE]: none).
 
-    leaked (disabled because it leaked: KeyInfo.leaked), then disabled, then expired, then
-    '⚠ 3d left', then '↻ grace' (an old secret still works), then 'unused', else 'active'.
+    leaked (disabled because it leaked: KeyInfo.leaked), disabled, expired, expiring soon, in
+    grace (an old secret still works), unused. A key can be several at once: rotated and
+    expiring soon, disabled and unused. The State cell shows the first (`marker`); the filter's
+    words find a key by any of them (`/grace` finds a rotated key that shows '⚠ 3d left').
     """
-    if key.leaked:
-        return "leaked", LEAKED
-    if key.disabled:
-        return "disabled", DISABLED
-    if key.expired(now):
-        return "expired", EXPIRED
-    if expires_soon(key, now):
+    held = [
+        kind
+        for kind, holds in (
+            (LEAKED, key.leaked),
+            (DISABLED, key.disabled),
+            (EXPIRED, key.expired(now)),
+            (SOON_KIND, expires_soon(key, now)),
+            (GRACE, in_grace(key, now)),
+            (UNUSED, unused(key, now)),
+        )
+        if holds
+    ]
+    return held or [ACTIVE]
+
+
+_TEXT = {LEAKED: "leaked", DISABLED: "disabled", EXPIRED: "expired", GRACE: "↻ grace"}
+
+
+def marker(key: KeyInfo, now: datetime) -> tuple[str, str]:
+    """(text, kind) of the table's State cell: the first of the key's facts, in ≤ 10 cells."""
+    kind = facts(key, now)[0]
+    if kind == SOON_KIND:
         assert key.expires_at is not None
         return f"⚠ {span(key.expires_at - now)} left", SOON_KIND
-    if in_grace(key, now):
-        return "↻ grace", GRACE
-    if unused(key, now):
-        return "unused", UNUSED
-    return "active", ACTIVE
+    return _TEXT.get(kind, kind), kind
 
 
 # The table's State order, most urgent first (sort by State; S reverses it). A leaked key comes
@@ -121,7 +135,8 @@ def kinds_named(text: str) -> list[str]:
 
 
 def _conditions(now: datetime) -> list[tuple[str, Any]]:
-    """(kind, SQL condition) in marker's order: the first that holds is the key's kind."""
+    """(kind, SQL condition) of each fact in `facts`' order: the first that holds is the key's
+    kind (the State cell's)."""
     key = KEY_TABLE.c
     # substr, not LIKE: SQLite's LIKE ignores case, startswith does not.
     leaked = and_(
@@ -133,7 +148,7 @@ def _conditions(now: datetime) -> list[tuple[str, Any]]:
         (LEAKED, leaked),
         (DISABLED, key.disabled_at.is_not(None)),
         (EXPIRED, and_(key.expires_at.is_not(None), key.expires_at <= now)),
-        (SOON_KIND, and_(key.expires_at.is_not(None), key.expires_at <= now + SOON)),
+        (SOON_KIND, and_(key.expires_at > now, key.expires_at <= now + SOON)),
         (GRACE, and_(key.old_public_id.is_not(None), key.grace_until > now)),
         (UNUSED, since <= now - UNUSED_AFTER),
     ]
@@ -146,5 +161,7 @@ def urgency_sql(now: datetime) -> ColumnElement[int]:
 
 
 def kind_sql(kinds: list[str], now: datetime) -> ColumnElement[bool]:
-    """SQL: the key's kind (marker's) is one of kinds at now."""
-    return urgency_sql(now).in_([URGENCY.index(k) for k in kinds])
+    """SQL: one of these kinds is among the key's facts at now (`facts`, for the filter)."""
+    held = dict(_conditions(now))
+    active = urgency_sql(now) == URGENCY.index(ACTIVE)
+    return or_(*(active if kind == ACTIVE else held[kind] for kind in kinds))

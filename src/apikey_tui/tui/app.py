@@ -14,7 +14,7 @@ from textual.worker import WorkerFailed
 
 from apikey_tui.config import current_user
 from apikey_tui.names import printable
-from apikey_tui.store import KeyStore
+from apikey_tui.store import Batch, KeyStore
 from apikey_tui.tui.dialogs.ask_value import AskValueDialog
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.create_key import CreateKeyDialog
@@ -25,7 +25,14 @@ from apikey_tui.tui.dialogs.reveal_secret import RevealSecretDialog
 from apikey_tui.tui.dialogs.scope_form import ScopeFormDialog
 from apikey_tui.tui.dialogs.switch_owner import OwnerChoice, SwitchOwnerDialog
 from apikey_tui.tui.failures import log_path, logging_to_file, unforeseen
-from apikey_tui.tui.key_actions import DETAIL, TABLE, actions, app_binding, views
+from apikey_tui.tui.key_actions import (
+    DETAIL,
+    TABLE,
+    actions,
+    app_binding,
+    typed_as_text,
+    views,
+)
 from apikey_tui.tui.key_table import KeyFilter, KeyTable
 from apikey_tui.tui.keys_screen import KeysScreen
 from apikey_tui.tui.pictures import export_svg
@@ -58,6 +65,7 @@ class ApiKeysApp(App[None]):
         self.owner = owner  # None: every owner's keys, with an owner column
         self.database_label = database_label
         self.poll_seconds = poll_seconds
+        self.undoable: Batch | None = None  # see Session.undoable
         self.default_owner = owner or current_user()
         self.failure: str | None = None  # one line: why the app stopped, if an error stopped it
 
@@ -116,6 +124,10 @@ class ApiKeysApp(App[None]):
         """
         hidden = [s.secret_region() for s in self.screen_stack if isinstance(s, RevealSecretDialog)]
         return export_svg(self, hidden, title=title or self.title, simplify=simplify)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # ':' and 'o' run at once on the key table and detail; in a text field they are text.
+        return not typed_as_text(action, self.focused)
 
     def action_scope_catalog(self) -> None:
         """Show the scope catalog: descriptions, how many keys hold each scope; add, remove."""

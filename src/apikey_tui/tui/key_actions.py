@@ -7,10 +7,13 @@ record's keys and description, so no action can be bound, yet missing from the p
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Literal
 
 from textual.binding import Binding, BindingType
+from textual.widget import Widget
+from textual.widgets import Input
 
 Where = Literal["table", "detail"]
 TABLE: Where = "table"
@@ -33,8 +36,9 @@ class KeyAction:
     screens: frozenset[Where]
     footer: bool = True  # the footer is full at 80 columns: the rest are in help and palette
     view: str = ""  # the view it opens, for the `:` jump (`:scopes`); "" for none
-    # Moves the focus where the next keys go: runs as the key arrives (a Textual priority
-    # binding), before keys typed in the same burst ('/dis' over SSH) are handed on.
+    # Moves the focus where the next keys go (the filter, or a dialog that takes text): runs
+    # as the key arrives (a Textual priority binding), before keys typed in the same burst
+    # ('/dis' or 'nci-deploy' over SSH) are handed on; see `typed_as_text` and TypeAheadDialog.
     at_once: bool = False
 
 
@@ -44,10 +48,12 @@ _DETAIL = frozenset({DETAIL})
 
 # fmt: off
 ACTIONS: tuple[KeyAction, ...] = (
-    KeyAction("create", "n", "New", "Create key", "create a key; it is shown once", _TABLE),
+    KeyAction(
+        "create", "n", "New", "Create key", "create a key; it is shown once", _TABLE, at_once=True,
+    ),
     KeyAction(
         "edit_scopes", "e", "Edit scopes", "Edit scopes",
-        "edit the key's scopes (asks first, audited)", _DETAIL,
+        "edit the key's scopes (asks first, audited)", _DETAIL, at_once=True,
     ),
     KeyAction("delete", "d", "Delete", "Delete key", "delete the key (asks first)", _BOTH),
     KeyAction(
@@ -56,7 +62,7 @@ ACTIONS: tuple[KeyAction, ...] = (
     ),
     KeyAction(
         "rotate", "R", "Rotate", "Rotate key",
-        "rotate: new secret; the old one works for a grace", _BOTH, footer=False,
+        "rotate: new secret; the old one works for a grace", _BOTH, footer=False, at_once=True,
     ),
     KeyAction(
         "end_grace", "O", "End grace", "End grace",
@@ -65,10 +71,11 @@ ACTIONS: tuple[KeyAction, ...] = (
     KeyAction(
         "toggle_disabled", "x", "Disable/enable", "Disable or enable key",
         "disable (with a reason) or enable the key (asks first)", _BOTH, footer=False,
+        at_once=True,
     ),
     KeyAction(
         "set_expiry", "E", "Set expiry", "Set expiry",
-        "set the expiry: 90d, a date or never (asks first)", _BOTH, footer=False,
+        "set the expiry: 90d, a date or never (asks first)", _BOTH, footer=False, at_once=True,
     ),
     KeyAction(
         "focus_filter", "slash", "Filter", "Filter keys",
@@ -104,11 +111,11 @@ ACTIONS: tuple[KeyAction, ...] = (
     ),
     KeyAction(
         "app.jump", "colon", "Jump", "Jump to a view",
-        "jump to a view: :keys, :scopes, :events, :usage", _BOTH, footer=False,
+        "jump to a view: :keys, :scopes, :events, :usage", _BOTH, footer=False, at_once=True,
     ),
     KeyAction(
         "app.switch_owner", "o", "Owner", "Switch owner",
-        "switch owner, or show every owner's keys", _TABLE, footer=False,
+        "switch owner, or show every owner's keys", _TABLE, footer=False, at_once=True,
     ),
     KeyAction(
         "toggle_mark", "space", "Mark", "Mark or unmark key",
@@ -116,7 +123,7 @@ ACTIONS: tuple[KeyAction, ...] = (
     ),
     KeyAction(
         "undo", "u", "Undo", "Undo",
-        "undo the last disable, enable or expiry change", _TABLE,
+        "undo the last disable, enable, expiry or scopes change", _BOTH,
         footer=False,
     ),
     KeyAction(
@@ -156,6 +163,20 @@ def bindings(where: Where) -> list[BindingType]:
     ]
 
 
+_AT_ONCE = frozenset(a.id.removeprefix("app.") for a in ACTIONS if a.at_once)
+
+
+def typed_as_text(action: str, focused: Widget | None, at_once: Collection[str] = _AT_ONCE) -> bool:
+    """Whether a key that runs at once is text instead: while a text field has the focus.
+
+    A priority binding outruns the focused widget, so `n` or `/` typed into the filter would
+    open a dialog; screens and the app refuse such actions here (check_action) and the key
+    reaches the field. action: as check_action gets it, without 'app.'; at_once: the actions
+    bound with priority (the list's, or a view's own: LiveScreen.AT_ONCE).
+    """
+    return action in at_once and isinstance(focused, Input)
+
+
 def views() -> dict[str, KeyAction]:
     """The views `:` jumps to, by name ('keys', 'scopes' …), in the list's order."""
     return {a.view: a for a in ACTIONS if a.view}
@@ -164,7 +185,7 @@ def views() -> dict[str, KeyAction]:
 def app_binding(action_id: str) -> Binding:
     """The binding of one of the app's own actions ('app.jump'), for every screen."""
     action = next(a for a in ACTIONS if a.id == action_id)
-    return Binding(action.keys, action.id, action.label, show=False)
+    return Binding(action.keys, action.id, action.label, show=False, priority=action.at_once)
 
 
 def by_id(where: Where) -> dict[str, KeyAction]:

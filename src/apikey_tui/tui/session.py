@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from apikey_tui.store import KeyStore
+from apikey_tui.store import Batch, KeyStore
 
 
 class Session(Protocol):
@@ -28,3 +28,7 @@ class Session(Protocol):
 
     @property
     def poll_seconds(self) -> float: ...
+
+    # The last change u can undo (a disable, enable, expiry or scopes batch), whichever screen
+    # made it; every screen's next write clears it, so undo is offered until the next change.
+    undoable: Batch | None

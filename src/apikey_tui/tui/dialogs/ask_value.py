@@ -14,10 +14,10 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static
 
 from apikey_tui.errors import InvalidInputError
+from apikey_tui.tui.dialogs.type_ahead import TypeAheadDialog
 from apikey_tui.tui.text import literal
 
 T = TypeVar("T")
@@ -32,7 +32,7 @@ class Answer(Generic[T]):
     text: str = ""
 
 
-class AskValueDialog(ModalScreen[Answer[T] | None], Generic[T]):
+class AskValueDialog(TypeAheadDialog[Answer[T] | None], Generic[T]):
     """Title naming the key, what will happen, one input; the confirm button needs a valid value."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
@@ -93,7 +93,7 @@ class AskValueDialog(ModalScreen[Answer[T] | None], Generic[T]):
                 yield Button("Cancel", id="cancel")
 
     def on_mount(self) -> None:
-        self.query_one("#value", Input).focus()
+        self.focus_first(self.query_one("#value", Input))
         self._revalidate()
 
     def _answer(self) -> tuple[Answer[T] | None, str | None]:

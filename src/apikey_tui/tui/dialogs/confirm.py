@@ -12,8 +12,15 @@ from apikey_tui.tui.text import literal
 
 
 class ConfirmDialog(ModalScreen[bool]):
-    """Ask before a destructive action; Cancel has the focus, so a stray Enter changes nothing."""
+    """Ask before a destructive action; Cancel has the focus, so a stray Enter changes nothing.
 
+    A yes counts only once the question has been drawn: keys typed in the burst that opened
+    the dialog (`d` and Enter over SSH) reach it before anyone could read it, and Textual's
+    first focus went to the first button, Delete. Cancel is focused from the start, and any
+    answer before the first paint is ignored: the question stays until it is answered.
+    """
+
+    AUTO_FOCUS = "#cancel"  # the screen's first focus, at once (a focus() call waits a turn)
     BINDINGS = [
         Binding("escape", "answer(False)", "Cancel"),
         Binding("y", "answer(True)", "Yes"),
@@ -23,6 +30,7 @@ class ConfirmDialog(ModalScreen[bool]):
     def __init__(self, title: str, body: str, confirm_label: str) -> None:
         super().__init__()
         self._title, self._body, self._confirm_label = title, body, confirm_label
+        self._shown = False  # drawn at least once: only then can a yes be meant
 
     @property
     def confirm_label(self) -> str:
@@ -40,10 +48,13 @@ class ConfirmDialog(ModalScreen[bool]):
                 yield Button("Cancel", id="cancel")
 
     def on_mount(self) -> None:
-        self.query_one("#cancel", Button).focus()
+        self.call_after_refresh(self._drawn)
+
+    def _drawn(self) -> None:
+        self._shown = True
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
-        self.dismiss(event.button.id == "confirm")
+        self.action_answer(event.button.id == "confirm")
 
     def action_other_button(self) -> None:
         """Move the focus to the button that does not have it (Cancel when neither does)."""
@@ -51,4 +62,6 @@ class ConfirmDialog(ModalScreen[bool]):
         self.query_one(f"#{other}", Button).focus()
 
     def action_answer(self, answer: bool) -> None:
+        if not self._shown:
+            return  # typed ahead of the question: not an answer to it
         self.dismiss(answer)

@@ -5,19 +5,23 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static
 
 from apikey_tui.errors import InvalidInputError
-from apikey_tui.names import Expiry, check_expiry, check_owner, key_name_problem, parse_expiry
+from apikey_tui.names import check_expiry, check_owner, key_name_problem, parse_expiry
 from apikey_tui.store import ScopeInfo
+from apikey_tui.tui.dialogs.type_ahead import TypeAheadDialog
 from apikey_tui.tui.scope_picker import ScopePicker
 from apikey_tui.tui.text import literal
+
+if TYPE_CHECKING:
+    from apikey_tui.names import Expiry
 
 
 @dataclass(frozen=True)
@@ -49,7 +53,7 @@ def expiry_problem(text: str, now: datetime) -> tuple[Expiry | None, str | None]
     return expiry, None
 
 
-class CreateKeyDialog(ModalScreen[NewKeyRequest | None]):
+class CreateKeyDialog(TypeAheadDialog[NewKeyRequest | None]):
     """Validates as the admin types; Create is enabled only for a valid name and some scope."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
@@ -123,7 +127,7 @@ class CreateKeyDialog(ModalScreen[NewKeyRequest | None]):
                 yield cancel
 
     def on_mount(self) -> None:
-        self.query_one("#name", Input).focus()
+        self.focus_first(self.query_one("#name", Input))
         self.on_resize()
 
     def on_resize(self) -> None:

@@ -9,10 +9,10 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
 from apikey_tui.store import KeyInfo, ScopeInfo
+from apikey_tui.tui.dialogs.type_ahead import TypeAheadDialog
 from apikey_tui.tui.scope_picker import ScopePicker
 from apikey_tui.tui.text import literal
 
@@ -33,7 +33,7 @@ class ScopeChange:
         return tuple(s for s in self.key.scopes if s not in self.scopes)
 
 
-class EditScopesDialog(ModalScreen[ScopeChange | None]):
+class EditScopesDialog(TypeAheadDialog[ScopeChange | None]):
     """Save is enabled only when some scope is chosen and the choice differs from today's."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
@@ -53,7 +53,7 @@ class EditScopesDialog(ModalScreen[ScopeChange | None]):
                 yield Button("Cancel", id="cancel")
 
     def on_mount(self) -> None:
-        self.query_one("#scopes", ScopePicker).focus()
+        self.focus_first(self.query_one("#scopes", ScopePicker))
         self.on_resize()
 
     def _title(self) -> str:

@@ -8,10 +8,10 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
-from textual.screen import ModalScreen
 from textual.suggester import SuggestFromList
 from textual.widgets import Input, Static
 
+from apikey_tui.tui.dialogs.type_ahead import TypeAheadDialog
 from apikey_tui.tui.text import literal
 
 
@@ -31,7 +31,7 @@ def resolve(text: str, names: Sequence[str]) -> tuple[str | None, str | None]:
     return None, f"no view {wanted!r}: {listed}"
 
 
-class JumpDialog(ModalScreen[str | None]):
+class JumpDialog(TypeAheadDialog[str | None]):
     """A one-line prompt at the bottom; dismisses with a view's name, or None (Escape)."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
@@ -50,7 +50,7 @@ class JumpDialog(ModalScreen[str | None]):
             )
 
     def on_mount(self) -> None:
-        self.query_one("#view", Input).focus()
+        self.focus_first(self.query_one("#view", Input))
 
     @on(Input.Submitted)
     def _go(self, event: Input.Submitted) -> None:

@@ -9,11 +9,11 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static
 
 from apikey_tui.errors import InvalidInputError
 from apikey_tui.names import DESCRIPTION_MAX, SCOPE_NAME_MAX, check_description, check_scope_name
+from apikey_tui.tui.dialogs.type_ahead import TypeAheadDialog
 from apikey_tui.tui.text import literal
 
 
@@ -26,7 +26,7 @@ class ScopeEdit:
     new: bool
 
 
-class ScopeFormDialog(ModalScreen[ScopeEdit | None]):
+class ScopeFormDialog(TypeAheadDialog[ScopeEdit | None]):
     """For a new scope, the name is checked as typed (rules, and taken); the description always.
 
     name=None asks for a new scope's name; a name describes that existing scope.
@@ -66,7 +66,9 @@ class ScopeFormDialog(ModalScreen[ScopeEdit | None]):
                 yield Button("Cancel", id="cancel")
 
     def on_mount(self) -> None:
-        self.query_one("#scope-name" if self._name is None else "#description", Input).focus()
+        self.focus_first(
+            self.query_one("#scope-name" if self._name is None else "#description", Input)
+        )
 
     def _name_value(self) -> str:
         if self._name is not None:

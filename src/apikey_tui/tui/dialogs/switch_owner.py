@@ -11,12 +11,12 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.screen import ModalScreen
 from textual.widgets import Button, Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 from apikey_tui.errors import ApiKeyError, InvalidInputError
 from apikey_tui.names import OWNER_MAX, check_owner, printable
+from apikey_tui.tui.dialogs.type_ahead import TypeAheadDialog
 from apikey_tui.tui.failures import unforeseen
 from apikey_tui.tui.text import literal
 
@@ -34,11 +34,15 @@ def _keys(count: int) -> str:
     return f"{count:,} key" if count == 1 else f"{count:,} keys"
 
 
-class SwitchOwnerDialog(ModalScreen[OwnerChoice | None]):
+class SwitchOwnerDialog(TypeAheadDialog[OwnerChoice | None]):
     """The owners that have keys, with their counts, narrowed by what is typed; free text still
     names a new owner, and the dialog says plainly when the typed owner has no keys (a typo must
     not look like a real owner). Show is enabled only for a valid owner name; 'All owners'
-    needs no name. ↓ moves from the name into the list; Enter there shows that owner."""
+    needs no name. ↓ moves from the name into the list; Enter there shows that owner.
+
+    Enter in the name takes the one owner that matches what is typed (as fzf and k9s do: 'ali'
+    then Enter is alice); the Show owner button takes the text as typed, a new owner included.
+    """
 
     BINDINGS = [
         Binding("escape", "cancel", "Cancel"),
@@ -70,7 +74,7 @@ class SwitchOwnerDialog(ModalScreen[OwnerChoice | None]):
                 yield Button("Cancel", id="cancel")
 
     def on_mount(self) -> None:
-        self.query_one("#owner", Input).focus()
+        self.focus_first(self.query_one("#owner", Input))
         self._load()
 
     @work(thread=True, exit_on_error=False)
@@ -103,11 +107,15 @@ class SwitchOwnerDialog(ModalScreen[OwnerChoice | None]):
             return str(exc)
         return None
 
+    def _matches(self, typed: str) -> list[str]:
+        """The owners with keys whose name holds typed (none before they are read)."""
+        return [o for o in self._counts or {} if typed.lower() in o.lower()]
+
     def _fill(self, typed: str) -> None:
         """The owners whose name holds typed (every owner for the current or no text)."""
         assert self._counts is not None
         everyone = not typed or typed in (self._current, self._suggestion)
-        found = [o for o in self._counts if everyone or typed.lower() in o.lower()]
+        found = list(self._counts) if everyone else self._matches(typed)
         width = max((len(printable(o)) for o in found), default=0)
         listing = self.query_one("#owners", OptionList)
         listing.clear_options()
@@ -132,6 +140,13 @@ class SwitchOwnerDialog(ModalScreen[OwnerChoice | None]):
             note.update(f"{len(self._counts):,} owners have keys.")
         elif typed in self._counts:
             note.update(literal(f"{typed} has {_keys(self._counts[typed])}."))
+        elif len(matches := self._matches(typed)) == 1:
+            note.update(
+                literal(
+                    f"Enter shows {matches[0]}, the one owner that matches; Show owner makes "
+                    f"{typed} a new owner, with no keys yet."
+                )
+            )
         else:
             note.update(
                 literal(f"{typed} has no keys in this database: a new owner (is it spelled right?)")
@@ -151,6 +166,14 @@ class SwitchOwnerDialog(ModalScreen[OwnerChoice | None]):
             self.dismiss(OwnerChoice(event.option.id))
 
     @on(Input.Submitted)
+    def _enter(self) -> None:
+        typed = self._typed()
+        matches = self._matches(typed)
+        if self._counts is not None and typed not in self._counts and len(matches) == 1:
+            self.dismiss(OwnerChoice(matches[0]))
+        else:
+            self._show_owner()
+
     @on(Button.Pressed, "#show")
     def _show_owner(self) -> None:
         if self._problem() is None:

@@ -44,8 +44,9 @@ Filters = tuple[str, str, str]
 class AuditTrailScreen(LiveScreen[list[Event]]):
     """a on the key table opens this; / moves to the filters, Escape back to the table."""
 
+    AT_ONCE = frozenset({"focus_filter"})
     BINDINGS = [
-        Binding("slash", "focus_filter", "Filter"),
+        Binding("slash", "focus_filter", "Filter", priority=True),
         Binding("l", "leaks_only", "Leaks only"),
         Binding("escape", "back", "Back"),
     ]
@@ -143,7 +144,7 @@ class AuditTrailScreen(LiveScreen[list[Event]]):
         return f"{what} {shown:,}{filtered} {noun}, newest first · live".strip()
 
     def action_focus_filter(self) -> None:
-        self.query_one("#filter-key", Input).focus()
+        self.set_focus(self.query_one("#filter-key", Input))  # at once: '/web' in one burst
 
     def action_leaks_only(self) -> None:
         # Through the action filter, so the admin sees why the trail is short; again: all.

@@ -13,12 +13,11 @@ from textual.message import Message
 from textual.widgets import DataTable, Sparkline, Static
 
 from apikey_tui.errors import ApiKeyError, KeyNotFoundError
-from apikey_tui.names import format_duration, printable
+from apikey_tui.names import counted, format_duration, printable
 from apikey_tui.store import Event, KeyDetail, KeyInfo, KeyStore, Leak, ScopeInfo, states
 from apikey_tui.store.rightsizing import Proposal
 from apikey_tui.store.usage import DEFAULT_WINDOW, KeyUsage
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
-from apikey_tui.tui.dialogs.edit_scopes import EditScopesDialog, ScopeChange
 from apikey_tui.tui.fitting_footer import FittingFooter
 from apikey_tui.tui.key_actions import DETAIL, bindings
 from apikey_tui.tui.messages import KeyRescoped, KeyVanished
@@ -26,6 +25,7 @@ from apikey_tui.tui.screens.live import LiveScreen
 from apikey_tui.tui.session import Session
 from apikey_tui.tui.text import literal
 from apikey_tui.tui.times import absolute, minute, relative, relative_and_absolute
+from apikey_tui.tui.undo_words import change_of
 
 _LABEL = 13
 WINDOW = format_duration(DEFAULT_WINDOW)  # the scopes' and the proposal's window, as the CLI's
@@ -107,7 +107,7 @@ def graph_note(report: KeyUsage) -> str:
     refused = sum(f.requests for f in report.forbidden)
     return (
         f"peak {peak:,}/h · {total:,} in 7d · in {WINDOW}: {refused:,} refused (403), "
-        f"{report.wrong_secret:,} wrong secret{'s' if report.wrong_secret != 1 else ''}"
+        f"{counted(report.wrong_secret, 'wrong secret')}"
     )
 
 
@@ -261,8 +261,11 @@ class KeyDetailScreen(LiveScreen[DetailData]):
         toggle = "enable" if self.detail is not None and self.detail.info.disabled else "disable"
         grace = " · O end grace" if self.check_action("end_grace", ()) else ""
         rightsize = " · p right-size" if self.check_action("apply_rightsize", ()) else ""
+        # The undo first, naming its key: it may be another key's change (the last one made).
+        undoable = self.session.undoable
+        undo = f"u undo {change_of(undoable)} · " if undoable is not None else ""
         keys = f"R rotate{grace} · x {toggle} · E expiry{rightsize}"
-        return f"{count} event{'s' if count != 1 else ''} of this key · {keys}"
+        return f"{undo}{counted(count, 'event')} of this key · {keys}"
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool:
         # O (end grace) is offered only while the key's old secret is in grace.
@@ -299,33 +302,7 @@ class KeyDetailScreen(LiveScreen[DetailData]):
         return self.detail.info
 
     def action_edit_scopes(self) -> None:
-        key = self._current()
-        if key is not None:
-            self.app.push_screen(EditScopesDialog(key, self.catalog), self._scopes_chosen)
-
-    def _scopes_chosen(self, change: ScopeChange | None) -> None:
-        if change is None:
-            return
-        key = change.key
-        added = ", ".join(change.added) or "none"
-        removed = ", ".join(change.removed) or "none"
-        dialog = ConfirmDialog(
-            f"Change the scopes of key {key.name!r} of {key.owner}?",
-            f"Adds: {added}. Removes: {removed}. Services see the new scopes at once: a "
-            "request that needs a removed scope is refused.",
-            "Change scopes",
-        )
-
-        def answered(yes: bool | None) -> None:
-            if yes:
-                self.run_store(
-                    lambda store: KeyRescoped(
-                        store.set_key_scopes(key.owner, key.name, change.scopes)
-                    ),
-                    f"Change scopes (key {key.name!r} of {key.owner})",
-                )
-
-        self.app.push_screen(dialog, answered)
+        self._act_on_current("edit_scopes")  # as the table acts: one place offers its undo
 
     def on_key_rescoped(self, message: KeyRescoped) -> None:
         message.stop()
@@ -382,6 +359,9 @@ class KeyDetailScreen(LiveScreen[DetailData]):
 
     def action_set_expiry(self) -> None:
         self._act_on_current("set_expiry")
+
+    def action_undo(self) -> None:
+        self._act_on_current("undo")
 
     def action_copy_name(self) -> None:
         self._act_on_current("copy_name")

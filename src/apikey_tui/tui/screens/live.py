@@ -7,7 +7,7 @@ another admin, the CLI or a verifier does appears within the app's poll interval
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Generic, TypeVar, cast
+from typing import ClassVar, Generic, TypeVar, cast
 
 from textual import work
 from textual.binding import Binding
@@ -19,6 +19,7 @@ from apikey_tui.errors import ApiKeyError
 from apikey_tui.store import KeyStore
 from apikey_tui.tui.context_line import ContextLine
 from apikey_tui.tui.failures import unforeseen
+from apikey_tui.tui.key_actions import typed_as_text
 from apikey_tui.tui.messages import ReachabilityChanged, StoreFailed, ViewRead
 from apikey_tui.tui.polling import marker_moved
 from apikey_tui.tui.session import Session
@@ -30,6 +31,9 @@ T = TypeVar("T")
 class LiveScreen(Screen[None], Generic[T]):
     """Subclasses say what to read (read_store) and how to show it (show)."""
 
+    # This view's own priority bindings (see key_actions.typed_as_text): they open a field or a
+    # dialog at once, so keys typed in the same burst reach it; in a text field they are text.
+    AT_ONCE: ClassVar[frozenset[str]] = frozenset()
     BINDINGS = [
         Binding("escape", "back", "Back"),
         Binding("f5", "reload", "Reload", show=False),
@@ -42,6 +46,9 @@ class LiveScreen(Screen[None], Generic[T]):
         self._marker: tuple[object, ...] | None = None  # None until the first read
         self._generation = 0  # the newest read asked for; older answers are dropped
         self._unreachable: str | None = None
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return not typed_as_text(action, self.focused, self.AT_ONCE)
 
     def on_mount(self) -> None:
         self.reload()
@@ -116,9 +123,18 @@ class LiveScreen(Screen[None], Generic[T]):
 
     # --- writing ------------------------------------------------------------------------------
 
+    def run_store(
+        self, operation: Callable[[KeyStore], Message], doing: str, *, writes: bool = True
+    ) -> None:
+        """Run one store call off the event loop; a write ends the offer of undo (as a
+        write from the key table does: `Session.undoable`)."""
+        if writes:
+            self.session.undoable = None
+        self._store_worker(operation, doing)
+
     @work(thread=True, group="store")
-    def run_store(self, operation: Callable[[KeyStore], Message], doing: str) -> None:
-        """Run one store call off the event loop; report its outcome as a message.
+    def _store_worker(self, operation: Callable[[KeyStore], Message], doing: str) -> None:
+        """Run one store call; report its outcome as a message.
 
         As KeysScreen.run_store: a refusal, or an error nobody foresaw, is one line.
         """

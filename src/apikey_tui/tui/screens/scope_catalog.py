@@ -10,7 +10,7 @@ from textual.message import Message
 from textual.widgets import DataTable, Static
 
 from apikey_tui.errors import ScopeInUseError
-from apikey_tui.names import printable
+from apikey_tui.names import counted, printable
 from apikey_tui.store import KeyStore, ScopeUsage
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.scope_form import ScopeEdit, ScopeFormDialog
@@ -44,9 +44,10 @@ def holders_sentence(scope: str, holders: list[str], total: int | None = None) -
 class ScopeCatalogScreen(LiveScreen[list[ScopeUsage]]):
     """c on the key table opens this; n adds, e describes and d removes a scope."""
 
+    AT_ONCE = frozenset({"add", "describe"})  # they open a dialog that takes text
     BINDINGS = [
-        Binding("n", "add", "Add scope"),
-        Binding("e", "describe", "Describe"),
+        Binding("n", "add", "Add scope", priority=True),
+        Binding("e", "describe", "Describe", priority=True),
         Binding("d", "remove", "Remove"),
     ]
 
@@ -117,7 +118,7 @@ class ScopeCatalogScreen(LiveScreen[list[ScopeUsage]]):
         if self._refusal is not None:
             return self._refusal
         total = len(self.usage)
-        return f"{total} scope{'s' if total != 1 else ''} in the catalog"
+        return f"{counted(total, 'scope')} in the catalog"
 
     def show_status(self) -> None:
         super().show_status()
@@ -166,7 +167,9 @@ class ScopeCatalogScreen(LiveScreen[list[ScopeUsage]]):
         name = scope.name
         if scope.keys:
             # Not offered: the catalog would refuse. Say so, naming the keys (read now).
-            self.run_store(lambda store: self._held(store, name), f"Read the holders of {name!r}")
+            self.run_store(
+                lambda store: self._held(store, name), f"Read the holders of {name!r}", writes=False
+            )
             return
         body = "No key holds it. A key can no longer be given this scope."
         dialog = ConfirmDialog(f"Remove scope {name!r} from the catalog?", body, "Remove")

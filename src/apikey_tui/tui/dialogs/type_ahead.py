@@ -1,0 +1,44 @@
+"""Keys typed ahead of a dialog, in the burst that opened it, reach its first field in order."""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from textual import events
+from textual.screen import ModalScreen
+from textual.widget import Widget
+
+R = TypeVar("R")
+
+
+class TypeAheadDialog(ModalScreen[R]):
+    """A dialog that keeps the keys typed before its first field could take them.
+
+    Over a slow SSH link `n` and the name arrive in one read. The app routes each key to the
+    focused widget, and a dialog has none until its mount has run: Textual dropped those keys
+    (`nmykey` opened the dialog with an empty name). They are held here and handed, in order,
+    to the field `focus_first` focuses; later keys then go to that field behind them.
+
+    Not for confirmations: a key typed before a question was on screen must not answer it.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._early: list[events.Key] | None = []  # None once the first field has them
+
+    def _forward_event(self, event: events.Event) -> None:
+        # Textual's one entry for an event the app routes to a screen without a focused widget.
+        if isinstance(event, events.Key) and self._early is not None and self.focused is None:
+            self._early.append(events.Key(event.key, event.character))
+            return
+        super()._forward_event(event)
+
+    def focus_first(self, widget: Widget) -> None:
+        """Focus widget now (widget.focus() waits for the queue) and give it the held keys.
+
+        They skip the app's priority bindings (Ctrl+Q, the palette): typed ahead, they are text.
+        """
+        self.set_focus(widget)
+        early, self._early = self._early or [], None
+        for key in early:
+            widget._forward_event(key)

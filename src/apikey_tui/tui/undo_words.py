@@ -1,0 +1,44 @@
+"""What an undo would undo, in words: the status lines' offer and the undo's question."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from apikey_tui.names import counted
+from apikey_tui.store import Batch, KeyInfo
+from apikey_tui.tui.times import absolute
+
+# A batch's action as the change it made ('the expiry change of …', not 'the set expiry of …').
+_CHANGE = {"set expiry": "expiry change", "set scopes": "scopes change"}
+
+
+def change_of(batch: Batch) -> str:
+    """'disable of ci-deploy of root', 'expiry change of 3 keys'."""
+    what = _CHANGE.get(batch.action, batch.action)
+    keys = batch.before
+    whom = f"{keys[0].name} of {keys[0].owner}" if len(keys) == 1 else counted(len(keys))
+    return f"{what} of {whom}"
+
+
+def _expiry(moment: datetime | None) -> str:
+    return "never" if moment is None else absolute(moment, seconds=True)
+
+
+def comes_back(before: KeyInfo, now: KeyInfo) -> str:
+    """What one key gets back, said against what it has now ('its scopes go back to …')."""
+    parts = []
+    if before.disabled != now.disabled:
+        parts.append(
+            "it is disabled again (with the same time and reason)"
+            if before.disabled
+            else "it is enabled again"
+        )
+    if before.expires_at != now.expires_at:
+        parts.append(
+            f"its expiry goes back to {_expiry(before.expires_at)} (now {_expiry(now.expires_at)})"
+        )
+    if before.scopes != now.scopes:
+        parts.append(
+            f"its scopes go back to {' '.join(before.scopes)} (now {' '.join(now.scopes)})"
+        )
+    return "; ".join(parts) or "it gets back what it had (nothing differs)"
