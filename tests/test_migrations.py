@@ -423,7 +423,7 @@ def test_0006_swaps_the_usage_minute_index_and_keeps_every_count(
 
     def usage_indexes(conn: Connection) -> list[tuple[str, list[str]]]:
         return sorted(
-            (i["name"] or "", list(i["column_names"]))
+            (i["name"] or "", [c or "" for c in i["column_names"]])
             for i in inspect(conn).get_indexes("apikey_tui_usage")
         )
 
