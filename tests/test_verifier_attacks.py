@@ -89,7 +89,11 @@ def test_wrong_secrets_and_unknown_ids_cost_no_argon2_and_bounded_queries(
     for _ in range(500):
         with pytest.raises(InvalidKeyError):
             checker.verify(header(forged(created.info.public_id)))
-    assert queries == []  # a wrong secret for a known id: refused by the index, from memory
+    # A wrong secret for a known id: refused by the index, from memory. A change-log read may
+    # still come, woken by a notice (this test's own key, or another test's schema on the same
+    # server under xdist): a few at most, never one per request.
+    per_request = [q for q in queries if "apikey_tui_change" not in q]
+    assert per_request == [] and len(queries) <= 3, queries
     start = time.monotonic()
     answers: Counter[int] = Counter()
     for _ in range(500):
