@@ -40,7 +40,9 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 def _verifier() -> Verifier:
-    return Verifier.from_url(os.environ["BENCH_DATABASE_URL"])
+    # BENCH_RECORD_USAGE=0: the same verifier without usage recording (bench_usage's pair).
+    record = os.environ.get("BENCH_RECORD_USAGE", "1") != "0"
+    return Verifier.from_url(os.environ["BENCH_DATABASE_URL"], record_usage=record)
 
 
 def _closing(verifier: Verifier | None) -> Callable[[Any], Any]:
