@@ -164,3 +164,13 @@ def test_one_key_is_a_plain_change_and_its_before_is_read_in_the_transaction(
     assert done.before[0].expires_at != seen[0].expires_at
     bstore.undo(done)
     assert bstore.get_key("alice", "a").expires_at == done.before[0].expires_at
+
+
+def test_an_ended_grace_cannot_be_undone(bstore: KeyStore) -> None:
+    """An undo of an ended grace is refused, not a quiet success that leaves the grace ended:
+    only what an undo restores exactly (expiry, disabled state, scopes) can be undone."""
+    bstore.rotate_key("alice", "a", grace=timedelta(hours=1))
+    ended = bstore.end_grace_of_keys(keys(bstore, "a"))
+    with pytest.raises(InvalidInputError, match="cannot be undone"):
+        bstore.undo(ended)
+    assert bstore.events(1)[0].action != "key.restore"

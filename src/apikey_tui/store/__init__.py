@@ -4,7 +4,7 @@
 re-exports: the verifier imports `apikey_tui.store.credentials` alone.
 """
 
-from apikey_tui.store.bulk import Batch
+from apikey_tui.store.bulk import UNDOABLE, Batch
 from apikey_tui.store.credentials import CHANGE_CHANNEL, Credential
 from apikey_tui.store.keystore import KeyStore
 from apikey_tui.store.lifecycle import Deliver
@@ -36,6 +36,7 @@ __all__ = [
     "LEAK_SOURCES",
     "POLICY_KEY",
     "SORTS",
+    "UNDOABLE",
     "Actor",
     "Batch",
     "Cancel",

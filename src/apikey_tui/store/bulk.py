@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from apikey_tui.db import Conflicts
     from apikey_tui.names import Expiry
 
+# What an undo restores exactly (expiry, disabled state, scopes): a deletion, a rotation or an
+# ended grace changed what it cannot put back. The app offers undo for these alone.
+UNDOABLE = frozenset({"disable", "enable", "set expiry", "set scopes"})
 BULK_MAX = 1000  # keys one batch may touch: one transaction holds every row's lock
 
 
@@ -187,9 +190,9 @@ def restore(ctx: StoreContext, done: Batch) -> Batch:
 
     One transaction, one new batch id; each key gets a key.restore event naming the batch it
     undoes. Refused whole (KeyStateError) if a key changed since the batch: an undo must
-    never overwrite someone else's later change. Deletions and rotations cannot be undone.
+    never overwrite someone else's later change. Only UNDOABLE batches can be undone.
     """
-    if done.action in ("delete", "rotate"):
+    if done.action not in UNDOABLE:
         raise InvalidInputError(f"a {done.action} cannot be undone; nothing was done")
     then = {(k.owner, k.name): k for k in done.after}
 

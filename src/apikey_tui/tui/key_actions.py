@@ -172,7 +172,7 @@ def typed_as_text(action: str, focused: Widget | None, at_once: Collection[str] 
     A priority binding outruns the focused widget, so `n` or `/` typed into the filter would
     open a dialog; screens and the app refuse such actions here (check_action) and the key
     reaches the field. action: as check_action gets it, without 'app.'; at_once: the actions
-    bound with priority (the list's, or a view's own: LiveScreen.AT_ONCE).
+    bound with priority (the list's, or a view's own: LiveScreen.check_action).
     """
     return action in at_once and isinstance(focused, Input)
 

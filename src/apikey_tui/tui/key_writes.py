@@ -25,7 +25,7 @@ from apikey_tui.names import (
     parse_duration,
     parse_expiry,
 )
-from apikey_tui.store import Batch, KeyInfo, KeyStore, ScopeInfo, states
+from apikey_tui.store import UNDOABLE, Batch, KeyInfo, KeyStore, ScopeInfo, states
 from apikey_tui.tui.dialogs.ask_value import Answer, AskValueDialog
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.edit_scopes import EditScopesDialog, ScopeChange
@@ -49,7 +49,6 @@ if TYPE_CHECKING:
     from apikey_tui.names import Expiry
 
 LISTED = 5  # keys a bulk confirmation names before "and N more"
-UNDOABLE = ("disable", "enable", "set expiry", "set scopes")  # what an undo restores exactly
 
 
 def named(keys: Sequence[KeyInfo], *, owners: bool = False) -> str:

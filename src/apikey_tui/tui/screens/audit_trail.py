@@ -44,7 +44,6 @@ Filters = tuple[str, str, str]
 class AuditTrailScreen(LiveScreen[list[Event]]):
     """a on the key table opens this; / moves to the filters, Escape back to the table."""
 
-    AT_ONCE = frozenset({"focus_filter"})
     BINDINGS = [
         Binding("slash", "focus_filter", "Filter", priority=True),
         Binding("l", "leaks_only", "Leaks only"),

@@ -7,7 +7,7 @@ another admin, the CLI or a verifier does appears within the app's poll interval
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import ClassVar, Generic, TypeVar, cast
+from typing import Generic, TypeVar, cast
 
 from textual import work
 from textual.binding import Binding
@@ -31,9 +31,6 @@ T = TypeVar("T")
 class LiveScreen(Screen[None], Generic[T]):
     """Subclasses say what to read (read_store) and how to show it (show)."""
 
-    # This view's own priority bindings (see key_actions.typed_as_text): they open a field or a
-    # dialog at once, so keys typed in the same burst reach it; in a text field they are text.
-    AT_ONCE: ClassVar[frozenset[str]] = frozenset()
     BINDINGS = [
         Binding("escape", "back", "Back"),
         Binding("f5", "reload", "Reload", show=False),
@@ -48,7 +45,10 @@ class LiveScreen(Screen[None], Generic[T]):
         self._unreachable: str | None = None
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        return not typed_as_text(action, self.focused, self.AT_ONCE)
+        # A view's priority bindings open a field or a dialog at once, so keys typed in the
+        # same burst reach it; in a text field they are text (key_actions.typed_as_text).
+        at_once = {b.action for b in self.BINDINGS if isinstance(b, Binding) and b.priority}
+        return not typed_as_text(action, self.focused, at_once)
 
     def on_mount(self) -> None:
         self.reload()

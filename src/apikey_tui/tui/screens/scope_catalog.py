@@ -44,7 +44,6 @@ def holders_sentence(scope: str, holders: list[str], total: int | None = None) -
 class ScopeCatalogScreen(LiveScreen[list[ScopeUsage]]):
     """c on the key table opens this; n adds, e describes and d removes a scope."""
 
-    AT_ONCE = frozenset({"add", "describe"})  # they open a dialog that takes text
     BINDINGS = [
         Binding("n", "add", "Add scope", priority=True),
         Binding("e", "describe", "Describe", priority=True),
