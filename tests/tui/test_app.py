@@ -819,3 +819,31 @@ async def test_the_create_dialogs_owner_looks_like_an_input_and_shift_tab_keeps_
         assert app.focused is owner
         await pilot.press("end", "2")
         assert owner.value == app.default_owner + "2"
+
+
+async def test_n_before_the_scope_catalog_is_read_opens_the_dialog_once_it_is(
+    tui_store: KeyStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """n pressed while the catalog is still being read does not say 'the scope catalog is
+    empty' (it is not): the create dialog opens as soon as the catalog is read."""
+    import threading
+
+    release = threading.Event()
+    real = tui_store.list_scopes
+
+    def slow_scopes() -> Any:
+        release.wait(10)
+        return real()
+
+    monkeypatch.setattr(tui_store, "list_scopes", slow_scopes)
+    toasts = Toasts()
+    app = make_app(tui_store)
+    async with app.run_test(size=(100, 30), message_hook=toasts.hook) as pilot:
+        await pilot.pause()
+        await pilot.press("n")
+        await pilot.pause()
+        assert isinstance(app.screen, KeysScreen)
+        assert not any("catalog is empty" in m for m in toasts.messages)
+        release.set()
+        await settle(pilot)
+        assert isinstance(app.screen, CreateKeyDialog)

@@ -45,6 +45,7 @@ class KeysScreen(KeyWrites):
     def __init__(self, session: Session) -> None:
         super().__init__(session)
         self._marker: tuple[object, ...] | None = None  # None until the first load
+        self._create_when_loaded = False  # n pressed before the scope catalog was read
         self._unreachable: str | None = None  # why the database cannot be reached, if it cannot
         # The reason a write just failed, while the reload after it runs: one toast says it once.
         self._reloading_after: str | None = None
@@ -108,6 +109,9 @@ class KeysScreen(KeyWrites):
             self.query_one(KeyTable).reload()  # the cursor follows its key (owner, name)
         self._marker = message.marker
         self.scopes = message.scopes
+        if self._create_when_loaded:
+            self._create_when_loaded = False
+            self.action_create()
 
     @on(KeyTable.Loaded)
     def show_keys(self) -> None:
@@ -230,6 +234,11 @@ class KeysScreen(KeyWrites):
 
     def action_create(self) -> None:
         session = self.session
+        if self._marker is None:
+            # The catalog is not read yet (the table's rows come first): an empty list now
+            # would say "the scope catalog is empty". The dialog opens when it is read.
+            self._create_when_loaded = True
+            return
         if not self.scopes:
             self.notify("The scope catalog is empty: add a scope with 'apikey-tui scopes add'.")
             return
