@@ -149,6 +149,25 @@ def test_keys_without_a_fingerprint_still_work_within_the_failure_budget(
     assert counting.calls is not None and len(counting.calls) <= 1 + 5 + int(elapsed) + 1
 
 
+def test_the_failure_budget_holds_while_the_index_cannot_vouch(
+    store: KeyStore, checker: Verifier, counting: CountingHasher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the index (re)loads, a key made before fingerprints is looked up, not judged by
+    the index: wrong secrets for it still buy argon2 only within the failure budget."""
+    from apikey_tui.verifier.key_index import Verdict
+
+    created = store.create_key("alice", "legacy", ["project"])
+    with store.engine.begin() as conn:
+        conn.execute(text("UPDATE apikey_tui_key SET fingerprint = NULL"))
+    monkeypatch.setattr(checker._index, "verdict", lambda *_: Verdict.UNSURE)
+    start = time.monotonic()
+    for _ in range(100):
+        with pytest.raises(InvalidKeyError):
+            checker.verify(header(forged(created.info.public_id)))
+    elapsed = time.monotonic() - start
+    assert counting.calls is not None and len(counting.calls) <= 5 + int(elapsed) + 1
+
+
 @pytest.mark.slow
 def test_a_flood_of_forged_ids_does_not_grow_memory(sqlite_url: str) -> None:
     """200,000 forged well-formed keys with unknown ids grow the process by less than 5 MiB.

@@ -408,6 +408,14 @@ class Verifier:
                     if self._stale.pop(digest, None) is not None:
                         self._entries[digest] = entry
             return caller
+        if (
+            stored.fingerprint is None
+            and entry is None
+            and not self._budget.allows(parsed.public_id)
+        ):
+            # The budget guards argon2 itself, whatever the index said before: an id looked up
+            # while the index (re)loads reaches here without the request path's early test.
+            raise InvalidKeyError()
         self.stats.argon2 += 1
         if not self._hasher.verify(stored.secret_hash, parsed.secret):
             self.stats.revoked += entry is not None  # the key verified here was recreated
