@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -144,6 +145,64 @@ def test_memory_is_bounded_and_drops_are_counted(
     assert verifier.stats.snapshot()["usage_dropped"] == 3
     assert keys.key_usage("alice", "a").requests == 3
     assert keys.key_usage("alice", "b").requests == 0
+
+
+def test_counts_are_exact_with_threads_racing_the_writer(
+    database_url: str, keys: KeyStore, clock: FakeClock
+) -> None:
+    """Four threads check one key (scopes as a tuple, a frozenset and a fresh list) while flushes
+    and minute changes read the tallies again and again: every request is written, once."""
+    created = keys.create_key("alice", "svc", ["project", "serving"])
+    verifier = Verifier.from_url(database_url, hasher=CHEAP, clock=clock)
+    header, rounds = "ApiKey " + created.plaintext, 3000
+    verifier.verify(header, ("project",))
+    spellings: list[Any] = [("project",), frozenset({"project", "serving"}), None]
+
+    def check(spelling: Any) -> None:
+        for _ in range(rounds):
+            verifier.verify(header, ["project"] if spelling is None else spelling)
+
+    threads = [threading.Thread(target=check, args=(s,)) for s in [*spellings, ("project",)]]
+    for thread in threads:
+        thread.start()
+    while any(t.is_alive() for t in threads):
+        verifier.flush()
+        clock.advance(timedelta(seconds=20))  # a reading at each minute boundary too
+    for thread in threads:
+        thread.join()
+    verifier.close()
+    usage = keys.key_usage("alice", "svc", timedelta(days=1))
+    assert {(s.scope, s.requests) for s in usage.scopes} == {
+        ("project", 4 * rounds + 1),
+        ("serving", rounds),
+    }
+    assert verifier.stats.snapshot()["usage_dropped"] == 0
+
+
+def test_an_idle_tally_gives_its_place_when_the_limit_is_reached(
+    database_url: str, keys: KeyStore, clock: FakeClock
+) -> None:
+    """With room for one tally, a second key's requests are still counted (noted instead), and
+    once the first key's tally was idle for a reading the second key takes its place."""
+    a = keys.create_key("alice", "a", ["project"])
+    b = keys.create_key("alice", "b", ["project"])
+    verifier = Verifier.from_url(database_url, hasher=CHEAP, clock=clock, usage_limit=1)
+    uses = verifier._uses
+
+    def check(created: Any, times: int) -> None:
+        for _ in range(times):
+            verifier.verify("ApiKey " + created.plaintext, ("project",))
+        verifier.flush()
+
+    check(a, 3)
+    check(b, 2)  # no room for b's tally: noted; a's tally was idle since the last reading
+    assert uses.tallies == {}  # a's unlisted, and read once more at the next reading
+    check(b, 4)
+    assert list(uses.tallies[("project",)]) == [b.info.public_id]
+    check(a, 1)
+    verifier.close()
+    assert (keys.key_usage("alice", "a").requests, keys.key_usage("alice", "b").requests) == (4, 6)
+    assert verifier.stats.snapshot()["usage_dropped"] == 0
 
 
 @pytest.mark.slow

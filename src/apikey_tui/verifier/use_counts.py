@@ -1,11 +1,16 @@
-"""Usage counts per key, per minute: noted on the request path, counted and appended off it.
+"""Usage counts per key, per minute: counted on the request path in C, written off it.
 
-The request path appends one small tuple to a deque (atomic, no lock, no I/O). A background
-thread drains the deque every second and at every minute boundary into counts per (key, minute,
-kind, scope set), and appends those to the usage table at least every flush interval as one
-transaction. Draining pops items one by one and never swaps the deque, so no request racing a
-drain is lost. Memory is bounded twice: at most `backlog` undrained requests and `limit`
-distinct counts; past either, a request is dropped (and counted as dropped), never waited for.
+An allowed request bumps a tally: an `itertools.count` per (key, required scopes), found in two
+dict lookups and advanced by `next()`, one C call that no other thread can split, so nothing is
+allocated and nothing is left for another thread to count. Refusals (and allowed requests whose
+tally could not be made) append a small tuple to a deque instead (also atomic). A background
+thread drains the deque every second, reads the tallies (their total since the last reading) at
+every minute boundary and every flush, and appends the counts per (key, minute, kind, scope set)
+to the usage table at least every flush interval as one transaction. Nothing is swapped under a
+request's feet: the deque is popped item by item and a tally is only ever read, so no request
+racing a drain is lost. Memory is bounded: at most `limit` tallies, `backlog` undrained requests
+and `limit` distinct counts; past these, a request is dropped (and counted as dropped), never
+waited for.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Collection, Sequence
-from itertools import repeat, starmap
+from itertools import count, repeat, starmap
 from typing import Any
 
 from apikey_tui.clock import Clock
@@ -34,6 +39,24 @@ DEFAULT_LIMIT = 50_000  # distinct (key, minute, kind, scope set) counts held un
 DEFAULT_BACKLOG = 200_000  # requests noted and not yet drained (~70 bytes each)
 DRAIN_INTERVAL = 1.0  # seconds between drains of the request path's deque
 UsageRow = tuple[str, int, int, int, str, int]  # public_id, minute, span, kind, scope, requests
+_HASHABLE = (tuple, frozenset)  # required scopes as integrations pass them (RouteScopes: tuple)
+
+
+def _reading(tally: count[int]) -> int:
+    """How many times a tally was advanced: its repr is `count(N)`, read without advancing it
+    (its pickle support, the other way to read it, is deprecated since Python 3.12)."""
+    return int(repr(tally)[6:-1])
+
+
+class _Tally:
+    """One key's counter for one spelling of the required scopes, and its last reading."""
+
+    __slots__ = ("counter", "public_id", "read", "scope", "spelling")
+
+    def __init__(self, public_id: str, spelling: Any, scope: str) -> None:
+        self.counter: count[int] = count()
+        self.public_id, self.spelling, self.scope = public_id, spelling, scope
+        self.read = 0  # its value at the last reading
 
 
 class UseCounts:
@@ -58,13 +81,24 @@ class UseCounts:
         self.flush_seconds = Timings()
         self._failing = False
         self._closed = threading.Event()
+        # The request path's tallies: required scopes (as passed) -> public id -> counter. The
+        # verifier's warm path advances `tallies[required][public_id]` itself and calls
+        # `allowed` only when that lookup fails; the object is kept (cleared, not replaced).
+        # Scopes first: a few spellings, each with one big dict (~190 bytes a tally in all).
+        self.tallies: dict[Any, dict[str, count[int]]] = {}
         self.reset()
 
     def reset(self) -> None:
         """Forget the thread, the locks and the counts (after a fork they are the parent's)."""
         self._flush_lock = threading.Lock()
         self._start_lock = threading.Lock()
+        self._tally_lock = threading.Lock()
         self._noted: deque[tuple[Any, ...]] = deque()
+        self.tallies.clear()
+        self._listed: list[_Tally] = []  # every tally in `tallies`, for the readings
+        self._texts: dict[Any, str] = {}  # a spelling's scope text, one string for its tallies
+        self._retiring: list[_Tally] = []  # unlisted at the last reading; read once more
+        self._crowded = False  # a tally was refused for the limit: retire idle ones
         self._minute = usage_minute(self._clock())
         self._counts: dict[tuple[str, int, int, str], int] = {}
         self._written_at = time.monotonic()
@@ -76,16 +110,38 @@ class UseCounts:
     # --- the request path ---------------------------------------------------------------------
 
     def allowed(self, public_id: str, required: Collection[str]) -> None:
-        """One allowed request of this key that required these scopes (a tuple or frozenset).
+        """One allowed request of this key that required these scopes.
 
-        The warm path's whole cost: a length test and an append (both atomic in CPython). The
-        writer thread is started by `start`, which the cold check calls first.
+        The warm path skips this call: it advances the tally in `tallies` directly. Here the
+        tally is made on first use; past `limit` tallies the request is noted in the deque.
         """
-        noted = self._noted
-        if len(noted) < self._backlog:
-            noted.append((public_id, required))
+        spelling = required if required.__class__ in _HASHABLE else tuple(required)
+        counter = self.tallies.get(spelling, {}).get(public_id)
+        if counter is None:
+            counter = self._tally(public_id, spelling)
+        if counter is not None:
+            next(counter)
+        elif len(self._noted) < self._backlog:
+            self._noted.append((public_id, spelling))
         else:
             self.dropped += 1  # a plain int: may, rarely, lose one under contention
+
+    def _tally(self, public_id: str, spelling: Any) -> count[int] | None:
+        """The counter for this key and scopes, made and listed if new; None past the limit."""
+        with self._tally_lock:
+            counters = self.tallies.get(spelling)
+            if counters is None:
+                counters = self.tallies[spelling] = {}
+                self._texts[spelling] = " ".join(sorted(set(spelling)))
+            elif public_id in counters:
+                return counters[public_id]
+            if len(self._listed) >= self._limit:
+                self._crowded = True
+                return None
+            tally = _Tally(public_id, spelling, self._texts[spelling])
+            self._listed.append(tally)
+            counters[public_id] = tally.counter
+            return tally.counter
 
     def forbidden(self, public_id: str, missing: Collection[str]) -> None:
         """One request refused with 403: the key lacked these scopes."""
@@ -132,35 +188,76 @@ class UseCounts:
         """Whether the background writer thread is alive."""
         return self._thread is not None and self._thread.is_alive()
 
-    def _drain(self) -> None:
-        """Count what the request path noted, in the minute that was current since last drain."""
+    def _count(self, entry: tuple[str, int, int, str], times: int) -> int:
+        """Add to one count within the limit; how many of these requests were dropped."""
+        n = self._counts.get(entry)
+        if n is not None:
+            self._counts[entry] = n + times
+        elif len(self._counts) < self._limit:
+            self._counts[entry] = times
+        else:
+            return times
+        return 0
+
+    def _drain(self, read_tallies: bool = False) -> None:
+        """Count what the request path noted, in the minute that was current since last drain;
+        the tallies too when asked (a flush) or when that minute has ended."""
         with self._flush_lock:
             minute, self._minute = self._minute, usage_minute(self._clock())
-            noted, counts, limit = self._noted, self._counts, self._limit
+            dropped = counted = 0
+            if read_tallies or minute != self._minute:
+                counted, dropped = self._read_tallies(minute)
+            noted = self._noted
             drained = len(noted)  # only these: later ones belong to the next minute
             # Popped and counted in C (deque.popleft through starmap, Counter's counting loop):
             # this thread holds the GIL the request path needs, so its cost per request is
-            # the service's too. Each distinct (key, scopes) is then made a row once.
+            # the service's too. Each distinct item is then made a row once.
             grouped = Counter(starmap(noted.popleft, repeat((), drained)))
-            dropped = 0
             for item, times in grouped.items():
-                if len(item) == 2:  # allowed: (public id, required scopes)
+                if len(item) == 2:  # allowed past the tallies' limit: (public id, scopes)
                     entry = (item[0], minute, USAGE_ALLOWED, " ".join(sorted(set(item[1]))))
                 else:  # refused: (public id, kind, scope text)
                     entry = (item[0], minute, item[1], item[2])
-                n = counts.get(entry)
-                if n is not None:
-                    counts[entry] = n + times
-                elif len(counts) < limit:
-                    counts[entry] = times
-                else:
-                    dropped += times
-            self.recorded += drained - dropped
+                dropped += self._count(entry, times)
+            self.recorded += counted + drained - dropped
             self.dropped += dropped
+
+    def _read_tallies(self, minute: int) -> tuple[int, int]:
+        """Count every tally's advance since its last reading in this minute: (counted, dropped).
+
+        When a tally was refused for the limit, the tallies idle since their last reading are
+        unlisted, and read once more at the next reading (a request that found one just before
+        is still counted).
+        """
+        counted = dropped = 0
+        retiring, self._retiring = self._retiring, []
+        crowded, self._crowded = self._crowded, False
+        idle: list[_Tally] = []
+        listed = self._listed[:]  # one C call: a request may list one meanwhile
+        for tally in [*retiring, *listed]:
+            value = _reading(tally.counter)
+            if value != tally.read:
+                times, tally.read = value - tally.read, value
+                counted += times
+                entry = (tally.public_id, minute, USAGE_ALLOWED, tally.scope)
+                dropped += self._count(entry, times)
+            elif crowded and tally.spelling is not None:
+                idle.append(tally)  # listed, and idle since the reading before
+        if idle:
+            with self._tally_lock:
+                for tally in idle:
+                    counters = self.tallies[tally.spelling]
+                    del counters[tally.public_id]
+                    if not counters:  # spellings stay within the limit too
+                        del self.tallies[tally.spelling], self._texts[tally.spelling]
+                    tally.spelling = None  # unlisted
+                self._listed = [tally for tally in self._listed if tally.spelling is not None]
+            self._retiring = idle
+        return counted, dropped
 
     def flush(self) -> None:
         """Count and append everything noted so far to the usage table now (one transaction)."""
-        self._drain()
+        self._drain(read_tallies=True)
         with self._flush_lock:  # a flush by close() and by the thread never interleave
             rows, self._counts = self._counts, {}
             self._written_at = time.monotonic()
@@ -183,7 +280,8 @@ class UseCounts:
 
     def pending(self) -> int:
         """Requests noted or counted and not yet written (held in memory)."""
-        return len(self._noted) + sum(self._counts.values())
+        unread = sum(_reading(t.counter) - t.read for t in [*self._retiring, *self._listed])
+        return len(self._noted) + sum(self._counts.values()) + unread
 
     def close(self) -> None:
         """Stop the thread and write what is counted (what still cannot be written is dropped)."""
