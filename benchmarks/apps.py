@@ -187,7 +187,7 @@ def starlette_knockout() -> Any:
     if "warm" in out:
         Verifier._warm = once("warm", Verifier._warm)  # type: ignore[method-assign]
     if "authorize" in out:
-        Verifier._authorize = once("authorize", Verifier._authorize)  # type: ignore[method-assign]
+        Verifier.authorize = once("authorize", Verifier.authorize)  # type: ignore[method-assign]
     return starlette_timed()
 
 

@@ -42,7 +42,7 @@ STEPS = {
     "split": "splitting `ApiKey <key>` (`split_credentials`, one regex)",
     "digest": "salted SHA-256 of the key (`Verifier._digest`)",
     "warm": "cache lookup, freshness and last-used test (`Verifier._warm`)",
-    "authorize": "scope test (`Verifier._authorize`)",
+    "authorize": "scope test (`Verifier.authorize`)",
 }
 
 

@@ -323,3 +323,20 @@ def test_the_exception_handler_names_scopes_only_for_a_lone_has_scopes(keys: Key
         assert "WWW-Authenticate" not in composed
         user = call([scopes("serving")], {"X-User": "foo"}, authenticators=[UserFromHeader])
         assert user.status_code == 403 and "API key" in user.data["detail"]
+
+
+# --- issue 18: usage is recorded under the scopes HasScopes asks for --------------------------
+
+
+def test_each_request_is_recorded_once_under_the_scopes_has_scopes_asks_for(keys: Keys) -> None:
+    """HasScopes' scopes are the request's recorded use (a refusal is a 403 for the missing
+    one, inside | the satisfied operand counts), so right-sizing keeps a scope a view uses."""
+    assert call([scopes("project")], auth(keys.project)).status_code == 200
+    assert call([scopes("serving", "project")], auth(keys.project)).status_code == 403
+    assert call([is_authenticated()], auth(keys.project)).status_code == 200
+    assert call([scopes("serving") | scopes("project")], auth(keys.project)).status_code == 200
+    keys.verifier.flush()
+    usage = keys.store.key_usage("alice", "proj")
+    assert [(s.scope, s.requests) for s in usage.scopes] == [("project", 2)]
+    assert [(f.missing, f.requests) for f in usage.forbidden] == [(("serving",), 1)]
+    assert usage.requests == 3

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpResponse
-from rest_framework import exceptions
+from rest_framework import exceptions, permissions
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
@@ -32,7 +32,6 @@ from apikey_tui.errors import (
     VerifierUnavailableError,
 )
 from apikey_tui.integrations.django import get_verifier, problem_response, request_authorization
-from apikey_tui.integrations.guard import Guard
 from apikey_tui.names import parse_scopes
 from apikey_tui.verifier import Caller, Verifier
 
@@ -117,10 +116,11 @@ class ApiKeyAuthentication(BaseAuthentication):  # type: ignore[misc]
     verifier: ClassVar[Verifier | None] = None  # a subclass may set it; else settings
 
     def authenticate(self, request: Request) -> tuple[ApiKeyUser, Caller] | None:
-        """Check the key (no scopes here: HasScopes asks for them)."""
+        """Check the key, and record the request once under the scopes the view's HasScopes
+        will ask for (HasScopes decides; the verifier records, as for every integration)."""
         verifier = self.verifier or get_verifier()
         try:
-            caller = Guard(verifier, request_authorization).caller(request)
+            caller = verifier.identify(request_authorization(request))
         except MissingKeyError:
             return None
         except AuthError as error:
@@ -128,6 +128,10 @@ class ApiKeyAuthentication(BaseAuthentication):  # type: ignore[misc]
             if isinstance(error, VerifierUnavailableError):
                 raise ApiKeyUnavailable(error, verifier.realm) from None
             raise ApiKeyRefused(error, verifier.realm) from None
+        try:
+            verifier.authorize(caller, _scopes_asked(request, caller))
+        except InsufficientScopeError:
+            pass  # recorded as a 403 for the missing scopes; HasScopes answers it
         return ApiKeyUser(caller), caller
 
     def authenticate_header(self, request: Request) -> str:
@@ -173,6 +177,11 @@ class HasScopes(BasePermission):  # type: ignore[misc]
     message: dict[str, object] | str | None = None
     code: str | None = None
 
+    def required(self, view: Any) -> set[str]:
+        """The scopes this permission requires on view: its own and the view's."""
+        where = f"{type(view).__name__}.required_scopes"
+        return {*self.scopes, *_scope_names(getattr(view, "required_scopes", ()), where)}
+
     @classmethod
     def of(cls, *scopes: str) -> type[HasScopes]:
         """A HasScopes requiring these scopes (ImproperlyConfigured for none or a bad name)."""
@@ -183,8 +192,7 @@ class HasScopes(BasePermission):  # type: ignore[misc]
 
     def has_permission(self, request: Request, view: Any) -> bool:
         """True when the request's key holds them all; otherwise False with a message."""
-        where = f"{type(view).__name__}.required_scopes"
-        required = {*self.scopes, *_scope_names(getattr(view, "required_scopes", ()), where)}
+        required = self.required(view)
         if not required:
             raise ImproperlyConfigured(
                 f"{type(self).__name__} on {type(view).__name__} {_NO_SCOPE}: use "
@@ -242,3 +250,32 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> HttpResponse |
 
     response: HttpResponse | None = drf_exception_handler(exc, context)
     return response
+
+
+def _scopes_asked(request: Request, caller: Caller) -> set[str]:
+    """The scopes a request is recorded under: every scope the view's HasScopes require (a
+    key lacking one is refused: recorded as a 403), and, inside DRF's | and &, the scopes of
+    each HasScopes the key satisfies. Right-sizing then never proposes to drop a scope a view
+    asked for. Outside a DRF view (no view in the parser context): none.
+    """
+    view = (getattr(request, "parser_context", None) or {}).get("view")
+    if view is None:
+        return set()
+    asked: set[str] = set()
+    for permission in view.get_permissions():
+        if isinstance(permission, HasScopes):
+            asked |= permission.required(view)
+        else:
+            asked |= _held(permission, view, caller)
+    return asked
+
+
+def _held(permission: object, view: Any, caller: Caller) -> set[str]:
+    """In a composed permission, the scopes of each HasScopes operand the key satisfies (a
+    negated one asks the key to lack its scopes: none is used)."""
+    if isinstance(permission, HasScopes):
+        required = permission.required(view)
+        return required if required <= caller.scopes else set()
+    if isinstance(permission, permissions.OR | permissions.AND):
+        return _held(permission.op1, view, caller) | _held(permission.op2, view, caller)
+    return set()

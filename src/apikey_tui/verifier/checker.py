@@ -191,10 +191,19 @@ class Verifier:
             caller = self._warm(self._digest(authorization[7:]))
         except UnicodeEncodeError:
             return None
-        return None if caller is None else self._authorize(caller, required_scopes)
+        return None if caller is None else self.authorize(caller, required_scopes)
 
     def verify(self, authorization: str | None, required_scopes: Collection[str] = ()) -> Caller:
         """Return the caller, or raise an AuthError that knows its HTTP answer."""
+        return self.authorize(self.identify(authorization), required_scopes)
+
+    def identify(self, authorization: str | None) -> Caller:
+        """The caller, checking the key but no scope and recording no use (blocking).
+
+        For a framework that decides scopes itself (DRF's permission classes): it then calls
+        `authorize` exactly once per request, with the scopes the request needs, so the
+        request is recorded once and under those scopes. Everyone else calls `verify`.
+        """
         with self._refusals():
             steps = self._answer(authorization, inline=self._inline)
             deadline = time.monotonic() + self._gate.timeout
@@ -204,7 +213,7 @@ class Verifier:
                     work = steps.send(self._gate.wait(work, deadline))
             except StopIteration as done:
                 caller: Caller = done.value
-        return self._authorize(caller, required_scopes)
+        return caller
 
     async def verify_async(
         self, authorization: str | None, required_scopes: Collection[str] = ()
@@ -219,7 +228,7 @@ class Verifier:
                     work = steps.send(await self._gate.wait_async(work, deadline))
             except StopIteration as done:
                 caller: Caller = done.value
-        return self._authorize(caller, required_scopes)
+        return self.authorize(caller, required_scopes)
 
     @contextmanager
     def _refusals(self) -> Iterator[None]:
@@ -323,7 +332,9 @@ class Verifier:
         self.stats.hits += 1  # the warm path's only metrics cost: a plain int
         return entry.caller
 
-    def _authorize(self, caller: Caller, required: Collection[str]) -> Caller:
+    def authorize(self, caller: Caller, required: Collection[str]) -> Caller:
+        """The caller if it holds every required scope, else InsufficientScopeError (403);
+        either way one request of this key is recorded (`verify` calls it; see `identify`)."""
         if required and not caller.scopes.issuperset(required):
             self.stats.forbidden += 1
             missing = sorted(set(required) - caller.scopes)
