@@ -44,7 +44,7 @@ from apikey_tui.verifier.key_index import KeyIndex, Verdict
 from apikey_tui.verifier.last_used import LastUsedWriter
 from apikey_tui.verifier.metrics import VerifierStats
 from apikey_tui.verifier.port import CredentialSource
-from apikey_tui.verifier.use_counts import DEFAULT_LIMIT, UseCounts
+from apikey_tui.verifier.use_counts import DEFAULT_LIMIT, HASHABLE, UseCounts
 
 __all__ = ["Caller", "Verifier"]
 
@@ -341,11 +341,12 @@ class Verifier:
             if self._record:
                 self._uses.forbidden(caller.public_id, missing)
             raise InsufficientScopeError(missing)
-        if self._record:
-            try:  # the warm path's only recording cost: two dict lookups and a C counter's next
-                next(self._tallies[required][caller.public_id])
-            except (KeyError, TypeError):  # this key's first such request here, or a list
-                self._uses.allowed(caller.public_id, required)
+        if self._record:  # the warm path's only recording cost: two lookups and a C next()
+            spelling = required if required.__class__ in HASHABLE else tuple(required)
+            try:
+                next(self._tallies[spelling][caller.public_id])
+            except KeyError:  # this key's first such request here
+                self._uses.allowed(caller.public_id, spelling)
         return caller
 
     # --- in a CheckGate thread ----------------------------------------------------------------

@@ -39,7 +39,8 @@ DEFAULT_LIMIT = 50_000  # distinct (key, minute, kind, scope set) counts held un
 DEFAULT_BACKLOG = 200_000  # requests noted and not yet drained (~70 bytes each)
 DRAIN_INTERVAL = 1.0  # seconds between drains of the request path's deque
 UsageRow = tuple[str, int, int, int, str, int]  # public_id, minute, span, kind, scope, requests
-_HASHABLE = (tuple, frozenset)  # required scopes as integrations pass them (RouteScopes: tuple)
+# Required scopes kept as given (RouteScopes: tuple); other collections become a tuple.
+HASHABLE = (tuple, frozenset)
 
 
 def _reading(tally: count[int]) -> int:
@@ -115,7 +116,7 @@ class UseCounts:
         The warm path skips this call: it advances the tally in `tallies` directly. Here the
         tally is made on first use; past `limit` tallies the request is noted in the deque.
         """
-        spelling = required if required.__class__ in _HASHABLE else tuple(required)
+        spelling = required if required.__class__ in HASHABLE else tuple(required)
         counter = self.tallies.get(spelling, {}).get(public_id)
         if counter is None:
             counter = self._tally(public_id, spelling)
