@@ -179,11 +179,13 @@ def test_counts_are_exact_with_threads_racing_the_writer(
     assert verifier.stats.snapshot()["usage_dropped"] == 0
 
 
+@pytest.mark.parametrize("required", [("project",), ()])
 def test_an_idle_tally_gives_its_place_when_the_limit_is_reached(
-    database_url: str, keys: KeyStore, clock: FakeClock
+    database_url: str, keys: KeyStore, clock: FakeClock, required: tuple[str, ...]
 ) -> None:
     """With room for one tally, a second key's requests are still counted (noted instead), and
-    once the first key's tally was idle for a reading the second key takes its place."""
+    once the first key's tally was idle for a reading the second key takes its place (also
+    for a check that required no scope)."""
     a = keys.create_key("alice", "a", ["project"])
     b = keys.create_key("alice", "b", ["project"])
     verifier = Verifier.from_url(database_url, hasher=CHEAP, clock=clock, usage_limit=1)
@@ -191,14 +193,14 @@ def test_an_idle_tally_gives_its_place_when_the_limit_is_reached(
 
     def check(created: Any, times: int) -> None:
         for _ in range(times):
-            verifier.verify("ApiKey " + created.plaintext, ("project",))
+            verifier.verify("ApiKey " + created.plaintext, required)
         verifier.flush()
 
     check(a, 3)
     check(b, 2)  # no room for b's tally: noted; a's tally was idle since the last reading
     assert uses.tallies == {}  # a's unlisted, and read once more at the next reading
     check(b, 4)
-    assert list(uses.tallies[("project",)]) == [b.info.public_id]
+    assert list(uses.tallies[required]) == [b.info.public_id]
     check(a, 1)
     verifier.close()
     assert (keys.key_usage("alice", "a").requests, keys.key_usage("alice", "b").requests) == (4, 6)

@@ -4,13 +4,13 @@ An allowed request bumps a tally: an `itertools.count` per (key, required scopes
 dict lookups and advanced by `next()`, one C call that no other thread can split, so nothing is
 allocated and nothing is left for another thread to count. Refusals (and allowed requests whose
 tally could not be made) append a small tuple to a deque instead (also atomic). A background
-thread drains the deque every second, reads the tallies (their total since the last reading) at
-every minute boundary and every flush, and appends the counts per (key, minute, kind, scope set)
-to the usage table at least every flush interval as one transaction. Nothing is swapped under a
-request's feet: the deque is popped item by item and a tally is only ever read, so no request
-racing a drain is lost. Memory is bounded: at most `limit` tallies, `backlog` undrained requests
-and `limit` distinct counts; past these, a request is dropped (and counted as dropped), never
-waited for.
+thread drains the deque every second, reads the tallies at every minute boundary and every
+flush, and appends the counts per (key, minute, kind, scope set) to the usage table at least
+every flush interval as one transaction. Nothing is swapped under a request's feet: the deque
+is popped item by item, and a tally is read with `next()` too (the thread knows its own
+readings and subtracts them), so no request racing a drain is lost. Memory is bounded: at most
+`limit` tallies, `backlog` undrained requests and `limit` distinct counts; past these, a request
+is dropped (and counted as dropped), never waited for.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Collection, Sequence
-from itertools import count, repeat, starmap
+from itertools import compress, count, repeat, starmap
+from operator import eq, ne
 from typing import Any
 
 from apikey_tui.clock import Clock
@@ -43,21 +44,14 @@ UsageRow = tuple[str, int, int, int, str, int]  # public_id, minute, span, kind,
 HASHABLE = (tuple, frozenset)
 
 
-def _reading(tally: count[int]) -> int:
-    """How many times a tally was advanced: its repr is `count(N)`, read without advancing it
-    (its pickle support, the other way to read it, is deprecated since Python 3.12)."""
-    return int(repr(tally)[6:-1])
-
-
 class _Tally:
-    """One key's counter for one spelling of the required scopes, and its last reading."""
+    """One key's counter for one spelling of the required scopes."""
 
-    __slots__ = ("counter", "public_id", "read", "scope", "spelling")
+    __slots__ = ("counter", "public_id", "scope", "spelling")
 
     def __init__(self, public_id: str, spelling: Any, scope: str) -> None:
         self.counter: count[int] = count()
         self.public_id, self.spelling, self.scope = public_id, spelling, scope
-        self.read = 0  # its value at the last reading
 
 
 class UseCounts:
@@ -96,9 +90,14 @@ class UseCounts:
         self._tally_lock = threading.Lock()
         self._noted: deque[tuple[Any, ...]] = deque()
         self.tallies.clear()
-        self._listed: list[_Tally] = []  # every tally in `tallies`, for the readings
+        # Every tally in `tallies`, its counter, and what the counter will give at the next
+        # reading if no request advanced it (a prefix: tallies listed since read as 0). A
+        # reading is a `next()` too, one C call in the thread that cannot lose a request's.
+        self._listed: list[_Tally] = []
+        self._counters: list[count[int]] = []
+        self._reads: list[int] = []
         self._texts: dict[Any, str] = {}  # a spelling's scope text, one string for its tallies
-        self._retiring: list[_Tally] = []  # unlisted at the last reading; read once more
+        self._retiring: list[tuple[_Tally, int]] = []  # unlisted, with their next reading
         self._crowded = False  # a tally was refused for the limit: retire idle ones
         self._minute = usage_minute(self._clock())
         self._counts: dict[tuple[str, int, int, str], int] = {}
@@ -141,6 +140,7 @@ class UseCounts:
                 return None
             tally = _Tally(public_id, spelling, self._texts[spelling])
             self._listed.append(tally)
+            self._counters.append(tally.counter)
             counters[public_id] = tally.counter
             return tally.counter
 
@@ -230,30 +230,49 @@ class UseCounts:
         unlisted, and read once more at the next reading (a request that found one just before
         is still counted).
         """
+        with self._tally_lock:  # requests list new tallies meanwhile: a consistent snapshot
+            tallies, counters = self._listed[:], self._counters[:]
+        n = len(tallies)
+        reads = self._reads + [0] * (n - len(self._reads))
+        raws = list(map(next, counters))  # each advanced once more by this reading, in C
         counted = dropped = 0
         retiring, self._retiring = self._retiring, []
-        crowded, self._crowded = self._crowded, False
-        idle: list[_Tally] = []
-        listed = self._listed[:]  # one C call: a request may list one meanwhile
-        for tally in [*retiring, *listed]:
-            value = _reading(tally.counter)
-            if value != tally.read:
-                times, tally.read = value - tally.read, value
+        for tally, read in retiring:  # unlisted at the last reading: read once more
+            times = next(tally.counter) - read
+            if times:
                 counted += times
-                entry = (tally.public_id, minute, USAGE_ALLOWED, tally.scope)
-                dropped += self._count(entry, times)
-            elif crowded and tally.spelling is not None:
-                idle.append(tally)  # listed, and idle since the reading before
-        if idle:
-            with self._tally_lock:
-                for tally in idle:
-                    counters = self.tallies[tally.spelling]
-                    del counters[tally.public_id]
-                    if not counters:  # spellings stay within the limit too
-                        del self.tallies[tally.spelling], self._texts[tally.spelling]
-                    tally.spelling = None  # unlisted
-                self._listed = [tally for tally in self._listed if tally.spelling is not None]
-            self._retiring = idle
+                dropped += self._count((tally.public_id, minute, USAGE_ALLOWED, tally.scope), times)
+        counts, limit = self._counts, self._limit
+        # Only the tallies that moved cost Python work, and no allocation but their entry.
+        for i in compress(range(n), map(ne, raws, reads)):
+            tally, times = tallies[i], raws[i] - reads[i]
+            counted += times
+            entry = (tally.public_id, minute, USAGE_ALLOWED, tally.scope)
+            held = counts.get(entry)
+            if held is not None:
+                counts[entry] = held + times
+            elif len(counts) < limit:
+                counts[entry] = times
+            else:
+                dropped += times
+        after = [raw + 1 for raw in raws]
+        crowded, self._crowded = self._crowded, False
+        if not crowded:
+            self._reads = after
+            return counted, dropped
+        idle = set(compress(range(n), map(eq, raws, reads)))  # idle since the reading before
+        with self._tally_lock:
+            for i in idle:
+                tally = tallies[i]
+                spellings = self.tallies[tally.spelling]
+                del spellings[tally.public_id]
+                if not spellings:  # spellings stay within the limit too
+                    del self.tallies[tally.spelling], self._texts[tally.spelling]
+                self._retiring.append((tally, after[i]))
+            kept = [i for i in range(n) if i not in idle]
+            self._listed = [tallies[i] for i in kept] + self._listed[n:]
+            self._counters = [counters[i] for i in kept] + self._counters[n:]
+            self._reads = [after[i] for i in kept]
         return counted, dropped
 
     def flush(self) -> None:
@@ -278,11 +297,6 @@ class UseCounts:
             if self._failing:
                 log.warning("recording API key usage works again")
             self._failing = False
-
-    def pending(self) -> int:
-        """Requests noted or counted and not yet written (held in memory)."""
-        unread = sum(_reading(t.counter) - t.read for t in [*self._retiring, *self._listed])
-        return len(self._noted) + sum(self._counts.values()) + unread
 
     def close(self) -> None:
         """Stop the thread and write what is counted (what still cannot be written is dropped)."""
