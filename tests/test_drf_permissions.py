@@ -340,3 +340,49 @@ def test_each_request_is_recorded_once_under_the_scopes_has_scopes_asks_for(keys
     assert [(s.scope, s.requests) for s in usage.scopes] == [("project", 2)]
     assert [(f.missing, f.requests) for f in usage.forbidden] == [(("serving",), 1)]
     assert usage.requests == 3
+
+
+# --- review of issue 18 (usage recorded under HasScopes' scopes) ------------------------------
+
+
+def test_get_permissions_reading_request_user_answers_without_recursing(keys: Keys) -> None:
+    """A view whose get_permissions reads request.user (DRF's usual pattern) answers 200, once
+    recorded, rather than recursing through authenticate() into a 500."""
+    from django.test import RequestFactory
+    from rest_framework.request import Request
+    from rest_framework.response import Response
+    from rest_framework.views import APIView
+
+    from apikey_tui.integrations.drf import ApiKeyAuthentication, HasScopes
+
+    class View(APIView):  # type: ignore[misc]
+        authentication_classes = [ApiKeyAuthentication]
+
+        def get_permissions(self) -> list[Any]:
+            if self.request.user.is_staff:  # e.g. staff skip the scope test
+                return []
+            return [HasScopes.of("project")()]
+
+        def get(self, request: Request) -> Response:
+            return Response({"user": str(request.user)})
+
+    request = RequestFactory().get("/test/", headers=auth(keys.project))
+    response = View.as_view()(request)
+    assert response.status_code == 200
+    keys.verifier.flush()
+    assert keys.store.key_usage("alice", "proj").requests == 1
+
+
+def test_a_scope_refusal_inside_and_or_is_recorded_as_forbidden_not_allowed(keys: Keys) -> None:
+    """A 403 because the key lacks a scope is a forbidden row whether the view writes
+    [A, B] or [A & B] (and A | B refused): never an allowed use of the scope it holds."""
+    listed = call([scopes("project"), scopes("serving")], auth(keys.project))
+    composed = call([scopes("project") & scopes("serving")], auth(keys.project))
+    assert listed.status_code == composed.status_code == 403
+    keys.store.add_scope("admin")
+    either = call([scopes("serving") | scopes("admin")], auth(keys.project))
+    assert either.status_code == 403
+    keys.verifier.flush()
+    usage = keys.store.key_usage("alice", "proj")
+    assert usage.requests == 0  # three 403s: no allowed request
+    assert sum(f.requests for f in usage.forbidden) == 3

@@ -490,3 +490,67 @@ def test_prometheus_exposes_usage_counts_and_flush_time(database_url: str, admin
     assert sample("usage_dropped_total") == 0
     assert sample("usage_flush_seconds_count") == 1
     verifier.close()
+
+
+# --- review of the tallies (issue 18's usage counters) -----------------------------------------
+
+
+def test_a_request_that_just_made_its_tally_is_counted_though_two_readings_pass(
+    database_url: str, keys: KeyStore, clock: FakeClock
+) -> None:
+    """A request whose thread made a tally and is paused before advancing it, while another
+    key crowds the limit and the writer reads twice, is still written (or counted as dropped)."""
+    a = keys.create_key("alice", "a", ["project"])
+    b = keys.create_key("alice", "b", ["project"])
+    c = keys.create_key("alice", "c", ["project"])
+    verifier = Verifier.from_url(database_url, hasher=CHEAP, clock=clock, usage_limit=1)
+    uses = verifier._uses
+
+    def check(created: Any) -> None:
+        verifier.verify("ApiKey " + created.plaintext, ("project",))
+
+    check(a)
+    verifier.flush()
+    check(b)  # no room: noted, and a's idle tally gives its place at the next reading
+    verifier.flush()
+    made = uses._tally
+    paused = False
+
+    def made_then_paused(public_id: str, spelling: Any) -> Any:
+        """What other threads do while this one waits for the GIL before `next(counter)`."""
+        nonlocal paused
+        counter = made(public_id, spelling)
+        if not paused:
+            paused = True
+            check(c)  # no room (b's new tally holds it): crowded
+            verifier.flush()  # the writer's readings: b's tally, still 0, looks idle
+            verifier.flush()
+        return counter
+
+    uses._tally = made_then_paused  # type: ignore[method-assign]
+    check(b)
+    verifier.close()
+    requests = [keys.key_usage("alice", name).requests for name in "abc"]
+    dropped = verifier.stats.snapshot()["usage_dropped"]
+    # b's two are written; c's one found no count free (limit 1, b's took it): dropped, counted
+    assert (requests, dropped) == ([1, 2, 0], 1)
+
+
+def test_spellings_stay_within_the_limit_while_it_is_full(
+    database_url: str, keys: KeyStore, clock: FakeClock
+) -> None:
+    """With every tally taken, each new spelling of the required scopes leaves nothing behind
+    (the code says "spellings stay within the limit too"): no empty dict, no text per spelling."""
+    from itertools import permutations
+
+    a = keys.create_key("alice", "a", ["project", "serving", "admin"])
+    verifier = Verifier.from_url(database_url, hasher=CHEAP, clock=clock, usage_limit=1)
+    header = "ApiKey " + a.plaintext
+    spellings = [p for n in (1, 2, 3) for p in permutations(("project", "serving", "admin"), n)]
+    for spelling in spellings:  # 15 spellings (FastAPI's lists, DRF's sets, in any order)
+        verifier.verify(header, list(spelling))
+    verifier.close()
+    dropped = verifier.stats.snapshot()["usage_dropped"]  # distinct counts are bounded too
+    assert keys.key_usage("alice", "a").requests + dropped == len(spellings)
+    uses = verifier._uses
+    assert (len(uses.tallies), len(uses._texts)) == (1, 1)

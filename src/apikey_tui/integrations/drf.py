@@ -36,6 +36,7 @@ from apikey_tui.names import parse_scopes
 from apikey_tui.verifier import Caller, Verifier
 
 _ERROR = "_apikey_error"  # where authenticate() leaves its refusal for authenticate_header()
+_ASKING = "_apikey_asking"  # set while authenticate() reads the view's permissions
 
 
 class ApiKeyUser:
@@ -128,10 +129,21 @@ class ApiKeyAuthentication(BaseAuthentication):  # type: ignore[misc]
             if isinstance(error, VerifierUnavailableError):
                 raise ApiKeyUnavailable(error, verifier.realm) from None
             raise ApiKeyRefused(error, verifier.realm) from None
+        if getattr(request, _ASKING, False):
+            # The view's get_permissions reads request.user: this is DRF authenticating again
+            # from inside the call below; the outer call records the request.
+            return ApiKeyUser(caller), caller
+        setattr(request, _ASKING, True)
         try:
-            verifier.authorize(caller, _scopes_asked(request, caller))
+            asked = _scopes_asked(request, caller)
+        except Exception:  # the view's own code: DRF raises it again where it always does
+            asked = set()
+        finally:
+            setattr(request, _ASKING, False)
+        try:
+            verifier.authorize(caller, asked)
         except InsufficientScopeError:
-            pass  # recorded as a 403 for the missing scopes; HasScopes answers it
+            pass  # recorded as a 403 for the missing scopes; the permissions answer it
         return ApiKeyUser(caller), caller
 
     def authenticate_header(self, request: Request) -> str:
@@ -253,29 +265,43 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> HttpResponse |
 
 
 def _scopes_asked(request: Request, caller: Caller) -> set[str]:
-    """The scopes a request is recorded under: every scope the view's HasScopes require (a
-    key lacking one is refused: recorded as a 403), and, inside DRF's | and &, the scopes of
-    each HasScopes the key satisfies. Right-sizing then never proposes to drop a scope a view
-    asked for. Outside a DRF view (no view in the parser context): none.
+    """The scopes a request is recorded under, judged as the view's permissions will judge it
+    (all of them must pass). A permission that refuses for want of scopes contributes those
+    scopes: the key lacks them, so the request is recorded as a 403 for them. One that passes
+    contributes the scopes of each HasScopes the key satisfies in it. Other permissions and
+    `~` cannot be judged here and contribute none. Outside a DRF view (no view in the parser
+    context): none.
     """
     view = (getattr(request, "parser_context", None) or {}).get("view")
     if view is None:
         return set()
     asked: set[str] = set()
     for permission in view.get_permissions():
-        if isinstance(permission, HasScopes):
-            asked |= permission.required(view)
-        else:
-            asked |= _held(permission, view, caller)
+        passes, used, missing = _judged(permission, view, caller)
+        asked |= missing if passes is False else used
     return asked
 
 
-def _held(permission: object, view: Any, caller: Caller) -> set[str]:
-    """In a composed permission, the scopes of each HasScopes operand the key satisfies (a
-    negated one asks the key to lack its scopes: none is used)."""
+def _judged(
+    permission: object, view: Any, caller: Caller
+) -> tuple[bool | None, set[str], set[str]]:
+    """Whether a (composed) permission passes on scopes alone (None: it depends on more), the
+    scopes it uses if it passes, and the scopes it misses if it refuses."""
     if isinstance(permission, HasScopes):
         required = permission.required(view)
-        return required if required <= caller.scopes else set()
-    if isinstance(permission, permissions.OR | permissions.AND):
-        return _held(permission.op1, view, caller) | _held(permission.op2, view, caller)
-    return set()
+        missing = required - caller.scopes
+        return not missing, set() if missing else required, missing
+    if isinstance(permission, permissions.AND | permissions.OR):
+        a, b = _judged(permission.op1, view, caller), _judged(permission.op2, view, caller)
+        if isinstance(permission, permissions.AND):
+            passes = False if False in (a[0], b[0]) else (a[0] and b[0])
+        else:
+            passes = True if True in (a[0], b[0]) else (None if None in (a[0], b[0]) else False)
+        if passes is False:  # the operands that refused say what was missing
+            return (
+                False,
+                set(),
+                (a[2] if a[0] is False else set()) | (b[2] if b[0] is False else set()),
+            )
+        return passes, (a[1] if a[0] else set()) | (b[1] if b[0] else set()), set()
+    return None, set(), set()

@@ -343,7 +343,9 @@ class Verifier:
             raise InsufficientScopeError(missing)
         if self._record:  # the warm path's only recording cost: two lookups and a C next()
             spelling = required if required.__class__ in HASHABLE else tuple(required)
-            try:
+            try:  # no thread switch inside this line: CPython hands the GIL over only at
+                # function entries, loop ends and after calls, so a reading never finds a tally
+                # that a request holds but has not advanced yet (none is retired under it)
                 next(self._tallies[spelling][caller.public_id])
             except KeyError:  # this key's first such request here
                 self._uses.allowed(caller.public_id, spelling)

@@ -116,33 +116,33 @@ class UseCounts:
         tally is made on first use; past `limit` tallies the request is noted in the deque.
         """
         spelling = required if required.__class__ in HASHABLE else tuple(required)
-        counter = self.tallies.get(spelling, {}).get(public_id)
-        if counter is None:
-            counter = self._tally(public_id, spelling)
-        if counter is not None:
-            next(counter)
-        elif len(self._noted) < self._backlog:
+        if self._tally(public_id, spelling):
+            return
+        if len(self._noted) < self._backlog:
             self._noted.append((public_id, spelling))
         else:
             self.dropped += 1  # a plain int: may, rarely, lose one under contention
 
-    def _tally(self, public_id: str, spelling: Any) -> count[int] | None:
-        """The counter for this key and scopes, made and listed if new; None past the limit."""
+    def _tally(self, public_id: str, spelling: Any) -> bool:
+        """Advance this key's tally for these scopes, made and listed if new; False when none
+        is free. All under the lock the readings retire tallies under: a tally made or found
+        here is advanced before any reading can find it idle and forget it."""
         with self._tally_lock:
             counters = self.tallies.get(spelling)
-            if counters is None:
-                counters = self.tallies[spelling] = {}
-                self._texts[spelling] = " ".join(sorted(set(spelling)))
-            elif public_id in counters:
-                return counters[public_id]
-            if len(self._listed) >= self._limit:
-                self._crowded = True
-                return None
-            tally = _Tally(public_id, spelling, self._texts[spelling])
-            self._listed.append(tally)
-            self._counters.append(tally.counter)
-            counters[public_id] = tally.counter
-            return tally.counter
+            counter = None if counters is None else counters.get(public_id)
+            if counter is None:
+                if len(self._listed) >= self._limit:
+                    self._crowded = True  # nothing kept for it: spellings stay within the limit
+                    return False
+                if counters is None:
+                    counters = self.tallies[spelling] = {}
+                    self._texts[spelling] = " ".join(sorted(set(spelling)))
+                tally = _Tally(public_id, spelling, self._texts[spelling])
+                self._listed.append(tally)
+                self._counters.append(tally.counter)
+                counter = counters[public_id] = tally.counter
+            next(counter)
+            return True
 
     def forbidden(self, public_id: str, missing: Collection[str]) -> None:
         """One request refused with 403: the key lacked these scopes."""
