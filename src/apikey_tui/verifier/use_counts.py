@@ -21,7 +21,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Collection, Sequence
 from itertools import compress, count, repeat, starmap
-from operator import eq, ne
+from operator import attrgetter, eq, ne
 from typing import Any
 
 from apikey_tui.clock import Clock
@@ -90,11 +90,10 @@ class UseCounts:
         self._tally_lock = threading.Lock()
         self._noted: deque[tuple[Any, ...]] = deque()
         self.tallies.clear()
-        # Every tally in `tallies`, its counter, and what the counter will give at the next
+        # Every tally in `tallies`, and what its counter will give at the next
         # reading if no request advanced it (a prefix: tallies listed since read as 0). A
         # reading is a `next()` too, one C call in the thread that cannot lose a request's.
         self._listed: list[_Tally] = []
-        self._counters: list[count[int]] = []
         self._reads: list[int] = []
         self._texts: dict[Any, str] = {}  # a spelling's scope text, one string for its tallies
         self._retiring: list[tuple[_Tally, int]] = []  # unlisted, with their next reading
@@ -139,7 +138,6 @@ class UseCounts:
                     self._texts[spelling] = " ".join(sorted(set(spelling)))
                 tally = _Tally(public_id, spelling, self._texts[spelling])
                 self._listed.append(tally)
-                self._counters.append(tally.counter)
                 counter = counters[public_id] = tally.counter
             next(counter)
             return True
@@ -230,11 +228,11 @@ class UseCounts:
         unlisted, and read once more at the next reading (a request that found one just before
         is still counted).
         """
-        with self._tally_lock:  # requests list new tallies meanwhile: a consistent snapshot
-            tallies, counters = self._listed[:], self._counters[:]
+        tallies = self._listed[:]  # one C call: requests may list new tallies meanwhile
         n = len(tallies)
         reads = self._reads + [0] * (n - len(self._reads))
-        raws = list(map(next, counters))  # each advanced once more by this reading, in C
+        # Each counter advanced once more by this reading, all in C.
+        raws = list(map(next, map(attrgetter("counter"), tallies)))
         counted = dropped = 0
         retiring, self._retiring = self._retiring, []
         for tally, read in retiring:  # unlisted at the last reading: read once more
@@ -271,7 +269,6 @@ class UseCounts:
                 self._retiring.append((tally, after[i]))
             kept = [i for i in range(n) if i not in idle]
             self._listed = [tallies[i] for i in kept] + self._listed[n:]
-            self._counters = [counters[i] for i in kept] + self._counters[n:]
             self._reads = [after[i] for i in kept]
         return counted, dropped
 
