@@ -74,7 +74,7 @@ def lifecycle_rows(info: KeyInfo, now: datetime) -> list[tuple[str, str]]:
 
 
 # Recreate (or rotate: the store gives a leaked secret no grace) does not clear the disabled
-# state, so the new secret works once the admin enables the key.
+# state, so the new secret works once the admin enables the key; before it, enable is refused.
 RECREATE_HINT = (
     "press r to recreate it (new secret, shown once; the leaked one never works again), then "
     "x to enable it"
@@ -91,11 +91,10 @@ def leak_rows(info: KeyInfo, leaks: list[Leak], now: datetime) -> list[tuple[str
         rows.append(("Leaked at", newest.where or "unknown"))
         reported = f"reported by {newest.source}, key {newest.outcome}{earlier}"
         rows.append(("Reported", f"{relative_and_absolute(newest.at, now)} · {reported}"))
-    if info.leaked:
-        # The leaked id is the newest report's; with none recorded, assume the current secret.
-        leaked_id = leaks[0].public_id if leaks else info.public_id
-        current = leaked_id in (info.public_id, info.old_public_id)
-        rows.append(("Next", RECREATE_HINT if current else RECREATED_HINT))
+    if info.leaked:  # the store's mark: the current secret leaked
+        rows.append(("Next", RECREATE_HINT))
+    elif info.leak_replaced:
+        rows.append(("Next", RECREATED_HINT))
     return rows
 
 
