@@ -311,7 +311,10 @@ def build_parser(words: Collection[str] | None = None) -> argparse.ArgumentParse
         help="worker processes, each with its own verifier (default 1)",
     )
     serve.add_argument(
-        "--rules", metavar="FILE", help="route rules (TOML, see docs/integrations/route-rules.md)"
+        "--rules",
+        metavar="FILE",
+        help="route rules (TOML, docs/integrations/route-rules.md); a path no rule covers is "
+        "refused, and without rules only auth URLs naming scope= pass",
     )
     serve.add_argument("--realm", default="api", help='WWW-Authenticate realm (default "api")')
     # The verifier's options: absent ones keep the verifier's defaults (docs/reference/verifier.md).
