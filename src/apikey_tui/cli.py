@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import functools
 import math
 import os
@@ -55,6 +56,8 @@ if TYPE_CHECKING:
     from datetime import timedelta
     from typing import Any, NoReturn, TextIO
 
+    from _typeshed import SupportsWrite
+
     from apikey_tui.names import Expiry
     from apikey_tui.store import CreatedKey, Deliver, KeyInfo, KeyStore
 
@@ -83,6 +86,19 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: {message} (see --help)\n")
+
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
+        # argparse swallows an OSError here, so --help into /dev/full exited 0 unwritten: it
+        # is one line and exit 1, as for any command's output.
+        if message:
+            try:
+                if file is None:  # argparse passes sys.stdout, None when stdout is closed
+                    raise OSError(errno.EBADF, "stdout is closed")
+                file.write(message)
+            except BrokenPipeError:
+                raise
+            except OSError as exc:
+                raise stdout_failed(exc, "could not write to stdout") from None
 
     def add_subparsers(self, **kwargs: Any) -> Any:
         commands = super().add_subparsers(**kwargs)
@@ -430,7 +446,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("apikey-tui: an argument is not valid UTF-8 text", file=sys.stderr)
         return EXIT_USAGE
     try:
-        code = _main(arguments)
+        try:
+            code = _main(arguments)
+        except SystemExit:  # argparse's --help, --version and usage errors: written first
+            flush_stdout()
+            raise
         flush_stdout()  # a reader that went away shows here, not at interpreter exit
     except BrokenPipeError:
         # `keys list | head`: stop quietly.
