@@ -614,3 +614,16 @@ def test_serve_auth_workers_each_answer_and_each_refuse_a_deleted_key(
         for sock in opened:
             sock.close()
         server.stop()
+
+
+def test_serve_auth_help_offers_only_its_own_options(capsys: pytest.CaptureFixture[str]) -> None:
+    """serve-auth --help lists --database-url and its server options, never --owner or --json
+    (it serves every owner's keys and prints no JSON); given, they are usage errors."""
+    with pytest.raises(SystemExit):
+        main(["serve-auth", "--help"])
+    shown = capsys.readouterr().out
+    assert "--database-url" in shown and "--rules" in shown
+    assert "--owner" not in shown and "--json" not in shown
+    with pytest.raises(SystemExit) as refused:
+        main(["serve-auth", "--json"])
+    assert refused.value.code == 2

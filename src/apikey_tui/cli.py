@@ -137,16 +137,23 @@ def _max_lifetime(text: str) -> timedelta | None:
     return None if text.strip().lower() == "none" else _duration(text)
 
 
-def _common() -> _Parser:
+def _database() -> _Parser:
+    """The one option every command that opens the database takes (servers take only it)."""
     # SUPPRESS lets the same options stand before or after the subcommand without the
     # subparser's defaults overwriting what was given before it.
-    common = _Parser(add_help=False)
-    common.add_argument(
+    database = _Parser(add_help=False)
+    database.add_argument(
         "--database-url",
         default=argparse.SUPPRESS,
         help="SQLAlchemy URL (default: $APIKEY_TUI_DATABASE_URL, else a SQLite file in "
         "$XDG_DATA_HOME/apikey-tui)",
     )
+    return database
+
+
+def _common() -> _Parser:
+    """--database-url, and the owner and --json of the commands that read or write keys."""
+    common = _Parser(add_help=False, parents=[_database()])
     common.add_argument(
         "--owner",
         type=_owner,
@@ -315,7 +322,7 @@ def build_parser(words: Collection[str] | None = None) -> argparse.ArgumentParse
 
     serve = commands.add_parser(
         "serve-auth",
-        parents=[common],
+        parents=[_database()],  # it serves every owner's keys and prints no JSON
         help="answer reverse proxies' forward-auth requests (nginx, Caddy, Traefik, Envoy)",
     )
     add_server_options(serve, port=9180)
