@@ -15,7 +15,7 @@ from sqlmodel import Session, col, delete
 
 from apikey_tui import keyformat
 from apikey_tui.db import FOREIGN_KEY, UNIQUE, Conflicts
-from apikey_tui.db.models import KeyRow, KeyScopeRow
+from apikey_tui.db.models import KeyRow, KeyScopeRow, PreviousIdRow
 from apikey_tui.errors import DuplicateKeyNameError, InvalidInputError, KeyStateError
 from apikey_tui.hashing import fingerprint
 from apikey_tui.names import (
@@ -222,6 +222,9 @@ def rotate_in(
         row.old_public_id = row.old_secret_hash = row.old_fingerprint = None
         row.grace_until = None
         notes[0] += " at once" if action == "key.rotate" else ""
+    # The replaced id stays the key's: the usage counted under it is the key's evidence.
+    assert row.id is not None
+    session.add(PreviousIdRow(public_id=row.public_id, key_id=row.id, replaced_at=now))
     row.public_id, row.secret_hash = secret.public_id, secret.secret_hash
     row.fingerprint = secret.fingerprint
     row.created_at, row.last_used_at = now, None

@@ -110,6 +110,17 @@ def graph_note(report: KeyUsage) -> str:
     )
 
 
+def old_secret_lines(report: KeyUsage, now: datetime) -> list[str]:
+    """One line per old secret used in the window (a recreate or rotation replaced it): the
+    evidence a leak investigation needs, kept with the key."""
+    return [
+        f"old secret {s.public_id} (replaced {relative(s.replaced_at, now)}): in {WINDOW} "
+        f"{s.requests:,} req, {s.forbidden:,} refused (403), "
+        f"{counted(s.wrong_secret, 'wrong secret')}"
+        for s in report.old_secrets
+    ]
+
+
 def use_text(requests: int, last_used: datetime | None, now: datetime) -> str:
     """A scope's use: requests in the window and its last use ('12 req · 3 h ago')."""
     return f"{requests:,} req · {relative(last_used, now)}"
@@ -227,7 +238,9 @@ class KeyDetailScreen(LiveScreen[DetailData]):
     def _show_usage(self, report: KeyUsage, now: datetime) -> None:
         graph = self.query_one("#detail-graph", Sparkline)
         graph.data = [p.allowed for p in report.hourly]
-        self.query_one("#detail-graph-note", Static).update(literal(graph_note(report)))
+        lines = [graph_note(report), *old_secret_lines(report, now)]
+        note = Content("\n").join(literal(line) for line in lines)
+        self.query_one("#detail-graph-note", Static).update(note)
         self.query_one("#detail-rightsize", Static).update(literal(proposal_text(self.proposal)))
 
     def _show_scopes(self, info: KeyInfo) -> None:
