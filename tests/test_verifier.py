@@ -26,7 +26,7 @@ from apikey_tui.errors import (
 from apikey_tui.hashing import SecretHasher
 from apikey_tui.store import KeyStore
 from apikey_tui.verifier import Verifier
-from apikey_tui.verifier.freshness import PushFreshness
+from apikey_tui.verifier.freshness import CommitFreshness, PushFreshness
 from tests.conftest import CHEAP
 from tests.throwaway_postgres import ThrowawayPostgres
 
@@ -263,6 +263,32 @@ def test_missing_or_empty_sqlite_database_is_503(tmp_path: Path) -> None:
             checker.verify(header(key))
         checker.close()
     assert not (tmp_path / "missing.db").exists()
+
+
+@pytest.mark.parametrize("change", ["removed", "replaced"])
+def test_a_sqlite_file_removed_or_replaced_under_the_service_is_503(
+    tmp_path: Path, change: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A key checked (and cached) before the database file was removed, or replaced by another
+    database, is refused with 503 afterwards: the old file's connections are never served."""
+    url = f"sqlite:///{tmp_path / 'keys.db'}"
+    store = KeyStore.open(url, hasher=CHEAP)
+    created = store.create_key("alice", "ci", ["project"])
+    store.close()
+    monkeypatch.setattr(CommitFreshness, "PLACE_CHECK", 0.0)  # look at every check
+    checker = Verifier.from_url(url, hasher=CHEAP)
+    try:
+        assert checker.verify(header(created.plaintext)).key_name == "ci"
+        for suffix in ("", "-wal", "-shm"):
+            (tmp_path / f"keys.db{suffix}").unlink(missing_ok=True)
+        if change == "replaced":
+            other = KeyStore.open(url, hasher=CHEAP)
+            other.create_key("bob", "other", ["project"])
+            other.close()
+        with pytest.raises(VerifierUnavailableError):
+            checker.verify(header(created.plaintext))
+    finally:
+        checker.close()
 
 
 def _child_checks(url: str, key: str, done: Any) -> None:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import errno
 import itertools
 import logging
+import os
 import secrets
 import select
 import sqlite3
 import threading
 import time
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from sqlalchemy import Engine
 
@@ -30,11 +32,20 @@ class Freshness(Protocol):
 
 
 class CommitFreshness:
-    """SQLite: the generation moves with every commit to the file, by any process."""
+    """SQLite: the generation moves with every commit to the file, by any process.
+
+    At most every PLACE_CHECK seconds it also checks that the path still names the file it
+    watches: a file removed or replaced under a running service (its connections still read
+    the old one) is refused with 503 until the service restarts, never served.
+    """
+
+    PLACE_CHECK = 0.5  # seconds; one stat(2), off the path of nearly every request
 
     def __init__(self, path: str) -> None:
         self._path = path
         self._watch: CommitWatch | None = None
+        self._place: tuple[int, int] | None = None  # (st_dev, st_ino) of the watched file
+        self._placed_at = float("-inf")
         self._failing = False
         self._last: object = None
         self._generation = 0
@@ -43,17 +54,29 @@ class CommitFreshness:
     def _forget_watch(self) -> None:
         self._watch = None  # the parent's; the child makes (and locks) its own
 
+    def _check_place(self, now: float) -> None:
+        """Raise OSError when the path no longer names the file first watched."""
+        found = os.stat(self._path)
+        place = (found.st_dev, found.st_ino)
+        if self._place is None:
+            self._place = place
+        elif place != self._place:
+            raise OSError(errno.ESTALE, "the database file was replaced: restart the service")
+        self._placed_at = now
+
     def generation(self) -> int:
         try:
+            now = time.monotonic()
+            if now - self._placed_at >= self.PLACE_CHECK:
+                self._check_place(now)
             watch = self._watch
             if watch is None:
                 watch = self._watch = watch_for(self._path)
             token = watch.token()
+        except FileNotFoundError:
+            self._fail("the database file was removed: restart the service once it is back")
         except (sqlite3.Error, OSError) as exc:
-            if not self._failing:  # one line per outage, not one per request
-                log.warning("API keys cannot be checked: %s: %s", self._path, exc)
-            self._failing = True
-            raise VerifierUnavailableError() from None
+            self._fail(str(exc))
         if self._failing:
             log.warning("API keys can be checked again: %s", self._path)
             self._failing = False
@@ -61,6 +84,13 @@ class CommitFreshness:
             self._last = token
             self._generation += 1
         return self._generation
+
+    def _fail(self, why: str) -> NoReturn:
+        if not self._failing:  # one line per outage, not one per request
+            log.warning("API keys cannot be checked: %s: %s", self._path, why)
+        self._failing = True
+        self._placed_at = float("-inf")  # look again at the next request
+        raise VerifierUnavailableError() from None
 
 
 class BoundFreshness:
