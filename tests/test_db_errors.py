@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
@@ -327,3 +328,56 @@ def test_missing_psycopg_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setitem(sys.modules, "psycopg", None)  # makes `import psycopg` fail
     with pytest.raises(DatabaseUrlError, match=r"apikey-tui\[postgres\]"):
         make_engine("postgresql://svc@127.0.0.1/keys")
+
+
+@contextmanager
+def small_file_system(tmp_path: Path) -> Iterator[Path]:
+    """A real 2 MiB tmpfs mounted under tmp_path (the suite runs as root, as CI does)."""
+    place = tmp_path / "mounted"
+    place.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(place)], check=True)
+    try:
+        yield place
+    finally:
+        subprocess.run(["umount", "-l", str(place)], check=True)
+
+
+def _cli_error(url: str, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "apikey_tui", "--database-url", url, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    return done.stderr
+
+
+def test_a_full_disk_and_a_read_only_file_system_are_named_as_such(tmp_path: Path) -> None:
+    """On a full disk the CLI says the disk is full (SQLite said 'disk I/O error'), and on a
+    read-only mount that the file system is read-only (SQLite said the file is malformed)."""
+    with small_file_system(tmp_path) as place:
+        url = f"sqlite:///{place / 'keys.db'}"
+        store = KeyStore.open(url, hasher=CHEAP, actor=ACTOR)
+        for n in range(3):
+            store.create_key("alice", f"k{n}", ["project"])
+        store.close()
+        for suffix in ("-wal", "-shm"):
+            (place / f"keys.db{suffix}").unlink(missing_ok=True)
+        filler = place / "filler"
+        with open(filler, "wb", buffering=0) as out:
+            try:
+                while True:
+                    out.write(b"\0" * 4096)
+            except OSError:
+                pass
+        full = _cli_error(url, "keys", "disable", "k1", "--owner", "alice")
+        assert "the disk holding the database is full" in full and "I/O" not in full.split(":")[1]
+        filler.unlink()
+        store = KeyStore.open(url, hasher=CHEAP, actor=ACTOR)
+        store.create_key("alice", "late", ["project"])  # leaves a -wal behind, as a service does
+        store.close()
+        subprocess.run(["mount", "-o", "remount,ro", str(place)], check=True)
+        read_only = _cli_error(url, "keys", "disable", "k1", "--owner", "alice")
+        assert "the file system holding the database is read-only" in read_only
+        assert "damaged" not in read_only

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -32,6 +33,9 @@ _POSTGRES_CONFLICTS = {"23505": UNIQUE, "23503": FOREIGN_KEY}
 # clearer error than "database unavailable".
 _SQLITE_CORRUPT = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
 _SQLITE_DENIED = {3, 8, 23}  # SQLITE_PERM, SQLITE_READONLY, SQLITE_AUTH
+# Codes that a full disk or a read-only file system also produce (SQLITE_IOERR, SQLITE_FULL,
+# SQLITE_CANTOPEN, and the two above): the file system is asked which it is.
+_SQLITE_PLACE = {3, 8, 10, 11, 13, 14, 26}
 _POSTGRES_CORRUPT = {"XX001", "XX002"}  # data_corrupted, index_corrupted
 # insufficient_privilege; invalid_schema_name, which is what a role without USAGE on the
 # schema in its search_path meets when it looks for (or creates) the tables.
@@ -57,7 +61,8 @@ def database_errors(engine: Engine, conflicts: Conflicts | None = None) -> Itera
         meaning = (conflicts or {}).get(_conflict(exc) or "")
         if meaning is not None:
             raise meaning() from None
-        raise _store_error(exc, mask_url(str(engine.url))) from None
+        file = engine.url.database if engine.url.get_backend_name() == "sqlite" else None
+        raise _store_error(exc, mask_url(str(engine.url)), file) from None
 
 
 def _conflict(exc: Exception) -> str | None:
@@ -77,11 +82,22 @@ def _driver_errors() -> tuple[type[Exception], ...]:
     return found if psycopg_error is None else (*found, psycopg_error)
 
 
-def _store_error(exc: Exception, where: str) -> StoreUnavailableError:
+def _store_error(exc: Exception, where: str, file: str | None = None) -> StoreUnavailableError:
     origin = exc.orig if isinstance(exc, StatementError) and exc.orig is not None else exc
     code = getattr(origin, "sqlite_errorcode", None)
     sqlite_code = code & 0xFF if isinstance(code, int) else None
     sqlstate = str(getattr(origin, "sqlstate", None) or "")
+    if sqlite_code in _SQLITE_PLACE and file:
+        # SQLite says "disk I/O error" when it cannot grow its -shm on a full disk, and
+        # "malformed" when a read-only mount keeps it from reading its -wal: ask the file
+        # system what is really wrong before calling the file damaged.
+        found = _file_system_state(file)
+        if found == "read-only":
+            message = "the file system holding the database is read-only"
+            return DatabasePermissionError(f"{message} ({where}): {_reason(exc)}")
+        if found == "full":
+            message = "the disk holding the database is full"
+            return StoreUnavailableError(f"{message} ({where}): {_reason(exc)}")
     if sqlite_code in _SQLITE_CORRUPT:
         message = "the database file is damaged or is not a SQLite database"
         return DatabaseCorruptError(f"{message} ({where}): {_reason(exc)}")
@@ -107,6 +123,24 @@ def _store_error(exc: Exception, where: str) -> StoreUnavailableError:
     if lost or isinstance(exc, PoolTimeoutError):
         return StoreUnavailableError(f"database unavailable ({where}): {_reason(exc)}")
     return StoreUnavailableError(f"database error ({where}): {_reason(exc)}")
+
+
+def _file_system_state(file: str) -> str | None:
+    """'read-only' or 'full' when the file system holding `file` is so, else None."""
+    if file == ":memory:" or file.startswith("file:"):
+        return None
+    try:
+        found = os.statvfs(os.path.dirname(os.path.abspath(file)))
+    except OSError:
+        return None
+    if found.f_flag & os.ST_RDONLY:
+        return "read-only"
+    if found.f_bavail * found.f_frsize < _FULL_BELOW:
+        return "full"
+    return None
+
+
+_FULL_BELOW = 64 * 1024  # bytes left: SQLite grows its files by pages, not by a few bytes
 
 
 def _reason(exc: Exception) -> str:
