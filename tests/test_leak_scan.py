@@ -9,6 +9,7 @@ import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -112,6 +113,52 @@ def test_a_key_across_chunk_boundaries_is_found_once_on_its_line() -> None:
             (1001, key),
             (1012, key),
         ]
+
+
+def test_a_key_behind_a_glued_decoy_is_found(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A key right after a 60-character decoy (a candidate whose checksum fails and whose tail
+    is the key's first characters) is still found, in a file and in one chunk."""
+    key = new_key()
+    decoy = "ak" + "b" * 16 + "." + "c" * 41  # with the key's first 18, the shape of a key
+    candidate = (decoy + key)[: keyformat.KEY_LENGTH]
+    with pytest.raises(keyformat.MalformedKey):
+        keyformat.parse(candidate)
+    assert [text for _, _, text in find_keys([f"x {decoy}{key} y".encode()])] == [key]
+    (tmp_path / "glued.txt").write_text(f"\n{decoy}{key}\n")
+    code, out, _ = scan(capsys, "--offline", str(tmp_path))
+    assert code == 1 and f"{tmp_path}/glued.txt:2: API key" in out
+
+
+class _CountedBytes(bytes):
+    """Bytes that add up how many bytes their count() calls span (how much line counting reads)."""
+
+    spanned = 0
+
+    def count(self, sub: Any, start: Any = None, end: Any = None) -> int:
+        first = 0 if start is None else start
+        last = len(self) if end is None else end
+        _CountedBytes.spanned += max(0, last - first)
+        return super().count(sub, start, end)
+
+
+def test_many_keys_in_one_file_get_their_lines_in_linear_work() -> None:
+    """20,000 keys in one text each get their own line number, whole or in odd chunks, and
+    counting lines reads the text a bounded number of times (it read it once per key)."""
+    keys = [new_key() for _ in range(20_000)]
+    expected, text, line = [], [], 0
+    for n, key in enumerate(keys):
+        line += n % 3 + 1  # 0 to 2 empty lines before each key
+        expected.append((line, key))
+        text.append("\n" * (n % 3) + f"k{n} = '{key}'\n")
+    data = "".join(text).encode()
+    _CountedBytes.spanned = 0
+    found = list(find_keys([_CountedBytes(data)]))
+    assert [(line, found_text) for line, _, found_text in found] == expected
+    assert _CountedBytes.spanned <= 2 * len(data)
+    pieces = [data[i : i + 65_537] for i in range(0, len(data), 65_537)]
+    assert [(line, found_text) for line, _, found_text in find_keys(pieces)] == expected
 
 
 def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
