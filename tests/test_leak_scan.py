@@ -170,23 +170,85 @@ def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 
 
 def test_unreadable_file_fails_closed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """A file the scan cannot open makes an otherwise clean scan exit 2, naming the problem.
-
-    The file lies deeper than PATH_MAX allows to open by name, which even root cannot read.
-    """
+    """A part the scan cannot read makes an otherwise clean scan exit 2, naming the problem."""
     (tmp_path / "clean.txt").write_text("nothing\n")
-    folder = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for _ in range(20):  # 20 x 250 characters: longer than PATH_MAX (4096)
-            os.mkdir("d" * 250, dir_fd=folder)
-            inner = os.open("d" * 250, os.O_RDONLY | os.O_DIRECTORY, dir_fd=folder)
-            os.close(folder)
-            folder = inner
-        os.close(os.open("deep.txt", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=folder))
-    finally:
-        os.close(folder)
+    _beyond_path_max(tmp_path)
     code, _, err = scan(capsys, "--offline", str(tmp_path))
     assert code == 2 and "File name too long" in err
+
+
+def _beyond_path_max(folder: Path) -> None:
+    """Make folder/d...d/d...d/... deeper than PATH_MAX, which even root cannot list by name."""
+    handle = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(20):  # 20 x 250 characters: longer than PATH_MAX (4096)
+            os.mkdir("d" * 250, dir_fd=handle)
+            inner = os.open("d" * 250, os.O_RDONLY | os.O_DIRECTORY, dir_fd=handle)
+            os.close(handle)
+            handle = inner
+        os.close(os.open("deep.txt", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=handle))
+    finally:
+        os.close(handle)
+
+
+def test_an_unlistable_folder_leaves_the_rest_scanned(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Keys before and after a folder that cannot be listed are reported, the folder is named on
+    stderr, and a live key found still exits 1 (the folder aborted the scan: exit 2, no key)."""
+    first, last = new_key(), new_key()
+    (tmp_path / "0.txt").write_text(first)
+    (tmp_path / "m").mkdir()
+    _beyond_path_max(tmp_path / "m")
+    (tmp_path / "z.txt").write_text(f"\n{last}")
+    code, out, err = scan(capsys, "--offline", str(tmp_path))
+    assert code == 1
+    assert f"{tmp_path}/0.txt:1: API key" in out and f"{tmp_path}/z.txt:2: API key" in out
+    assert "cannot list" in err and "File name too long" in err
+
+
+def test_a_tree_1500_folders_deep_is_scanned(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A key 1,500 folders down is found (the walk recursed: an internal error with exit 1)."""
+    handle = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(1500):
+            os.mkdir("d", dir_fd=handle)
+            inner = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=handle)
+            os.close(handle)
+            handle = inner
+        deep = os.open("key.txt", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=handle)
+        os.write(deep, new_key().encode())
+        os.close(deep)
+    finally:
+        os.close(handle)
+    code, out, err = scan(capsys, "--offline", str(tmp_path))
+    assert (code, err.count("internal error")) == (1, 0)
+    assert out.startswith(f"{tmp_path}/{'d/' * 1500}key.txt:1: API key")
+
+
+def test_an_internal_error_in_scan_exits_2_never_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug inside scan is one line and exit 2: for scan, exit 1 means a live key was found."""
+
+    def broken(chunks: Any) -> Any:
+        raise RuntimeError("the message of the bug")
+
+    monkeypatch.setattr("apikey_tui.leaks.scan.find_keys", broken)
+    (tmp_path / "a.txt").write_text("text\n")
+    code, out, err = scan(capsys, "--offline", str(tmp_path))
+    assert (code, out) == (2, "")
+    assert "internal error (RuntimeError" in err and "message of the bug" not in err
+
+
+def test_dev_stdin_from_a_pipe_is_read() -> None:
+    """`scan /dev/stdin` reads a pipe like `scan -` (it was skipped as a FIFO: exit 0 unread)."""
+    done = subprocess.run(
+        [CLI, "scan", "--offline", "/dev/stdin"], input=new_key().encode(), capture_output=True
+    )
+    assert done.returncode == 1 and done.stdout.startswith(b"/dev/stdin:1: API key ak")
 
 
 def test_git_history_finds_a_key_removed_by_the_next_commit(

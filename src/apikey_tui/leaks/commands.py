@@ -32,15 +32,16 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
         help="find API keys in files, standard input or git history; exit 1 on a live one",
         description="Find well-formed API keys (shape and checksum) and, with a database, tell "
         "live keys from disabled, expired, deleted and forged ones. Never prints a secret. "
-        "Exit 1: a live key was found (with --offline: any well-formed key); 0: clean; "
-        "2: usage error, a path that cannot be read, or a database that cannot be asked.",
+        "Exit 1: a live key was found (with --offline: any well-formed key), even if some "
+        "part could not be read; 0: everything read, nothing live; 2: usage error, a part "
+        "that could not be read (each named on stderr), or a database that cannot be asked.",
     )
     scan.add_argument(
         "paths",
         nargs="*",
         metavar="PATH",
-        help="files and directories (recursively; symlinks inside are not followed), or - for "
-        "standard input; with --git, the repository (default: .)",
+        help="files and directories (recursively; symlinks inside are not followed), pipes such "
+        "as /dev/stdin, or - for standard input; with --git, the repository (default: .)",
     )
     scan.add_argument(
         "--git", action="store_true", help="every blob in the history of every ref, not files"

@@ -90,25 +90,33 @@ def scan_stream(handle: BinaryIO, path: str = "-") -> Iterator[Found]:
         yield Found(path, line, key, text)
 
 
-def scan_file(path: str, *, follow: bool = True) -> Iterator[Found]:
-    """Keys in one regular file; a binary file yields nothing (ScanError if unreadable).
+def scan_file(path: str, *, named: bool = True) -> Iterator[Found]:
+    """Keys in one file; ScanError if it cannot be opened or read.
 
-    follow=False refuses a symlink at the last step (O_NOFOLLOW), so a file swapped for a link
-    after the directory was listed is not read through it.
+    A regular file with a NUL in its first BINARY_SNIFF bytes is binary and yields nothing. A
+    path the user named is read whatever it is: a pipe (`/dev/stdin`, `<(git diff)`) or a
+    device is read to its end like standard input. A file found inside a tree (named=False)
+    is opened without following a symlink at the last step (O_NOFOLLOW), so one swapped for a
+    link after the folder was listed is not read through it, and is never read if it turned
+    into a FIFO or device meanwhile (it could block or never end).
     """
+    # O_NONBLOCK: opening a FIFO never waits for a writer; a named one is read blocking below.
     flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
-    if not follow:
+    if not named:
         flags |= getattr(os, "O_NOFOLLOW", 0)
     try:
         descriptor = os.open(path, flags)
     except OSError as exc:
         raise ScanError(f"cannot read {path}: {exc.strerror}") from None
     with os.fdopen(descriptor, "rb", buffering=0) as handle:
-        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-            return  # a FIFO or device would block or never end: never scanned
         try:
+            regular = stat.S_ISREG(os.fstat(descriptor).st_mode)
+            if not regular:
+                if not named:
+                    return
+                os.set_blocking(descriptor, True)  # else an empty pipe reads as EAGAIN
             first = handle.read(CHUNK)
-            if b"\x00" in first[:BINARY_SNIFF]:
+            if regular and b"\x00" in first[:BINARY_SNIFF]:
                 return
             for line, key, text in find_keys(_chunks(handle, first)):
                 yield Found(path, line, key, text)
@@ -116,36 +124,63 @@ def scan_file(path: str, *, follow: bool = True) -> Iterator[Found]:
             raise ScanError(f"cannot read {path}: {exc.strerror}") from None
 
 
-def walk(root: str) -> Iterator[str]:
-    """Regular files under root, sorted, following no symlink (file or directory) and skipping
-    `.git` directories (history is `scan_git`'s)."""
-    try:
-        entries = sorted(os.scandir(root), key=lambda e: e.name)
-    except OSError as exc:
-        raise ScanError(f"cannot list {root}: {exc.strerror}") from None
-    for entry in entries:
-        if entry.is_symlink():
-            continue  # inside the tree a link's target is scanned where it lives, or not at all
-        if entry.is_dir(follow_symlinks=False):
-            if entry.name != ".git":
-                yield from walk(entry.path)
-        elif entry.is_file(follow_symlinks=False):
-            yield entry.path
+def walk(root: str, on_error: Callable[[ScanError], None]) -> Iterator[str]:
+    """Regular files under root in name order (depth first), following no symlink (file or
+    directory) and skipping `.git` directories (history is `scan_git`'s).
+
+    A folder that cannot be listed goes to on_error and the walk goes on. A stack, not
+    recursion: a tree of any depth is walked (1,500 levels hit Python's recursion limit).
+    """
+    pending: list[Iterator[os.DirEntry[str]]] = []
+    folder: str | None = root
+    while True:
+        if folder is not None:
+            try:
+                with os.scandir(folder) as listing:
+                    entries = sorted(listing, key=lambda e: e.name)
+            except OSError as exc:
+                on_error(ScanError(f"cannot list {folder}: {exc.strerror}"))
+            else:
+                pending.append(iter(entries))
+            folder = None
+        if not pending:
+            return
+        entry = next(pending[-1], None)
+        if entry is None:
+            pending.pop()
+            continue
+        try:
+            if entry.is_symlink():
+                continue  # inside the tree a link's target is scanned where it lives, or not at all
+            if entry.is_dir(follow_symlinks=False):
+                if entry.name != ".git":
+                    folder = entry.path
+            elif entry.is_file(follow_symlinks=False):
+                yield entry.path
+        except OSError as exc:
+            on_error(ScanError(f"cannot read {entry.path}: {exc.strerror}"))
 
 
 def scan_paths(paths: Iterable[str], on_error: Callable[[ScanError], None]) -> Iterator[Found]:
     """Keys in files and directory trees; a path named here is followed even if it is a link.
 
-    An unreadable file is reported to on_error and the scan goes on; a named path that does not
-    exist raises ScanError.
+    Every path is checked first: one that does not exist raises ScanError (a usage error) before
+    anything is scanned. Then whatever cannot be read (a file, a folder that cannot be listed)
+    goes to on_error and the scan goes on with the rest.
     """
+    paths = list(paths)
     for path in paths:
-        if not os.path.exists(path):
-            raise ScanError(f"no such file or directory: {path}")
+        try:
+            os.stat(path)
+        except FileNotFoundError:
+            raise ScanError(f"no such file or directory: {path}") from None
+        except OSError:
+            pass  # there, but not to be read: on_error says so below
+    for path in paths:
         if os.path.isdir(path):
-            for inner in walk(path):
+            for inner in walk(path, on_error):
                 try:
-                    yield from scan_file(inner, follow=False)
+                    yield from scan_file(inner, named=False)
                 except ScanError as exc:
                     on_error(exc)
         else:
