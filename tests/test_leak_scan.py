@@ -18,7 +18,7 @@ from apikey_tui import keyformat
 from apikey_tui.cli import main
 from apikey_tui.clock import system_clock
 from apikey_tui.leaks.scan import find_keys
-from apikey_tui.leaks.verdicts import mask
+from apikey_tui.leaks.verdicts import mask, token_sha256
 from apikey_tui.store import LEAK_EVENT, KeyStore, Leak
 from apikey_tui.verifier import Verifier
 from tests.conftest import ACTOR, CHEAP, FakeClock
@@ -41,10 +41,10 @@ def scan(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]
     return code, out, err
 
 
-def git(folder: Path, *args: str) -> str:
+def git(folder: Path, *args: str, input: str | None = None) -> str:
     env = {**os.environ, **GIT_ENV, "HOME": str(folder)}
     done = subprocess.run(
-        ["git", *args], cwd=folder, env=env, capture_output=True, text=True, check=True
+        ["git", *args], cwd=folder, env=env, capture_output=True, text=True, check=True, input=input
     )
     return done.stdout
 
@@ -284,6 +284,56 @@ def test_git_history_covers_every_ref(tmp_path: Path, capsys: pytest.CaptureFixt
     git(tmp_path, "checkout", "-q", "main")
     code, out, _ = scan(capsys, "--offline", "--git", str(tmp_path))
     assert code == 1 and ":b.txt:1: API key" in out
+
+
+def test_git_history_with_annotated_tags_scans_blobs_and_messages(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A repository with annotated tags (one of a tag, one of a blob) and two branches is
+    scanned whole: a key in a file on each branch, only in a commit message, only in a tag
+    message and in a tagged blob are each found once (tag objects were taken for blobs: exit
+    2, nothing reported)."""
+    in_main, in_feature, in_commit, in_tag, in_blob = (new_key() for _ in range(5))
+    git(tmp_path, "init", "-q", "-b", "main")
+    (tmp_path / "a.txt").write_text(f"main\n{in_main}\n")
+    git(tmp_path, "add", "a.txt")
+    git(tmp_path, "commit", "-qm", "add a")
+    git(tmp_path, "tag", "-a", "v1", "-m", "release 1")
+    git(tmp_path, "tag", "-a", "v1-again", "v1", "-m", "a tag of a tag")
+    git(tmp_path, "checkout", "-qb", "feature")
+    (tmp_path / "b.txt").write_text(in_feature)
+    git(tmp_path, "add", "b.txt")
+    git(tmp_path, "commit", "-qm", f"add b\n\nthe token was {in_commit}, oops")
+    in_commit_at = git(tmp_path, "rev-parse", "HEAD").strip()
+    git(tmp_path, "tag", "-a", "v2", "-m", f"release 2\n\n{in_tag}")
+    blob = git(tmp_path, "hash-object", "-w", "--stdin", input=f"loose\n{in_blob}\n").strip()
+    git(tmp_path, "tag", "-a", "blob-tag", blob, "-m", "a tag of a blob")
+    git(tmp_path, "checkout", "-q", "main")
+    code, out, err = scan(capsys, "--offline", "--git", "--json", str(tmp_path))
+    assert code == 1, err
+    rows = {row["token_sha256"]: row for row in json.loads(out)}
+    assert len(rows) == 5 and len(json.loads(out)) == 5
+    by_key = {key: rows[token_sha256(key)] for key in (in_main, in_feature, in_commit, in_tag)}
+    assert (by_key[in_main]["path"], by_key[in_main]["line"]) == ("a.txt", 2)
+    assert (by_key[in_feature]["path"], by_key[in_feature]["line"]) == ("b.txt", 1)
+    commit_row = by_key[in_commit]
+    assert (commit_row["path"], commit_row["commit"], commit_row["tag"]) == (
+        None,
+        in_commit_at,
+        None,
+    )
+    message_line = (
+        git(tmp_path, "cat-file", "-p", in_commit_at)
+        .splitlines()
+        .index(f"the token was {in_commit}, oops")
+    )
+    assert commit_row["where"] == f"commit {in_commit_at[:12]}:{message_line + 1}"
+    tag_row = by_key[in_tag]
+    assert (tag_row["path"], tag_row["commit"], tag_row["tag"]) == (None, None, "v2")
+    assert tag_row["where"].startswith("tag v2:")
+    assert rows[token_sha256(in_blob)]["line"] == 2
+    for key in (in_main, in_feature, in_commit, in_tag, in_blob):
+        assert keyformat.parse(key).secret not in out + err
 
 
 # --- with the database -------------------------------------------------------------------------

@@ -44,7 +44,9 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
         "as /dev/stdin, or - for standard input; with --git, the repository (default: .)",
     )
     scan.add_argument(
-        "--git", action="store_true", help="every blob in the history of every ref, not files"
+        "--git",
+        action="store_true",
+        help="every blob in the history of every ref, and every commit and tag message, not files",
     )
     scan.add_argument(
         "--disable",
@@ -127,7 +129,7 @@ def run_scan(url: Callable[[], str], args: argparse.Namespace, open_store: OpenS
 
     try:
         if args.git:
-            found = list(scan_git(paths[0]))
+            found = list(scan_git(paths[0], complain))
         elif paths == ["-"]:
             found = list(scan_stream(sys.stdin.buffer))
         else:
@@ -176,6 +178,7 @@ def _report(args: argparse.Namespace, found: list[Found], store: KeyStore | None
                 "path": place.path,
                 "line": place.line,
                 "commit": place.commit,
+                "tag": place.tag,
                 "public_id": mask(place.key.public_id),
                 "token_sha256": digest,
                 "state": verdict.state if verdict is not None else "well-formed",

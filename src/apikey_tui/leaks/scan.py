@@ -30,18 +30,25 @@ class ScanError(Exception):
 
 @dataclass(frozen=True)
 class Found:
-    """A well-formed key and where: path and line, and for git history the commit; the key
-    itself (parts and text) never shows in a repr."""
+    """A well-formed key and where: path and line; in git history the commit, or for a key in a
+    commit or tag object itself, the commit or tag with no path. The key itself (parts and
+    text) never shows in a repr."""
 
-    path: str
+    path: str | None
     line: int
     key: ParsedKey = field(repr=False)
     text: str = field(repr=False)
     commit: str | None = None
+    tag: str | None = None
 
     @property
     def where(self) -> str:
-        """`path:line`, or `commit:path:line` in git history (commit shortened to 12)."""
+        """`path:line`; in git history `commit:path:line` (commit shortened to 12), and for a
+        commit or tag object `commit <commit>:line` or `tag <name>:line`."""
+        if self.tag is not None:
+            return f"tag {self.tag}:{self.line}"
+        if self.path is None:
+            return f"commit {(self.commit or '?')[:12]}:{self.line}"
         place = f"{self.path}:{self.line}"
         return f"{self.commit[:12]}:{place}" if self.commit else place
 
@@ -209,18 +216,23 @@ def _git(repository: str, *arguments: str) -> list[str]:
     return done.stdout.decode("utf-8", "surrogateescape").splitlines()
 
 
-def _blobs(repository: str) -> dict[str, str]:
-    """Every blob reachable from any ref (removed files included), with a path it had."""
-    blobs: dict[str, str] = {}
+def _objects(repository: str) -> list[tuple[str, str]]:
+    """Every commit, annotated tag and blob reachable from any ref (removed files included),
+    each with the name rev-list gives it: a path for a blob, the tag's name, '' for a commit."""
+    objects = []
+    # The filter drops trees only: commits and tags are listed, a tag with its name, so a name
+    # never tells a blob (`git cat-file` tells each object's type).
     for row in _git(repository, "rev-list", "--objects", "--all", "--filter=object:type=blob"):
-        oid, named, path = row.partition(" ")
-        if named:  # commits are listed too, without a path (the filter drops only trees)
-            blobs.setdefault(oid, path)
-    return blobs
+        oid, _, name = row.partition(" ")
+        objects.append((oid, name))
+    return objects
 
 
-def _contents(repository: str, oids: list[str]) -> Iterator[tuple[str, bytes]]:
-    """(oid, content) of each blob, streamed from one `git cat-file --batch`."""
+def _contents(
+    repository: str, oids: list[str], on_error: Callable[[ScanError], None]
+) -> Iterator[tuple[str, str, bytes]]:
+    """(oid, type, content) of each object, streamed from one `git cat-file --batch`; an object
+    git does not have (a partial clone) goes to on_error."""
     process = subprocess.Popen(
         ["git", "-C", repository, "cat-file", "--batch"],
         stdin=subprocess.PIPE,
@@ -243,11 +255,15 @@ def _contents(repository: str, oids: list[str]) -> Iterator[tuple[str, bytes]]:
     try:
         for oid in oids:
             header = process.stdout.readline().split()
-            if len(header) != 3 or header[1] != b"blob":
-                raise ScanError(f"git cat-file gave no blob for {oid}")
+            if len(header) == 2 and header[1] == b"missing":
+                on_error(ScanError(f"git has no object {oid} (a partial clone?)"))
+                continue
+            if len(header) != 3 or not header[2].isdigit():
+                on_error(ScanError(f"git cat-file stopped at {oid}: the rest was not scanned"))
+                return
             size = int(header[2])
             content = process.stdout.read(size + 1)[:size]  # and the newline after it
-            yield oid, content
+            yield oid, header[1].decode("ascii", "replace"), content
     finally:
         process.kill()
         process.wait()
@@ -271,16 +287,26 @@ def _introduced(repository: str, oid: str) -> tuple[str | None, str | None]:
     return None, None
 
 
-def scan_git(repository: str) -> Iterator[Found]:
-    """Keys in every blob in the history of every ref; each is placed at the commit that added
-    it (a key deleted by a later commit is found all the same)."""
-    blobs = _blobs(repository)
-    for oid, content in _contents(repository, list(blobs)):
-        if b"\x00" in content[:BINARY_SNIFF]:
-            continue
-        found = list(find_keys([content]))
-        if not found:
-            continue
-        commit, path = _introduced(repository, oid)
-        for line, key, text in found:
-            yield Found(path or blobs[oid] or f"blob {oid[:12]}", line, key, text, commit)
+def scan_git(repository: str, on_error: Callable[[ScanError], None]) -> Iterator[Found]:
+    """Keys in every blob in the history of every ref, and in every commit and annotated tag
+    (message, author, tagger: the whole object as `git cat-file -p` shows it).
+
+    A key in a blob is placed at the commit that added it (a key deleted by a later commit is
+    found all the same). ScanError if git cannot list the history (not a repository).
+    """
+    objects = _objects(repository)
+    names = dict(objects)
+    for oid, kind, content in _contents(repository, [oid for oid, _ in objects], on_error):
+        if kind == "commit":
+            for line, key, text in find_keys([content]):
+                yield Found(None, line, key, text, commit=oid)
+        elif kind == "tag":
+            for line, key, text in find_keys([content]):
+                yield Found(None, line, key, text, tag=names[oid] or oid)
+        elif kind == "blob" and b"\x00" not in content[:BINARY_SNIFF]:
+            found = list(find_keys([content]))
+            if not found:
+                continue
+            commit, path = _introduced(repository, oid)
+            for line, key, text in found:
+                yield Found(path or names[oid] or f"blob {oid[:12]}", line, key, text, commit)
