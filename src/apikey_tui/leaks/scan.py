@@ -268,7 +268,11 @@ def _contents(
         process.kill()
         process.wait()
         writer.join(timeout=5)
-        process.stdout.close()
+        for pipe in (requests, process.stdout):
+            try:
+                pipe.close()  # the writer leaves its end open when git ended first
+            except OSError:
+                pass
 
 
 def _introduced(repository: str, oid: str) -> tuple[str | None, str | None]:
