@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -223,9 +224,14 @@ def test_a_tree_1500_folders_deep_is_scanned(
         os.close(deep)
     finally:
         os.close(handle)
-    code, out, err = scan(capsys, "--offline", str(tmp_path))
-    assert (code, err.count("internal error")) == (1, 0)
-    assert out.startswith(f"{tmp_path}/{'d/' * 1500}key.txt:1: API key")
+    try:
+        code, out, err = scan(capsys, "--offline", str(tmp_path))
+        assert (code, err.count("internal error")) == (1, 0)
+        assert out.startswith(f"{tmp_path}/{'d/' * 1500}key.txt:1: API key")
+    finally:  # bottom up: Python 3.11's rmtree (pytest's clean-up) recurses, and would fail
+        os.unlink(f"{tmp_path}/{'d/' * 1500}key.txt")
+        for depth in range(1500, 0, -1):
+            os.rmdir(f"{tmp_path}/{'d/' * depth}")
 
 
 def test_an_internal_error_in_scan_exits_2_never_1(
@@ -422,6 +428,44 @@ def test_disable_stops_the_live_key_with_reason_and_leak_event(
             verifier.verify(f"ApiKey {made['live']}")
     finally:
         verifier.close()
+
+
+class _Terminal(io.StringIO):
+    """A stream that says it is a terminal; as stdin it answers what it was given."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_disable_in_a_terminal_says_where_before_asking_and_escapes_paths(
+    keys_file: tuple[Path, dict[str, str]],
+    database_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In a terminal, --disable names each live key's place and owner/name before its question
+    (it asked first, with the places only after), and a path with control characters is shown
+    escaped there and in the findings; answering no disables nothing."""
+    path, made = keys_file
+    evil = path.parent / "evil\x1b]0;owned\x07"
+    evil.mkdir()
+    path.rename(evil / "leaky.env")
+    out, err = _Terminal(), _Terminal()
+    monkeypatch.setattr(sys, "stdin", _Terminal("n\n"))
+    monkeypatch.setattr(sys, "stdout", out)
+    monkeypatch.setattr(sys, "stderr", err)
+    assert main(["scan", "--database-url", database_url, "--disable", str(evil)]) == 1
+    shown = str(evil / "leaky.env").replace("\x1b", "\\x1b").replace("\x07", "\\x07")
+    asked = err.getvalue()
+    assert f"  {shown}:1: alice/live (" in asked
+    assert asked.index(f"{shown}:1") < asked.index("Disable it? [y/N]")
+    assert "Cancelled: no key was disabled." in asked
+    assert "\x1b" not in asked + out.getvalue() and f"{shown}:1: live key" in out.getvalue()
+    store = KeyStore.open(database_url, hasher=CHEAP)
+    try:
+        assert not store.get_key("alice", "live").disabled
+    finally:
+        store.close()
+    assert keyformat.parse(made["live"]).secret not in asked + out.getvalue()
 
 
 def test_database_that_cannot_be_asked_exits_2(

@@ -163,7 +163,12 @@ def _report(args: argparse.Namespace, found: list[Found], store: KeyStore | None
             if digest not in verdicts:
                 verdicts[digest], first[digest] = judge(store, place.key), place
     live_found = [d for d, v in verdicts.items() if v.state == "live"]
-    if store is not None and args.disable and live_found and _disable_confirmed(args, verdicts):
+    if (
+        store is not None
+        and args.disable
+        and live_found
+        and _disable_confirmed(args, verdicts, first)
+    ):
         for digest in live_found:
             credential = verdicts[digest].credential
             assert credential is not None
@@ -208,18 +213,27 @@ def _report(args: argparse.Namespace, found: list[Found], store: KeyStore | None
     return EXIT_FOUND if live else EXIT_OK
 
 
-def _disable_confirmed(args: argparse.Namespace, verdicts: dict[str, Verdict]) -> bool:
-    """In a terminal, ask before disabling the live keys found, naming them (up to five)."""
+def _disable_confirmed(
+    args: argparse.Namespace, verdicts: dict[str, Verdict], first: dict[str, Found]
+) -> bool:
+    """In a terminal, ask before disabling the live keys found, first saying where each one was
+    found and whose it is (up to ten, then how many more): the findings on stdout come after."""
+    from apikey_tui.leaks.verdicts import mask
     from apikey_tui.prompts import confirmed
 
-    named = [
-        f"{printable(v.owner or '?')}/{printable(v.name or '?')}"
-        for v in verdicts.values()
-        if v.state == "live"
+    live = [(digest, v) for digest, v in verdicts.items() if v.state == "live"]
+    lines = [
+        f"  {printable(first[digest].where)}: {printable(v.owner or '?')}/"
+        f"{printable(v.name or '?')} ({mask(first[digest].key.public_id)})"
+        for digest, v in live[:10]
     ]
-    shown = ", ".join(named[:5]) + (f" and {len(named) - 5} more" if len(named) > 5 else "")
-    some = "1 live key" if len(named) == 1 else f"{len(named)} live keys"
-    if confirmed(f"Disable {some} ({shown})?", assume_yes=args.yes):
+    if len(live) > 10:
+        lines.append(f"  and {len(live) - 10} more")
+    some = "1 live key" if len(live) == 1 else f"{len(live)} live keys"
+    question = "\n".join(
+        [f"Found {some}:", *lines, f"Disable {'it' if len(live) == 1 else 'them'}?"]
+    )
+    if confirmed(question, assume_yes=args.yes):
         return True
     print("Cancelled: no key was disabled.", file=sys.stderr)
     return False
