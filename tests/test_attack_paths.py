@@ -31,7 +31,7 @@ from werkzeug.test import Client
 
 from apikey_tui.errors import AuthError
 from apikey_tui.integrations.asgi import ApiKeyMiddleware
-from apikey_tui.integrations.routes import RouteScopes, route
+from apikey_tui.integrations.routes import RouteScopes, Unmatched, route
 from apikey_tui.integrations.wsgi import ApiKeyWSGIMiddleware
 from apikey_tui.store import KeyStore
 from apikey_tui.verifier import Caller, Verifier
@@ -395,6 +395,40 @@ def test_parameter_and_case_readings_need_the_rules_of_every_reading() -> None:
     )
     with pytest.raises(ValueError, match="letter case"):
         RouteScopes([route("/admin", "a"), route("/Admin", "b")])
+
+
+def test_cut_readings_need_the_rules_of_the_paths_they_reach() -> None:
+    """A format suffix, a script before PATH_INFO, trailing dots, spaces and `~`, and a decoded
+    `?` or `#` are readings of the shorter path: /admin's scopes, also where `/` is public."""
+    rules = RouteScopes([route("/", public=True), route("/admin", "admin")])
+    for path in ("/admin.json", "/admin.tar.gz", "/ADMIN.Xml", "/admin/users.json/",
+                 "/index.php/admin", "/app/Index.PHP/admin/x", "/admin~", "/admin.", "/admin ",
+                 "/admin. ~", "/admin./users", "/admin?x=1", "/admin#top",
+                 "/a.cgi/admin.json"):  # fmt: skip
+        assert rules.required("GET", path) == ("admin",), path
+    assert rules.required("GET", "/static/app.js") is None  # public under every reading
+
+
+def test_a_cut_reading_no_rule_covers_adds_nothing() -> None:
+    """A rule written for a path with a suffix keeps its meaning: `/openapi.json` stays public
+    though no rule names `/openapi`, and unmatched="deny" still refuses what no rule names."""
+    modes: tuple[Unmatched, ...] = ("key", "deny")
+    for unmatched in modes:
+        rules = RouteScopes([route("/openapi.json", public=True)], unmatched=unmatched)
+        assert rules.required("GET", "/openapi.json") is None
+    denying = RouteScopes([route("/admin", "admin")], unmatched="deny")
+    with pytest.raises(AuthError) as refused:
+        denying.required("GET", "/elsewhere.json")
+    assert refused.value.status == 403
+
+
+def test_a_path_with_too_many_readings_is_400() -> None:
+    """Every reading costs a lookup: a path with more than 64 of them is refused, not judged."""
+    rules = RouteScopes([route("/", public=True), route("/admin", "admin")])
+    with pytest.raises(AuthError) as refused:
+        rules.required("GET", "/" + "a.php/" * 100 + "admin")
+    assert refused.value.status == 400
+    assert rules.required("GET", "/" + "a.php/" * 10 + "admin") == ("admin",)
 
 
 @pytest.mark.parametrize(

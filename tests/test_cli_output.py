@@ -206,3 +206,13 @@ def test_a_commit_failing_after_the_key_was_written_says_to_discard_it(
             store.get_key(TEST_LOGIN, "ci")
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("sink", SINKS)
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["keys", "create", "--help"]])
+def test_help_and_version_that_cannot_be_written_are_one_line(
+    sqlite_url: str, sink: str, args: list[str]
+) -> None:
+    """--help and --version to /dev/full or a closed stdout exit 1 with one line (argparse
+    swallowed the write error, so they exited 0 having printed nothing)."""
+    assert "could not write to stdout" in _one_line(_cli(sqlite_url, sink, *args))

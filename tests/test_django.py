@@ -277,7 +277,8 @@ def test_drf_authentication_and_scopes(keys: tuple[str, str, str], verifier: Ver
 def test_drf_exception_handler_answers_problem_json(
     keys: tuple[str, str, str], verifier: Verifier
 ) -> None:
-    """With the package's exception handler, DRF's refusals are the middleware's exact answers."""
+    """With the package's exception handler, DRF's refusals are the middleware's exact answers,
+    the no-key 401 included (no-store, problem+json: DRF's own answer had neither)."""
     configure_django()
     from django.test import Client
 
@@ -302,8 +303,11 @@ def test_drf_exception_handler_answers_problem_json(
             "detail": "the API key lacks the scope serving for this endpoint",
             "missing_scopes": ["serving"],
         }
-        missing = client.get("/whoami")  # DRF's own NotAuthenticated: its handler answers
+        missing = client.get("/whoami")  # DRF's own NotAuthenticated, answered as ours
         assert missing.status_code == 401 and missing["WWW-Authenticate"] == 'ApiKey realm="api"'
+        assert missing["Cache-Control"] == "no-store"
+        assert missing["Content-Type"] == "application/problem+json"
+        assert json.loads(missing.content)["status"] == 401
 
 
 def test_drf_database_down_is_503() -> None:

@@ -223,6 +223,7 @@ def test_path_tricks_are_400(ruled: TestClient, uri: str) -> None:
 
 
 OPEN_RULES = {
+    "unmatched": "key",
     "route": [
         {"path": "/health", "public": True},
         {"path": "/projects", "scopes": ["project"]},
@@ -234,10 +235,15 @@ OPEN_RULES = {
 @pytest.mark.parametrize(
     "uri",
     ["/admin;x", "/admin;jsessionid=1", "/admin%3bx", "/admin%3Bx/users", "/ADMIN",
-     "/Admin/users", "/aDmIn;x/users", "/;x/admin", "/adm%C4%B1n", "/projects/..;x/x"],
+     "/Admin/users", "/aDmIn;x/users", "/;x/admin", "/adm%C4%B1n", "/projects/..;x/x",
+     "/admin.json", "/admin.xml", "/Admin.JSON", "/admin/users.json", "/index.php/admin",
+     "/app/index.php/admin/users", "/admin~", "/admin%7e", "/admin%7E", "/admin.", "/admin%20",
+     "/admin.%20", "/admin%3f", "/admin%3fx=1", "/admin%23", "/admin%23frag"],
 )  # fmt: skip
 def test_every_reading_of_a_path_needs_its_scopes(sqlite_url: str, keys: Keys, uri: str) -> None:
-    """A path that a Java (`;` parameters) or case-blind server reads as /admin needs its scopes."""
+    """A path that a Java (`;` parameters), case-blind, Rails (`.:format`), PHP (PATH_INFO) or
+    Windows (trailing dots and spaces) server reads as /admin needs its scopes, even where
+    unmatched paths need only a key."""
     with client(sqlite_url, OPEN_RULES) as c:
         answer = ask(c, uri, keys.project)
         if ".." in uri:
@@ -285,12 +291,14 @@ def test_client_query_leaking_into_auth_url_is_refused(ruled: TestClient, keys: 
     assert "query" in answer.json()["detail"]
 
 
-def test_without_rules_any_valid_key_passes(sqlite_url: str, keys: Keys) -> None:
-    """No rules and no scope= parameter: any valid key, with or without the original request."""
+def test_without_rules_nothing_passes_but_a_fixed_scope(sqlite_url: str, keys: Keys) -> None:
+    """No rules and no scope= parameter: no path is covered, so even the key holding every
+    scope is refused (403), and a request that names no path is 400."""
     with client(sqlite_url, rules=None) as c:
-        assert ask(c, None, keys.project, None).status_code == 200
-        assert ask(c, "/whatever", keys.project).status_code == 200
-        assert ask(c, "/whatever").status_code == 401
+        assert ask(c, "/whatever", keys.both).status_code == 403
+        assert ask(c, "/whatever").status_code == 403
+        assert ask(c, None, keys.both, None).status_code == 400
+        assert ask(c, "/whatever", keys.both, auth="/auth?scope=project").status_code == 200
 
 
 def _raw(app: ForwardAuthApp, method: str, raw_path: bytes, query: bytes, key: str) -> int:
@@ -449,8 +457,8 @@ def test_serve_auth_closes_idle_and_slow_connections(
         for _ in range(5):
             sockets.append(socket.create_connection(("127.0.0.1", port), timeout=30))
         idle, half, answered, blank, dribbling = sockets
-        half.sendall(b"GET /auth HTTP/1.1\r\nHost: x\r\n")
-        answered.sendall(b"GET /auth HTTP/1.1\r\nHost: x\r\n\r\n")
+        half.sendall(b"GET /auth?scope=project HTTP/1.1\r\nHost: x\r\n")
+        answered.sendall(b"GET /auth?scope=project HTTP/1.1\r\nHost: x\r\n\r\n")
         assert answered.recv(12) == b"HTTP/1.1 401", server.output()
         blank.sendall(b"\r\n")  # begins no request, but is a byte: the clock runs
         assert _dribbled_until_closed(dribbling), server.output()
@@ -559,8 +567,9 @@ def _serving_pid(server_port: int, client: socket.socket, pids: set[int]) -> int
 
 
 def _status(sock: socket.socket, key: str) -> int:
-    """One GET /auth with the key on a kept-alive connection; the answer's status."""
-    sock.sendall(f"GET /auth HTTP/1.1\r\nHost: x\r\nAuthorization: ApiKey {key}\r\n\r\n".encode())
+    """One GET /auth?scope=project with the key on a kept-alive connection; its status."""
+    request = f"GET /auth?scope=project HTTP/1.1\r\nHost: x\r\nAuthorization: ApiKey {key}\r\n\r\n"
+    sock.sendall(request.encode())
     head = b""
     while b"\r\n\r\n" not in head:
         chunk = sock.recv(4096)
@@ -605,3 +614,16 @@ def test_serve_auth_workers_each_answer_and_each_refuse_a_deleted_key(
         for sock in opened:
             sock.close()
         server.stop()
+
+
+def test_serve_auth_help_offers_only_its_own_options(capsys: pytest.CaptureFixture[str]) -> None:
+    """serve-auth --help lists --database-url and its server options, never --owner or --json
+    (it serves every owner's keys and prints no JSON); given, they are usage errors."""
+    with pytest.raises(SystemExit):
+        main(["serve-auth", "--help"])
+    shown = capsys.readouterr().out
+    assert "--database-url" in shown and "--rules" in shown
+    assert "--owner" not in shown and "--json" not in shown
+    with pytest.raises(SystemExit) as refused:
+        main(["serve-auth", "--json"])
+    assert refused.value.code == 2

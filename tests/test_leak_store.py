@@ -7,8 +7,11 @@ from datetime import timedelta
 
 import pytest
 
-from apikey_tui.errors import InvalidInputError, KeyNotFoundError
+from apikey_tui.errors import AuthError, InvalidInputError, KeyNotFoundError, KeyStateError
+from apikey_tui.names import NEVER
 from apikey_tui.store import LEAK_EVENT, Credential, KeyStore
+from apikey_tui.verifier import Verifier
+from tests.conftest import FakeClock
 
 
 def credential_of(store: KeyStore, public_id: str) -> Credential:
@@ -43,14 +46,74 @@ def test_delete_action_deletes_and_keeps_the_leak_history(store: KeyStore) -> No
     assert [x.outcome for x in store.leaks("alice", "ci")] == ["deleted"]
 
 
-def test_a_disabled_key_is_left_as_it_was_and_the_leak_recorded(store: KeyStore) -> None:
-    """A key already disabled keeps its reason; the leak is recorded ('recorded')."""
+def test_a_disabled_key_is_marked_leaked_and_cannot_be_enabled(store: KeyStore) -> None:
+    """A leak reported while the key is disabled marks it leaked (it keeps when it went off),
+    and neither enable nor an undo of the earlier disable brings the secret back."""
     info = store.create_key("alice", "ci", ["project"]).info
-    store.disable_key("alice", "ci", "off for now")
+    disabled = store.disable_keys([info], "off for now")
     leak = store.contain_leak(credential_of(store, info.public_id), source="revoke", where="x")
-    assert leak is not None and leak.outcome == "recorded"
+    assert leak is not None and leak.outcome == "disabled"
     after = store.get_key("alice", "ci")
-    assert after.disabled_reason == "off for now" and not after.leaked
+    assert after.leaked and after.disabled_reason == "leaked: x"
+    assert after.disabled_at == disabled.after[0].disabled_at
+    with pytest.raises(KeyStateError, match="secret leaked"):
+        store.enable_key("alice", "ci")
+    with pytest.raises(KeyStateError):
+        store.undo(disabled)
+    with pytest.raises(KeyStateError, match="secret leaked"):
+        store.enable_keys([after])
+    assert store.get_key("alice", "ci").leaked
+
+
+def test_an_expired_key_is_marked_leaked_and_a_new_expiry_does_not_revive_it(
+    clocked: tuple[KeyStore, Verifier], clock: FakeClock
+) -> None:
+    """A leak reported after the key expired marks it leaked: a new expiry, or undoing that
+    new expiry, leaves the verifier refusing the secret."""
+    store, verifier = clocked
+    created = store.create_key("alice", "ci", ["project"], expires=timedelta(hours=1))
+    clock.advance(timedelta(hours=2))
+    credential = credential_of(store, created.info.public_id)
+    leak = store.contain_leak(credential, source="github", where="https://github.com/o/r")
+    assert leak is not None and leak.outcome == "disabled"
+    renewed = store.set_expiry_of_keys([store.get_key("alice", "ci")], NEVER)
+    assert store.get_key("alice", "ci").leaked
+    with pytest.raises(AuthError):
+        verifier.verify(f"ApiKey {created.plaintext}")
+    store.undo(renewed)  # back to expired; still leaked
+    assert store.get_key("alice", "ci").leaked
+
+
+def test_the_same_report_again_acts_once(store: KeyStore) -> None:
+    """A replayed report (same source and where) writes no second event and says 'repeated';
+    another report of the same secret is recorded beside the first."""
+    info = store.create_key("alice", "ci", ["project"]).info
+    where = "https://github.com/o/r/blob/main/" + "x" * 500  # stored cut short
+    first = store.contain_leak(credential_of(store, info.public_id), source="github", where=where)
+    again = store.contain_leak(credential_of(store, info.public_id), source="github", where=where)
+    assert first is not None and again is not None and again.outcome == "repeated"
+    assert [x.outcome for x in store.leaks("alice", "ci")] == ["disabled"]
+    other = store.contain_leak(credential_of(store, info.public_id), source="scan", where="f:1")
+    assert other is not None and other.outcome == "recorded"
+    assert [x.outcome for x in store.leaks("alice", "ci")] == ["recorded", "disabled"]
+
+
+def test_recreating_a_leaked_key_lifts_the_mark_from_the_new_secret(
+    clocked: tuple[KeyStore, Verifier],
+) -> None:
+    """After a recreate the key is disabled but no longer leaked: enable makes the new secret
+    work, and the old one stays refused."""
+    store, verifier = clocked
+    created = store.create_key("alice", "ci", ["project"])
+    store.contain_leak(credential_of(store, created.info.public_id), source="scan", where="f:1")
+    recreated = store.recreate_key("alice", "ci")
+    after = store.get_key("alice", "ci")
+    assert after.disabled and not after.leaked
+    assert after.disabled_reason == "leaked secret replaced: f:1"
+    store.enable_key("alice", "ci")
+    assert verifier.verify(f"ApiKey {recreated.plaintext}").key_name == "ci"
+    with pytest.raises(AuthError):
+        verifier.verify(f"ApiKey {created.plaintext}")
 
 
 def test_a_recreated_key_is_not_touched_by_its_old_secrets_leak(store: KeyStore) -> None:

@@ -177,7 +177,7 @@ def test_upgrade_keeps_every_key_working_and_every_old_key_refused(
     """After `db upgrade` live keys verify with their scopes; deleted and recreated stay refused.
     It says to restart the services: a running 0.1.0 verifier would accept disabled keys."""
     code, _, err = _cli(capsys, old_database.url, "db", "upgrade")
-    assert code == 0 and "Upgraded the database from schema version 1 to 6." in err
+    assert code == 0 and "Upgraded the database from schema version 1 to 7." in err
     assert "Restart every service now" in err and "disabled and expired keys" in err
     verifier = Verifier.from_url(old_database.url)
     verifier_of.append(verifier)
@@ -193,7 +193,7 @@ def test_upgrade_keeps_every_key_working_and_every_old_key_refused(
             verifier.verify("ApiKey " + key["key"])
     assert _rows(
         old_database.url, "SELECT value FROM apikey_tui_meta WHERE key = 'schema_version'"
-    ) == [("6",)]
+    ) == [("7",)]
 
 
 def test_upgrade_keeps_events_and_usage_and_fingerprints_only_new_keys(
@@ -287,7 +287,7 @@ def test_a_services_own_alembic_history_is_never_touched(
     assert _cli(capsys, old_database.url, "db", "upgrade")[0] == 0
     assert _rows(old_database.url, "SELECT * FROM alembic_version") == [("svc_0042",)]
     assert _rows(old_database.url, "SELECT * FROM orders") == [(1, "tea")]
-    assert _rows(old_database.url, "SELECT * FROM apikey_tui_alembic_version") == [("0006",)]
+    assert _rows(old_database.url, "SELECT * FROM apikey_tui_alembic_version") == [("0007",)]
 
 
 def test_upgrade_refuses_a_database_from_a_newer_release(
@@ -297,12 +297,12 @@ def test_upgrade_refuses_a_database_from_a_newer_release(
     assert main(["--database-url", old_database.url, "db", "upgrade"]) == 0
     engine = make_engine(old_database.url)
     with engine.begin() as conn:
-        conn.execute(text("UPDATE apikey_tui_alembic_version SET version_num = '0007'"))
+        conn.execute(text("UPDATE apikey_tui_alembic_version SET version_num = '0008'"))
     engine.dispose()
     capsys.readouterr()
     code, _, err = _cli(capsys, old_database.url, "db", "upgrade")
     assert code == 1 and "newer than this release" in err and err.count("\n") == 1
-    assert _rows(old_database.url, "SELECT * FROM apikey_tui_alembic_version") == [("0007",)]
+    assert _rows(old_database.url, "SELECT * FROM apikey_tui_alembic_version") == [("0008",)]
 
 
 def test_downgrade_to_0001_gives_back_the_0_1_0_schema(old_database: OldDatabase) -> None:
@@ -392,7 +392,7 @@ def test_downgrade_0003_to_0002_refuses_while_a_key_is_disabled_then_works(
         with pytest.raises(RuntimeError, match="disabled or expire"), engine.begin() as conn:
             command.downgrade(alembic_config(conn), "0002")
         assert _rows(old_database.url, "SELECT value FROM apikey_tui_meta WHERE key = "
-                     "'schema_version'") == [("6",)]  # fmt: skip
+                     "'schema_version'") == [("7",)]  # fmt: skip
         store.enable_key("ci-bot", "deploy")
         with engine.begin() as conn:
             command.downgrade(alembic_config(conn), "0002")
@@ -404,7 +404,7 @@ def test_downgrade_0003_to_0002_refuses_while_a_key_is_disabled_then_works(
                 ("schema_version", "2")
             ]
             assert conn.execute(text("SELECT count(*) FROM apikey_tui_key_scope")).scalar() == 7
-        assert upgrade_schema(engine)[:2] == (2, 6)
+        assert upgrade_schema(engine)[:2] == (2, SCHEMA_VERSION)
         with engine.connect() as conn:
             assert _shape(conn) == version_3
     finally:
@@ -452,4 +452,51 @@ def test_0006_swaps_the_usage_minute_index_and_keeps_every_count(
             ]
             assert sorted(tuple(r) for r in conn.execute(text(query))) == rows
     finally:
+        engine.dispose()
+
+
+def test_0007_gives_each_key_the_ids_it_had_so_its_usage_survives(
+    old_database: OldDatabase,
+) -> None:
+    """Upgrading lists a key recreated under 0.1.0 with its earlier id (from its key.recreate
+    event), so usage under that id is the key's, shown as an old secret; down to 0006 and up
+    again gives the same list and keeps every count."""
+    [stolen] = old_database.keys("recreated")
+    old_id = keyformat.parse(stolen["key"]).public_id
+    engine = make_engine(old_database.url)
+    query = "SELECT p.public_id, k.owner, k.name FROM apikey_tui_previous_id p JOIN apikey_tui_key k ON k.id = p.key_id"  # noqa: E501
+    store = None
+    try:
+        upgrade_schema(engine)
+        with engine.connect() as conn:
+            listed = [tuple(r) for r in conn.execute(text(query))]
+        assert listed == [(old_id, stolen["owner"], stolen["name"])]
+        store = KeyStore.open(old_database.url, hasher=CHEAP, actor=ACTOR, create=False)
+        minute = int(store.clock().timestamp()) // 60
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO apikey_tui_usage (public_id, minute, span, kind, scope, requests)"
+                    " VALUES (:p, :m, 1, 0, 'project', 20), (:p, :m, 1, 1, 'admin', 5)"
+                ),
+                {"p": old_id, "m": minute},
+            )
+            command.downgrade(alembic_config(conn), "0006")
+        with engine.connect() as conn:
+            assert not inspect(conn).has_table("apikey_tui_previous_id")
+            assert not inspect(conn).has_table("apikey_tui_usage_batch")
+        assert upgrade_schema(engine)[:2] == (6, SCHEMA_VERSION)
+        with engine.connect() as conn:
+            assert [tuple(r) for r in conn.execute(text(query))] == listed
+        report = store.key_usage(stolen["owner"], stolen["name"])
+        assert (report.requests, [(f.missing, f.requests) for f in report.forbidden]) == (
+            20,
+            [(("admin",), 5)],
+        )
+        assert [(s.public_id, s.old, s.requests, s.forbidden) for s in report.old_secrets] == [
+            (old_id, True, 20, 5)
+        ]
+    finally:
+        if store is not None:
+            store.close()
         engine.dispose()

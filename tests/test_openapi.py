@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi import FastAPI, WebSocket
+from fastapi import FastAPI, Security, WebSocket
 from fastapi.openapi.models import OpenAPI
 from fastapi.testclient import TestClient
 
@@ -34,7 +35,7 @@ def build_app(verifier: Verifier) -> FastAPI:
     def predict(model: str, caller: Caller = auth.require("serving", "project")) -> str:  # noqa: B008
         return f"{caller.owner}/{caller.key_name}/{model}"
 
-    @app.get("/whoami", dependencies=[auth.require()])
+    @app.get("/whoami", dependencies=[Security(auth.dependency())])
     def whoami() -> str:
         return "any key"
 
@@ -112,7 +113,9 @@ def test_refusals_are_documented_as_problem_json(document: dict[str, Any]) -> No
     ref = {"$ref": f"#/components/schemas/{PROBLEM_SCHEMA}"}
     predict = paths["/models/{model}/predict"]["post"]["responses"]
     for status in ("400", "401", "403", "503"):
-        assert predict[status]["content"] == {"application/problem+json": {"schema": ref}}
+        media = predict[status]["content"]["application/problem+json"]
+        assert media["schema"] == ref
+        assert media["example"]["status"] == int(status)  # not the 401 under every status
     assert "WWW-Authenticate" in predict["401"]["headers"]
     assert "Retry-After" in predict["503"]["headers"]
     assert {"200", "422"} <= predict.keys()  # FastAPI's own answers stay
@@ -122,6 +125,37 @@ def test_refusals_are_documented_as_problem_json(document: dict[str, Any]) -> No
     problem = document["components"]["schemas"][PROBLEM_SCHEMA]
     assert problem["required"] == ["type", "title", "status", "detail"]
     assert problem["properties"]["missing_scopes"]["type"] == "array"
+
+
+def test_each_route_says_its_scopes_where_swagger_ui_shows_them(document: dict[str, Any]) -> None:
+    """Swagger UI shows no scopes of an apiKey requirement: the description says them, once."""
+    paths = document["paths"]
+    predict = paths["/models/{model}/predict"]["post"]["description"]
+    assert predict.count("API key scopes required") == 1
+    assert "`project`, `serving`" in predict
+    assert "none (any key)" in paths["/whoami"]["get"]["description"]
+    assert "description" not in paths["/health"]["get"]
+
+
+@pytest.mark.slow
+def test_a_parameter_annotated_otherwise_than_caller_fails_mypy(tmp_path: Path) -> None:
+    """auth.require() is typed as the Caller it yields: `caller: str = auth.require()` is a
+    mypy error (it was typed Any, so any annotation passed)."""
+    import mypy.api
+
+    source = tmp_path / "service.py"
+    source.write_text(
+        "from apikey_tui.integrations.fastapi import ApiKeyAuth\n"
+        "from apikey_tui.verifier import Caller\n"
+        "def route(auth: ApiKeyAuth) -> None:\n"
+        "    good: Caller = auth.require('project')\n"
+        "    bad: str = auth.require('project')\n"
+    )
+    out, _err, status = mypy.api.run(
+        ["--strict", "--no-incremental", "--cache-dir", str(tmp_path / "cache"), str(source)]
+    )
+    assert status == 1 and "service.py:5: error: Incompatible types" in out, out
+    assert "service.py:4" not in out, out
 
 
 def test_document_is_stable_across_requests(document: dict[str, Any]) -> None:

@@ -15,6 +15,8 @@ from psycopg import errors
 from sqlalchemy.engine import make_url
 
 from apikey_tui.cli import main
+from apikey_tui.db import make_engine, upgrade_schema
+from apikey_tui.db.schema import alembic_config
 from apikey_tui.hashing import SecretHasher
 from apikey_tui.store import KeyStore
 from apikey_tui.verifier import Verifier
@@ -134,7 +136,8 @@ def test_grant_without_apply_prints_the_sql_and_changes_nothing(
         f"{schema}.apikey_tui_change, "
         f"{schema}.apikey_tui_meta, {schema}.apikey_tui_alembic_version TO {role};",
         f"GRANT UPDATE (last_used_at) ON TABLE {schema}.apikey_tui_key TO {role};",
-        f"GRANT INSERT ON TABLE {schema}.apikey_tui_usage TO {role};",
+        f"GRANT INSERT ON TABLE {schema}.apikey_tui_usage, {schema}.apikey_tui_usage_batch "
+        f"TO {role};",
     ]
     with (
         psycopg.connect(_libpq(_as(role, postgres_url))) as conn,
@@ -221,9 +224,37 @@ def test_granted_role_records_usage_and_can_do_nothing_else_with_it(
         "UPDATE apikey_tui_usage SET requests = 0",
         "DELETE FROM apikey_tui_usage",
         "TRUNCATE apikey_tui_usage",
+        "SELECT * FROM apikey_tui_usage_batch",
+        "DELETE FROM apikey_tui_usage_batch",
     ):
         with (
             psycopg.connect(_libpq(_as(role, postgres_url))) as conn,
             pytest.raises(errors.InsufficientPrivilege),
         ):
             conn.execute(statement.encode())
+
+
+def test_a_role_granted_before_version_7_keeps_recording_usage_after_the_upgrade(
+    postgres_url: str, role: str, admin_store: KeyStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A role that could append usage at schema version 6 may mark its flushes after `db
+    upgrade` to 7 (the migration grants it), so its counts keep being recorded, once each."""
+    from alembic import command
+
+    created = admin_store.create_key("alice", "svc", ["project"])
+    assert _grant(capsys, postgres_url, role)[0] == 0
+    engine = make_engine(postgres_url)
+    try:
+        with engine.begin() as conn:  # back to 6: the mark table goes, with the role's grant
+            command.downgrade(alembic_config(conn), "0006")
+        assert upgrade_schema(engine)[:2] == (6, 7)
+    finally:
+        engine.dispose()
+    verifier = Verifier.from_url(_as(role, postgres_url), hasher=CHEAP)
+    try:
+        for _ in range(3):
+            verifier.verify("ApiKey " + created.plaintext, ["project"])
+    finally:
+        verifier.close()
+    assert verifier.stats.snapshot()["usage_dropped"] == 0
+    assert admin_store.key_usage("alice", "svc").requests == 3

@@ -345,6 +345,24 @@ def test_missing_and_bad_keys_get_401_with_challenge(stack: Stack) -> None:
     assert len(seen_by_upstream(stack.upstream)) == before
 
 
+def test_every_refusal_is_a_problem_that_is_never_cached(stack: Stack) -> None:
+    """401 (no key, bad key), 403 and 400 through the proxy carry Cache-Control: no-store and
+    an application/problem+json body of their status (nginx answered its own HTML page)."""
+    bad = stack.both[:-1] + ("a" if stack.both[-1] != "a" else "b")
+    for path, key, status in (
+        ("/projects", None, 401),
+        ("/projects", bad, 401),
+        ("/models/x", stack.project, 403),
+        ("/health/../models", stack.project, 400),
+    ):
+        answer = call(stack.proxy.port, path, key)
+        assert answer.status == status, (path, answer.body)
+        assert answer.headers.get("cache-control") == "no-store", (path, answer.headers)
+        assert answer.headers["content-type"].startswith("application/problem+json"), path
+        problem = json.loads(answer.body)
+        assert problem["status"] == status and problem["title"] and problem["detail"], path
+
+
 def test_missing_scope_gets_403_naming_it(stack: Stack) -> None:
     """A key without `serving` gets 403 whose WWW-Authenticate names the missing scope."""
     before = len(seen_by_upstream(stack.upstream))

@@ -16,9 +16,9 @@ from apikey_tui import keyformat
 from apikey_tui.cli import main
 from apikey_tui.clock import system_clock
 from apikey_tui.db.models import DAY, HOUR, MINUTE, USAGE_ALLOWED, usage_minute
-from apikey_tui.errors import InsufficientScopeError, InvalidKeyError
+from apikey_tui.errors import InsufficientScopeError, InvalidKeyError, StoreUnavailableError
 from apikey_tui.store import KeyStore, rightsizing
-from apikey_tui.store.credentials import credential_source
+from apikey_tui.store.credentials import CredentialReads, credential_source
 from apikey_tui.verifier import Verifier
 from tests import usage_workers
 from tests.conftest import ACTOR, CHEAP, FakeClock
@@ -554,3 +554,128 @@ def test_spellings_stay_within_the_limit_while_it_is_full(
     assert keys.key_usage("alice", "a").requests + dropped == len(spellings)
     uses = verifier._uses
     assert (len(uses.tallies), len(uses._texts)) == (1, 1)
+
+
+def test_recreate_and_rotate_keep_the_keys_usage_and_show_the_old_secrets_as_such(
+    database_url: str, admin: KeyStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A leaked key's N, M, W survive `recreate` and a rotation: in its report, per secret (the
+    old one as "old secret"), `keys usage` and its JSON, the Usage view, the day column and the
+    refusals right-sizing names."""
+    first = admin.create_key("alice", "svc", ["project", "serving"])
+    verifier = Verifier.from_url(database_url, hasher=CHEAP)
+    _use(verifier, first.plaintext)
+    verifier.close()
+    second = admin.recreate_key("alice", "svc")
+    verifier = Verifier.from_url(database_url, hasher=CHEAP)
+    _use(verifier, second.plaintext, 1, 0, 0)
+    verifier.close()
+    third = admin.rotate_key("alice", "svc", grace=timedelta(hours=1))
+    old_id, mid_id, new_id = (c.info.public_id for c in (first, second, third))
+
+    report = admin.key_usage("alice", "svc")
+    assert (report.requests, report.wrong_secret) == (N + 1, W)
+    assert [(f.missing, f.requests) for f in report.forbidden] == [(("admin",), M)]
+    assert [
+        (s.public_id, s.old, s.requests, s.forbidden, s.wrong_secret) for s in report.secrets
+    ] == [
+        (new_id, False, 0, 0, 0),
+        (mid_id, True, 1, 0, 0),
+        (old_id, True, N, M, W),
+    ]
+    data = _usage_json(database_url, capsys, "svc")
+    assert (data["requests"], data["wrong_secret"]) == (N + 1, W)
+    assert [
+        (s["public_id"], s["secret"], s["requests"], s["forbidden"]) for s in data["secrets"]
+    ] == [
+        (new_id, "current", 0, 0),
+        (mid_id, "old", 1, 0),
+        (old_id, "old", N, M),
+    ]
+    assert main(["--database-url", database_url, "--owner", "alice", "keys", "usage", "svc"]) == 0
+    text_out = capsys.readouterr().out
+    assert f"old secret {old_id} (replaced " in text_out
+    assert f"{N} requests, {M} refused (403), {W} wrong secrets" in text_out
+
+    for owner in (None, "alice"):
+        view = admin.usage_overview(owner=owner)
+        for listed in (view.busiest, view.forbidden, view.wrong_secret):
+            assert [
+                (a.public_id, a.allowed, a.forbidden, a.wrong_secret, a.old_allowed) for a in listed
+            ] == [(new_id, N + 1, M, W, N + 1)]
+        assert [(m.missing, m.requests) for m in view.forbidden[0].missing] == [(("admin",), M)]
+    assert sum(admin.daily_requests([new_id], 3)[new_id]) == N + 1
+    refused = admin.rightsize(owner="alice", name="svc").refused
+    assert [(r.info.public_id, [(m.missing, m.requests) for m in r.missing]) for r in refused] == [
+        (new_id, [(("admin",), M)])
+    ]
+    admin.delete_key("alice", "svc")  # the key's ids go with it: its counts name no key
+    assert admin.usage_overview().busiest == ()
+
+
+def test_rightsizing_reads_the_use_of_a_secret_the_key_no_longer_names(
+    keys: KeyStore, clock: FakeClock
+) -> None:
+    """A key used only through its previous secret, whose grace was ended since, is proposed
+    for narrowing to the scope it used: the old secret's use is the key's."""
+    created = keys.create_key("alice", "svc", ["project", "serving"])
+    rotated = keys.rotate_key("alice", "svc", grace=timedelta(days=10))
+    clock.advance(timedelta(days=5))
+    _rows(keys, [(created.info.public_id, usage_minute(clock()), MINUTE, 0, "project", 4)])
+    keys.end_grace("alice", "svc")
+    clock.advance(timedelta(days=26))  # the key (rotated 31 days ago) is older than the window
+    [proposal] = keys.rightsize(owner="alice").proposals
+    assert (proposal.info.public_id, proposal.drop, proposal.keep) == (
+        rotated.info.public_id,
+        ("serving",),
+        ("project",),
+    )
+    assert [p.drop for p in keys.proposals(owner="alice")] == [("serving",)]
+    assert keys.key_usage("alice", "svc").scopes[0].requests == 4
+
+
+def test_a_flush_whose_answer_is_lost_is_written_once(
+    database_url: str, keys: KeyStore, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A flush that commits but whose answer is lost (raised after the commit) is retried and
+    found written: 1,000 requests are recorded as 1,000, not 2,000."""
+    created = keys.create_key("alice", "svc", ["project"])
+    real = CredentialReads.record_usage
+    answers: list[str] = []
+
+    def commit_then_lose_the_answer(self: CredentialReads, *args: Any) -> None:
+        real(self, *args)  # the transaction commits
+        if not answers:
+            answers.append("lost")
+            raise StoreUnavailableError("the connection dropped before the commit's answer")
+
+    monkeypatch.setattr(CredentialReads, "record_usage", commit_then_lose_the_answer)
+    verifier = Verifier.from_url(database_url, hasher=CHEAP, clock=clock)
+    for _ in range(1000):
+        verifier.verify("ApiKey " + created.plaintext, ("project",))
+    verifier.flush()  # committed, but the verifier hears of a failure
+    assert answers == ["lost"]
+    verifier.verify("ApiKey " + created.plaintext, ("project",))
+    verifier.close()  # retries the lost batch, then writes the one request since
+    assert keys.key_usage("alice", "svc").requests == 1001
+    stats = verifier.stats.snapshot()
+    assert (stats["usage_flushed"], stats["usage_dropped"]) == (1001, 0)
+    with keys.engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM apikey_tui_usage_batch")).scalar_one() == 2
+
+
+def test_compaction_prunes_old_flush_marks(keys: KeyStore, clock: FakeClock) -> None:
+    """`compact` deletes the marks of flushes older than a week, and keeps the newer ones."""
+    source = credential_source(keys.engine, clock=clock)
+    created = keys.create_key("alice", "svc", ["project"])
+    row = (created.info.public_id, usage_minute(clock()), MINUTE, 0, "", 1)
+    source.record_usage([row], "a" * 32)
+    clock.advance(timedelta(days=8))
+    source.record_usage([row], "b" * 32)
+    source.record_usage([row], "b" * 32)  # a retry: written once
+    source.close()
+    keys.compact_usage()
+    with keys.engine.connect() as conn:
+        marks = conn.execute(text("SELECT id FROM apikey_tui_usage_batch")).scalars().all()
+    assert marks == ["b" * 32]
+    assert keys.key_usage("alice", "svc", timedelta(days=30)).requests == 2

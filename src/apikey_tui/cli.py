@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import functools
 import math
 import os
@@ -55,6 +56,8 @@ if TYPE_CHECKING:
     from datetime import timedelta
     from typing import Any, NoReturn, TextIO
 
+    from _typeshed import SupportsWrite
+
     from apikey_tui.names import Expiry
     from apikey_tui.store import CreatedKey, Deliver, KeyInfo, KeyStore
 
@@ -83,6 +86,19 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: {message} (see --help)\n")
+
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
+        # argparse swallows an OSError here, so --help into /dev/full exited 0 unwritten: it
+        # is one line and exit 1, as for any command's output.
+        if message:
+            try:
+                if file is None:  # argparse passes sys.stdout, None when stdout is closed
+                    raise OSError(errno.EBADF, "stdout is closed")
+                file.write(message)
+            except BrokenPipeError:
+                raise
+            except OSError as exc:
+                raise stdout_failed(exc, "could not write to stdout") from None
 
     def add_subparsers(self, **kwargs: Any) -> Any:
         commands = super().add_subparsers(**kwargs)
@@ -121,16 +137,23 @@ def _max_lifetime(text: str) -> timedelta | None:
     return None if text.strip().lower() == "none" else _duration(text)
 
 
-def _common() -> _Parser:
+def _database() -> _Parser:
+    """The one option every command that opens the database takes (servers take only it)."""
     # SUPPRESS lets the same options stand before or after the subcommand without the
     # subparser's defaults overwriting what was given before it.
-    common = _Parser(add_help=False)
-    common.add_argument(
+    database = _Parser(add_help=False)
+    database.add_argument(
         "--database-url",
         default=argparse.SUPPRESS,
         help="SQLAlchemy URL (default: $APIKEY_TUI_DATABASE_URL, else a SQLite file in "
         "$XDG_DATA_HOME/apikey-tui)",
     )
+    return database
+
+
+def _common() -> _Parser:
+    """--database-url, and the owner and --json of the commands that read or write keys."""
+    common = _Parser(add_help=False, parents=[_database()])
     common.add_argument(
         "--owner",
         type=_owner,
@@ -299,7 +322,7 @@ def build_parser(words: Collection[str] | None = None) -> argparse.ArgumentParse
 
     serve = commands.add_parser(
         "serve-auth",
-        parents=[common],
+        parents=[_database()],  # it serves every owner's keys and prints no JSON
         help="answer reverse proxies' forward-auth requests (nginx, Caddy, Traefik, Envoy)",
     )
     add_server_options(serve, port=9180)
@@ -311,7 +334,10 @@ def build_parser(words: Collection[str] | None = None) -> argparse.ArgumentParse
         help="worker processes, each with its own verifier (default 1)",
     )
     serve.add_argument(
-        "--rules", metavar="FILE", help="route rules (TOML, see docs/integrations/route-rules.md)"
+        "--rules",
+        metavar="FILE",
+        help="route rules (TOML, docs/integrations/route-rules.md); a path no rule covers is "
+        "refused, and without rules only auth URLs naming scope= pass",
     )
     serve.add_argument("--realm", default="api", help='WWW-Authenticate realm (default "api")')
     # The verifier's options: absent ones keep the verifier's defaults (docs/reference/verifier.md).
@@ -427,7 +453,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("apikey-tui: an argument is not valid UTF-8 text", file=sys.stderr)
         return EXIT_USAGE
     try:
-        code = _main(arguments)
+        try:
+            code = _main(arguments)
+        except SystemExit:  # argparse's --help, --version and usage errors: written first
+            flush_stdout()
+            raise
         flush_stdout()  # a reader that went away shows here, not at interpreter exit
     except BrokenPipeError:
         # `keys list | head`: stop quietly.

@@ -119,6 +119,14 @@ def _print_usage(report: KeyUsage, out: TextIO) -> None:
         missing = printable(" ".join(refused.missing))
         print(f"403 missing {missing}: {refused.requests}", file=out)
     print(f"wrong secrets: {report.wrong_secret}", file=out)
+    for old in report.old_secrets:  # the evidence of a replaced (perhaps leaked) secret
+        replaced = old.replaced_at.strftime("%Y-%m-%d %H:%M") if old.replaced_at else ""
+        print(
+            f"old secret {printable(old.public_id)} (replaced {replaced} UTC): "
+            f"{old.requests} requests, {old.forbidden} refused (403), "
+            f"{old.wrong_secret} wrong secrets",
+            file=out,
+        )
     days = [p.allowed for p in report.daily]
     print(f"per day: {sparkline(days)}  (max {max(days, default=0)})", file=out)
 

@@ -12,7 +12,7 @@ from apikey_tui.tui.dialogs.help import help_text
 from apikey_tui.tui.screens.audit_trail import AuditTrailScreen
 from apikey_tui.tui.screens.key_detail import KeyDetailScreen
 from tests.conftest import FakeClock
-from tests.tui.conftest import make_app
+from tests.tui.conftest import Toasts, make_app
 from tests.tui.test_app import settle
 from tests.tui.test_lifecycle_app import SIZE, state_cells
 from tests.tui.test_views import shown, table_cells
@@ -108,3 +108,26 @@ async def test_audit_trail_l_shows_only_leak_events(tui_store: KeyStore) -> None
         await settle(pilot)
         assert [r[1] for r in table_cells(app, "#events-table")] == ["key.leak"]
     assert "l  only leak events" in help_text(help_sections())
+
+
+async def test_undoing_a_disable_after_a_leak_does_not_revive_the_secret(
+    tui_store: KeyStore,
+) -> None:
+    """x disables a key, a leak report arrives, then u and y: the undo is refused with the
+    reason on screen and the key stays leaked (the undo used to enable the leaked secret)."""
+    tui_store.create_key("alice", "ci", ["project"])
+    toasts = Toasts()
+    app = make_app(tui_store)
+    async with app.run_test(size=SIZE, message_hook=toasts.hook) as pilot:
+        await settle(pilot)
+        await pilot.press("x")
+        app.screen.query_one("#value", Input).value = "off for the weekend"
+        await pilot.press("enter")
+        await settle(pilot)
+        assert tui_store.get_key("alice", "ci").disabled
+        leak(tui_store, "ci", URL)
+        await pilot.press("u")
+        await pilot.press("y")
+        await settle(pilot)
+        assert tui_store.get_key("alice", "ci").leaked
+        assert any("changed after the disable" in m for m in toasts.messages)

@@ -316,3 +316,32 @@ async def test_usage_view_shows_the_first_proposals_before_they_are_counted(
         shown = str(screen.query_one("#usage-proposals", Static).render())
         assert shown.splitlines()[1] == "… and 1 more: apikey-tui keys rightsize"
         assert "2 open proposals" in str(screen.query_one("#status", Static).render())
+
+
+async def test_a_recreated_keys_use_stays_shown_as_an_old_secrets(used: KeyStore) -> None:
+    """After `recreate`, the Usage view still lists reports' 4 requests and 6 wrong secrets, as
+    an old secret's, and its detail names the old secret and what it did."""
+    old_id = used.get_key("alice", "reports").public_id
+    used.recreate_key("alice", "reports")
+    app = make_app(used)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("U")
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, UsageScreen)
+        wrong = str(screen.query_one("#usage-wrong-secret", Static).render())
+        assert "reports  6 wrong secrets (6 by an old secret)" in wrong
+        busiest = str(screen.query_one("#usage-busiest", Static).render())
+        assert "reports       4 requests (4 by an old secret) · 6 wrong secrets (6 by" in busiest
+        await pilot.press("escape")
+        await settle(pilot)
+        key_table = app.screen.query_one(KeyTable)
+        names = [key.name for key in key_table.rows]
+        await pilot.press(*["down"] * names.index("reports"), "enter")
+        await settle(pilot)
+        detail = app.screen
+        assert isinstance(detail, KeyDetailScreen) and detail.key.name == "reports"
+        note = str(detail.query_one("#detail-graph-note", Static).render())
+        assert f"old secret {old_id} (replaced " in note
+        assert "4 req, 0 refused (403), 6 wrong secrets" in note

@@ -25,7 +25,7 @@ from sqlmodel import Field, SQLModel
 
 # The schema this release reads and writes: Alembic revision f"{SCHEMA_VERSION:04d}" in
 # apikey_tui/migrations, which also builds every new database (a test holds the two equal).
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 # The oldest verifier that still works beside this schema (a newer schema that only adds tables
 # a verifier never reads keeps older verifiers working): the meta row 'verifiers_from'.
 VERIFIERS_FROM = 4
@@ -110,6 +110,24 @@ class KeyRow(Base, table=True):
     grace_until: datetime | None = _timestamp(nullable=True)
 
 
+class PreviousIdRow(Base, table=True):
+    """A public id a key had before its current one (schema version 7): one row per id a
+    recreate or rotation replaced, so the key's usage recorded under it stays the key's.
+
+    Written in the rotation's transaction; goes with the key (ON DELETE CASCADE). A rotation's
+    previous secret in grace (`KeyRow.old_public_id`) is listed here too.
+    """
+
+    __tablename__ = "apikey_tui_previous_id"
+    public_id: str = Field(primary_key=True, max_length=32)
+    key_id: int = Field(
+        sa_column=Column(
+            ForeignKey("apikey_tui_key.id", ondelete="CASCADE"), nullable=False, index=True
+        )
+    )
+    replaced_at: datetime = _timestamp()  # when a new secret took its place
+
+
 class KeyScopeRow(Base, table=True):
     """Which catalog scopes a key holds; the foreign keys make a dangling scope impossible."""
 
@@ -188,4 +206,14 @@ UsageTable = Table(
     # A window's rows of one kind (minute leads: compaction and retention find old rows by it),
     # with what the Usage view's lists sum, so they never read the table (schema version 6).
     Index("ix_apikey_tui_usage_window", "minute", "kind", "public_id", "requests"),
+)
+
+# A verifier's flush (schema version 7): one row per batch of usage rows, written in the batch's
+# transaction. A flush whose answer was lost is retried with the same id, and finding the id
+# already there it writes nothing: a count is written once. `db compact` prunes old ids.
+UsageBatchTable = Table(
+    "apikey_tui_usage_batch",
+    Base.metadata,
+    Column("id", String(32), primary_key=True),
+    Column("minute", Integer, nullable=False),  # when it was written (usage_minute)
 )

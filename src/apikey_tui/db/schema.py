@@ -178,8 +178,9 @@ VERIFIER_READS = (
     VERSION_TABLE,
 )
 VERIFIER_UPDATES = ("apikey_tui_key", ("last_used_at",))
-# Its one append: usage counts (schema version 5), insert-only, never read back or changed.
-VERIFIER_INSERTS = ("apikey_tui_usage",)
+# Its one append: usage counts (schema version 5), insert-only, never read back or changed, and
+# each flush's mark (schema version 7), which makes a retried flush write nothing twice.
+VERIFIER_INSERTS = ("apikey_tui_usage", "apikey_tui_usage_batch")
 _ROLE = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,62}")
 # Names that GRANT reads as something else even when quoted ("public" is everyone).
 _NOT_A_ROLE = {"public", "none", "current_user", "current_role", "session_user"}

@@ -249,10 +249,17 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> HttpResponse |
     """DRF's handler, but this package's refusals get their exact problem+json answer.
 
     Status, WWW-Authenticate (error="invalid_token", scope="…"), Retry-After and body are the
-    same as the middleware's. Everything else goes to DRF's own handler.
+    same as the middleware's, the 401 of a request with no key included (when the ApiKey
+    challenge is the one DRF sends). Everything else goes to DRF's own handler.
     """
     if isinstance(exc, ApiKeyRefused | ApiKeyUnavailable):
         return problem_response(exc.error, exc.realm)
+    if isinstance(exc, exceptions.NotAuthenticated) and str(
+        getattr(exc, "auth_header", "")
+    ).startswith("ApiKey "):
+        # No key, and ours is the challenge DRF chose: the middleware's 401, problem+json and
+        # no-store included (DRF's own answer is cacheable {"detail": ...}).
+        return problem_response(MissingKeyError(), _realm(context.get("request")))
     forbidden = _scope_refusal(exc)
     if forbidden is not None:
         return problem_response(forbidden, _realm(context.get("request")))

@@ -20,7 +20,14 @@ from fastapi.security.base import SecurityBase
 from starlette.types import ExceptionHandler
 from starlette.websockets import WebSocket, WebSocketState
 
-from apikey_tui.errors import ApiKeyError, AuthError
+from apikey_tui.errors import (
+    ApiKeyError,
+    AuthError,
+    InsufficientScopeError,
+    InvalidKeyError,
+    MalformedHeaderError,
+    VerifierUnavailableError,
+)
 from apikey_tui.integrations.asgi_messages import (
     DENIAL_EXTENSION,
     POLICY_VIOLATION,
@@ -49,10 +56,10 @@ _PROBLEM_SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": ["type", "title", "status", "detail"],
     "properties": {
-        "type": {"type": "string", "example": "about:blank"},
-        "title": {"type": "string", "example": "Unauthorized"},
-        "status": {"type": "integer", "example": 401},
-        "detail": {"type": "string", "example": "the API key is not valid"},
+        "type": {"type": "string"},
+        "title": {"type": "string"},
+        "status": {"type": "integer"},
+        "detail": {"type": "string"},
         "missing_scopes": {
             "type": "array",
             "items": {"type": "string"},
@@ -170,10 +177,14 @@ class ApiKeyAuth:
 
         app.openapi = openapi  # type: ignore[method-assign]
 
-    def require(self, *scopes: str) -> Any:
+    def require(self, *scopes: str) -> Caller:
         """A dependency that checks the key and that it holds all of `scopes`, and of any
-        Security scopes around it."""
-        return Security(self.scheme, scopes=list(scopes))
+        Security scopes around it.
+
+        Typed as the Caller it yields (FastAPI's `Security` is typed Any), so a parameter
+        annotated otherwise (`caller: str = auth.require()`) fails mypy.
+        """
+        return cast(Caller, Security(self.scheme, scopes=list(scopes)))
 
     def dependency(self, *scopes: str) -> Callable[..., Awaitable[Caller]]:
         """The bare dependency, for `Security(..., scopes=[...])`, `Depends(...)` or
@@ -190,11 +201,27 @@ class ApiKeyAuth:
         return api_key
 
 
+# What each refusal looks like, for the documented examples (one per status: a schema's own
+# example would show a 401 under every status).
+_EXAMPLES: dict[str, AuthError] = {
+    "400": MalformedHeaderError(),
+    "401": InvalidKeyError(),
+    "403": InsufficientScopeError(["serving"]),
+    "503": VerifierUnavailableError(),
+}
+_SCOPES_NOTE = "API key scopes required (all of them): "
+
+
 def add_problem_responses(document: dict[str, Any], scheme_name: str = SCHEME_NAME) -> None:
     """Add the refusals to every operation that requires the scheme (400, 401, 503; and 403
-    where scopes are required), each an `application/problem+json` ApiKeyProblem."""
+    where scopes are required), each an `application/problem+json` ApiKeyProblem with an
+    example of its own status, and say the route's scopes in its description: Swagger UI shows
+    an apiKey requirement's scopes nowhere."""
     ref = {"$ref": f"#/components/schemas/{PROBLEM_SCHEMA}"}
-    content = {_PROBLEM: {"schema": ref}}
+
+    def content(status: str) -> dict[str, Any]:
+        return {_PROBLEM: {"schema": ref, "example": _EXAMPLES[status].problem()}}
+
     challenge = {
         "WWW-Authenticate": {
             "description": 'ApiKey realm="…", with error="invalid_token" for a bad key',
@@ -210,25 +237,30 @@ def add_problem_responses(document: dict[str, Any], scheme_name: str = SCHEME_NA
             if not requirements:
                 continue
             used = True
+            scopes = sorted({s for r in requirements for s in r[scheme_name]})
+            described = operation.get("description", "")
+            if _SCOPES_NOTE not in described:  # the document is cached: added once
+                note = _SCOPES_NOTE + (", ".join(f"`{s}`" for s in scopes) or "none (any key)")
+                operation["description"] = f"{described}\n\n{note}" if described else note
             responses = operation.setdefault("responses", {})
             responses.setdefault(
                 "400",
-                {"description": "Malformed Authorization header", "content": content},
+                {"description": "Malformed Authorization header", "content": content("400")},
             )
             responses.setdefault(
                 "401",
                 {
                     "description": "No API key, or one that is not valid",
                     "headers": challenge,
-                    "content": content,
+                    "content": content("401"),
                 },
             )
-            if any(r[scheme_name] for r in requirements):
+            if scopes:
                 responses.setdefault(
                     "403",
                     {
                         "description": "The API key lacks a required scope (missing_scopes)",
-                        "content": content,
+                        "content": content("403"),
                     },
                 )
             responses.setdefault(
@@ -236,7 +268,7 @@ def add_problem_responses(document: dict[str, Any], scheme_name: str = SCHEME_NA
                 {
                     "description": "API keys cannot be checked right now",
                     "headers": {"Retry-After": {"schema": {"type": "integer"}}},
-                    "content": content,
+                    "content": content("503"),
                 },
             )
     if used:

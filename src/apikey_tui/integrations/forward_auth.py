@@ -9,7 +9,8 @@ with `WWW-Authenticate`, 400 for a request that cannot be judged, 503 when the k
 cannot be asked. Never 202 or 204 (Envoy denies them), never a 200 on any doubt.
 
 Which scopes a request needs: `scope=` parameters on the auth URL (fixed per proxy location),
-else the route rules of a TOML file (`rules_file.load_rules`), else any valid key.
+else the route rules of a TOML file (`rules_file.load_rules`, a path no rule covers refused by
+default), else nothing passes: serve-auth cannot see the upstream, so it fails closed.
 """
 
 from __future__ import annotations
@@ -62,6 +63,10 @@ _FORWARDED = {
 }
 
 
+# serve-auth without a rules file: every path is one no rule covers.
+_NO_RULES = RouteScopes((), unmatched="deny")
+
+
 class ForwardedRequestError(AuthError):
     """The proxy did not say clearly which request it asks about: 400, no challenge.
 
@@ -96,16 +101,22 @@ def original_path(uri: str) -> str:
 class ForwardAuthApp(HTTPApp):
     """The ASGI app behind `apikey-tui serve-auth`; proxies ask it about each request.
 
-    `rules` decide what a request needs when the auth URL names no `scope=`; without rules any
-    valid key passes. The verifier is closed at lifespan shutdown.
+    `rules` decide what a request needs when the auth URL names no `scope=`; without rules such
+    a request is refused (403): no rule names its path. The verifier is closed at lifespan
+    shutdown.
     """
 
     name = "serve-auth"
     logger = logger
 
     def __init__(self, verifier: Verifier, rules: RouteScopes | None = None) -> None:
+        if rules is None:
+            logger.warning(
+                "serve-auth has no --rules: only auth URLs naming scope= can pass, every other "
+                "request is refused (403)"
+            )
+            rules = _NO_RULES
         self.guard = Guard(verifier, scope_authorization, rules)
-        self.has_rules = rules is not None
         # An empty table checks a path's normal form and asks for any valid key.
         self.normal_form = RouteScopes(())
         self.metrics = _metrics_page(verifier)  # None without the `metrics` extra
@@ -169,15 +180,13 @@ class ForwardAuthApp(HTTPApp):
             if uri is not None:
                 self.normal_form.required(method or "GET", original_path(uri))
             return scopes
-        if self.has_rules and (uri is None or method is None):
+        if uri is None or method is None:
             missing = "X-Forwarded-Uri" if uri is None else "X-Forwarded-Method"
             logger.warning("serve-auth refused a request without %s: fix the proxy", missing)
             raise ForwardedRequestError(
                 f"the proxy sent no {missing}: route rules cannot place the request"
             )
-        if uri is None:
-            return ()
-        return self.guard.rules.required(method or "GET", original_path(uri))
+        return self.guard.rules.required(method, original_path(uri))
 
     def _from_envoy(self, scope: Scope) -> tuple[str, ...] | None:
         """Envoy's check request: its own method and path are the original's, after the prefix."""

@@ -151,11 +151,16 @@ class RouteScopes:
         # public only if all are, else the scopes of all of them.
         needs: set[str] = set()
         public = True
-        for reading, blind in readings(path):
+        for reading, blind, cut in readings(path):
             if blind:
-                need = self._need(self._lookup(self._folded, method, fold(reading)))
+                rule = self._lookup(self._folded, method, fold(reading))
             else:
-                need = self._need(self._lookup(self._table, method, reading))
+                rule = self._lookup(self._table, method, reading)
+            if cut and (rule is None or rule is self._fallback):
+                # A cut reading borrows only a rule written for it: what no rule names adds
+                # nothing ("/data.json" may be public by a rule while "/data" has none).
+                continue
+            need = self._need(rule)
             if need is not None:
                 public = False
                 needs.update(need)

@@ -18,7 +18,7 @@ def load_rules(path: str | Path) -> RouteScopes:
     """Read route rules from a TOML file; ValueError naming the file and the problem if bad.
 
     ```toml
-    unmatched = "deny"          # or "key" (the default): any valid key
+    unmatched = "deny"          # the default: a path no rule covers is refused; "key": any key
     [[route]]
     path = "/health"
     public = true
@@ -46,7 +46,10 @@ def rules_from_mapping(data: Mapping[str, Any]) -> RouteScopes:
     unknown = set(data) - _FILE_KEYS
     if unknown:
         raise ValueError(f"unknown setting {sorted(unknown)}; expected {sorted(_FILE_KEYS)}")
-    unmatched: Unmatched = data.get("unmatched", "key")
+    # The file's reader may sit in front of an app we cannot see (serve-auth), whose router may
+    # reach a covered route by a path no rule names: so no rule, no pass, unless it says "key".
+    # default_scopes alone says what an unmatched path needs, so it implies "key".
+    unmatched: Unmatched = data.get("unmatched", "key" if "default_scopes" in data else "deny")
     if unmatched not in ("key", "deny"):
         raise ValueError(f'unmatched must be "key" or "deny", not {unmatched!r}')
     entries = data.get("route", [])

@@ -204,6 +204,8 @@ def restore(ctx: StoreContext, done: Batch) -> Batch:
                 f"key {key.name!r} of {key.owner} changed after the {done.action}; "
                 "nothing was undone"
             )
+        if now.leaked and not key.leaked:  # the mark is the secret's: no undo lifts it
+            raise KeyStateError(lifecycle.leaked_refusal(key.owner, key.name, "restored"))
         row.expires_at = key.expires_at
         row.disabled_at, row.disabled_reason = key.disabled_at, key.disabled_reason
         session.add(row)

@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, bindparam, or_, update
+from sqlalchemy import Engine, bindparam, or_, text, update
 from sqlalchemy import select as sa_select
 from sqlmodel import col
 
 from apikey_tui.clock import Clock, system_clock
 from apikey_tui.db import WRITE, database_errors
-from apikey_tui.db.models import KeyRow, UsageTable
+from apikey_tui.db.models import KeyRow, UsageBatchTable, UsageTable, usage_minute
 from apikey_tui.hashing import SecretHasher
 from apikey_tui.store import change_log
 from apikey_tui.store.change_log import Change as Change  # the verifier's view of a change
@@ -30,6 +30,11 @@ from apikey_tui.store.types import Actor, KeyInfo
 USAGE_ROWS_PER_INSERT = 5000
 _USAGE_COLUMNS = ", ".join(c.name for c in UsageTable.columns)
 _USAGE_COPY = f"COPY {UsageTable.name} ({_USAGE_COLUMNS}) FROM STDIN"
+# A flush's mark: no row when the batch was written before (its answer was lost). No conflict
+# target: DO NOTHING then needs only the INSERT privilege a verifier's role has.
+_MARK_BATCH = (
+    f"INSERT INTO {UsageBatchTable.name} (id, minute) VALUES (:id, :minute) ON CONFLICT DO NOTHING"  # noqa: S608
+)
 
 # PostgreSQL: every recorded change also NOTIFYs this channel in its own transaction, so
 # verifiers on every host hear of it at commit (and never before: a rolled-back change is silent).
@@ -174,12 +179,15 @@ class CredentialReads(StoreContext):
             )
             session.commit()
 
-    def record_usage(self, rows: Sequence[tuple[str, int, int, int, str, int]]) -> None:
+    def record_usage(
+        self, rows: Sequence[tuple[str, int, int, int, str, int]], batch: str | None = None
+    ) -> None:
         """Append usage rows (public_id, minute, span, kind, scope, requests), all or none.
 
         Insert-only (the verifier's role may do nothing else with the table) and never in the
-        change log: counts are no change to a key. One transaction, so a failed flush is retried
-        whole and a count is never written twice.
+        change log: counts are no change to a key. One transaction, marked with the batch's id
+        (`apikey_tui_usage_batch`) when one is given: a retry of a flush whose commit succeeded
+        but whose answer was lost finds its mark and writes nothing, so a count is written once.
         """
         if not rows:
             return
@@ -189,6 +197,10 @@ class CredentialReads(StoreContext):
         else:
             engine = engine.execution_options(**WRITE)
         with database_errors(engine), engine.begin() as conn:
+            if batch is not None:
+                mark = {"id": batch, "minute": usage_minute(self.clock())}
+                if not conn.execute(text(_MARK_BATCH), mark).rowcount:
+                    return  # written before: the answer to that flush was lost
             if conn.dialect.name == "postgresql":
                 # COPY, in the same transaction: 100,000 rows in about the time the server's own
                 # INSERT ... SELECT of them takes; one INSERT of a JSON array of rows took twice

@@ -5,16 +5,20 @@ from __future__ import annotations
 from dataclasses import replace
 
 from sqlalchemy import or_
-from sqlmodel import col, select
+from sqlmodel import Session, col, select
 
 from apikey_tui.db.models import EventRow, KeyRow
 from apikey_tui.errors import InvalidInputError
-from apikey_tui.names import printable
+from apikey_tui.names import ELLIPSIS, printable
 from apikey_tui.store import audit
 from apikey_tui.store.context import StoreContext
 from apikey_tui.store.credentials import Credential
 from apikey_tui.store.records import KEY_TABLE, in_grace, read_info
-from apikey_tui.store.types import LEAK_EVENT, LEAK_SOURCES, Leak, leak_reason
+from apikey_tui.store.types import LEAK_EVENT, LEAK_SOURCES, Leak, leak_reason, marks_leak
+
+# A secret's newest reports compared against a new one: a replay is of a recent report, and a
+# bound keeps a secret reported thousands of times from costing a scan of them all.
+_REPORTS_COMPARED = 100
 
 
 def contain_leak(
@@ -22,12 +26,16 @@ def contain_leak(
 ) -> Leak | None:
     """Act on a key whose secret the caller proved leaked (it matched credential's hash).
 
-    A live key is disabled (reason `leaked: <where>`) or, with delete, deleted; a disabled
-    or expired one is left as it is. Either way a `key.leak` event records the source and
-    where, in the same transaction (verifiers hear of it at commit). A rotated key's
-    previous secret in grace counts as the key: the whole key is stopped. The key is found
-    again by the credential's public id; None when no key holds it any more (deleted,
-    recreated, or its grace ended meanwhile): the leaked secret then works nowhere.
+    The leak marks the secret whatever the key's state: a live, disabled or expired key is
+    disabled with the reason `leaked: <where>` (a disabled key keeps its disabled_at), so no
+    enable, undo or new expiry brings that secret back; only a recreate or rotation (a new
+    secret) does. With delete a live key is deleted instead. A `key.leak` event records the
+    source and where, in the same transaction (verifiers hear of it at commit). The very same
+    report again (source and where) writes nothing and comes back as `repeated`: a replayed
+    report acts once. A rotated key's previous secret in grace counts as the key: the whole key
+    is stopped. The key is found again by the credential's public id; None when no key holds it
+    any more (deleted, recreated, or its grace ended meanwhile): the leaked secret then works
+    nowhere.
     """
     if source not in LEAK_SOURCES:
         raise InvalidInputError(f"unknown leak source {source!r}")
@@ -52,18 +60,43 @@ def contain_leak(
             until = row.grace_until if until is None else min(until, row.grace_until)
         live = row.disabled_at is None and (until is None or now < until)
         info = read_info(session, row, now)
-        outcome = ("deleted" if delete else "disabled") if live else "recorded"
-        if outcome == "deleted":
+        shown = printable(where)
+        if marks_leak(row.disabled_reason) and _reported(session, public_id, source, shown):
+            return Leak(now, source, "repeated", shown, info.owner, info.name, public_id)
+        if delete and live:
+            outcome = "deleted"
             session.delete(row)
-        elif outcome == "disabled":
-            row.disabled_at, row.disabled_reason = now, leak_reason(where)
+        else:
+            outcome = "recorded" if marks_leak(row.disabled_reason) else "disabled"
+            row.disabled_at = row.disabled_at or now
+            if outcome == "disabled":
+                row.disabled_reason = leak_reason(where)
             session.add(row)
             info = read_info(session, row, now)
-        leak = Leak(now, source, outcome, printable(where), info.owner, info.name, public_id)
+        leak = Leak(now, source, outcome, shown, info.owner, info.name, public_id)
         reported = replace(info, public_id=public_id)
         audit.record(ctx, session, LEAK_EVENT, reported, detail=leak.detail, also=[info.public_id])
         session.commit()
     return leak
+
+
+def _reported(session: Session, public_id: str, source: str, where: str) -> bool:
+    """Whether this very report (source and where) of this secret is already recorded."""
+    rows = session.exec(
+        select(EventRow)
+        .where(EventRow.public_id == public_id, EventRow.action == LEAK_EVENT)
+        .order_by(col(EventRow.id).desc())
+        .limit(_REPORTS_COMPARED)
+    )
+    for row in rows:
+        seen = Leak.from_event(audit.event_of(row))
+        # A long where is stored cut short, ending in "…" (Leak.detail).
+        same = seen.where == where or (
+            seen.where.endswith(ELLIPSIS) and where.startswith(seen.where[:-1])
+        )
+        if seen.source == source and same:
+            return True
+    return False
 
 
 def leaks(ctx: StoreContext, owner: str, name: str, limit: int = 20) -> list[Leak]:

@@ -15,7 +15,7 @@ from sqlmodel import Session, col, delete
 
 from apikey_tui import keyformat
 from apikey_tui.db import FOREIGN_KEY, UNIQUE, Conflicts
-from apikey_tui.db.models import KeyRow, KeyScopeRow
+from apikey_tui.db.models import KeyRow, KeyScopeRow, PreviousIdRow
 from apikey_tui.errors import DuplicateKeyNameError, InvalidInputError, KeyStateError
 from apikey_tui.hashing import fingerprint
 from apikey_tui.names import (
@@ -28,7 +28,14 @@ from apikey_tui.names import (
 from apikey_tui.store import audit, catalog, policy
 from apikey_tui.store.context import StoreContext
 from apikey_tui.store.records import in_grace, key_info, key_row, read_info
-from apikey_tui.store.types import LEAK_REASON, CreatedKey, KeyInfo
+from apikey_tui.store.types import (
+    LEAK_REASON,
+    LEAK_REPLACED,
+    CreatedKey,
+    KeyInfo,
+    leak_reason,
+    marks_leak,
+)
 
 if TYPE_CHECKING:
     from apikey_tui.names import Expiry
@@ -199,8 +206,12 @@ def rotate_in(
     until = policy.second(now + grace)
     if row.expires_at is not None:
         until = min(until, row.expires_at)  # a grace never revives an expired secret
-    leaked = row.disabled_reason is not None and row.disabled_reason.startswith(LEAK_REASON)
-    if leaked:  # a leaked secret gets no grace: enabled later, it would work again
+    if marks_leak(row.disabled_reason):
+        # A leaked secret gets no grace (enabled later, it would work again), and the mark
+        # passes from the secret to the history: the key stays disabled, and may be enabled.
+        assert row.disabled_reason is not None
+        where = row.disabled_reason.removeprefix(LEAK_REASON)
+        row.disabled_reason = leak_reason(where, LEAK_REPLACED)
         until = now
         notes.append("no grace: the key leaked")
     if until > now:
@@ -211,6 +222,9 @@ def rotate_in(
         row.old_public_id = row.old_secret_hash = row.old_fingerprint = None
         row.grace_until = None
         notes[0] += " at once" if action == "key.rotate" else ""
+    # The replaced id stays the key's: the usage counted under it is the key's evidence.
+    assert row.id is not None
+    session.add(PreviousIdRow(public_id=row.public_id, key_id=row.id, replaced_at=now))
     row.public_id, row.secret_hash = secret.public_id, secret.secret_hash
     row.fingerprint = secret.fingerprint
     row.created_at, row.last_used_at = now, None
@@ -344,6 +358,8 @@ def enable_in(
     row = key_row(session, owner, name, lock=True, expected_public_id=expected_public_id)
     if row.disabled_at is None:
         raise KeyStateError(f"key {name!r} of {owner} is not disabled; nothing was done")
+    if marks_leak(row.disabled_reason):
+        raise KeyStateError(leaked_refusal(owner, name, "enabled"))
     since = row.disabled_at
     row.disabled_at = row.disabled_reason = None
     session.add(row)
@@ -351,6 +367,14 @@ def enable_in(
     detail = f"disabled since {format_moment(since)}"
     audit.record(ctx, session, "key.enable", info, detail=detail, batch=batch)
     return info
+
+
+def leaked_refusal(owner: str, name: str, done: str) -> str:
+    """Why a leaked key cannot be `done` (enabled, restored): its secret must never work again."""
+    return (
+        f"key {name!r} of {owner} cannot be {done}: its secret leaked and must never work "
+        "again; recreate or rotate it (a new secret), then enable it; nothing was done"
+    )
 
 
 def replace_scopes(session: Session, row: KeyRow, scopes: Iterable[str]) -> None:

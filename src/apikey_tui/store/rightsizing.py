@@ -10,20 +10,23 @@ from typing import Any
 from sqlalchemy import Connection, and_, func, literal, or_, select, tuple_
 
 from apikey_tui.db import database_errors
-from apikey_tui.db.models import USAGE_ALLOWED, USAGE_FORBIDDEN
+from apikey_tui.db.models import USAGE_ALLOWED, USAGE_FORBIDDEN, UsageTable
 from apikey_tui.store.context import StoreContext
 from apikey_tui.store.records import INFO_COLUMNS, KEY_TABLE, SCOPE_TABLE, key_info
 from apikey_tui.store.types import KeyInfo
 from apikey_tui.store.usage import (
     DEFAULT_WINDOW,
+    PREVIOUS,
     ForbiddenUse,
+    P,
     U,
     chunks,
-    keys_by_id,
+    gathered_by_id,
+    ids_of,
     minute_of,
     owned_by,
+    previous_ids,
     window_start,
-    with_old_id,
 )
 
 
@@ -158,16 +161,18 @@ def _candidates(
     """The next `page` keys that may get a proposal, after `after` in (owner, name) order."""
     key = KEY_TABLE.c
 
-    def used(public_id: Any) -> Any:
-        return (
-            select(literal(1))
-            .where(U.public_id == public_id, U.minute >= first, U.kind == USAGE_ALLOWED)
-            .exists()
-        )
-
+    in_window = (U.minute >= first, U.kind == USAGE_ALLOWED)
+    used = select(literal(1)).where(U.public_id == key.public_id, *in_window).exists()
+    # ... or used by a secret the key had before (an old secret's use is the key's).
+    used_before = (
+        select(literal(1))
+        .select_from(PREVIOUS.join(UsageTable, U.public_id == P.public_id))
+        .where(P.key_id == key.id, *in_window)
+        .exists()
+    )
     scopes = select(func.count()).where(SCOPE_TABLE.c.key_id == key.id).scalar_subquery()
     query = select(*INFO_COLUMNS).where(
-        key.created_at <= old_enough, scopes >= 2, or_(used(key.public_id), used(key.old_public_id))
+        key.created_at <= old_enough, scopes >= 2, or_(used, used_before)
     )
     if owner is not None:
         query = query.where(key.owner == owner)
@@ -182,7 +187,11 @@ def _proposals_of(
     conn: Connection, rows: Sequence[Any], first: int, now: datetime
 ) -> list[Proposal]:
     """The proposals among these key rows (INFO_COLUMNS), in their order."""
-    ids = {i for row in rows for i in (row.public_id, row.old_public_id) if i}
+    previous = previous_ids(conn, [row.id for row in rows])
+    every: dict[int, list[str]] = {
+        row.id: [row.public_id, *(i for i, _ in previous.get(row.id, ()))] for row in rows
+    }
+    ids = {i for key_ids in every.values() for i in key_ids}
     used: dict[str, dict[str, int]] = {}
     for chunk in chunks(ids):
         query = (
@@ -205,15 +214,14 @@ def _proposals_of(
     found = []
     for row in rows:
         counts: dict[str, int] = {}
-        for i in (row.public_id, row.old_public_id):
-            for scope, n in used.get(i or "", {}).items():
+        for i in every[row.id]:
+            for scope, n in used.get(i, {}).items():
                 counts[scope] = counts.get(scope, 0) + n
         scopes = held.get(row.id, [])
         keep = tuple(s for s in scopes if counts.get(s, 0) > 0)
         drop = tuple(s for s in scopes if counts.get(s, 0) == 0)
         if keep and drop:
-            # The previous id names the key for usage even after its grace: counts stay its own.
-            info = with_old_id(key_info(row, scopes, now), row.old_public_id)
+            info = key_info(row, scopes, now)
             found.append(Proposal(info, drop, keep, sum(counts.get(s, 0) for s in drop)))
     return found
 
@@ -234,23 +242,19 @@ def _refusals(
             query = query.where(owned)
         if name is not None:
             mine = and_(KEY_TABLE.c.owner == owner, KEY_TABLE.c.name == name)
-            query = query.where(
-                or_(
-                    U.public_id.in_(select(KEY_TABLE.c.public_id).where(mine)),
-                    U.public_id.in_(select(KEY_TABLE.c.old_public_id).where(mine)),
-                )
-            )
+            query = query.where(U.public_id.in_(ids_of(mine)))
         refused: dict[str, dict[str, int]] = {}
         for public_id, scope_set, n in conn.execute(query):
             refused.setdefault(public_id, {})[scope_set] = int(n)
-        keys = keys_by_id(conn, refused, now)
+        keys = gathered_by_id(conn, refused, now)
     found = []
-    for info in {k.public_id: k for k in keys.values()}.values():
+    for key in {k.info.public_id: k for k in keys.values()}.values():
+        info = key.info
         if name is not None and (info.owner, info.name) != (owner, name):
             continue
         gaps: dict[str, int] = {}
-        for i in (info.public_id, info.old_public_id):
-            for scope, n in refused.get(i or "", {}).items():
+        for i in key.ids:
+            for scope, n in refused.get(i, {}).items():
                 gaps[scope] = gaps.get(scope, 0) + n
         missing = sorted(
             (ForbiddenUse(tuple(s.split()), n) for s, n in gaps.items()),

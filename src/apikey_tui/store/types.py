@@ -10,13 +10,18 @@ from apikey_tui.config import current_user, ssh_client_address
 from apikey_tui.names import DESCRIPTION_MAX, printable
 
 SORTS = ("owner", "name", "state", "expires", "public_id", "scopes", "created", "last_used")
-# A leak-disabled key is recognisable from stored data alone: its disabled reason starts with
-# LEAK_REASON, and each report of it is a LEAK_EVENT whose detail reads
-# "<source> <outcome>: <where>" (Leak.detail, Leak.from_event).
+# A leak marks the key's secret, whatever the key's state: its disabled reason starts with
+# LEAK_REASON until a recreate or rotation gives it a new secret (the reason then starts with
+# LEAK_REPLACED), and no enable, undo or expiry brings the marked secret back. Each report is a
+# LEAK_EVENT whose detail reads "<source> <outcome>: <where>" (Leak.detail, Leak.from_event).
 LEAK_EVENT = "key.leak"
 LEAK_REASON = "leaked: "
+LEAK_REPLACED = "leaked secret replaced: "
 LEAK_SOURCES = ("scan", "github", "depsdev", "revoke")
-LEAK_OUTCOMES = ("disabled", "deleted", "recorded")
+# disabled: the key was marked (and so disabled, if it was not); deleted: --action delete on a
+# live key; recorded: the key was already marked, this new report is kept beside the first;
+# repeated: the very same report (source and where) again, nothing written (reports act once).
+LEAK_OUTCOMES = ("disabled", "deleted", "recorded", "repeated")
 _EVENT_DETAIL_MAX = 400  # EventRow.detail
 
 
@@ -58,8 +63,13 @@ class KeyInfo:
 
     @property
     def leaked(self) -> bool:
-        """Whether the key was disabled because it leaked (`KeyStore.leaks` says where, when)."""
-        return self.disabled_reason is not None and self.disabled_reason.startswith(LEAK_REASON)
+        """Whether the key's current secret leaked (`KeyStore.leaks` says where, when)."""
+        return marks_leak(self.disabled_reason)
+
+    @property
+    def leak_replaced(self) -> bool:
+        """Whether the key is disabled since its leaked secret was replaced (enable may follow)."""
+        return self.disabled_reason is not None and self.disabled_reason.startswith(LEAK_REPLACED)
 
     def expired(self, now: datetime) -> bool:
         """Whether the key stopped working at its expiry (from that very second on)."""
@@ -180,9 +190,17 @@ class KeyQuery:
             raise ValueError(f"unknown sort {self.sort!r}; one of {', '.join(SORTS)}")
 
 
-def leak_reason(where: str) -> str:
-    """The disabled reason of a leaked key: 'leaked: <where>', printable, at most 200 chars."""
-    reason = LEAK_REASON + printable(where)
+def marks_leak(reason: str | None) -> bool:
+    """Whether a disabled reason marks the key's current secret as leaked (never to work again)."""
+    return reason is not None and reason.startswith(LEAK_REASON)
+
+
+def leak_reason(where: str, prefix: str = LEAK_REASON) -> str:
+    """The disabled reason of a leaked key: 'leaked: <where>', printable, at most 200 chars.
+
+    prefix LEAK_REPLACED gives the reason of a leaked key once its secret was replaced.
+    """
+    reason = prefix + printable(where)
     return reason if len(reason) <= DESCRIPTION_MAX else reason[: DESCRIPTION_MAX - 1] + "…"
 
 
@@ -194,7 +212,7 @@ class Leak:
 
     at: datetime
     source: str  # one of LEAK_SOURCES
-    outcome: str  # one of LEAK_OUTCOMES: the key was disabled, deleted, or left as it was
+    outcome: str  # one of LEAK_OUTCOMES
     where: str
     owner: str | None
     name: str | None

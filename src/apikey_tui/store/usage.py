@@ -5,8 +5,9 @@ minutes older than 48 h into hours and hours older than 30 d into days, and dele
 the retention (`usage_compaction`); right-sizing reads the same rows (`rightsizing`). Every
 read sums rows of every granularity, and every window starts at a UTC
 midnight (an hourly series at a full hour), so an answer is the same before and after
-compaction. A key's counts are found under its public id and, after a rotation, its previous
-one (while the key row still names it).
+compaction. A key's counts are found under its public id and every public id it had before
+(`apikey_tui_previous_id`, written by recreate and rotate): the use of an old secret stays the
+key's, and is shown as such.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from operator import attrgetter
 from typing import Any
 
-from sqlalchemy import Connection, and_, func, literal_column, or_, select, text
+from sqlalchemy import Connection, Table, and_, func, literal_column, or_, select, text
 
 from apikey_tui.db import database_errors
 from apikey_tui.db.models import (
@@ -26,6 +28,7 @@ from apikey_tui.db.models import (
     USAGE_EPOCH,
     USAGE_FORBIDDEN,
     USAGE_WRONG_SECRET,
+    PreviousIdRow,
     UsageTable,
     usage_minute,
 )
@@ -37,6 +40,8 @@ DEFAULT_WINDOW = timedelta(days=30)
 SERIES_HOURS = 7 * 24  # the hourly series: the last 7 days
 IN_CHUNK = 1000  # ids per IN (...) list
 U = UsageTable.c
+PREVIOUS: Table = PreviousIdRow.__table__  # type: ignore[attr-defined]
+P = PREVIOUS.c
 
 
 minute_of = usage_minute
@@ -90,6 +95,38 @@ class ForbiddenUse:
 
 
 @dataclass(frozen=True)
+class SecretUse:
+    """One public id of the key and its use in the window: the current secret (replaced_at
+    None) or an old one that a recreate or rotation replaced. last_seen is the start of the
+    newest period with any request under it (allowed, refused or a wrong secret), across
+    everything kept; None: never."""
+
+    public_id: str
+    replaced_at: datetime | None
+    requests: int = 0
+    forbidden: int = 0
+    wrong_secret: int = 0
+    last_seen: datetime | None = None
+
+    @property
+    def old(self) -> bool:
+        """Whether this is an old secret (replaced by a recreate or rotation)."""
+        return self.replaced_at is not None
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object `keys usage --json` lists under "secrets"."""
+        return {
+            "public_id": self.public_id,
+            "secret": "old" if self.old else "current",
+            "replaced_at": self.replaced_at.isoformat() if self.replaced_at else None,
+            "requests": self.requests,
+            "forbidden": self.forbidden,
+            "wrong_secret": self.wrong_secret,
+            "last_seen": self.last_seen.isoformat() if self.last_seen else None,
+        }
+
+
+@dataclass(frozen=True)
 class UsagePoint:
     """One period of a series: requests allowed, refused with 403, and wrong secrets in it."""
 
@@ -106,6 +143,8 @@ class KeyUsage:
     requests counts every allowed request (one that needed two scopes counts once here and
     once under each scope). daily has one point per UTC day from since's day to until's;
     hourly one point per hour of the last `SERIES_HOURS` hours (ending with the current hour).
+    Every count is the key's whichever secret it came by; secrets splits them per public id:
+    the current secret first, then each old secret with anything kept (newest first).
     """
 
     info: KeyInfo
@@ -117,6 +156,14 @@ class KeyUsage:
     wrong_secret: int
     daily: tuple[UsagePoint, ...]
     hourly: tuple[UsagePoint, ...]
+    secrets: tuple[SecretUse, ...] = ()
+
+    @property
+    def old_secrets(self) -> tuple[SecretUse, ...]:
+        """The old secrets with use in the window."""
+        return tuple(
+            s for s in self.secrets if s.old and (s.requests or s.forbidden or s.wrong_secret)
+        )
 
     def to_json(self) -> dict[str, Any]:
         """The `keys usage --json` object."""
@@ -139,6 +186,7 @@ class KeyUsage:
                 }
                 for p in self.daily
             ],
+            "secrets": [s.to_json() for s in self.secrets],
         }
 
 
@@ -147,6 +195,8 @@ class KeyActivity:
     """A key's totals in a window, for the busiest / refused / wrong-secret lists.
 
     missing: for a key refused with 403, the missing scope sets and how often each was refused.
+    old_*: of these totals, the requests made with an old secret (one a recreate or rotation
+    replaced).
     """
 
     owner: str
@@ -156,6 +206,9 @@ class KeyActivity:
     forbidden: int
     wrong_secret: int
     missing: tuple[ForbiddenUse, ...] = ()
+    old_allowed: int = 0
+    old_forbidden: int = 0
+    old_wrong_secret: int = 0
 
 
 @dataclass(frozen=True)
@@ -187,8 +240,30 @@ def _key_rows(conn: Connection, condition: Any) -> list[tuple[Any, list[str]]]:
     return list(found.values())
 
 
-def _ids(row: Any) -> list[str]:
-    return [row.public_id] + ([row.old_public_id] if row.old_public_id else [])
+def previous_ids(conn: Connection, key_ids: Iterable[int]) -> dict[int, list[tuple[str, datetime]]]:
+    """Each key's earlier public ids and when each was replaced, newest first."""
+    found: dict[int, list[tuple[str, datetime]]] = {}
+    ordered = sorted(set(key_ids))
+    for start in range(0, len(ordered), IN_CHUNK):
+        query = (
+            select(P.key_id, P.public_id, P.replaced_at)
+            .where(P.key_id.in_(ordered[start : start + IN_CHUNK]))
+            .order_by(P.key_id, P.replaced_at.desc(), P.public_id)
+        )
+        for key_id, public_id, replaced_at in conn.execute(query):
+            found.setdefault(key_id, []).append((public_id, replaced_at))
+    return found
+
+
+def ids_of(condition: Any) -> Any:
+    """Every public id, current or earlier, of the keys matching condition (a subquery)."""
+    current = select(KEY_TABLE.c.public_id).where(condition)
+    earlier = (
+        select(P.public_id)
+        .select_from(PREVIOUS.join(KEY_TABLE, KEY_TABLE.c.id == P.key_id))
+        .where(condition)
+    )
+    return current.union_all(earlier)
 
 
 def key_usage(
@@ -206,16 +281,18 @@ def key_usage(
         if not rows:
             raise KeyNotFoundError(owner, name)
         row, scopes = rows[0]
-        ids = _ids(row)
+        earlier = previous_ids(conn, [row.id]).get(row.id, [])
+        ids = [row.public_id, *(public_id for public_id, _ in earlier)]
         totals = conn.execute(
             select(
+                U.public_id,
                 U.kind,
                 U.scope,
                 func.sum(func.coalesce(_in_window(first), 0)),
                 func.max(U.minute),
             )
             .where(U.public_id.in_(ids))
-            .group_by(U.kind, U.scope)
+            .group_by(U.public_id, U.kind, U.scope)
         ).all()
         series = conn.execute(
             select(U.minute, U.kind, func.sum(U.requests))
@@ -225,19 +302,32 @@ def key_usage(
     info = key_info(row, scopes, now)
     counts: dict[str, int] = dict.fromkeys(scopes, 0)
     newest: dict[str, int] = {}
-    forbidden: list[ForbiddenUse] = []
+    refused: dict[str, int] = {}
     requests = wrong = 0
-    for kind, scope_set, in_window, latest in totals:
+    # Per public id: requests of each kind in the window, and the newest period with any.
+    per_id: dict[str, list[int]] = {}
+    seen: dict[str, int] = {}
+    for public_id, kind, scope_set, in_window, latest in totals:
         in_window = int(in_window or 0)
+        per_id.setdefault(public_id, [0, 0, 0])[kind] += in_window
+        seen[public_id] = max(seen.get(public_id, latest), latest)
         if kind == USAGE_ALLOWED:
             requests += in_window
             for scope in scope_set.split():  # a request counts under every scope it needed
                 counts[scope] = counts.get(scope, 0) + in_window
                 newest[scope] = max(newest.get(scope, latest), latest)
         elif kind == USAGE_FORBIDDEN and in_window:
-            forbidden.append(ForbiddenUse(tuple(scope_set.split()), in_window))
+            refused[scope_set] = refused.get(scope_set, 0) + in_window
         elif kind == USAGE_WRONG_SECRET:
             wrong += in_window
+    forbidden = [ForbiddenUse(tuple(s.split()), n) for s, n in refused.items()]
+    secrets: list[SecretUse] = []
+    for public_id, replaced_at in [(row.public_id, None), *earlier]:
+        if replaced_at is not None and public_id not in seen:
+            continue  # an old secret is listed only with something kept
+        allowed, refused_n, wrong_n = per_id.get(public_id, [0, 0, 0])
+        when = moment_of(seen[public_id]) if public_id in seen else None
+        secrets.append(SecretUse(public_id, replaced_at, allowed, refused_n, wrong_n, when))
     uses = tuple(
         ScopeUse(scope, counts[scope], moment_of(newest[scope]) if scope in newest else None)
         for scope in scopes
@@ -245,7 +335,9 @@ def key_usage(
     forbidden.sort(key=lambda f: (-f.requests, f.missing))
     daily = _series(series, first, last - last % DAY, DAY)
     hourly = _series(series, hour_start, last - last % HOUR, HOUR)
-    return KeyUsage(info, since, now, requests, uses, tuple(forbidden), wrong, daily, hourly)
+    return KeyUsage(
+        info, since, now, requests, uses, tuple(forbidden), wrong, daily, hourly, tuple(secrets)
+    )
 
 
 def daily_requests(
@@ -253,7 +345,8 @@ def daily_requests(
 ) -> dict[str, tuple[int, ...]]:
     """Allowed requests per UTC day for each public id, `days` values ending today (oldest
     first), for a column of many keys at once: one grouped query per 1,000 ids. An id with no
-    use maps to zeros. Counts under a key's previous id are the caller's to add (`old_public_id`).
+    use maps to zeros. A key's current public id also gathers the counts under every id the key
+    had before (an old secret's use is the key's).
     """
     now = ctx.clock()
     last = minute_of(now)
@@ -266,15 +359,22 @@ def daily_requests(
         # only if they are the same expression.
         day = U.minute - U.minute % literal_column(str(DAY))
         for chunk in chunks(ids):
+            earlier = select(P.public_id, KEY_TABLE.c.public_id).select_from(
+                PREVIOUS.join(KEY_TABLE, KEY_TABLE.c.id == P.key_id)
+            )
+            into = {i: [i] for i in chunk}  # a usage id -> the ids asked for that gather it
+            for old, current in conn.execute(earlier.where(KEY_TABLE.c.public_id.in_(chunk))):
+                into.setdefault(old, []).append(current)
             query = (
                 select(U.public_id, day, func.sum(U.requests))
-                .where(U.public_id.in_(chunk), U.minute >= first, U.kind == USAGE_ALLOWED)
+                .where(U.public_id.in_(list(into)), U.minute >= first, U.kind == USAGE_ALLOWED)
                 .group_by(U.public_id, day)
             )
             for public_id, day, n in conn.execute(query):
                 index = (int(day) - first) // DAY
                 if 0 <= index < days:
-                    found[public_id][index] += int(n)
+                    for asked in into[public_id]:
+                        found[asked][index] += int(n)
     return {i: tuple(v) for i, v in found.items()}
 
 
@@ -313,8 +413,8 @@ def overview(
     Per list, one grouped query over the window's rows of its kind (the window index, which
     holds what it sums: the table is not read) that keeps its largest totals, then reads of the
     few keys named and their counts; the cost follows the traffic in the window, not the number
-    of keys. A count under an id no key holds any more (deleted, or a previous id dropped) is
-    left out.
+    of keys. A key's totals gather its current and earlier public ids (old_* say how much came
+    by an old secret). A count under an id no key holds any more (deleted) is left out.
     """
     now = ctx.clock()
     since = window_start(now, window)
@@ -331,7 +431,8 @@ def overview(
             conn.exec_driver_sql("SET LOCAL jit = off")
         mine = (
             " AND public_id IN (SELECT public_id FROM apikey_tui_key WHERE owner = :owner"
-            " UNION SELECT old_public_id FROM apikey_tui_key WHERE owner = :owner)"
+            " UNION ALL SELECT p.public_id FROM apikey_tui_previous_id p"
+            " JOIN apikey_tui_key k ON k.id = p.key_id WHERE k.owner = :owner)"
             if owner is not None
             else ""
         )
@@ -349,36 +450,49 @@ def overview(
             found_ids = conn.execute(query, {**parameters, "kind": kind}).scalars()
             lists[kind] = list(found_ids)
         named = {p for entries in lists.values() for p in entries}
-        keys = keys_by_id(conn, named, ctx.clock())
-        counts = _totals(conn, {i for k in keys.values() for i in _ids(k)}, first)
-        missing = _missing(conn, named, first)
+        keys = gathered_by_id(conn, named, ctx.clock())
+        every_id = {i for k in keys.values() for i in k.ids}
+        counts = _totals(conn, every_id, first)
+        missing = _missing(conn, every_id, first)
     result: list[tuple[KeyActivity, ...]] = []
     for kind in (USAGE_ALLOWED, USAGE_FORBIDDEN, USAGE_WRONG_SECRET):
         found: list[KeyActivity] = []
         seen: set[str] = set()
         for public_id in lists[kind]:
-            info = keys.get(public_id)
-            if info is None or info.public_id in seen or len(found) >= limit:
+            key = keys.get(public_id)
+            if key is None or key.info.public_id in seen or len(found) >= limit:
                 continue
+            info = key.info
             seen.add(info.public_id)
-            ids = [i for i in (info.public_id, info.old_public_id) if i]
-            sums = [sum(counts.get((i, k), 0) for i in ids) for k in range(3)]
-            gaps = tuple(m for i in ids for m in missing.get(i, ()))
+            sums = [sum(counts.get((i, k), 0) for i in key.ids) for k in range(3)]
+            old = [sum(counts.get((i, k), 0) for i in key.ids[1:]) for k in range(3)]
+            gaps = _merged(m for i in key.ids for m in missing.get(i, ()))
             found.append(
-                KeyActivity(info.owner, info.name, info.public_id, sums[0], sums[1], sums[2], gaps)
+                KeyActivity(
+                    info.owner,
+                    info.name,
+                    info.public_id,
+                    sums[0],
+                    sums[1],
+                    sums[2],
+                    gaps,
+                    old_allowed=old[0],
+                    old_forbidden=old[1],
+                    old_wrong_secret=old[2],
+                )
             )
+        # Ranked by the key's own total (a key's use may be split between its secrets).
+        total = attrgetter(("allowed", "forbidden", "wrong_secret")[kind])
+        found.sort(key=lambda a: -total(a))
         result.append(tuple(found))
     return UsageOverview(since, *result)
 
 
 def owned_by(owner: str | None) -> Any:
+    """A condition on usage rows: under a public id (current or earlier) of owner's keys."""
     if owner is None:
         return None
-    mine = KEY_TABLE.c.owner == owner
-    return or_(
-        U.public_id.in_(select(KEY_TABLE.c.public_id).where(mine)),
-        U.public_id.in_(select(KEY_TABLE.c.old_public_id).where(mine)),
-    )
+    return U.public_id.in_(ids_of(KEY_TABLE.c.owner == owner))
 
 
 def chunks(ids: Iterable[str]) -> Iterable[list[str]]:
@@ -387,26 +501,38 @@ def chunks(ids: Iterable[str]) -> Iterable[list[str]]:
         yield ordered[start : start + IN_CHUNK]
 
 
-def keys_by_id(conn: Connection, ids: Iterable[str], now: datetime) -> dict[str, KeyInfo]:
-    """Each id's key (by its current or previous id), with the previous id kept in the info."""
-    found: dict[str, KeyInfo] = {}
+@dataclass(frozen=True)
+class Gathered:
+    """A key and every public id its usage is under: the current one first, then the ids it
+    had before (newest first)."""
+
+    info: KeyInfo
+    ids: tuple[str, ...]
+
+
+def gathered_by_id(conn: Connection, ids: Iterable[str], now: datetime) -> dict[str, Gathered]:
+    """Each id's key (by its current or an earlier id), with every id the key has had."""
+    found: dict[str, Gathered] = {}
     for chunk in chunks(ids):
-        condition = or_(KEY_TABLE.c.public_id.in_(chunk), KEY_TABLE.c.old_public_id.in_(chunk))
-        for row, scopes in _key_rows(conn, condition):
-            info = key_info(row, scopes, now)
-            # The previous id names the key for usage even after its grace: counts stay its own.
-            info = with_old_id(info, row.old_public_id)
-            for public_id in _ids(row):
-                found[public_id] = info
+        earlier = select(P.key_id).where(P.public_id.in_(chunk))
+        condition = or_(KEY_TABLE.c.public_id.in_(chunk), KEY_TABLE.c.id.in_(earlier))
+        rows = _key_rows(conn, condition)
+        previous = previous_ids(conn, [row.id for row, _ in rows])
+        for row, scopes in rows:
+            old = tuple(public_id for public_id, _ in previous.get(row.id, ()))
+            key = Gathered(key_info(row, scopes, now), (row.public_id, *old))
+            for public_id in key.ids:
+                found[public_id] = key
     return found
 
 
-def with_old_id(info: KeyInfo, old_public_id: str | None) -> KeyInfo:
-    from dataclasses import replace
-
-    return (
-        info if info.old_public_id == old_public_id else replace(info, old_public_id=old_public_id)
-    )
+def _merged(uses: Iterable[ForbiddenUse]) -> tuple[ForbiddenUse, ...]:
+    """The same missing scope sets summed (counted under several ids), most refused first."""
+    sums: dict[tuple[str, ...], int] = {}
+    for use in uses:
+        sums[use.missing] = sums.get(use.missing, 0) + use.requests
+    found = [ForbiddenUse(missing, n) for missing, n in sums.items()]
+    return tuple(sorted(found, key=lambda f: (-f.requests, f.missing)))
 
 
 def _totals(conn: Connection, ids: Iterable[str], first: int) -> dict[tuple[str, int], int]:

@@ -8,13 +8,16 @@ from datetime import timedelta
 from sqlalchemy import Connection, text
 
 from apikey_tui.db import WRITE, database_errors
-from apikey_tui.db.models import DAY, HOUR, MINUTE, UsageTable
+from apikey_tui.db.models import DAY, HOUR, MINUTE, UsageBatchTable, UsageTable
 from apikey_tui.store.context import StoreContext
 from apikey_tui.store.usage import U, minute_of, window_start
 
 HOURS_AFTER = timedelta(hours=48)  # minute rows older than this become hour rows
 DAYS_AFTER = timedelta(days=30)  # hour rows older than this become day rows
 DEFAULT_RETENTION = timedelta(days=400)  # rows older than this are deleted by `compact`
+# A flush's mark (`apikey_tui_usage_batch`) is only read by that flush's retry, which follows
+# within seconds, or when the database answers again: a week covers any outage worth the name.
+MARKS_KEPT = timedelta(days=7)
 
 
 @dataclass(frozen=True)
@@ -30,10 +33,12 @@ def compact(ctx: StoreContext, retention: timedelta = DEFAULT_RETENTION) -> Comp
     """Roll minutes older than 48 h into hours and hours older than 30 d into days; delete rows
     older than the retention. One transaction: killed midway, nothing changed.
 
-    Safe while verifiers append: on PostgreSQL each roll-up is one statement that deletes the
-    rows and inserts their sums (a row appended meanwhile is neither, and stays for the next
-    run); on SQLite the transaction holds the write lock throughout. Two at once: the second
-    waits (PostgreSQL: an advisory lock; SQLite: the write lock) and finds less to do.
+    Also deletes the marks of verifier flushes older than `MARKS_KEPT` (they only guard a
+    retry, which comes long before). Safe while verifiers append: on PostgreSQL each roll-up is
+    one statement that deletes the rows and inserts their sums (a row appended meanwhile is
+    neither, and stays for the next run); on SQLite the transaction holds the write lock
+    throughout. Two at once: the second waits (PostgreSQL: an advisory lock; SQLite: the write
+    lock) and finds less to do.
     """
     now = ctx.clock()
     into_hours = minute_of(now - HOURS_AFTER)
@@ -46,6 +51,8 @@ def compact(ctx: StoreContext, retention: timedelta = DEFAULT_RETENTION) -> Comp
         if conn.dialect.name == "postgresql":
             conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('apikey_tui_usage'))"))
         expired = conn.execute(UsageTable.delete().where(U.minute < expire)).rowcount
+        marks = UsageBatchTable.c.minute < minute_of(now - MARKS_KEPT)
+        conn.execute(UsageBatchTable.delete().where(marks))
         hours = _roll(conn, (MINUTE,), into_hours, HOUR)
         days = _roll(conn, (MINUTE, HOUR), into_days, DAY)
     return Compaction(hours, days, expired)

@@ -496,21 +496,8 @@ class KeyTable(ScrollView, can_focus=True):
         after its rows are on screen, so the first rows come no later than without it."""
         if not rows:
             return
-        ids = [i for key in rows for i in (key.public_id, key.old_public_id) if i]
-        daily = store.daily_requests(ids, USAGE_DAYS)
-        none = (0,) * USAGE_DAYS
-        found = {
-            # a rotated key's counts under its previous id are its own too
-            key.public_id: tuple(
-                a + b
-                for a, b in zip(
-                    daily.get(key.public_id, none),
-                    daily.get(key.old_public_id or "", none),
-                    strict=True,
-                )
-            )
-            for key in rows
-        }
+        # Each key's counts gather those under the ids it had before (its old secrets').
+        found = store.daily_requests([key.public_id for key in rows], USAGE_DAYS)
         self.app.call_from_thread(self._usage_arrived, generation, found)
 
     def _usage_arrived(self, generation: int, found: dict[str, tuple[int, ...]]) -> None:

@@ -36,8 +36,11 @@ class CredentialSource(Protocol):
     def record_use(self, used: Mapping[str, datetime]) -> None:
         """Move last_used_at forward for these public ids."""
 
-    def record_usage(self, rows: Sequence[tuple[str, int, int, int, str, int]]) -> None:
-        """Append usage counts (public_id, minute, span, kind, scope, requests), all or none."""
+    def record_usage(
+        self, rows: Sequence[tuple[str, int, int, int, str, int]], batch: str | None = None
+    ) -> None:
+        """Append usage counts (public_id, minute, span, kind, scope, requests), all or none;
+        once only per batch id (a retry of a batch already written writes nothing)."""
 
     def replace_hash(self, public_id: str, old_hash: str, new_hash: str) -> None:
         """Store an upgraded hash of the same secret (skipped when the role may not)."""

@@ -6,11 +6,14 @@ allocated and nothing is left for another thread to count. Refusals (and allowed
 tally could not be made) append a small tuple to a deque instead (also atomic). A background
 thread drains the deque every second, reads the tallies at every minute boundary and every
 flush, and appends the counts per (key, minute, kind, scope set) to the usage table at least
-every flush interval as one transaction. Nothing is swapped under a request's feet: the deque
+every flush interval as one transaction, marked with the batch's own id: a batch whose write
+failed is retried unchanged under the same id, so one whose commit succeeded but whose answer
+was lost is not written twice. Nothing is swapped under a request's feet: the deque
 is popped item by item, and a tally is read with `next()` too (the thread knows its own
 readings and subtracts them), so no request racing a drain is lost. Memory is bounded: at most
-`limit` tallies, `backlog` undrained requests and `limit` distinct counts; past these, a request
-is dropped (and counted as dropped), never waited for.
+`limit` tallies, `backlog` undrained requests and `limit` distinct counts (a batch waiting for
+its retry included); past these, a request is dropped (and counted as dropped), never waited
+for.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections import Counter, deque
 from collections.abc import Callable, Collection, Sequence
 from itertools import compress, count, repeat, starmap
@@ -57,14 +61,15 @@ class _Tally:
 class UseCounts:
     """Counts allowed, forbidden and wrong-secret requests per public id; writes them in batches.
 
-    `write` appends rows in one transaction (`CredentialReads.record_usage`). A failed write is
-    logged once per failure streak and retried with the next batch (merged, within `limit`); the
-    thread never dies of it.
+    `write` appends rows in one transaction marked with the batch id it is given, once per id
+    (`CredentialReads.record_usage`). A failed write is logged once per failure streak and
+    retried unchanged, under the same id, before anything counted since (which waits, within
+    `limit`); the thread never dies of it.
     """
 
     def __init__(
         self,
-        write: Callable[[Sequence[UsageRow]], None],
+        write: Callable[[Sequence[UsageRow], str], None],
         interval: float,
         clock: Clock,
         limit: int = DEFAULT_LIMIT,
@@ -100,6 +105,10 @@ class UseCounts:
         self._crowded = False  # a tally was refused for the limit: retire idle ones
         self._minute = usage_minute(self._clock())
         self._counts: dict[tuple[str, int, int, str], int] = {}
+        # A batch whose write failed, kept as it was for its retry under the same id (its commit
+        # may have succeeded); counts made meanwhile wait in _counts, in the room it leaves.
+        self._unwritten: tuple[str, dict[tuple[str, int, int, str], int]] | None = None
+        self._room = self._limit
         self._written_at = time.monotonic()
         closed, self._closed = self._closed, threading.Event()
         if closed.is_set():
@@ -192,7 +201,7 @@ class UseCounts:
         n = self._counts.get(entry)
         if n is not None:
             self._counts[entry] = n + times
-        elif len(self._counts) < self._limit:
+        elif len(self._counts) < self._room:
             self._counts[entry] = times
         else:
             return times
@@ -240,7 +249,7 @@ class UseCounts:
             if times:
                 counted += times
                 dropped += self._count((tally.public_id, minute, USAGE_ALLOWED, tally.scope), times)
-        counts, limit = self._counts, self._limit
+        counts, limit = self._counts, self._room
         # Only the tallies that moved cost Python work, and no allocation but their entry.
         for i in compress(range(n), map(ne, raws, reads)):
             tally, times = tallies[i], raws[i] - reads[i]
@@ -273,27 +282,40 @@ class UseCounts:
         return counted, dropped
 
     def flush(self) -> None:
-        """Count and append everything noted so far to the usage table now (one transaction)."""
+        """Count and append everything noted so far to the usage table now: a batch that
+        failed before first, unchanged and under its id, then the rest (a transaction each)."""
         self._drain(read_tallies=True)
         with self._flush_lock:  # a flush by close() and by the thread never interleave
-            rows, self._counts = self._counts, {}
             self._written_at = time.monotonic()
-            if not rows:
-                return
-            started = time.monotonic()
-            try:
-                self._write([(p, m, MINUTE, k, s, n) for (p, m, k, s), n in rows.items()])
-            except Exception as exc:  # never let the writer die; the next round retries
-                if not self._failing:
-                    log.warning("cannot record API key usage: %s", exc)
-                self._failing = True
-                self._counts = rows  # nothing was counted meanwhile: the drain needs our lock
-                return
-            self.flush_seconds.observe(time.monotonic() - started)
-            self.flushed += sum(rows.values())
-            if self._failing:
-                log.warning("recording API key usage works again")
-            self._failing = False
+            while True:
+                if self._unwritten is None:
+                    rows, self._counts = self._counts, {}
+                    if not rows:
+                        return
+                    self._unwritten = (uuid.uuid4().hex, rows)
+                    self._room = self._limit - len(rows)
+                if not self._write_unwritten():
+                    return
+
+    def _write_unwritten(self) -> bool:
+        """Write the batch waiting (under our lock); whether it was written."""
+        assert self._unwritten is not None
+        batch, rows = self._unwritten
+        started = time.monotonic()
+        try:
+            self._write([(p, m, MINUTE, k, s, n) for (p, m, k, s), n in rows.items()], batch)
+        except Exception as exc:  # never let the writer die; the next round retries
+            if not self._failing:
+                log.warning("cannot record API key usage: %s", exc)
+            self._failing = True
+            return False
+        self._unwritten, self._room = None, self._limit
+        self.flush_seconds.observe(time.monotonic() - started)
+        self.flushed += sum(rows.values())
+        if self._failing:
+            log.warning("recording API key usage works again")
+        self._failing = False
+        return True
 
     def close(self) -> None:
         """Stop the thread and write what is counted (what still cannot be written is dropped)."""
@@ -303,7 +325,9 @@ class UseCounts:
         self.flush()
         with self._flush_lock:
             lost = sum(self._counts.values())
-            self._counts = {}
+            if self._unwritten is not None:
+                lost += sum(self._unwritten[1].values())
+            self._counts, self._unwritten, self._room = {}, None, self._limit
         if lost:
             self.dropped += lost
             log.warning("%d API key uses could not be recorded before closing", lost)

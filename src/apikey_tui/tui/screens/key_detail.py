@@ -74,7 +74,7 @@ def lifecycle_rows(info: KeyInfo, now: datetime) -> list[tuple[str, str]]:
 
 
 # Recreate (or rotate: the store gives a leaked secret no grace) does not clear the disabled
-# state, so the new secret works once the admin enables the key.
+# state, so the new secret works once the admin enables the key; before it, enable is refused.
 RECREATE_HINT = (
     "press r to recreate it (new secret, shown once; the leaked one never works again), then "
     "x to enable it"
@@ -91,11 +91,10 @@ def leak_rows(info: KeyInfo, leaks: list[Leak], now: datetime) -> list[tuple[str
         rows.append(("Leaked at", newest.where or "unknown"))
         reported = f"reported by {newest.source}, key {newest.outcome}{earlier}"
         rows.append(("Reported", f"{relative_and_absolute(newest.at, now)} · {reported}"))
-    if info.leaked:
-        # The leaked id is the newest report's; with none recorded, assume the current secret.
-        leaked_id = leaks[0].public_id if leaks else info.public_id
-        current = leaked_id in (info.public_id, info.old_public_id)
-        rows.append(("Next", RECREATE_HINT if current else RECREATED_HINT))
+    if info.leaked:  # the store's mark: the current secret leaked
+        rows.append(("Next", RECREATE_HINT))
+    elif info.leak_replaced:
+        rows.append(("Next", RECREATED_HINT))
     return rows
 
 
@@ -109,6 +108,17 @@ def graph_note(report: KeyUsage) -> str:
         f"peak {peak:,}/h · {total:,} in 7d · in {WINDOW}: {refused:,} refused (403), "
         f"{counted(report.wrong_secret, 'wrong secret')}"
     )
+
+
+def old_secret_lines(report: KeyUsage, now: datetime) -> list[str]:
+    """One line per old secret used in the window (a recreate or rotation replaced it): the
+    evidence a leak investigation needs, kept with the key."""
+    return [
+        f"old secret {s.public_id} (replaced {relative(s.replaced_at, now)}): in {WINDOW} "
+        f"{s.requests:,} req, {s.forbidden:,} refused (403), "
+        f"{counted(s.wrong_secret, 'wrong secret')}"
+        for s in report.old_secrets
+    ]
 
 
 def use_text(requests: int, last_used: datetime | None, now: datetime) -> str:
@@ -228,7 +238,9 @@ class KeyDetailScreen(LiveScreen[DetailData]):
     def _show_usage(self, report: KeyUsage, now: datetime) -> None:
         graph = self.query_one("#detail-graph", Sparkline)
         graph.data = [p.allowed for p in report.hourly]
-        self.query_one("#detail-graph-note", Static).update(literal(graph_note(report)))
+        lines = [graph_note(report), *old_secret_lines(report, now)]
+        note = Content("\n").join(literal(line) for line in lines)
+        self.query_one("#detail-graph-note", Static).update(note)
         self.query_one("#detail-rightsize", Static).update(literal(proposal_text(self.proposal)))
 
     def _show_scopes(self, info: KeyInfo) -> None:

@@ -49,19 +49,24 @@ def activity_lines(
     return [f"{_who(k.owner, k.name, with_owner=with_owner, width=width)}  {say(k)}" for k in keys]
 
 
+def _old(count: int) -> str:
+    """How many of a count came by an old secret (a recreate or rotation replaced it)."""
+    return f" ({count:,} by an old secret)" if count else ""
+
+
 def busiest_text(key: KeyActivity) -> str:
     """Allowed requests, and the refusals beside them when there were any."""
-    parts = [_plural(key.allowed, "request")]
+    parts = [_plural(key.allowed, "request") + _old(key.old_allowed)]
     if key.forbidden:
-        parts.append(f"{key.forbidden:,} refused (403)")
+        parts.append(f"{key.forbidden:,} refused (403)" + _old(key.old_forbidden))
     if key.wrong_secret:
-        parts.append(_plural(key.wrong_secret, "wrong secret"))
+        parts.append(_plural(key.wrong_secret, "wrong secret") + _old(key.old_wrong_secret))
     return " · ".join(parts)
 
 
 def forbidden_text(key: KeyActivity) -> str:
     """How often the key was refused, and the scope set it lacked most often (needs …)."""
-    text = f"{key.forbidden:,} refused (403)"
+    text = f"{key.forbidden:,} refused (403)" + _old(key.old_forbidden)
     if key.missing:
         text += f" · needs {' '.join(key.missing[0].missing)}"
         if len(key.missing) > 1:
@@ -71,7 +76,8 @@ def forbidden_text(key: KeyActivity) -> str:
 
 def wrong_secret_text(key: KeyActivity) -> str:
     """Wrong secrets presented with the key's public id: a leak or an attack signal."""
-    return f"{_plural(key.wrong_secret, 'wrong secret')} · public id {key.public_id}"
+    wrong = _plural(key.wrong_secret, "wrong secret") + _old(key.old_wrong_secret)
+    return f"{wrong} · public id {key.public_id}"
 
 
 def proposal_lines(
