@@ -404,8 +404,9 @@ def test_database_scan_without_live_keys_exits_0(
 def test_disable_stops_the_live_key_with_reason_and_leak_event(
     keys_file: tuple[Path, dict[str, str]], database_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """--disable disables the live key alone (reason 'leaked: <where>', a leak event that
-    KeyStore.leaks reads back), and a verifier refuses it from then on."""
+    """--disable disables the live key (reason 'leaked: <where>', a leak event that KeyStore.leaks
+    reads back) and marks the disabled and expired keys found with their right secret leaked
+    too (they were left as they were, so enable revived them); a verifier refuses the key."""
     path, made = keys_file
     code, out, _ = scan(capsys, "--database-url", database_url, "--disable", str(path))
     assert code == 1 and f"{path}:1: live key" in out and "disabled" in out
@@ -414,12 +415,18 @@ def test_disable_stops_the_live_key_with_reason_and_leak_event(
         info = store.get_key("alice", "live")
         assert info.disabled and info.leaked
         assert info.disabled_reason == f"leaked: {path}:1"
-        assert not store.get_key("alice", "disabled").leaked  # left as it was
+        # Its right secret was found too: marked leaked, so `keys enable` cannot revive it.
+        disabled = store.get_key("alice", "disabled")
+        assert disabled.disabled and disabled.leaked
+        assert disabled.disabled_reason == f"leaked: {path}:2"
+        expired = store.get_key("alice", "expired")
+        assert expired.leaked and expired.disabled_reason == f"leaked: {path}:4"
         [leak] = store.leaks("alice", "live")
         assert (leak.source, leak.outcome, leak.where) == ("scan", "disabled", f"{path}:1")
         assert leak.public_id == info.public_id
-        [event] = store.events(action=LEAK_EVENT)
-        assert Leak.from_event(event) == leak
+        events = store.events(action=LEAK_EVENT)
+        assert len(events) == 3  # live, disabled, expired
+        assert leak in [Leak.from_event(event) for event in events]
     finally:
         store.close()
     verifier = Verifier.from_url(database_url, hasher=CHEAP)
@@ -456,13 +463,14 @@ def test_disable_in_a_terminal_says_where_before_asking_and_escapes_paths(
     assert main(["scan", "--database-url", database_url, "--disable", str(evil)]) == 1
     shown = str(evil / "leaky.env").replace("\x1b", "\\x1b").replace("\x07", "\\x07")
     asked = err.getvalue()
-    assert f"  {shown}:1: alice/live (" in asked
-    assert asked.index(f"{shown}:1") < asked.index("Disable it? [y/N]")
+    assert f"  {shown}:1: alice/live (" in asked and f"  {shown}:2: alice/disabled (" in asked
+    assert asked.index(f"{shown}:1") < asked.index("Disable them as leaked? [y/N]")
     assert "Cancelled: no key was disabled." in asked
     assert "\x1b" not in asked + out.getvalue() and f"{shown}:1: live key" in out.getvalue()
     store = KeyStore.open(database_url, hasher=CHEAP)
     try:
         assert not store.get_key("alice", "live").disabled
+        assert not store.get_key("alice", "disabled").leaked
     finally:
         store.close()
     assert keyformat.parse(made["live"]).secret not in asked + out.getvalue()

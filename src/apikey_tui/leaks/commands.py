@@ -51,8 +51,8 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     scan.add_argument(
         "--disable",
         action="store_true",
-        help="disable each live key found (reason 'leaked: <where>', a key.leak audit event); "
-        "in a terminal it asks first",
+        help="mark each genuine key found (live, disabled or expired) as leaked: disabled with "
+        "the reason 'leaked: <where>' and a key.leak audit event; in a terminal it asks first",
     )
     scan.add_argument(
         "-y",
@@ -162,14 +162,16 @@ def _report(args: argparse.Namespace, found: list[Found], store: KeyStore | None
             digest = token_sha256(place.text)
             if digest not in verdicts:
                 verdicts[digest], first[digest] = judge(store, place.key), place
-    live_found = [d for d, v in verdicts.items() if v.state == "live"]
+    # A leak marks the secret whatever the key's state (store.leaks): a disabled or expired
+    # key found with its right secret is marked too, so no enable or new expiry revives it.
+    genuine = [d for d, v in verdicts.items() if v.genuine]
     if (
         store is not None
         and args.disable
-        and live_found
-        and _disable_confirmed(args, verdicts, first)
+        and genuine
+        and _disable_confirmed(args, {d: verdicts[d] for d in genuine}, first)
     ):
-        for digest in live_found:
+        for digest in genuine:
             credential = verdicts[digest].credential
             assert credential is not None
             leak = store.contain_leak(credential, source="scan", where=first[digest].where)
@@ -214,25 +216,25 @@ def _report(args: argparse.Namespace, found: list[Found], store: KeyStore | None
 
 
 def _disable_confirmed(
-    args: argparse.Namespace, verdicts: dict[str, Verdict], first: dict[str, Found]
+    args: argparse.Namespace, genuine: dict[str, Verdict], first: dict[str, Found]
 ) -> bool:
-    """In a terminal, ask before disabling the live keys found, first saying where each one was
-    found and whose it is (up to ten, then how many more): the findings on stdout come after."""
+    """In a terminal, ask before marking the genuine keys found as leaked, first saying where
+    each one was found, whose it is and its state (up to ten, then how many more): the findings
+    on stdout come only after the answer."""
     from apikey_tui.leaks.verdicts import mask
     from apikey_tui.prompts import confirmed
 
-    live = [(digest, v) for digest, v in verdicts.items() if v.state == "live"]
     lines = [
         f"  {printable(first[digest].where)}: {printable(v.owner or '?')}/"
-        f"{printable(v.name or '?')} ({mask(first[digest].key.public_id)})"
-        for digest, v in live[:10]
+        f"{printable(v.name or '?')} ({mask(first[digest].key.public_id)}, {v.state})"
+        for digest, v in list(genuine.items())[:10]
     ]
-    if len(live) > 10:
-        lines.append(f"  and {len(live) - 10} more")
-    some = "1 live key" if len(live) == 1 else f"{len(live)} live keys"
-    question = "\n".join(
-        [f"Found {some}:", *lines, f"Disable {'it' if len(live) == 1 else 'them'}?"]
-    )
+    if len(genuine) > 10:
+        lines.append(f"  and {len(genuine) - 10} more")
+    one = len(genuine) == 1
+    some = "1 key" if one else f"{len(genuine)} keys"
+    it = "it" if one else "them"
+    question = "\n".join([f"Found {some} of this database:", *lines, f"Disable {it} as leaked?"])
     if confirmed(question, assume_yes=args.yes):
         return True
     print("Cancelled: no key was disabled.", file=sys.stderr)
