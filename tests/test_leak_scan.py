@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -9,6 +10,7 @@ import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -17,7 +19,7 @@ from apikey_tui import keyformat
 from apikey_tui.cli import main
 from apikey_tui.clock import system_clock
 from apikey_tui.leaks.scan import find_keys
-from apikey_tui.leaks.verdicts import mask
+from apikey_tui.leaks.verdicts import mask, token_sha256
 from apikey_tui.store import LEAK_EVENT, KeyStore, Leak
 from apikey_tui.verifier import Verifier
 from tests.conftest import ACTOR, CHEAP, FakeClock
@@ -40,10 +42,10 @@ def scan(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]
     return code, out, err
 
 
-def git(folder: Path, *args: str) -> str:
+def git(folder: Path, *args: str, input: str | None = None) -> str:
     env = {**os.environ, **GIT_ENV, "HOME": str(folder)}
     done = subprocess.run(
-        ["git", *args], cwd=folder, env=env, capture_output=True, text=True, check=True
+        ["git", *args], cwd=folder, env=env, capture_output=True, text=True, check=True, input=input
     )
     return done.stdout
 
@@ -114,6 +116,52 @@ def test_a_key_across_chunk_boundaries_is_found_once_on_its_line() -> None:
         ]
 
 
+def test_a_key_behind_a_glued_decoy_is_found(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A key right after a 60-character decoy (a candidate whose checksum fails and whose tail
+    is the key's first characters) is still found, in a file and in one chunk."""
+    key = new_key()
+    decoy = "ak" + "b" * 16 + "." + "c" * 41  # with the key's first 18, the shape of a key
+    candidate = (decoy + key)[: keyformat.KEY_LENGTH]
+    with pytest.raises(keyformat.MalformedKey):
+        keyformat.parse(candidate)
+    assert [text for _, _, text in find_keys([f"x {decoy}{key} y".encode()])] == [key]
+    (tmp_path / "glued.txt").write_text(f"\n{decoy}{key}\n")
+    code, out, _ = scan(capsys, "--offline", str(tmp_path))
+    assert code == 1 and f"{tmp_path}/glued.txt:2: API key" in out
+
+
+class _CountedBytes(bytes):
+    """Bytes that add up how many bytes their count() calls span (how much line counting reads)."""
+
+    spanned = 0
+
+    def count(self, sub: Any, start: Any = None, end: Any = None) -> int:
+        first = 0 if start is None else start
+        last = len(self) if end is None else end
+        _CountedBytes.spanned += max(0, last - first)
+        return super().count(sub, start, end)
+
+
+def test_many_keys_in_one_file_get_their_lines_in_linear_work() -> None:
+    """20,000 keys in one text each get their own line number, whole or in odd chunks, and
+    counting lines reads the text a bounded number of times (it read it once per key)."""
+    keys = [new_key() for _ in range(20_000)]
+    expected, text, line = [], [], 0
+    for n, key in enumerate(keys):
+        line += n % 3 + 1  # 0 to 2 empty lines before each key
+        expected.append((line, key))
+        text.append("\n" * (n % 3) + f"k{n} = '{key}'\n")
+    data = "".join(text).encode()
+    _CountedBytes.spanned = 0
+    found = list(find_keys([_CountedBytes(data)]))
+    assert [(line, found_text) for line, _, found_text in found] == expected
+    assert _CountedBytes.spanned <= 2 * len(data)
+    pieces = [data[i : i + 65_537] for i in range(0, len(data), 65_537)]
+    assert [(line, found_text) for line, _, found_text in find_keys(pieces)] == expected
+
+
 def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A missing path, --disable with --offline, or stdin with --git are usage errors (2)."""
     assert scan(capsys, "--offline", str(tmp_path / "missing"))[0] == 2
@@ -123,23 +171,90 @@ def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 
 
 def test_unreadable_file_fails_closed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """A file the scan cannot open makes an otherwise clean scan exit 2, naming the problem.
-
-    The file lies deeper than PATH_MAX allows to open by name, which even root cannot read.
-    """
+    """A part the scan cannot read makes an otherwise clean scan exit 2, naming the problem."""
     (tmp_path / "clean.txt").write_text("nothing\n")
-    folder = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for _ in range(20):  # 20 x 250 characters: longer than PATH_MAX (4096)
-            os.mkdir("d" * 250, dir_fd=folder)
-            inner = os.open("d" * 250, os.O_RDONLY | os.O_DIRECTORY, dir_fd=folder)
-            os.close(folder)
-            folder = inner
-        os.close(os.open("deep.txt", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=folder))
-    finally:
-        os.close(folder)
+    _beyond_path_max(tmp_path)
     code, _, err = scan(capsys, "--offline", str(tmp_path))
     assert code == 2 and "File name too long" in err
+
+
+def _beyond_path_max(folder: Path) -> None:
+    """Make folder/d...d/d...d/... deeper than PATH_MAX, which even root cannot list by name."""
+    handle = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(20):  # 20 x 250 characters: longer than PATH_MAX (4096)
+            os.mkdir("d" * 250, dir_fd=handle)
+            inner = os.open("d" * 250, os.O_RDONLY | os.O_DIRECTORY, dir_fd=handle)
+            os.close(handle)
+            handle = inner
+        os.close(os.open("deep.txt", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=handle))
+    finally:
+        os.close(handle)
+
+
+def test_an_unlistable_folder_leaves_the_rest_scanned(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Keys before and after a folder that cannot be listed are reported, the folder is named on
+    stderr, and a live key found still exits 1 (the folder aborted the scan: exit 2, no key)."""
+    first, last = new_key(), new_key()
+    (tmp_path / "0.txt").write_text(first)
+    (tmp_path / "m").mkdir()
+    _beyond_path_max(tmp_path / "m")
+    (tmp_path / "z.txt").write_text(f"\n{last}")
+    code, out, err = scan(capsys, "--offline", str(tmp_path))
+    assert code == 1
+    assert f"{tmp_path}/0.txt:1: API key" in out and f"{tmp_path}/z.txt:2: API key" in out
+    assert "cannot list" in err and "File name too long" in err
+
+
+def test_a_tree_1500_folders_deep_is_scanned(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A key 1,500 folders down is found (the walk recursed: an internal error with exit 1)."""
+    handle = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(1500):
+            os.mkdir("d", dir_fd=handle)
+            inner = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=handle)
+            os.close(handle)
+            handle = inner
+        deep = os.open("key.txt", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=handle)
+        os.write(deep, new_key().encode())
+        os.close(deep)
+    finally:
+        os.close(handle)
+    try:
+        code, out, err = scan(capsys, "--offline", str(tmp_path))
+        assert (code, err.count("internal error")) == (1, 0)
+        assert out.startswith(f"{tmp_path}/{'d/' * 1500}key.txt:1: API key")
+    finally:  # bottom up: Python 3.11's rmtree (pytest's clean-up) recurses, and would fail
+        os.unlink(f"{tmp_path}/{'d/' * 1500}key.txt")
+        for depth in range(1500, 0, -1):
+            os.rmdir(f"{tmp_path}/{'d/' * depth}")
+
+
+def test_an_internal_error_in_scan_exits_2_never_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug inside scan is one line and exit 2: for scan, exit 1 means a live key was found."""
+
+    def broken(chunks: Any) -> Any:
+        raise RuntimeError("the message of the bug")
+
+    monkeypatch.setattr("apikey_tui.leaks.scan.find_keys", broken)
+    (tmp_path / "a.txt").write_text("text\n")
+    code, out, err = scan(capsys, "--offline", str(tmp_path))
+    assert (code, out) == (2, "")
+    assert "internal error (RuntimeError" in err and "message of the bug" not in err
+
+
+def test_dev_stdin_from_a_pipe_is_read() -> None:
+    """`scan /dev/stdin` reads a pipe like `scan -` (it was skipped as a FIFO: exit 0 unread)."""
+    done = subprocess.run(
+        [CLI, "scan", "--offline", "/dev/stdin"], input=new_key().encode(), capture_output=True
+    )
+    assert done.returncode == 1 and done.stdout.startswith(b"/dev/stdin:1: API key ak")
 
 
 def test_git_history_finds_a_key_removed_by_the_next_commit(
@@ -175,6 +290,56 @@ def test_git_history_covers_every_ref(tmp_path: Path, capsys: pytest.CaptureFixt
     git(tmp_path, "checkout", "-q", "main")
     code, out, _ = scan(capsys, "--offline", "--git", str(tmp_path))
     assert code == 1 and ":b.txt:1: API key" in out
+
+
+def test_git_history_with_annotated_tags_scans_blobs_and_messages(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A repository with annotated tags (one of a tag, one of a blob) and two branches is
+    scanned whole: a key in a file on each branch, only in a commit message, only in a tag
+    message and in a tagged blob are each found once (tag objects were taken for blobs: exit
+    2, nothing reported)."""
+    in_main, in_feature, in_commit, in_tag, in_blob = (new_key() for _ in range(5))
+    git(tmp_path, "init", "-q", "-b", "main")
+    (tmp_path / "a.txt").write_text(f"main\n{in_main}\n")
+    git(tmp_path, "add", "a.txt")
+    git(tmp_path, "commit", "-qm", "add a")
+    git(tmp_path, "tag", "-a", "v1", "-m", "release 1")
+    git(tmp_path, "tag", "-a", "v1-again", "v1", "-m", "a tag of a tag")
+    git(tmp_path, "checkout", "-qb", "feature")
+    (tmp_path / "b.txt").write_text(in_feature)
+    git(tmp_path, "add", "b.txt")
+    git(tmp_path, "commit", "-qm", f"add b\n\nthe token was {in_commit}, oops")
+    in_commit_at = git(tmp_path, "rev-parse", "HEAD").strip()
+    git(tmp_path, "tag", "-a", "v2", "-m", f"release 2\n\n{in_tag}")
+    blob = git(tmp_path, "hash-object", "-w", "--stdin", input=f"loose\n{in_blob}\n").strip()
+    git(tmp_path, "tag", "-a", "blob-tag", blob, "-m", "a tag of a blob")
+    git(tmp_path, "checkout", "-q", "main")
+    code, out, err = scan(capsys, "--offline", "--git", "--json", str(tmp_path))
+    assert code == 1, err
+    rows = {row["token_sha256"]: row for row in json.loads(out)}
+    assert len(rows) == 5 and len(json.loads(out)) == 5
+    by_key = {key: rows[token_sha256(key)] for key in (in_main, in_feature, in_commit, in_tag)}
+    assert (by_key[in_main]["path"], by_key[in_main]["line"]) == ("a.txt", 2)
+    assert (by_key[in_feature]["path"], by_key[in_feature]["line"]) == ("b.txt", 1)
+    commit_row = by_key[in_commit]
+    assert (commit_row["path"], commit_row["commit"], commit_row["tag"]) == (
+        None,
+        in_commit_at,
+        None,
+    )
+    message_line = (
+        git(tmp_path, "cat-file", "-p", in_commit_at)
+        .splitlines()
+        .index(f"the token was {in_commit}, oops")
+    )
+    assert commit_row["where"] == f"commit {in_commit_at[:12]}:{message_line + 1}"
+    tag_row = by_key[in_tag]
+    assert (tag_row["path"], tag_row["commit"], tag_row["tag"]) == (None, None, "v2")
+    assert tag_row["where"].startswith("tag v2:")
+    assert rows[token_sha256(in_blob)]["line"] == 2
+    for key in (in_main, in_feature, in_commit, in_tag, in_blob):
+        assert keyformat.parse(key).secret not in out + err
 
 
 # --- with the database -------------------------------------------------------------------------
@@ -239,8 +404,9 @@ def test_database_scan_without_live_keys_exits_0(
 def test_disable_stops_the_live_key_with_reason_and_leak_event(
     keys_file: tuple[Path, dict[str, str]], database_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """--disable disables the live key alone (reason 'leaked: <where>', a leak event that
-    KeyStore.leaks reads back), and a verifier refuses it from then on."""
+    """--disable disables the live key (reason 'leaked: <where>', a leak event that KeyStore.leaks
+    reads back) and marks the disabled and expired keys found with their right secret leaked
+    too (they were left as they were, so enable revived them); a verifier refuses the key."""
     path, made = keys_file
     code, out, _ = scan(capsys, "--database-url", database_url, "--disable", str(path))
     assert code == 1 and f"{path}:1: live key" in out and "disabled" in out
@@ -249,12 +415,18 @@ def test_disable_stops_the_live_key_with_reason_and_leak_event(
         info = store.get_key("alice", "live")
         assert info.disabled and info.leaked
         assert info.disabled_reason == f"leaked: {path}:1"
-        assert not store.get_key("alice", "disabled").leaked  # left as it was
+        # Its right secret was found too: marked leaked, so `keys enable` cannot revive it.
+        disabled = store.get_key("alice", "disabled")
+        assert disabled.disabled and disabled.leaked
+        assert disabled.disabled_reason == f"leaked: {path}:2"
+        expired = store.get_key("alice", "expired")
+        assert expired.leaked and expired.disabled_reason == f"leaked: {path}:4"
         [leak] = store.leaks("alice", "live")
         assert (leak.source, leak.outcome, leak.where) == ("scan", "disabled", f"{path}:1")
         assert leak.public_id == info.public_id
-        [event] = store.events(action=LEAK_EVENT)
-        assert Leak.from_event(event) == leak
+        events = store.events(action=LEAK_EVENT)
+        assert len(events) == 3  # live, disabled, expired
+        assert leak in [Leak.from_event(event) for event in events]
     finally:
         store.close()
     verifier = Verifier.from_url(database_url, hasher=CHEAP)
@@ -263,6 +435,45 @@ def test_disable_stops_the_live_key_with_reason_and_leak_event(
             verifier.verify(f"ApiKey {made['live']}")
     finally:
         verifier.close()
+
+
+class _Terminal(io.StringIO):
+    """A stream that says it is a terminal; as stdin it answers what it was given."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_disable_in_a_terminal_says_where_before_asking_and_escapes_paths(
+    keys_file: tuple[Path, dict[str, str]],
+    database_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In a terminal, --disable names each live key's place and owner/name before its question
+    (it asked first, with the places only after), and a path with control characters is shown
+    escaped there and in the findings; answering no disables nothing."""
+    path, made = keys_file
+    evil = path.parent / "evil\x1b]0;owned\x07"
+    evil.mkdir()
+    path.rename(evil / "leaky.env")
+    out, err = _Terminal(), _Terminal()
+    monkeypatch.setattr(sys, "stdin", _Terminal("n\n"))
+    monkeypatch.setattr(sys, "stdout", out)
+    monkeypatch.setattr(sys, "stderr", err)
+    assert main(["scan", "--database-url", database_url, "--disable", str(evil)]) == 1
+    shown = str(evil / "leaky.env").replace("\x1b", "\\x1b").replace("\x07", "\\x07")
+    asked = err.getvalue()
+    assert f"  {shown}:1: alice/live (" in asked and f"  {shown}:2: alice/disabled (" in asked
+    assert asked.index(f"{shown}:1") < asked.index("Disable them as leaked? [y/N]")
+    assert "Cancelled: no key was disabled." in asked
+    assert "\x1b" not in asked + out.getvalue() and f"{shown}:1: live key" in out.getvalue()
+    store = KeyStore.open(database_url, hasher=CHEAP)
+    try:
+        assert not store.get_key("alice", "live").disabled
+        assert not store.get_key("alice", "disabled").leaked
+    finally:
+        store.close()
+    assert keyformat.parse(made["live"]).secret not in asked + out.getvalue()
 
 
 def test_database_that_cannot_be_asked_exits_2(

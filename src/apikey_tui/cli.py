@@ -469,13 +469,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # a bug: its message or a traceback's could quote a secret
-        print(
-            f"apikey-tui: internal error ({_where(exc)}); no details are shown, as they could "
-            "hold a secret. Please report it.",
-            file=sys.stderr,
-        )
+        _internal_error(exc)
         return EXIT_REFUSED
     return code
+
+
+def _internal_error(exc: BaseException) -> None:
+    """Say on stderr that a bug stopped the command: where, never its message."""
+    print(
+        f"apikey-tui: internal error ({_where(exc)}); no details are shown, as they could "
+        "hold a secret. Please report it.",
+        file=sys.stderr,
+    )
 
 
 def _where(exc: BaseException) -> str:
@@ -550,6 +555,13 @@ def _run_leaks(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        raise  # `scan | head`: quiet (main)
+    except Exception as exc:
+        if args.command != "scan":
+            raise
+        _internal_error(exc)  # for scan, exit 1 means "a live key was found": a bug says 2
+        return EXIT_USAGE
 
 
 def _open_store(url: str, *, create: bool) -> KeyStore:

@@ -32,24 +32,27 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
         help="find API keys in files, standard input or git history; exit 1 on a live one",
         description="Find well-formed API keys (shape and checksum) and, with a database, tell "
         "live keys from disabled, expired, deleted and forged ones. Never prints a secret. "
-        "Exit 1: a live key was found (with --offline: any well-formed key); 0: clean; "
-        "2: usage error, a path that cannot be read, or a database that cannot be asked.",
+        "Exit 1: a live key was found (with --offline: any well-formed key), even if some "
+        "part could not be read; 0: everything read, nothing live; 2: usage error, a part "
+        "that could not be read (each named on stderr), or a database that cannot be asked.",
     )
     scan.add_argument(
         "paths",
         nargs="*",
         metavar="PATH",
-        help="files and directories (recursively; symlinks inside are not followed), or - for "
-        "standard input; with --git, the repository (default: .)",
+        help="files and directories (recursively; symlinks inside are not followed), pipes such "
+        "as /dev/stdin, or - for standard input; with --git, the repository (default: .)",
     )
     scan.add_argument(
-        "--git", action="store_true", help="every blob in the history of every ref, not files"
+        "--git",
+        action="store_true",
+        help="every blob in the history of every ref, and every commit and tag message, not files",
     )
     scan.add_argument(
         "--disable",
         action="store_true",
-        help="disable each live key found (reason 'leaked: <where>', a key.leak audit event); "
-        "in a terminal it asks first",
+        help="mark each genuine key found (live, disabled or expired) as leaked: disabled with "
+        "the reason 'leaked: <where>' and a key.leak audit event; in a terminal it asks first",
     )
     scan.add_argument(
         "-y",
@@ -126,7 +129,7 @@ def run_scan(url: Callable[[], str], args: argparse.Namespace, open_store: OpenS
 
     try:
         if args.git:
-            found = list(scan_git(paths[0]))
+            found = list(scan_git(paths[0], complain))
         elif paths == ["-"]:
             found = list(scan_stream(sys.stdin.buffer))
         else:
@@ -159,9 +162,16 @@ def _report(args: argparse.Namespace, found: list[Found], store: KeyStore | None
             digest = token_sha256(place.text)
             if digest not in verdicts:
                 verdicts[digest], first[digest] = judge(store, place.key), place
-    live_found = [d for d, v in verdicts.items() if v.state == "live"]
-    if store is not None and args.disable and live_found and _disable_confirmed(args, verdicts):
-        for digest in live_found:
+    # A leak marks the secret whatever the key's state (store.leaks): a disabled or expired
+    # key found with its right secret is marked too, so no enable or new expiry revives it.
+    genuine = [d for d, v in verdicts.items() if v.genuine]
+    if (
+        store is not None
+        and args.disable
+        and genuine
+        and _disable_confirmed(args, {d: verdicts[d] for d in genuine}, first)
+    ):
+        for digest in genuine:
             credential = verdicts[digest].credential
             assert credential is not None
             leak = store.contain_leak(credential, source="scan", where=first[digest].where)
@@ -175,6 +185,7 @@ def _report(args: argparse.Namespace, found: list[Found], store: KeyStore | None
                 "path": place.path,
                 "line": place.line,
                 "commit": place.commit,
+                "tag": place.tag,
                 "public_id": mask(place.key.public_id),
                 "token_sha256": digest,
                 "state": verdict.state if verdict is not None else "well-formed",
@@ -204,18 +215,27 @@ def _report(args: argparse.Namespace, found: list[Found], store: KeyStore | None
     return EXIT_FOUND if live else EXIT_OK
 
 
-def _disable_confirmed(args: argparse.Namespace, verdicts: dict[str, Verdict]) -> bool:
-    """In a terminal, ask before disabling the live keys found, naming them (up to five)."""
+def _disable_confirmed(
+    args: argparse.Namespace, genuine: dict[str, Verdict], first: dict[str, Found]
+) -> bool:
+    """In a terminal, ask before marking the genuine keys found as leaked, first saying where
+    each one was found, whose it is and its state (up to ten, then how many more): the findings
+    on stdout come only after the answer."""
+    from apikey_tui.leaks.verdicts import mask
     from apikey_tui.prompts import confirmed
 
-    named = [
-        f"{printable(v.owner or '?')}/{printable(v.name or '?')}"
-        for v in verdicts.values()
-        if v.state == "live"
+    lines = [
+        f"  {printable(first[digest].where)}: {printable(v.owner or '?')}/"
+        f"{printable(v.name or '?')} ({mask(first[digest].key.public_id)}, {v.state})"
+        for digest, v in list(genuine.items())[:10]
     ]
-    shown = ", ".join(named[:5]) + (f" and {len(named) - 5} more" if len(named) > 5 else "")
-    some = "1 live key" if len(named) == 1 else f"{len(named)} live keys"
-    if confirmed(f"Disable {some} ({shown})?", assume_yes=args.yes):
+    if len(genuine) > 10:
+        lines.append(f"  and {len(genuine) - 10} more")
+    one = len(genuine) == 1
+    some = "1 key" if one else f"{len(genuine)} keys"
+    it = "it" if one else "them"
+    question = "\n".join([f"Found {some} of this database:", *lines, f"Disable {it} as leaked?"])
+    if confirmed(question, assume_yes=args.yes):
         return True
     print("Cancelled: no key was disabled.", file=sys.stderr)
     return False

@@ -30,35 +30,55 @@ class ScanError(Exception):
 
 @dataclass(frozen=True)
 class Found:
-    """A well-formed key and where: path and line, and for git history the commit; the key
-    itself (parts and text) never shows in a repr."""
+    """A well-formed key and where: path and line; in git history the commit, or for a key in a
+    commit or tag object itself, the commit or tag with no path. The key itself (parts and
+    text) never shows in a repr."""
 
-    path: str
+    path: str | None
     line: int
     key: ParsedKey = field(repr=False)
     text: str = field(repr=False)
     commit: str | None = None
+    tag: str | None = None
 
     @property
     def where(self) -> str:
-        """`path:line`, or `commit:path:line` in git history (commit shortened to 12)."""
+        """`path:line`; in git history `commit:path:line` (commit shortened to 12), and for a
+        commit or tag object `commit <commit>:line` or `tag <name>:line`."""
+        if self.tag is not None:
+            return f"tag {self.tag}:{self.line}"
+        if self.path is None:
+            return f"commit {(self.commit or '?')[:12]}:{self.line}"
         place = f"{self.path}:{self.line}"
         return f"{self.commit[:12]}:{place}" if self.commit else place
 
 
 def find_keys(chunks: Iterable[bytes]) -> Iterator[tuple[int, ParsedKey, str]]:
-    """(line, key, text) of every well-formed key in a stream of byte chunks, in order."""
+    """(line, key, text) of every well-formed key in a stream of byte chunks, in order.
+
+    Linear in the input: lines are counted once, from one key to the next. A key is found
+    wherever it starts, even inside a candidate whose checksum failed (a decoy glued in front).
+    """
     tail = b""
     lines_before = 0  # newlines before the buffer's start
     for chunk in chunks:
         buffer = tail + chunk if tail else chunk
-        for match in PATTERN.finditer(buffer):
+        line, counted = lines_before + 1, 0  # the line holding buffer[counted]
+        position = 0
+        while (match := PATTERN.search(buffer, position)) is not None:
+            start = match.start()
+            # The next search starts one byte on, not at the match's end: a candidate that
+            # fails its checksum (or a key) may hold the start of a key in its last characters.
+            position = start + 1
             text = match.group().decode("ascii")
             try:
                 parsed = keyformat.parse(text)
             except MalformedKey:
                 continue  # the shape, not the checksum: about one string in 4 billion passes
-            yield lines_before + buffer.count(b"\n", 0, match.start()) + 1, parsed, text
+            line += buffer.count(b"\n", counted, start)
+            counted = start
+            yield line, parsed, text
+        # A key starts before len - _OVERLAP only if it ends in this buffer: found once, here.
         keep = min(_OVERLAP, len(buffer))
         lines_before += buffer.count(b"\n", 0, len(buffer) - keep)
         tail = buffer[len(buffer) - keep :]
@@ -77,25 +97,33 @@ def scan_stream(handle: BinaryIO, path: str = "-") -> Iterator[Found]:
         yield Found(path, line, key, text)
 
 
-def scan_file(path: str, *, follow: bool = True) -> Iterator[Found]:
-    """Keys in one regular file; a binary file yields nothing (ScanError if unreadable).
+def scan_file(path: str, *, named: bool = True) -> Iterator[Found]:
+    """Keys in one file; ScanError if it cannot be opened or read.
 
-    follow=False refuses a symlink at the last step (O_NOFOLLOW), so a file swapped for a link
-    after the directory was listed is not read through it.
+    A regular file with a NUL in its first BINARY_SNIFF bytes is binary and yields nothing. A
+    path the user named is read whatever it is: a pipe (`/dev/stdin`, `<(git diff)`) or a
+    device is read to its end like standard input. A file found inside a tree (named=False)
+    is opened without following a symlink at the last step (O_NOFOLLOW), so one swapped for a
+    link after the folder was listed is not read through it, and is never read if it turned
+    into a FIFO or device meanwhile (it could block or never end).
     """
+    # O_NONBLOCK: opening a FIFO never waits for a writer; a named one is read blocking below.
     flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
-    if not follow:
+    if not named:
         flags |= getattr(os, "O_NOFOLLOW", 0)
     try:
         descriptor = os.open(path, flags)
     except OSError as exc:
         raise ScanError(f"cannot read {path}: {exc.strerror}") from None
     with os.fdopen(descriptor, "rb", buffering=0) as handle:
-        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-            return  # a FIFO or device would block or never end: never scanned
         try:
+            regular = stat.S_ISREG(os.fstat(descriptor).st_mode)
+            if not regular:
+                if not named:
+                    return
+                os.set_blocking(descriptor, True)  # else an empty pipe reads as EAGAIN
             first = handle.read(CHUNK)
-            if b"\x00" in first[:BINARY_SNIFF]:
+            if regular and b"\x00" in first[:BINARY_SNIFF]:
                 return
             for line, key, text in find_keys(_chunks(handle, first)):
                 yield Found(path, line, key, text)
@@ -103,36 +131,63 @@ def scan_file(path: str, *, follow: bool = True) -> Iterator[Found]:
             raise ScanError(f"cannot read {path}: {exc.strerror}") from None
 
 
-def walk(root: str) -> Iterator[str]:
-    """Regular files under root, sorted, following no symlink (file or directory) and skipping
-    `.git` directories (history is `scan_git`'s)."""
-    try:
-        entries = sorted(os.scandir(root), key=lambda e: e.name)
-    except OSError as exc:
-        raise ScanError(f"cannot list {root}: {exc.strerror}") from None
-    for entry in entries:
-        if entry.is_symlink():
-            continue  # inside the tree a link's target is scanned where it lives, or not at all
-        if entry.is_dir(follow_symlinks=False):
-            if entry.name != ".git":
-                yield from walk(entry.path)
-        elif entry.is_file(follow_symlinks=False):
-            yield entry.path
+def walk(root: str, on_error: Callable[[ScanError], None]) -> Iterator[str]:
+    """Regular files under root in name order (depth first), following no symlink (file or
+    directory) and skipping `.git` directories (history is `scan_git`'s).
+
+    A folder that cannot be listed goes to on_error and the walk goes on. A stack, not
+    recursion: a tree of any depth is walked (1,500 levels hit Python's recursion limit).
+    """
+    pending: list[Iterator[os.DirEntry[str]]] = []
+    folder: str | None = root
+    while True:
+        if folder is not None:
+            try:
+                with os.scandir(folder) as listing:
+                    entries = sorted(listing, key=lambda e: e.name)
+            except OSError as exc:
+                on_error(ScanError(f"cannot list {folder}: {exc.strerror}"))
+            else:
+                pending.append(iter(entries))
+            folder = None
+        if not pending:
+            return
+        entry = next(pending[-1], None)
+        if entry is None:
+            pending.pop()
+            continue
+        try:
+            if entry.is_symlink():
+                continue  # inside the tree a link's target is scanned where it lives, or not at all
+            if entry.is_dir(follow_symlinks=False):
+                if entry.name != ".git":
+                    folder = entry.path
+            elif entry.is_file(follow_symlinks=False):
+                yield entry.path
+        except OSError as exc:
+            on_error(ScanError(f"cannot read {entry.path}: {exc.strerror}"))
 
 
 def scan_paths(paths: Iterable[str], on_error: Callable[[ScanError], None]) -> Iterator[Found]:
     """Keys in files and directory trees; a path named here is followed even if it is a link.
 
-    An unreadable file is reported to on_error and the scan goes on; a named path that does not
-    exist raises ScanError.
+    Every path is checked first: one that does not exist raises ScanError (a usage error) before
+    anything is scanned. Then whatever cannot be read (a file, a folder that cannot be listed)
+    goes to on_error and the scan goes on with the rest.
     """
+    paths = list(paths)
     for path in paths:
-        if not os.path.exists(path):
-            raise ScanError(f"no such file or directory: {path}")
+        try:
+            os.stat(path)
+        except FileNotFoundError:
+            raise ScanError(f"no such file or directory: {path}") from None
+        except OSError:
+            pass  # there, but not to be read: on_error says so below
+    for path in paths:
         if os.path.isdir(path):
-            for inner in walk(path):
+            for inner in walk(path, on_error):
                 try:
-                    yield from scan_file(inner, follow=False)
+                    yield from scan_file(inner, named=False)
                 except ScanError as exc:
                     on_error(exc)
         else:
@@ -161,18 +216,23 @@ def _git(repository: str, *arguments: str) -> list[str]:
     return done.stdout.decode("utf-8", "surrogateescape").splitlines()
 
 
-def _blobs(repository: str) -> dict[str, str]:
-    """Every blob reachable from any ref (removed files included), with a path it had."""
-    blobs: dict[str, str] = {}
+def _objects(repository: str) -> list[tuple[str, str]]:
+    """Every commit, annotated tag and blob reachable from any ref (removed files included),
+    each with the name rev-list gives it: a path for a blob, the tag's name, '' for a commit."""
+    objects = []
+    # The filter drops trees only: commits and tags are listed, a tag with its name, so a name
+    # never tells a blob (`git cat-file` tells each object's type).
     for row in _git(repository, "rev-list", "--objects", "--all", "--filter=object:type=blob"):
-        oid, named, path = row.partition(" ")
-        if named:  # commits are listed too, without a path (the filter drops only trees)
-            blobs.setdefault(oid, path)
-    return blobs
+        oid, _, name = row.partition(" ")
+        objects.append((oid, name))
+    return objects
 
 
-def _contents(repository: str, oids: list[str]) -> Iterator[tuple[str, bytes]]:
-    """(oid, content) of each blob, streamed from one `git cat-file --batch`."""
+def _contents(
+    repository: str, oids: list[str], on_error: Callable[[ScanError], None]
+) -> Iterator[tuple[str, str, bytes]]:
+    """(oid, type, content) of each object, streamed from one `git cat-file --batch`; an object
+    git does not have (a partial clone) goes to on_error."""
     process = subprocess.Popen(
         ["git", "-C", repository, "cat-file", "--batch"],
         stdin=subprocess.PIPE,
@@ -195,16 +255,24 @@ def _contents(repository: str, oids: list[str]) -> Iterator[tuple[str, bytes]]:
     try:
         for oid in oids:
             header = process.stdout.readline().split()
-            if len(header) != 3 or header[1] != b"blob":
-                raise ScanError(f"git cat-file gave no blob for {oid}")
+            if len(header) == 2 and header[1] == b"missing":
+                on_error(ScanError(f"git has no object {oid} (a partial clone?)"))
+                continue
+            if len(header) != 3 or not header[2].isdigit():
+                on_error(ScanError(f"git cat-file stopped at {oid}: the rest was not scanned"))
+                return
             size = int(header[2])
             content = process.stdout.read(size + 1)[:size]  # and the newline after it
-            yield oid, content
+            yield oid, header[1].decode("ascii", "replace"), content
     finally:
         process.kill()
         process.wait()
         writer.join(timeout=5)
-        process.stdout.close()
+        for pipe in (requests, process.stdout):
+            try:
+                pipe.close()  # the writer leaves its end open when git ended first
+            except OSError:
+                pass
 
 
 def _introduced(repository: str, oid: str) -> tuple[str | None, str | None]:
@@ -223,16 +291,26 @@ def _introduced(repository: str, oid: str) -> tuple[str | None, str | None]:
     return None, None
 
 
-def scan_git(repository: str) -> Iterator[Found]:
-    """Keys in every blob in the history of every ref; each is placed at the commit that added
-    it (a key deleted by a later commit is found all the same)."""
-    blobs = _blobs(repository)
-    for oid, content in _contents(repository, list(blobs)):
-        if b"\x00" in content[:BINARY_SNIFF]:
-            continue
-        found = list(find_keys([content]))
-        if not found:
-            continue
-        commit, path = _introduced(repository, oid)
-        for line, key, text in found:
-            yield Found(path or blobs[oid] or f"blob {oid[:12]}", line, key, text, commit)
+def scan_git(repository: str, on_error: Callable[[ScanError], None]) -> Iterator[Found]:
+    """Keys in every blob in the history of every ref, and in every commit and annotated tag
+    (message, author, tagger: the whole object as `git cat-file -p` shows it).
+
+    A key in a blob is placed at the commit that added it (a key deleted by a later commit is
+    found all the same). ScanError if git cannot list the history (not a repository).
+    """
+    objects = _objects(repository)
+    names = dict(objects)
+    for oid, kind, content in _contents(repository, [oid for oid, _ in objects], on_error):
+        if kind == "commit":
+            for line, key, text in find_keys([content]):
+                yield Found(None, line, key, text, commit=oid)
+        elif kind == "tag":
+            for line, key, text in find_keys([content]):
+                yield Found(None, line, key, text, tag=names[oid] or oid)
+        elif kind == "blob" and b"\x00" not in content[:BINARY_SNIFF]:
+            found = list(find_keys([content]))
+            if not found:
+                continue
+            commit, path = _introduced(repository, oid)
+            for line, key, text in found:
+                yield Found(path or names[oid] or f"blob {oid[:12]}", line, key, text, commit)
