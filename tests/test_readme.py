@@ -76,3 +76,27 @@ def test_each_readme_command_exists_with_its_options(line: str) -> None:
         known |= _options(parser)
     for flag in re.findall(r"(?<![\w-])--[a-z][a-z-]*", line):
         assert flag in known, f"{line!r}: {flag} is not an option of the parser"
+
+
+def test_the_release_names_its_schema_and_the_changelog_says_so(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--version names the release and the schema it writes; the changelog's newest entry is
+    that release with that schema, and every schema up to it was written by some release."""
+    from apikey_tui import SCHEMA_VERSION, __version__
+    from apikey_tui.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    assert (
+        capsys.readouterr().out == f"apikey-tui {__version__} (database schema {SCHEMA_VERSION})\n"
+    )
+    changelog = (README.parent / "docs" / "changelog.md").read_text()
+    entries = re.findall(
+        r"^## (\d+\.\d+\.\d+) \(database schemas? ([\d, and]+)\)$", changelog, re.M
+    )
+    assert entries[0] == (__version__, str(SCHEMA_VERSION))
+    written = {int(n) for _, schemas in entries for n in re.findall(r"\d+", schemas)}
+    assert written == set(range(1, SCHEMA_VERSION + 1))
+    versions = README.parent / "src" / "apikey_tui" / "db" / "migrations" / "versions"
+    assert list(versions.glob(f"v{SCHEMA_VERSION:04d}_*.py"))  # its migration exists

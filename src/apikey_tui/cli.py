@@ -16,7 +16,7 @@ from datetime import datetime
 # `--help`, `--version` and usage errors must cost about what starting Python costs (not even
 # typing, json or shutil: tests/test_completion.py keeps the list). SQLAlchemy, SQLModel and
 # Alembic are imported by the commands that use a database, inside the functions below.
-from apikey_tui import __version__
+from apikey_tui import SCHEMA_VERSION, __version__
 from apikey_tui.clock import system_clock
 from apikey_tui.command_help import HelpFormatter, finish
 from apikey_tui.command_output import (
@@ -174,7 +174,11 @@ def build_parser(words: Collection[str] | None = None) -> argparse.ArgumentParse
         description="Manage API keys. With no subcommand, open the terminal app.",
     )
     parser.named_words = None if words is None else frozenset(words)
-    parser.add_argument("--version", action="version", version=f"apikey-tui {__version__}")
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"apikey-tui {__version__} (database schema {SCHEMA_VERSION})",
+    )
     parser.add_argument(
         "--all", action="store_true", default=argparse.SUPPRESS, help="all owners' keys"
     )

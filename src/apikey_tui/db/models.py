@@ -23,9 +23,11 @@ from sqlalchemy.orm import registry
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
-# The schema this release reads and writes: Alembic revision f"{SCHEMA_VERSION:04d}" in
-# apikey_tui/migrations, which also builds every new database (a test holds the two equal).
-SCHEMA_VERSION = 7
+from apikey_tui import SCHEMA_VERSION as _SCHEMA_VERSION
+
+# The schema this release reads and writes (its home is the package root, so --version can
+# name it without SQLAlchemy); the migrations build every new database at it.
+SCHEMA_VERSION = _SCHEMA_VERSION
 # The oldest verifier that still works beside this schema (a newer schema that only adds tables
 # a verifier never reads keeps older verifiers working): the meta row 'verifiers_from'.
 VERIFIERS_FROM = 4
