@@ -19,7 +19,7 @@ from apikey_tui.errors import DatabaseUrlError
 from apikey_tui.store import KeyStore
 from apikey_tui.verifier import Verifier
 from tests.conftest import CHEAP
-from tests.test_push_revocation import LONG_BOUND, SHARED, eventually, listening
+from tests.test_push_revocation import LONG_BOUND, SHARED, SHARED_URL, eventually, listening
 from tests.test_verifier import header
 
 
@@ -30,7 +30,9 @@ def fresh_database(postgres_server: str) -> Iterator[str]:
     with psycopg.connect(SHARED, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")
     try:
-        yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+        yield SHARED_URL.set(drivername="postgresql+psycopg", database=name).render_as_string(
+            hide_password=False
+        )
     finally:
         with psycopg.connect(SHARED, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

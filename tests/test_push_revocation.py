@@ -20,18 +20,20 @@ from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy import event
+from sqlalchemy import event, make_url
 
 from apikey_tui.errors import AuthError, InsufficientScopeError, InvalidKeyError
 from apikey_tui.store import KeyStore
 from apikey_tui.store.credentials import CredentialReads
 from apikey_tui.verifier import Verifier
 from apikey_tui.verifier.freshness import PushFreshness
-from tests.conftest import CHEAP
+from tests.conftest import CHEAP, POSTGRES_URL
 from tests.test_verifier import header
 from tests.throwaway_postgres import ThrowawayPostgres, free_port
 
-SHARED = "postgresql://postgres@127.0.0.1:5432/test"
+# The shared server, as the suite's URL names it (APIKEY_TUI_TEST_POSTGRES_URL), in libpq form.
+SHARED_URL = make_url(POSTGRES_URL)
+SHARED = SHARED_URL.set(drivername="postgresql").render_as_string(hide_password=False)
 LONG_BOUND = 120.0  # far longer than any test waits: only a push can explain a quick refusal
 
 
@@ -142,10 +144,11 @@ def transaction_pooling_pgbouncer(pool_size: int = 20) -> Iterator[str]:
         conn.execute(f"CREATE DATABASE {database}")
     folder = Path(tempfile.mkdtemp(prefix="apikey-pgbouncer-"))
     port = free_port()
-    (folder / "users.txt").write_text('"postgres" ""\n')
+    (folder / "users.txt").write_text(f'"{SHARED_URL.username or "postgres"}" ""\n')
     (folder / "pgbouncer.ini").write_text(
         "[databases]\n"
-        "* = host=127.0.0.1 port=5432 user=postgres\n"
+        f"* = host={SHARED_URL.host or '127.0.0.1'} port={SHARED_URL.port or 5432} "
+        f"user={SHARED_URL.username or 'postgres'}\n"
         "[pgbouncer]\n"
         f"listen_addr = 127.0.0.1\nlisten_port = {port}\n"
         f"auth_type = trust\nauth_file = {folder}/users.txt\n"
