@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import gc
 import hashlib
 import json
 import logging
@@ -448,3 +449,62 @@ def test_a_separate_verifier_refuses_a_key_after_a_report_or_a_revoke(
         verifier.stdout.close()
         server.stop()
         store.close()
+
+
+# --- what no token may do: break a report, stop a revocation, or reach a log ---------------------
+
+
+def logged(caplog: pytest.LogCaptureFixture) -> str:
+    """Every message logged, formatted, after collecting garbage (asyncio logs lost tasks then)."""
+    gc.collect()
+    return "\n".join(record.getMessage() for record in caplog.records)
+
+
+def test_a_lone_surrogate_in_a_signed_report_is_a_false_positive(
+    client: TestClient, store: KeyStore, signer: Signer
+) -> None:
+    """A token holding a lone surrogate is answered false_positive (hashed like any token),
+    and a genuine key in the same report is still disabled."""
+    key = store.create_key("alice", "ci", ["project"]).plaintext
+    body = report("\ud800", key + "\ud800", key)
+    answer = client.post("/github", content=body, headers=signer.headers(body))
+    assert answer.status_code == 200
+    lone = hashlib.sha256("\ud800".encode("utf-8", "surrogatepass")).hexdigest()
+    assert [entry["label"] for entry in answer.json()] == [
+        "false_positive",
+        "false_positive",
+        "true_positive",
+    ]
+    assert answer.json()[0]["token_hash"] == lone
+    assert store.get_key("alice", "ci").disabled
+
+
+def test_revoke_goes_past_a_lone_surrogate_and_never_logs_a_token(
+    client: TestClient, store: KeyStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """/revoke of [a key with a lone surrogate glued on, a lone surrogate, a key] revokes the
+    last key, and no log line holds the first key or its secret."""
+    first = store.create_key("alice", "one", ["project"]).plaintext
+    second = store.create_key("alice", "two", ["project"]).plaintext
+    caplog.set_level(logging.DEBUG)
+    body = json.dumps({"credentials": [first + "\ud800", "\ud800", second]}).encode()
+    answer = client.post("/revoke", content=body)
+    assert answer.status_code == 202
+    wait_for(lambda: store.get_key("alice", "two").disabled)
+    client.post("/revoke", json={"credentials": []})  # a later request: the first one's end
+    text = logged(caplog)
+    assert keyformat.parse(first).secret not in text and first not in text
+    assert not store.get_key("alice", "one").disabled
+
+
+def test_a_reports_url_is_logged_escaped(
+    client: TestClient, store: KeyStore, signer: Signer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Control characters in a report's url reach the log as escapes, never raw."""
+    key = store.create_key("alice", "ci", ["project"]).plaintext
+    body = report(key, url="https://github.com/o/r\x1b]2;owned\x07\r\nFORGED line\ud800")
+    caplog.set_level(logging.INFO, "apikey_tui")
+    assert client.post("/github", content=body, headers=signer.headers(body)).status_code == 200
+    text = logged(caplog)
+    assert "owned" in text and "\\x1b]2;owned\\x07\\r\\nFORGED" in text
+    assert not any(c in text for c in "\x1b\x07\r\ud800")

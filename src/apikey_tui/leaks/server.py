@@ -33,6 +33,7 @@ from apikey_tui.leaks.reports import (
     parse_revocation,
 )
 from apikey_tui.leaks.verdicts import judge, mask, token_sha256
+from apikey_tui.names import printable
 from apikey_tui.store import Actor, KeyStore, Leak
 
 logger = logging.getLogger("apikey_tui.leaks")
@@ -91,10 +92,12 @@ class LeaksApp(HTTPApp):
             raise LeakRequestError(404, "serve-leaks answers POST /github, /depsdev and /revoke")
         if scope["method"] != "POST":
             raise LeakRequestError(405, "only POST", headers=(("allow", "POST"),))
-        address = client_address(
-            (scope.get("client") or (None, 0))[0],
-            [v for k, v in scope["headers"] if k.lower() == b"x-forwarded-for"],
-            self.trusted,
+        address = printable(  # logged and kept in the trail: a peer that is not an IP is shown
+            client_address(
+                (scope.get("client") or (None, 0))[0],
+                [v for k, v in scope["headers"] if k.lower() == b"x-forwarded-for"],
+                self.trusted,
+            )
         )
         if signer is None:
             await self._revoke(scope, receive, send, address)
@@ -155,6 +158,11 @@ class LeaksApp(HTTPApp):
         except StoreUnavailableError:
             logger.error("serve-leaks: the key database is unavailable: a revocation was lost")
             return
+        except Exception as exc:
+            # Named by its type alone: an exception's repr may hold a token (a UnicodeError
+            # holds the whole string), and asyncio would log it as "never retrieved".
+            logger.error("serve-leaks: a revocation failed (%s)", type(exc).__name__)
+            return
         self._notify([c.leak for c in contained if c.leak is not None], contained)
 
     def _contain_all(
@@ -196,7 +204,7 @@ class LeaksApp(HTTPApp):
             logger.warning(
                 "serve-leaks: %s: key %s/%s (%s) %s; token sha256 %s; %s",
                 source, leak.owner, leak.name, mask(key.public_id), leak.outcome,
-                token_sha256(token), where,
+                token_sha256(token), printable(where),
             )  # fmt: skip
         return leak
 

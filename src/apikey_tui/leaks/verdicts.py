@@ -20,8 +20,17 @@ STATES = ("live", "disabled", "expired", "deleted", "forged", "unknown")
 
 
 def token_sha256(token: str) -> str:
-    """The SHA-256 (hex) of a token as found: what logs and reports name instead of it."""
-    return hashlib.sha256(token.encode("utf-8", "surrogateescape")).hexdigest()
+    """The SHA-256 (hex) of a token as found: what logs and reports name instead of it.
+
+    Defined for every string: a token read from a file keeps its undecodable bytes (the
+    surrogateescape reading hashes them back to themselves); a lone surrogate sent in JSON
+    (`"\\ud800"`), which no file holds, is hashed in its surrogatepass form.
+    """
+    try:
+        raw = token.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # its repr holds the whole token: never let it out
+        raw = token.encode("utf-8", "surrogatepass")
+    return hashlib.sha256(raw).hexdigest()
 
 
 def mask(public_id: str) -> str:
