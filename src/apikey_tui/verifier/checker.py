@@ -160,7 +160,7 @@ class Verifier:
         self._by_id: dict[str, bytes] = {}
         self._scope_sets: dict[frozenset[str], frozenset[str]] = {}
         self._ready = False
-        self._rehash_refused = False
+        self._rehash_refused = self._fingerprint_refused = False
         self._connections: dict[int, Any] = {}
         event.listen(self._engine, "connect", self._on_connect)
         event.listen(self._engine, "close", self._on_close)
@@ -438,6 +438,8 @@ class Verifier:
             if stored.fingerprint is None:
                 self._budget.spend(parsed.public_id)
             raise InvalidKeyError()
+        if stored.fingerprint is None:
+            self._add_fingerprint(parsed)
         if self._hasher.needs_rehash(stored.secret_hash):
             tag = self._upgrade_hash(parsed, stored)
         entry = _Entry(self._caller(stored), tag, expires_at, time.monotonic())
@@ -450,6 +452,18 @@ class Verifier:
         if self._record:
             self._uses.start()  # warm hits append to it from now on
         return entry.caller
+
+    def _add_fingerprint(self, parsed: ParsedKey) -> None:
+        """Give a key made by 0.1.0, just verified, its fingerprint: wrong secrets for it then
+        cost no argon2, here or anywhere. Skipped (logged once) where this role may not."""
+        try:
+            self._source.add_fingerprint(
+                parsed.public_id, fingerprint(parsed.public_id, parsed.secret)
+            )
+        except StoreUnavailableError as exc:
+            if not self._fingerprint_refused:
+                log.warning("API key fingerprint not stored (the key still works): %s", exc)
+            self._fingerprint_refused = True
 
     def _upgrade_hash(self, parsed: ParsedKey, stored: Credential) -> bytes:
         """Store the secret hashed with today's profile; skipped (logged once) if not allowed."""

@@ -173,10 +173,14 @@ class FailureBudget:
     """Keys made before fingerprints: a token bucket per public id bounds argon2 on wrong secrets.
 
     Only ids the index knows get a bucket, so its size follows the number of such keys.
+    serve-leaks keeps one too, for `/revoke` (`leaks.verdicts.judge`).
     """
 
-    def __init__(self, burst: float, per_second: float) -> None:
+    def __init__(
+        self, burst: float, per_second: float, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.burst, self.per_second = burst, per_second
+        self.clock = clock
         self._buckets: dict[str, tuple[float, float]] = {}
         self._lock = threading.Lock()
 
@@ -187,12 +191,12 @@ class FailureBudget:
     def allows(self, public_id: str) -> bool:
         """Whether one more argon2 run for this id is within budget."""
         with self._lock:
-            return self._level(public_id, time.monotonic()) >= 1.0
+            return self._level(public_id, self.clock()) >= 1.0
 
     def spend(self, public_id: str) -> None:
         """Record one failed argon2 run for this id."""
         with self._lock:
-            now = time.monotonic()
+            now = self.clock()
             self._buckets[public_id] = (self._level(public_id, now) - 1.0, now)
 
     def reset(self) -> None:
