@@ -304,6 +304,29 @@ def test_a_missing_sqlite_file_is_503_with_one_log_line_per_outage(
     checker.close()
 
 
+def test_a_database_outage_logs_a_line_per_interval_not_per_request(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A PostgreSQL server that cannot be reached refuses every request (503) but logs one
+    line per interval, the next one counting the lines held back; by the injected clock."""
+    checker = Verifier.from_url(
+        "postgresql+psycopg://nobody@127.0.0.1:1/none", hasher=CHEAP, revocation_bound=0
+    )
+    now = [0.0]
+    checker._outage.clock = lambda: now[0]
+    with caplog.at_level(logging.WARNING, logger="apikey_tui.verifier"):
+        for _ in range(30):
+            with pytest.raises(VerifierUnavailableError):
+                checker.verify(header(forged()))
+        now[0] += checker._outage.interval
+        with pytest.raises(VerifierUnavailableError):
+            checker.verify(header(forged()))
+    lines = [r.getMessage() for r in caplog.records if r.name == "apikey_tui.verifier"]
+    assert len(lines) == 2 and all("cannot be checked" in line for line in lines)
+    assert lines[1].endswith("(29 more such lines held back)")
+    checker.close()
+
+
 def test_an_unforeseen_error_inside_a_check_is_503_never_500(
     sqlite_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -39,7 +39,7 @@ from apikey_tui.verifier.freshness import (
     PushFreshness,
     freshness_for,
 )
-from apikey_tui.verifier.guard import CheckGate, FailureBudget, TokenBucket
+from apikey_tui.verifier.guard import CheckGate, FailureBudget, OutageLog, TokenBucket
 from apikey_tui.verifier.key_index import KeyIndex, Verdict
 from apikey_tui.verifier.last_used import LastUsedWriter
 from apikey_tui.verifier.metrics import VerifierStats
@@ -136,7 +136,8 @@ class Verifier:
         self._ask_always = revocation_bound == 0 and isinstance(self._freshness, BoundFreshness)
         self._index = KeyIndex(self._source.key_count, self._source.fingerprint_page)
         self._feed = ChangeFeed(self._source, self._freshness, self._index, self._suspect)
-        self._gate = CheckGate(check_workers, check_timeout, max_pending_checks)
+        self._outage = OutageLog(log)  # a line per interval, not per request refused
+        self._gate = CheckGate(check_workers, check_timeout, max_pending_checks, self._outage)
         self._budget = FailureBudget(failure_burst, failures_per_second)
         # Lookups of ids the index cannot vouch for yet (while it loads, a few seconds at a
         # million keys): a service restarting under real traffic needs many, a flood of forged
@@ -359,7 +360,7 @@ class Verifier:
         try:
             ensure_schema(self._engine, create=False, verifier=True)
         except (StoreUnavailableError, SchemaVersionError) as exc:
-            log.warning("API keys cannot be checked: %s", exc)
+            self._outage.warning("API keys cannot be checked: %s", exc)
             raise VerifierUnavailableError() from None
         self._ready = True
 
@@ -378,7 +379,7 @@ class Verifier:
             except StoreUnavailableError:
                 return read()
         except StoreUnavailableError as exc:
-            log.warning("API keys cannot be checked: %s", exc)
+            self._outage.warning("API keys cannot be checked: %s", exc)
             raise VerifierUnavailableError() from None
 
     def _check(self, parsed: ParsedKey, digest: bytes) -> Caller:
@@ -531,6 +532,7 @@ class Verifier:
         self._index.reset()
         self._feed.reset()
         self._budget.reset()
+        self._outage.reset()
         self._lookups.reset()
         self._rechecks.reset()
         self._entries, self._stale, self._by_id = {}, {}, {}
