@@ -3,31 +3,38 @@
 from __future__ import annotations
 
 import base64
+import gc
 import hashlib
+import itertools
 import json
 import logging
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from sqlalchemy import text as sql
 from starlette.testclient import TestClient
 
 from apikey_tui import keyformat
 from apikey_tui.cli import main
+from apikey_tui.hashing import SecretHasher, fingerprint
 from apikey_tui.leaks.clients import RateLimit, client_address, parse_networks
 from apikey_tui.leaks.reports import load_public_keys
 from apikey_tui.leaks.server import REVOKE_ACCEPTED, LeaksApp
 from apikey_tui.store import LEAK_EVENT, KeyStore
-from tests.conftest import ACTOR, CHEAP
+from tests.conftest import ACTOR, CHEAP, every_fingerprint
 from tests.test_proxies import Process
+from tests.test_verifier import CountingHasher
 from tests.throwaway_postgres import free_port
 
 GITHUB_HEADERS = ("Github-Public-Key-Identifier", "Github-Public-Key-Signature")
@@ -448,3 +455,161 @@ def test_a_separate_verifier_refuses_a_key_after_a_report_or_a_revoke(
         verifier.stdout.close()
         server.stop()
         store.close()
+
+
+# --- what no token may do: break a report, stop a revocation, or reach a log ---------------------
+
+
+def logged(caplog: pytest.LogCaptureFixture) -> str:
+    """Every message logged, formatted, after collecting garbage (asyncio logs lost tasks then)."""
+    gc.collect()
+    return "\n".join(record.getMessage() for record in caplog.records)
+
+
+def test_a_lone_surrogate_in_a_signed_report_is_a_false_positive(
+    client: TestClient, store: KeyStore, signer: Signer
+) -> None:
+    """A token holding a lone surrogate is answered false_positive (hashed like any token),
+    and a genuine key in the same report is still disabled."""
+    key = store.create_key("alice", "ci", ["project"]).plaintext
+    body = report("\ud800", key + "\ud800", key)
+    answer = client.post("/github", content=body, headers=signer.headers(body))
+    assert answer.status_code == 200
+    lone = hashlib.sha256("\ud800".encode("utf-8", "surrogatepass")).hexdigest()
+    assert [entry["label"] for entry in answer.json()] == [
+        "false_positive",
+        "false_positive",
+        "true_positive",
+    ]
+    assert answer.json()[0]["token_hash"] == lone
+    assert store.get_key("alice", "ci").disabled
+
+
+def test_revoke_goes_past_a_lone_surrogate_and_never_logs_a_token(
+    client: TestClient, store: KeyStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """/revoke of [a key with a lone surrogate glued on, a lone surrogate, a key] revokes the
+    last key, and no log line holds the first key or its secret."""
+    first = store.create_key("alice", "one", ["project"]).plaintext
+    second = store.create_key("alice", "two", ["project"]).plaintext
+    caplog.set_level(logging.DEBUG)
+    body = json.dumps({"credentials": [first + "\ud800", "\ud800", second]}).encode()
+    answer = client.post("/revoke", content=body)
+    assert answer.status_code == 202
+    wait_for(lambda: store.get_key("alice", "two").disabled)
+    client.post("/revoke", json={"credentials": []})  # a later request: the first one's end
+    text = logged(caplog)
+    assert keyformat.parse(first).secret not in text and first not in text
+    assert not store.get_key("alice", "one").disabled
+
+
+def test_a_reports_url_is_logged_escaped(
+    client: TestClient, store: KeyStore, signer: Signer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Control characters in a report's url reach the log as escapes, never raw."""
+    key = store.create_key("alice", "ci", ["project"]).plaintext
+    body = report(key, url="https://github.com/o/r\x1b]2;owned\x07\r\nFORGED line\ud800")
+    caplog.set_level(logging.INFO, "apikey_tui")
+    assert client.post("/github", content=body, headers=signer.headers(body)).status_code == 200
+    text = logged(caplog)
+    assert "owned" in text and "\\x1b]2;owned\\x07\\r\\nFORGED" in text
+    assert not any(c in text for c in "\x1b\x07\r\ud800")
+
+
+# --- what /revoke may cost: keys made by 0.1.0 have no fingerprint -------------------------------
+
+
+def without_fingerprints(store: KeyStore) -> None:
+    """Make every key look like one of 0.1.0 (made before fingerprints)."""
+    with store.engine.begin() as conn:
+        conn.execute(sql("UPDATE apikey_tui_key SET fingerprint = NULL"))
+
+
+SENTINELS = itertools.count()
+
+
+def revoke_and_wait(client: TestClient, store: KeyStore, credentials: list[str]) -> None:
+    """POST /revoke with a fresh key last, and wait until it is disabled: all before it is done
+    (a request's tokens are judged in order, and requests one after another)."""
+    name = f"sentinel-{next(SENTINELS)}"
+    sentinel = store.create_key("sentinel", name, ["project"]).plaintext
+    answer = client.post("/revoke", json={"credentials": [*credentials, sentinel]})
+    assert answer.status_code == 202
+    wait_for(lambda: store.get_key("sentinel", name).disabled)
+
+
+def test_revoke_buys_one_argon2_run_a_minute_per_key_of_0_1_0(store: KeyStore) -> None:
+    """999 wrong secrets for a key without a fingerprint cost one argon2 run, then one a
+    minute; its right secret, sent later, revokes it and gives it its fingerprint, after which
+    wrong secrets cost none."""
+    created = store.create_key("alice", "old", ["project"])
+    public_id = created.info.public_id
+    without_fingerprints(store)
+    counting = CountingHasher("cheapest", calls=[])
+    assert counting.calls is not None
+    now = [0.0]
+    app = LeaksApp(
+        KeyStore(store.engine, hasher=counting, clock=store.clock),
+        {},
+        revoke_per_minute=1000,
+        monotonic=lambda: now[0],
+    )
+    forgeries = [keyformat.generate(public_id)[1] for _ in range(999)]
+    with TestClient(app, client=("192.0.2.10", 1)) as client:
+        revoke_and_wait(client, store, forgeries)
+        assert len(counting.calls) == 1 + 1  # one wrong secret, and the sentinel
+        revoke_and_wait(client, store, forgeries[:10])
+        assert len(counting.calls) == 2 + 1  # none for it: its budget is spent
+        now[0] += 60
+        revoke_and_wait(client, store, [created.plaintext])
+        assert len(counting.calls) == 3 + 2  # the right secret, checked
+        assert store.get_key("alice", "old").disabled
+        now[0] += 60
+        revoke_and_wait(client, store, forgeries)
+        assert len(counting.calls) == 5 + 1  # the fingerprint refuses every wrong one
+    secret = keyformat.parse(created.plaintext).secret
+    assert every_fingerprint(store)[public_id] == fingerprint(public_id, secret)
+
+
+@dataclass(frozen=True)
+class HeldHasher(SecretHasher):
+    """The cheapest profile; checking a secret in `held` waits until `release` is set."""
+
+    held: frozenset[str] = frozenset()
+    release: threading.Event = field(default_factory=threading.Event)
+
+    def verify(self, stored_hash: str, secret: str) -> bool:
+        if secret in self.held:
+            assert self.release.wait(60), "never released"
+        return super().verify(stored_hash, secret)
+
+
+def test_a_signed_report_never_waits_behind_revocations(store: KeyStore, signer: Signer) -> None:
+    """With 40 revocations stuck in argon2, a signed report is still answered and acts."""
+    old = [store.create_key("bob", f"old{n}", ["project"]).info.public_id for n in range(40)]
+    without_fingerprints(store)
+    key = store.create_key("alice", "ci", ["project"]).plaintext
+    forgeries = [keyformat.generate(public_id)[1] for public_id in old]
+    hasher = HeldHasher("cheapest", frozenset(keyformat.parse(f).secret for f in forgeries))
+    app = LeaksApp(
+        KeyStore(store.engine, hasher=hasher, clock=store.clock),
+        {"github": {signer.identifier: signer.private.public_key()}},
+        revoke_per_minute=1000,
+    )
+    answers: list[int] = []
+    with TestClient(app, client=("192.0.2.10", 1)) as client:
+        try:
+            for forgery in forgeries:
+                assert client.post("/revoke", json={"credentials": [forgery]}).status_code == 202
+            body = report(key)
+            reporting = threading.Thread(
+                target=lambda: answers.append(
+                    client.post("/github", content=body, headers=signer.headers(body)).status_code
+                ),
+                daemon=True,
+            )
+            reporting.start()
+            wait_for(lambda: answers == [200])
+            assert store.get_key("alice", "ci").disabled
+        finally:
+            hasher.release.set()  # before the app stops: it finishes the revocations first

@@ -25,10 +25,11 @@ from apikey_tui.errors import (
     StoreUnavailableError,
     VerifierUnavailableError,
 )
+from apikey_tui.hashing import fingerprint
 from apikey_tui.store import KeyStore
 from apikey_tui.verifier import RECHECK_BURST, Verifier
 from apikey_tui.verifier.last_used import LastUsedWriter
-from tests.conftest import CHEAP
+from tests.conftest import CHEAP, every_fingerprint
 from tests.test_verifier import CountingHasher, header
 from tests.throwaway_postgres import ThrowawayPostgres
 
@@ -147,6 +148,25 @@ def test_keys_without_a_fingerprint_still_work_within_the_failure_budget(
             checker.verify(header(forged(created.info.public_id)))
     elapsed = time.monotonic() - start
     assert counting.calls is not None and len(counting.calls) <= 1 + 5 + int(elapsed) + 1
+
+
+def test_a_key_without_a_fingerprint_gets_one_when_it_verifies(
+    store: KeyStore, checker: Verifier
+) -> None:
+    """A key made before fingerprints is given its fingerprint by its first verification, in
+    the store with a change-log entry (so every verifier's index learns it); one that has a
+    fingerprint keeps it."""
+    created = store.create_key("alice", "legacy", ["project"])
+    public_id = created.info.public_id
+    with store.engine.begin() as conn:
+        conn.execute(text("UPDATE apikey_tui_key SET fingerprint = NULL"))
+    position = store.log_position()
+    assert checker.verify(header(created.plaintext)).key_name == "legacy"
+    secret = keyformat.parse(created.plaintext).secret
+    assert every_fingerprint(store)[public_id] == fingerprint(public_id, secret)
+    assert [change.public_id for change in store.changes_since(position) or []] == [public_id]
+    assert not store.add_fingerprint(public_id, "0" * 16)  # never overwrites
+    assert every_fingerprint(store)[public_id] == fingerprint(public_id, secret)
 
 
 def test_the_failure_budget_holds_while_the_index_cannot_vouch(
@@ -281,6 +301,29 @@ def test_a_missing_sqlite_file_is_503_with_one_log_line_per_outage(
                 checker.verify(header(forged()))
     lines = [r.getMessage() for r in caplog.records if "cannot be checked" in r.getMessage()]
     assert len(lines) == 1 and "missing.db" in lines[0]
+    checker.close()
+
+
+def test_a_database_outage_logs_a_line_per_interval_not_per_request(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A PostgreSQL server that cannot be reached refuses every request (503) but logs one
+    line per interval, the next one counting the lines held back; by the injected clock."""
+    checker = Verifier.from_url(
+        "postgresql+psycopg://nobody@127.0.0.1:1/none", hasher=CHEAP, revocation_bound=0
+    )
+    now = [0.0]
+    checker._outage.clock = lambda: now[0]
+    with caplog.at_level(logging.WARNING, logger="apikey_tui.verifier"):
+        for _ in range(30):
+            with pytest.raises(VerifierUnavailableError):
+                checker.verify(header(forged()))
+        now[0] += checker._outage.interval
+        with pytest.raises(VerifierUnavailableError):
+            checker.verify(header(forged()))
+    lines = [r.getMessage() for r in caplog.records if r.name == "apikey_tui.verifier"]
+    assert len(lines) == 2 and all("cannot be checked" in line for line in lines)
+    assert lines[1].endswith("(29 more such lines held back)")
     checker.close()
 
 

@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Coroutine, Mapping, Sequence
+import time
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +35,9 @@ from apikey_tui.leaks.reports import (
     parse_revocation,
 )
 from apikey_tui.leaks.verdicts import judge, mask, token_sha256
+from apikey_tui.names import printable
 from apikey_tui.store import Actor, KeyStore, Leak
+from apikey_tui.verifier.guard import FailureBudget
 
 logger = logging.getLogger("apikey_tui.leaks")
 
@@ -42,7 +46,16 @@ REVOKE_ACCEPTED = json.dumps({"message": "accepted; any live key among them is n
 JSON = [("content-type", "application/json"), ("cache-control", "no-store")]
 ON_LEAK_TIMEOUT = 60.0  # seconds an --on-leak command may run
 MAX_PENDING_REVOCATIONS = 64  # revocation requests queued behind their answers
+REPORT_WORKERS = 4  # signed reports judged at once (argon2, database)
+# /revoke and keys made by 0.1.0 (no fingerprint, so any secret costs argon2): one wrong secret
+# checked per such key at once, then one a minute, whoever sends them.
+LEGACY_BURST, LEGACY_PER_SECOND = 1.0, 1 / 60
 _PATHS = {"/github": GITHUB, "/depsdev": DEPSDEV}
+_REFUSALS = {  # what is logged (once per id and request) of a real id that changed nothing
+    "forged": "serve-leaks: %s named %s with a wrong secret (forged; nothing changed)",
+    "unchecked": "serve-leaks: %s named %s, a key made before fingerprints, after too many wrong "
+    "secrets for it: not checked, nothing changed (send it again in a minute)",
+}
 
 
 @dataclass(frozen=True)
@@ -68,15 +81,20 @@ class LeaksApp(HTTPApp):
         on_leak: Sequence[str] | None = None,
         revoke_per_minute: int = 30,
         trusted_proxies: tuple[Network, ...] = (),
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
         self.keys = keys  # by signer name; an endpoint whose signer has no keys is 404
         self.delete = delete
         self.on_leak = list(on_leak) if on_leak else None
-        self.rate = RateLimit(revoke_per_minute)
+        self.rate = RateLimit(revoke_per_minute, clock=monotonic)
+        self.legacy = FailureBudget(LEGACY_BURST, LEGACY_PER_SECOND, clock=monotonic)
         self.trusted = trusted_proxies
         self._pending: set[asyncio.Task[None]] = set()
-        self._reports = asyncio.Semaphore(4)  # reports judged at once (argon2, database)
+        # Separate threads: a signed report never waits behind revocations, which take one
+        # thread (one core's worth of argon2 at most) and queue for it.
+        self._reports = ThreadPoolExecutor(REPORT_WORKERS, "serve-leaks-report")
+        self._revocations = ThreadPoolExecutor(1, "serve-leaks-revoke")
 
     async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -91,10 +109,12 @@ class LeaksApp(HTTPApp):
             raise LeakRequestError(404, "serve-leaks answers POST /github, /depsdev and /revoke")
         if scope["method"] != "POST":
             raise LeakRequestError(405, "only POST", headers=(("allow", "POST"),))
-        address = client_address(
-            (scope.get("client") or (None, 0))[0],
-            [v for k, v in scope["headers"] if k.lower() == b"x-forwarded-for"],
-            self.trusted,
+        address = printable(  # logged and kept in the trail: a peer that is not an IP is shown
+            client_address(
+                (scope.get("client") or (None, 0))[0],
+                [v for k, v in scope["headers"] if k.lower() == b"x-forwarded-for"],
+                self.trusted,
+            )
         )
         if signer is None:
             await self._revoke(scope, receive, send, address)
@@ -103,18 +123,16 @@ class LeaksApp(HTTPApp):
         headers = _headers(scope, signer)
         check_signature(self.keys[signer.name], *headers, body)  # before reading anything
         reported = parse_report(body)
-        async with self._reports:
-            try:
-                contained = await asyncio.to_thread(
-                    self._contain_all,
-                    [(r.token, r.url or f"a {signer.name} report") for r in reported],
-                    signer.name,
-                    address,
-                )
-            except StoreUnavailableError:
-                raise LeakRequestError(
-                    503, "the key database is unavailable; send it again"
-                ) from None
+        try:
+            contained = await asyncio.get_running_loop().run_in_executor(
+                self._reports,
+                self._contain_all,
+                [(r.token, r.url or f"a {signer.name} report") for r in reported],
+                signer.name,
+                address,
+            )
+        except StoreUnavailableError:
+            raise LeakRequestError(503, "the key database is unavailable; send it again") from None
         feedback = [
             {
                 "token_hash": c.token_hash,
@@ -151,9 +169,16 @@ class LeaksApp(HTTPApp):
 
     async def _revoke_later(self, pairs: list[tuple[str, str]], address: str) -> None:
         try:
-            contained = await asyncio.to_thread(self._contain_all, pairs, "revoke", address)
+            contained = await asyncio.get_running_loop().run_in_executor(
+                self._revocations, self._contain_all, pairs, "revoke", address
+            )
         except StoreUnavailableError:
             logger.error("serve-leaks: the key database is unavailable: a revocation was lost")
+            return
+        except Exception as exc:
+            # Named by its type alone: an exception's repr may hold a token (a UnicodeError
+            # holds the whole string), and asyncio would log it as "never retrieved".
+            logger.error("serve-leaks: a revocation failed (%s)", type(exc).__name__)
             return
         self._notify([c.leak for c in contained if c.leak is not None], contained)
 
@@ -168,26 +193,32 @@ class LeaksApp(HTTPApp):
             clock=self.store.clock,
         )
         done: dict[str, Contained] = {}
+        said: set[tuple[str, str]] = set()  # (state, public id) logged: once each per request
         results = []
-        for token, where in tokens:
-            digest = token_sha256(token)
-            if digest not in done:
-                done[digest] = Contained(digest, self._contain(store, token, source, where))
-            results.append(done[digest])
+        try:
+            for token, where in tokens:
+                digest = token_sha256(token)
+                if digest not in done:
+                    leak = self._contain(store, token, source, where, said)
+                    done[digest] = Contained(digest, leak)
+                results.append(done[digest])
+        finally:
+            store.release()  # its read connection, else kept until the store is collected
         return results
 
-    def _contain(self, store: KeyStore, token: str, source: str, where: str) -> Leak | None:
+    def _contain(
+        self, store: KeyStore, token: str, source: str, where: str, said: set[tuple[str, str]]
+    ) -> Leak | None:
         try:
             key = keyformat.parse(token)
         except MalformedKey:
             return None
-        verdict = judge(store, key)
+        # A signed report is judged whole; /revoke, open to anyone, within the legacy budget.
+        verdict = judge(store, key, self.legacy if source == "revoke" else None)
         if verdict.credential is None:
-            if verdict.state == "forged":
-                logger.warning(
-                    "serve-leaks: %s named %s with a wrong secret (forged; nothing changed)",
-                    source, mask(key.public_id),
-                )  # fmt: skip
+            if verdict.state in _REFUSALS and (verdict.state, key.public_id) not in said:
+                said.add((verdict.state, key.public_id))
+                logger.warning(_REFUSALS[verdict.state], source, mask(key.public_id))
             return None
         leak = store.contain_leak(
             verdict.credential, source=source, where=where, delete=self.delete
@@ -196,7 +227,7 @@ class LeaksApp(HTTPApp):
             logger.warning(
                 "serve-leaks: %s: key %s/%s (%s) %s; token sha256 %s; %s",
                 source, leak.owner, leak.name, mask(key.public_id), leak.outcome,
-                token_sha256(token), where,
+                token_sha256(token), printable(where),
             )  # fmt: skip
         return leak
 
@@ -243,6 +274,8 @@ class LeaksApp(HTTPApp):
     async def shutdown(self) -> None:
         if self._pending:  # revocations answered 202 are finished, not dropped
             await asyncio.wait(set(self._pending), timeout=ON_LEAK_TIMEOUT)
+        self._reports.shutdown(wait=False)
+        self._revocations.shutdown(wait=False)
         self.store.close()
 
 

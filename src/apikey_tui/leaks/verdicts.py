@@ -7,21 +7,34 @@ import hmac
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from apikey_tui.errors import StoreUnavailableError
 from apikey_tui.hashing import fingerprint
 from apikey_tui.keyformat import ParsedKey
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # `scan --offline` (a pre-commit hook) must import no database layer
     from apikey_tui.store import Credential, KeyStore
+    from apikey_tui.verifier.guard import FailureBudget
 
 # live: it works now. disabled, expired: ours, its secret right, but refused. deleted: an id this
 # database issued that is no longer a key (deleted, or replaced by recreate or rotate). forged:
 # a real id with a wrong secret, never a leak of that key. unknown: not an id of this database.
-STATES = ("live", "disabled", "expired", "deleted", "forged", "unknown")
+# unchecked: a real id of a key made by 0.1.0 (no fingerprint) whose budget of wrong secrets is
+# spent for now (serve-leaks' /revoke only), so its secret was not checked.
+STATES = ("live", "disabled", "expired", "deleted", "forged", "unknown", "unchecked")
 
 
 def token_sha256(token: str) -> str:
-    """The SHA-256 (hex) of a token as found: what logs and reports name instead of it."""
-    return hashlib.sha256(token.encode("utf-8", "surrogateescape")).hexdigest()
+    """The SHA-256 (hex) of a token as found: what logs and reports name instead of it.
+
+    Defined for every string: a token read from a file keeps its undecodable bytes (the
+    surrogateescape reading hashes them back to themselves); a lone surrogate sent in JSON
+    (`"\\ud800"`), which no file holds, is hashed in its surrogatepass form.
+    """
+    try:
+        raw = token.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # its repr holds the whole token: never let it out
+        raw = token.encode("utf-8", "surrogatepass")
+    return hashlib.sha256(raw).hexdigest()
 
 
 def mask(public_id: str) -> str:
@@ -44,16 +57,35 @@ class Verdict:
         return self.credential is not None
 
 
-def judge(store: KeyStore, key: ParsedKey) -> Verdict:
-    """Look the public id up and check the secret (fingerprint, then argon2)."""
+def judge(store: KeyStore, key: ParsedKey, legacy: FailureBudget | None = None) -> Verdict:
+    """Look the public id up and check the secret (fingerprint, then argon2).
+
+    argon2 runs only for a secret whose fingerprint matches (the right one, bar a 2**-64
+    chance), so at most once per public id for any list of tokens, except for a key made by
+    0.1.0, which has no fingerprint: then `legacy`, when given, bounds the wrong secrets
+    checked for its id (a spent budget is "unchecked", nothing changes). A key of 0.1.0 whose
+    secret is proven right is given its fingerprint, so later wrong secrets cost no argon2.
+    """
     credential = store.credential(key.public_id)
     if credential is None:
         return Verdict("deleted" if store.issued(key.public_id) else "unknown")
     info = credential.info
-    matches = credential.fingerprint is None or hmac.compare_digest(
-        credential.fingerprint, fingerprint(key.public_id, key.secret)
-    )
-    if not (matches and store.hasher.verify(credential.secret_hash, key.secret)):
+    presented = fingerprint(key.public_id, key.secret)
+    if credential.fingerprint is None:
+        if legacy is not None and not legacy.allows(key.public_id):
+            return Verdict("unchecked", info.owner, info.name)
+        if not store.hasher.verify(credential.secret_hash, key.secret):
+            if legacy is not None:
+                legacy.spend(key.public_id)
+            return Verdict("forged", info.owner, info.name)
+        try:
+            store.add_fingerprint(key.public_id, presented)
+        except StoreUnavailableError:
+            pass  # a read-only database (a scan's) keeps it without: argon2 still decides
+    elif not (
+        hmac.compare_digest(credential.fingerprint, presented)
+        and store.hasher.verify(credential.secret_hash, key.secret)
+    ):
         return Verdict("forged", info.owner, info.name)
     now = store.clock()
     if credential.disabled:

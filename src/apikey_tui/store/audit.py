@@ -9,13 +9,11 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, or_
-from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
 from apikey_tui.db.models import EventRow, KeyRow
-from apikey_tui.store import change_log
 from apikey_tui.store.context import StoreContext
-from apikey_tui.store.credentials import CHANGE_CHANNEL
+from apikey_tui.store.credentials import announce
 from apikey_tui.store.records import key_row, like_pattern, read_info
 from apikey_tui.store.types import Event, KeyDetail, KeyInfo
 
@@ -59,8 +57,9 @@ def record(
     `also`: ids the change retired) to the change log, in the same transaction. batch: the
     id of the bulk change this event is part of (`new_batch`), kept in the detail.
     """
-    if key is not None:
-        change_log.append(session, [key.public_id, key.old_public_id, *also], ctx.clock())
+    # Verifiers are told of every event (PostgreSQL); the change log lists the ids it touched.
+    ids = [key.public_id, key.old_public_id, *also] if key is not None else []
+    announce(session, ids, ctx.clock())
     session.add(
         EventRow(
             at=ctx.clock(),
@@ -74,9 +73,6 @@ def record(
             actor_address=ctx.actor.address,
         )
     )
-    if ctx.engine.dialect.name == "postgresql":
-        with session.no_autoflush:  # pending rows flush at commit, where callers expect it
-            session.execute(sa_select(func.pg_notify(CHANGE_CHANNEL, "")))
 
 
 def events(

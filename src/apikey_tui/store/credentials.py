@@ -6,14 +6,14 @@ trail; the verifier imports nothing else of the store.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, bindparam, or_, text, update
+from sqlalchemy import Engine, bindparam, func, or_, text, update
 from sqlalchemy import select as sa_select
-from sqlmodel import col
+from sqlmodel import Session, col
 
 from apikey_tui.clock import Clock, system_clock
 from apikey_tui.db import WRITE, database_errors
@@ -39,6 +39,14 @@ _MARK_BATCH = (
 # PostgreSQL: every recorded change also NOTIFYs this channel in its own transaction, so
 # verifiers on every host hear of it at commit (and never before: a rolled-back change is silent).
 CHANGE_CHANNEL = "apikey_tui_changes"
+
+
+def announce(session: Session, public_ids: Iterable[str | None], now: datetime) -> None:
+    """Log these ids as changed and NOTIFY verifiers (PostgreSQL), in session's transaction."""
+    change_log.append(session, public_ids, now)
+    if session.get_bind().dialect.name == "postgresql":
+        with session.no_autoflush:  # pending rows flush at commit, where callers expect it
+            session.execute(sa_select(func.pg_notify(CHANGE_CHANNEL, "")))
 
 
 @dataclass(frozen=True)
@@ -86,9 +94,14 @@ class CredentialReads(StoreContext):
         super().__init__(engine, **options)
         self._reads = change_log.ReusedConnections(engine)  # the verifier's hot reads
 
+    def release(self) -> None:
+        """Return the connections kept for reads to the engine's pool; the engine stays open
+        (for a store made per task on a shared engine)."""
+        self._reads.close()
+
     def close(self) -> None:
         """Release the store's database connections."""
-        self._reads.close()
+        self.release()
         super().close()
 
     def credential(self, public_id: str) -> Credential | None:
@@ -153,6 +166,34 @@ class CredentialReads(StoreContext):
                 .values(secret_hash=new_hash)
             )
             session.commit()
+
+    def add_fingerprint(self, public_id: str, fingerprint: str) -> bool:
+        """Give a key made before fingerprints (0.1.0) the fingerprint of its secret, just proven
+        right by argon2; False (nothing changed) when the id already has one or names no key.
+
+        Public ids are never reused, so an id without a fingerprint still names the secret that
+        was checked. A rotated key's previous id gets its own (old_fingerprint). The id goes in
+        the change log, so verifiers' indexes learn it and refuse wrong secrets for it without
+        argon2 from then on. Written by whoever verified the secret and may write the column:
+        serve-leaks, and a verifier on SQLite (a PostgreSQL verifier role may not: skipped).
+        """
+        key = KEY_TABLE
+        with self.session(write=True) as session:
+            changed = 0
+            for id_column, column in (
+                (key.c.public_id, key.c.fingerprint),
+                (key.c.old_public_id, key.c.old_fingerprint),
+            ):
+                result = session.connection().execute(
+                    update(key)
+                    .where(id_column == public_id, column.is_(None))
+                    .values({column.name: fingerprint})
+                )
+                changed += result.rowcount
+            if changed:
+                announce(session, [public_id], self.clock())
+            session.commit()
+        return bool(changed)
 
     def record_use(self, used: Mapping[str, datetime]) -> None:
         """Move last_used_at forward for the given public ids (never backwards).

@@ -39,7 +39,7 @@ from apikey_tui.verifier.freshness import (
     PushFreshness,
     freshness_for,
 )
-from apikey_tui.verifier.guard import CheckGate, FailureBudget, TokenBucket
+from apikey_tui.verifier.guard import CheckGate, FailureBudget, OutageLog, TokenBucket
 from apikey_tui.verifier.key_index import KeyIndex, Verdict
 from apikey_tui.verifier.last_used import LastUsedWriter
 from apikey_tui.verifier.metrics import VerifierStats
@@ -136,7 +136,8 @@ class Verifier:
         self._ask_always = revocation_bound == 0 and isinstance(self._freshness, BoundFreshness)
         self._index = KeyIndex(self._source.key_count, self._source.fingerprint_page)
         self._feed = ChangeFeed(self._source, self._freshness, self._index, self._suspect)
-        self._gate = CheckGate(check_workers, check_timeout, max_pending_checks)
+        self._outage = OutageLog(log)  # a line per interval, not per request refused
+        self._gate = CheckGate(check_workers, check_timeout, max_pending_checks, self._outage)
         self._budget = FailureBudget(failure_burst, failures_per_second)
         # Lookups of ids the index cannot vouch for yet (while it loads, a few seconds at a
         # million keys): a service restarting under real traffic needs many, a flood of forged
@@ -160,7 +161,7 @@ class Verifier:
         self._by_id: dict[str, bytes] = {}
         self._scope_sets: dict[frozenset[str], frozenset[str]] = {}
         self._ready = False
-        self._rehash_refused = False
+        self._rehash_refused = self._fingerprint_refused = False
         self._connections: dict[int, Any] = {}
         event.listen(self._engine, "connect", self._on_connect)
         event.listen(self._engine, "close", self._on_close)
@@ -359,7 +360,7 @@ class Verifier:
         try:
             ensure_schema(self._engine, create=False, verifier=True)
         except (StoreUnavailableError, SchemaVersionError) as exc:
-            log.warning("API keys cannot be checked: %s", exc)
+            self._outage.warning("API keys cannot be checked: %s", exc)
             raise VerifierUnavailableError() from None
         self._ready = True
 
@@ -378,7 +379,7 @@ class Verifier:
             except StoreUnavailableError:
                 return read()
         except StoreUnavailableError as exc:
-            log.warning("API keys cannot be checked: %s", exc)
+            self._outage.warning("API keys cannot be checked: %s", exc)
             raise VerifierUnavailableError() from None
 
     def _check(self, parsed: ParsedKey, digest: bytes) -> Caller:
@@ -438,6 +439,8 @@ class Verifier:
             if stored.fingerprint is None:
                 self._budget.spend(parsed.public_id)
             raise InvalidKeyError()
+        if stored.fingerprint is None:
+            self._add_fingerprint(parsed)
         if self._hasher.needs_rehash(stored.secret_hash):
             tag = self._upgrade_hash(parsed, stored)
         entry = _Entry(self._caller(stored), tag, expires_at, time.monotonic())
@@ -450,6 +453,18 @@ class Verifier:
         if self._record:
             self._uses.start()  # warm hits append to it from now on
         return entry.caller
+
+    def _add_fingerprint(self, parsed: ParsedKey) -> None:
+        """Give a key made by 0.1.0, just verified, its fingerprint: wrong secrets for it then
+        cost no argon2, here or anywhere. Skipped (logged once) where this role may not."""
+        try:
+            self._source.add_fingerprint(
+                parsed.public_id, fingerprint(parsed.public_id, parsed.secret)
+            )
+        except StoreUnavailableError as exc:
+            if not self._fingerprint_refused:
+                log.warning("API key fingerprint not stored (the key still works): %s", exc)
+            self._fingerprint_refused = True
 
     def _upgrade_hash(self, parsed: ParsedKey, stored: Credential) -> bytes:
         """Store the secret hashed with today's profile; skipped (logged once) if not allowed."""
@@ -517,6 +532,7 @@ class Verifier:
         self._index.reset()
         self._feed.reset()
         self._budget.reset()
+        self._outage.reset()
         self._lookups.reset()
         self._rechecks.reset()
         self._entries, self._stale, self._by_id = {}, {}, {}

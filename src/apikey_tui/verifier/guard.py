@@ -19,6 +19,46 @@ log = logging.getLogger("apikey_tui.verifier")
 T = TypeVar("T")
 
 
+OUTAGE_LOG_INTERVAL = 30.0  # seconds between two lines about one outage
+
+
+class OutageLog:
+    """Warnings that every refused request would repeat (a database that cannot answer): at
+    most one line per `interval`, the next line counting those held back meanwhile.
+
+    One per Verifier, shared by its gate: every integration checks keys through one, so a
+    database outage logs a line per interval in any of them, never one per request.
+    """
+
+    def __init__(
+        self,
+        logger: logging.Logger,
+        interval: float = OUTAGE_LOG_INTERVAL,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.logger, self.interval, self.clock = logger, interval, clock
+        self.held = 0  # lines held back since the last one written
+        self._next = float("-inf")
+        self._lock = threading.Lock()
+
+    def warning(self, message: str, *args: object) -> None:
+        """Log message (%-style, like logging) now, or count it if a line went out lately."""
+        with self._lock:
+            now = self.clock()
+            if now < self._next:
+                self.held += 1
+                return
+            held, self.held, self._next = self.held, 0, now + self.interval
+        if held:
+            message, args = message + " (%d more such lines held back)", (*args, held)
+        self.logger.warning(message, *args)
+
+    def reset(self) -> None:
+        """After a fork: a new lock."""
+        self._lock = threading.Lock()
+
+
 class CheckGate:
     """Runs database and argon2 work in a few threads; a request waits for it at most `timeout`.
 
@@ -29,10 +69,13 @@ class CheckGate:
     The threads are daemons (unlike a ThreadPoolExecutor's): a stuck one never holds up exit.
     """
 
-    def __init__(self, workers: int, timeout: float, max_pending: int) -> None:
+    def __init__(
+        self, workers: int, timeout: float, max_pending: int, outage: OutageLog | None = None
+    ) -> None:
         if workers < 1 or timeout <= 0 or max_pending < workers:
             raise ValueError("need workers >= 1, timeout > 0 and max_pending >= workers")
         self.workers, self.timeout, self.max_pending = workers, timeout, max_pending
+        self.outage = outage or OutageLog(log)
         # Metrics: submit-to-start wait, run time, 503s for a full queue and for the deadline.
         self.waited, self.ran = Timings(), Timings()
         self.rejected = self.timeouts = 0
@@ -112,7 +155,7 @@ class CheckGate:
             return future.result(timeout=max(0.0, deadline - time.monotonic()))
         except FutureTimeout:
             self.timeouts += 1
-            log.warning(
+            self.outage.warning(
                 "API key check gave up after %.1f s: the database is not answering", self.timeout
             )
             raise VerifierUnavailableError() from None
@@ -125,7 +168,7 @@ class CheckGate:
             )
         except TimeoutError:
             self.timeouts += 1
-            log.warning(
+            self.outage.warning(
                 "API key check gave up after %.1f s: the database is not answering", self.timeout
             )
             raise VerifierUnavailableError() from None
@@ -173,10 +216,14 @@ class FailureBudget:
     """Keys made before fingerprints: a token bucket per public id bounds argon2 on wrong secrets.
 
     Only ids the index knows get a bucket, so its size follows the number of such keys.
+    serve-leaks keeps one too, for `/revoke` (`leaks.verdicts.judge`).
     """
 
-    def __init__(self, burst: float, per_second: float) -> None:
+    def __init__(
+        self, burst: float, per_second: float, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.burst, self.per_second = burst, per_second
+        self.clock = clock
         self._buckets: dict[str, tuple[float, float]] = {}
         self._lock = threading.Lock()
 
@@ -187,12 +234,12 @@ class FailureBudget:
     def allows(self, public_id: str) -> bool:
         """Whether one more argon2 run for this id is within budget."""
         with self._lock:
-            return self._level(public_id, time.monotonic()) >= 1.0
+            return self._level(public_id, self.clock()) >= 1.0
 
     def spend(self, public_id: str) -> None:
         """Record one failed argon2 run for this id."""
         with self._lock:
-            now = time.monotonic()
+            now = self.clock()
             self._buckets[public_id] = (self._level(public_id, now) - 1.0, now)
 
     def reset(self) -> None:

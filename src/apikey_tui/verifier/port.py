@@ -42,6 +42,9 @@ class CredentialSource(Protocol):
         """Append usage counts (public_id, minute, span, kind, scope, requests), all or none;
         once only per batch id (a retry of a batch already written writes nothing)."""
 
+    def add_fingerprint(self, public_id: str, fingerprint: str) -> bool:
+        """Store a key of 0.1.0's fingerprint, unless it has one (skipped when the role may not)."""
+
     def replace_hash(self, public_id: str, old_hash: str, new_hash: str) -> None:
         """Store an upgraded hash of the same secret (skipped when the role may not)."""
 
