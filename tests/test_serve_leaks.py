@@ -336,6 +336,23 @@ def test_on_leak_runs_with_a_description_without_the_key(
     assert sha(created.plaintext) in caplog.text and secret not in caplog.text
 
 
+def test_a_replayed_report_acts_once(tmp_path: Path, store: KeyStore, signer: Signer) -> None:
+    """The same signed report sent twice records one leak event and runs --on-leak once; the
+    replay is still answered true_positive (the key is ours)."""
+    created = store.create_key("alice", "ci", ["project"])
+    runs = tmp_path / "runs"
+    command = [sys.executable, "-c", f"open({str(runs)!r}, 'a').write('run\\n')"]
+    body = report(created.plaintext)
+    with make_client(store, signer, on_leak=command) as client:
+        for _ in range(2):
+            answer = client.post("/github", content=body, headers=signer.headers(body))
+            assert answer.json()[0]["label"] == "true_positive"
+        wait_for(runs.exists)
+        time.sleep(0.5)  # a second run, were there one, would have started by now
+    assert runs.read_text() == "run\n"
+    assert [x.outcome for x in store.leaks("alice", "ci")] == ["disabled"]
+
+
 def test_key_files_must_hold_p256_keys(tmp_path: Path) -> None:
     """A keys file that is not JSON, has no keys or holds a P-384 key is refused at start."""
     path = tmp_path / "keys.json"

@@ -232,11 +232,14 @@ class LeaksApp(HTTPApp):
         return leak
 
     def _notify(self, leaks: list[Leak], contained: list[Contained]) -> None:
-        """Run --on-leak once per leak, with its description (never the key) on stdin."""
+        """Run --on-leak once per leak, with its description (never the key) on stdin; a report
+        seen before (outcome repeated) runs nothing: it acts once."""
         if self.on_leak is None:
             return
         hashes = {c.leak: c.token_hash for c in contained if c.leak is not None}
         for leak in dict.fromkeys(leaks):
+            if leak.outcome == "repeated":
+                continue
             description = {
                 **leak.to_json(),
                 "public_id": mask(leak.public_id or ""),
