@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import socket
 import subprocess
@@ -627,3 +628,15 @@ def test_serve_auth_help_offers_only_its_own_options(capsys: pytest.CaptureFixtu
     with pytest.raises(SystemExit) as refused:
         main(["serve-auth", "--json"])
     assert refused.value.code == 2
+
+
+def test_a_proxy_sending_no_uri_is_logged_once_per_interval(
+    sqlite_url: str, keys: Keys, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Thirty requests from a proxy that sends no X-Forwarded-Uri are thirty 400s but one log
+    line (it wrote one per request)."""
+    caplog.set_level(logging.WARNING, "apikey_tui")
+    with client(sqlite_url) as c:
+        for _ in range(30):
+            assert ask(c, None, keys.both).status_code == 400
+    assert caplog.text.count("fix the proxy") == 1

@@ -36,6 +36,7 @@ from apikey_tui.integrations.routes import RouteScopes
 from apikey_tui.integrations.rules_file import load_rules
 from apikey_tui.names import parse_scopes
 from apikey_tui.verifier import Caller, Verifier
+from apikey_tui.verifier.guard import OutageLog
 
 logger = logging.getLogger(__name__)
 
@@ -117,6 +118,8 @@ class ForwardAuthApp(HTTPApp):
             )
             rules = _NO_RULES
         self.guard = Guard(verifier, scope_authorization, rules)
+        # A misconfigured proxy sends every request so: a line per interval, not per request.
+        self.complaints = OutageLog(logger)
         # An empty table checks a path's normal form and asks for any valid key.
         self.normal_form = RouteScopes(())
         self.metrics = _metrics_page(verifier)  # None without the `metrics` extra
@@ -182,7 +185,9 @@ class ForwardAuthApp(HTTPApp):
             return scopes
         if uri is None or method is None:
             missing = "X-Forwarded-Uri" if uri is None else "X-Forwarded-Method"
-            logger.warning("serve-auth refused a request without %s: fix the proxy", missing)
+            self.complaints.warning(
+                "serve-auth refused a request without %s: fix the proxy", missing
+            )
             raise ForwardedRequestError(
                 f"the proxy sent no {missing}: route rules cannot place the request"
             )
