@@ -19,7 +19,7 @@ from apikey_tui.tui.dialogs.ask_value import AskValueDialog
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.create_key import CreateKeyDialog
 from apikey_tui.tui.dialogs.edit_scopes import EditScopesDialog
-from apikey_tui.tui.dialogs.help import OTHER_BUTTON, HelpScreen, Section
+from apikey_tui.tui.dialogs.help import OTHER_BUTTON, HelpScreen, Section, described_bindings
 from apikey_tui.tui.dialogs.jump import JumpDialog
 from apikey_tui.tui.dialogs.reveal_secret import RevealSecretDialog
 from apikey_tui.tui.dialogs.scope_form import ScopeFormDialog
@@ -179,16 +179,32 @@ class ApiKeysApp(App[None]):
             self.pop_screen()
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
-        """Textual's commands, then every action of the key table or key detail it is over."""
+        """Textual's commands, then every action of the screen it is over.
+
+        Whatever has the focus: an action bound 'at once' is text while the filter has the
+        focus (check_action refuses it there), yet the palette must offer it all the same (it
+        offered none of them after the filter had been used). Only an action that cannot act
+        in this state is left out (End grace without a grace, right-size without a proposal).
+        """
         yield from super().get_system_commands(screen)
-        where = _WHERE.get(type(screen))
-        for action in actions(where) if where is not None else ():
-            if screen.check_action(action.id, ()):  # e.g. End grace only for a key in grace
-                run = partial(screen.run_action, action.id)
-                yield SystemCommand(action.title, action.description, run)
+        if isinstance(screen, KeysScreen | KeyDetailScreen):
+            where = TABLE if isinstance(screen, KeysScreen) else DETAIL
+            for action in actions(where):
+                if screen.offers(action.id):
+                    run = partial(self._run_chosen, screen, action.id)
+                    yield SystemCommand(action.title, action.description, run)
+        elif isinstance(screen, LiveScreen):  # the catalog, the audit trail, Usage
+            for binding, text in described_bindings(type(screen)):
+                if binding.action != "app.help":  # Textual's own Keys command is there
+                    run = partial(self._run_chosen, screen, binding.action)
+                    yield SystemCommand(binding.description, text, run)
 
-
-_WHERE = {KeysScreen: TABLE, KeyDetailScreen: DETAIL}  # the screens whose actions the palette lists
+    def _run_chosen(self, screen: Screen[Any], action_id: str) -> None:
+        # Called, not run_action: run_action asks check_action, which refuses an action bound
+        # at once while a text field has the focus (there its key is text, but a palette
+        # choice is no key).
+        owner, _, name = action_id.rpartition(".")
+        getattr(self if owner == "app" else screen, f"action_{name}")()
 
 
 def help_sections() -> list[Section]:

@@ -263,8 +263,6 @@ class KeyTable(ScrollView, can_focus=True):
         Binding("pagedown", "page(1)", "Page down", show=False),
         Binding("home,g", "first", "First", show=False),
         Binding("end,G", "last", "Last", show=False),
-        Binding("S", "reverse_sort", "Reverse sort", show=False),
-        Binding("t", "toggle_times", "Times", show=False),
     ]
     COMPONENT_CLASSES: ClassVar[set[str]] = {
         "key-table--header",

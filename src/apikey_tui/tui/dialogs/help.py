@@ -58,8 +58,6 @@ TEXTS = {
     ("KeyTable", "page(1)"): "a page up / down",
     ("KeyTable", "first"): "first / last key",
     ("KeyTable", "last"): "first / last key",
-    ("KeyTable", "reverse_sort"): "reverse the sort order",
-    ("KeyTable", "toggle_times"): "times absolute (UTC) or relative ('3 min ago')",
     ("ApiKeysApp", "quit"): "quit",
     ("LiveScreen", "back"): "back to the key table",
     ("LiveScreen", "reload"): "reload now",
@@ -102,6 +100,17 @@ RULES = """\
 5. A lost key cannot be recovered: only its hash is stored."""
 
 Row = tuple[str, str]  # keys, what they do
+
+
+def described_bindings(owner: type) -> list[tuple[Binding, str]]:
+    """A class's bindings (its own and inherited, the nearest first) with what each does."""
+    found: dict[str, tuple[Binding, str]] = {}
+    for cls in owner.__mro__:
+        for binding in own_bindings(cls):
+            if binding.action not in found:
+                text = TEXTS.get((cls.__name__, binding.action), binding.description)
+                found[binding.action] = (binding, text)
+    return list(found.values())
 
 
 @dataclass(frozen=True)

@@ -268,6 +268,10 @@ class KeyDetailScreen(LiveScreen[DetailData]):
         return f"{undo}{counted(count, 'event')} of this key · {keys}"
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool:
+        return self.offers(action)
+
+    def offers(self, action: str) -> bool:
+        """Whether action can act in this state (the palette asks, as check_action does)."""
         # O (end grace) is offered only while the key's old secret is in grace.
         if action == "end_grace":
             info = None if self._gone or self.detail is None else self.detail.info
