@@ -136,7 +136,7 @@ async def test_the_views_offer_their_own_actions_in_the_palette(tui_store: KeySt
     app = make_app(tui_store)
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(pilot)
-        for view, titles in (("c", {"Add scope", "Describe", "Remove"}),
+        for view, titles in (("c", {"Add", "Describe", "Remove", "Filter"}),
                              ("a", {"Filter", "Leaks only"})):  # fmt: skip
             await pilot.press(view)
             await settle(pilot)

@@ -65,6 +65,12 @@ TEXTS = {
     ("ScopeCatalogScreen", "add"): "add a scope",
     ("ScopeCatalogScreen", "describe"): "describe the selected scope",
     ("ScopeCatalogScreen", "remove"): "remove it (asks; refused while keys hold it)",
+    ("ScopeCatalogScreen", "focus_filter"): "filter by scope name or description",
+    ("ScopeCatalogScreen", "back"): "from the filter: the scopes; else back",
+    ("ScopeCatalogScreen", "list_cursor('down')"): "next / previous scope (as ↓ / ↑)",
+    ("ScopeCatalogScreen", "list_cursor('up')"): "next / previous scope (as ↓ / ↑)",
+    ("AuditTrailScreen", "list_cursor('down')"): "next / previous event (as ↓ / ↑)",
+    ("AuditTrailScreen", "list_cursor('up')"): "next / previous event (as ↓ / ↑)",
     ("AuditTrailScreen", "focus_filter"): "filters: key, actor, action (Tab between)",
     ("AuditTrailScreen", "leaks_only"): "only leak events (key.leak); again: every event",
     ("AuditTrailScreen", "back"): "from a filter: the events; else back",
@@ -81,6 +87,13 @@ TEXTS = {
     ("SwitchOwnerDialog", "cancel"): "cancel: nothing is written",
     ("AskValueDialog", "cancel"): "cancel: nothing is done",
     ("ScopeFormDialog", "cancel"): "cancel: nothing is written",
+    (
+        "TypeAheadDialog",
+        "next_field",
+    ): "next / previous field, at once: keys typed behind it go there",
+    ("TypeAheadDialog", "previous_field"): (
+        "next / previous field, at once: keys typed behind it go there"
+    ),
     ("HelpScreen", "close"): "close this help",
     ("HelpScreen", "scroll_down"): "scroll",
     ("HelpScreen", "scroll_up"): "scroll",
