@@ -47,31 +47,18 @@ class Found:
 
 
 def find_keys(chunks: Iterable[bytes]) -> Iterator[tuple[int, ParsedKey, str]]:
-    """(line, key, text) of every well-formed key in a stream of byte chunks, in order.
-
-    Linear in the input: lines are counted once, from one key to the next. A key is found
-    wherever it starts, even inside a candidate whose checksum failed (a decoy glued in front).
-    """
+    """(line, key, text) of every well-formed key in a stream of byte chunks, in order."""
     tail = b""
     lines_before = 0  # newlines before the buffer's start
     for chunk in chunks:
         buffer = tail + chunk if tail else chunk
-        line, counted = lines_before + 1, 0  # the line holding buffer[counted]
-        position = 0
-        while (match := PATTERN.search(buffer, position)) is not None:
-            start = match.start()
-            # The next search starts one byte on, not at the match's end: a candidate that
-            # fails its checksum (or a key) may hold the start of a key in its last characters.
-            position = start + 1
+        for match in PATTERN.finditer(buffer):
             text = match.group().decode("ascii")
             try:
                 parsed = keyformat.parse(text)
             except MalformedKey:
                 continue  # the shape, not the checksum: about one string in 4 billion passes
-            line += buffer.count(b"\n", counted, start)
-            counted = start
-            yield line, parsed, text
-        # A key starts before len - _OVERLAP only if it ends in this buffer: found once, here.
+            yield lines_before + buffer.count(b"\n", 0, match.start()) + 1, parsed, text
         keep = min(_OVERLAP, len(buffer))
         lines_before += buffer.count(b"\n", 0, len(buffer) - keep)
         tail = buffer[len(buffer) - keep :]
