@@ -66,7 +66,7 @@ def test_list_in_a_terminal_fits_its_width_and_keeps_both_ends_of_names(
     lines = SGR.sub("", out.getvalue()).splitlines()
     assert len(lines) == 4 and all(len(line) <= 80 for line in lines), lines
     names = [line.split()[0] for line in lines[1:]]
-    assert len(set(names)) == 3 and any(n.endswith("-eu-west-2") for n in names), names
+    assert len(set(names)) == 3 and any(n.endswith("eu-west-2") for n in names), names
     assert any("…" in n and n.startswith("production") for n in names)
 
 
@@ -319,3 +319,28 @@ def test_usage_and_rightsize_escape_every_text_they_print(
     assert "drop \\x1b]52;c;" in printed and "\\x1b]2;pwned\\x07" in printed, printed
     raw = [ch for ch in printed if ch != "\n" and unicodedata.category(ch).startswith("C")]
     assert raw == [], printed
+
+
+EU = "production-infrastructure-eu-west-2-primary-cluster"
+US = "production-infrastructure-us-east-1-primary-cluster"
+
+
+@pytest.mark.parametrize("columns", ["70", "80", "120"])
+@pytest.mark.parametrize("every_owner", [False, True])
+def test_list_shows_where_names_differ_in_the_middle_and_scopes_fairly(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch, columns: str, every_owner: bool
+) -> None:
+    """`keys list` at 70, 80 and 120 columns shows '…eu-west…' and '…us-east…' for two names
+    that differ only in the middle, and a short-named key's scopes whole beside them."""
+    with closing(KeyStore.open(sqlite_url, hasher=CHEAP, actor=ACTOR)) as store:
+        for name in (EU, US, "ci"):
+            store.create_key("alice", name, ["project", "serving"])
+    monkeypatch.setenv("COLUMNS", columns)
+    out, _ = _terminal(monkeypatch)
+    assert run(sqlite_url, "keys", "list", *(["--all"] if every_owner else [])) == 0
+    lines = SGR.sub("", out.getvalue()).splitlines()
+    assert all(len(line) <= int(columns) for line in lines), lines
+    assert any("eu-west" in x for x in lines) and any("us-east" in x for x in lines), lines
+    if columns != "70":  # at 70 the scopes column is dropped whole, never cut to nothing
+        ci = next(line for line in lines if " ci " in f" {line} ")
+        assert "project,serving" in ci, lines
