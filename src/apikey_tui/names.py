@@ -250,7 +250,9 @@ def shorten(text: str, width: int, apart: tuple[int, int] | None = None) -> str:
     first, _ = apart
     if first < head or first >= len(text) - tail:
         return plain  # where it starts to differ shows already
-    start = end = max((width - 2) // 4, 1)
+    # The start keeps its share (what a name is), the end a few characters, the rest shows
+    # where it differs: 'production…eu-west-2-…er' beside 'production…us-east-1-…er'.
+    start, end = max((width - 1) // 2 - 1, 1), max((width - 2) // 8, 1)
     window = width - 2 - start - end
     if first + window + end >= len(text):  # the difference runs into the end: one cut will do
         return text[:start] + ELLIPSIS + text[-(width - 1 - start) :]
