@@ -197,9 +197,9 @@ async def test_every_screen_shows_hostile_database_text_literally(
         await settle(pilot)
         # Names that differ only in the middle keep that part when cut (names.shorten): the
         # escapes show as escapes at their start, the labels that tell them apart after.
-        table = assert_safe(app, "key table")
-        assert_literal(table, "key table", markup=False, escape="\\x1b]52")
-        assert all(f"…{label}" in table for label in ("ci", "del", "gone")), table
+        rows = assert_safe(app, "key table")
+        assert_literal(rows, "key table", markup=False, escape="\\x1b]52")
+        assert all(f"…{label}" in rows for label in ("ci", "del", "gone")), rows
 
         # The key detail, and every dialog it opens, for a key in grace.
         await select(pilot, "ci")
