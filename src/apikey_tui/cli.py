@@ -1127,7 +1127,7 @@ def _print_keys(keys: list[KeyInfo], out: TextIO, *, with_owner: bool, now: date
     """Keys as a table: piped, plain columns of whole cells; in a terminal, sized to its width,
     cut as the app cuts, the state coloured. No keys: a hint on stderr, nothing on stdout."""
     from apikey_tui import terminal_table as table
-    from apikey_tui.names import shorten
+    from apikey_tui.names import FAIR_WIDTHS, look_alikes, shorten
     from apikey_tui.store.states import marker
 
     if not keys:
@@ -1138,10 +1138,17 @@ def _print_keys(keys: list[KeyInfo], out: TextIO, *, with_owner: bool, now: date
     def minute(moment: datetime | None, none: str) -> str:
         return moment.strftime("%Y-%m-%d %H:%M") if moment is not None else none
 
+    def cut_apart(texts: list[str]) -> Callable[[str, int], str]:
+        # both ends, and where a name differs from its look-alikes (the app's rule)
+        apart = look_alikes(texts)
+        return lambda text, width: shorten(text, width, apart.get(text))
+
     columns = [
-        table.Column("NAME", 12, shorten),  # both ends: long names differ at the end
+        # A column is dropped before a name goes below 16 or the scopes below their fair width.
+        table.Column("NAME", 12, cut_apart([printable(k.name) for k in keys]), fair=16),
         table.Column("PUBLIC ID", 9),
-        table.Column("SCOPES", 6),
+        # a fair share before names give up room: 'project serving' whole, not 'proje…'
+        table.Column("SCOPES", 6, fair=FAIR_WIDTHS["scopes"]),
         table.Column("STATE", 10),  # never cut (≤ 10 cells), as the app never cuts it
         table.Column("EXPIRES (UTC)", 16),
         table.Column("CREATED (UTC)", 16),
@@ -1160,7 +1167,8 @@ def _print_keys(keys: list[KeyInfo], out: TextIO, *, with_owner: bool, now: date
         for k, (text, _) in zip(keys, markers, strict=True)
     ]
     if with_owner:
-        columns.insert(0, table.Column("OWNER", 8, shorten))
+        owners = cut_apart([printable(k.owner) for k in keys])
+        columns.insert(0, table.Column("OWNER", 8, owners))
         for row, key in zip(rows, keys, strict=True):
             row.insert(0, printable(key.owner))
     room = table.terminal_width(out)

@@ -3,6 +3,7 @@ and the one way durations (30s, 15m, 24h, 90d) and expiry times are written."""
 
 from __future__ import annotations
 
+import itertools
 import re
 import unicodedata
 from collections.abc import Iterable
@@ -221,18 +222,62 @@ def check_reason(text: str) -> str:
 
 
 ELLIPSIS: Final = "…"
+# How wide a table keeps a column before any is cut to its minimum (the app and `keys list`):
+# owner and name their comfortable width; the scopes a fair one ('project serving' whole), so
+# one long name never squeezes every row's scopes to 'proje…'.
+FAIR_WIDTHS: Final = {"owner": 12, "name": 24, "scopes": 16}
 
 
-def shorten(text: str, width: int) -> str:
+def shorten(text: str, width: int, apart: tuple[int, int] | None = None) -> str:
     """text in at most width characters; a longer one keeps both ends around '…'.
 
     Names that differ only at the end ('…-eu-west-1', '…-eu-west-2') stay apart when cut:
-    'production-inf…-eu-west-2'. The head keeps the larger half. For ASCII names and the
-    one-cell state markers; the caller pads.
+    'production-inf…-eu-west-2'. The head keeps the larger half. apart (from `look_alikes`)
+    says where text differs from the names shown beside it: when that part would fall in the
+    cut ('…-eu-west-2-primary-cluster', '…-us-east-1-primary-cluster'), the cut keeps a little
+    of both ends and the part that differs between two '…'. The one rule of the app and the
+    CLI, for ASCII names and the one-cell state markers; the caller pads.
     """
     if len(text) <= width:
         return text
     if width <= 1:
         return ELLIPSIS[:width]
     tail = (width - 1) // 2
-    return text[: width - 1 - tail] + ELLIPSIS + (text[-tail:] if tail else "")
+    head = width - 1 - tail
+    plain = text[:head] + ELLIPSIS + (text[-tail:] if tail else "")
+    if apart is None or width < 5:
+        return plain
+    first, _ = apart
+    if first < head or first >= len(text) - tail:
+        return plain  # where it starts to differ shows already
+    # The start keeps its share (what a name is), the end a few characters, the rest shows
+    # where it differs: 'production…eu-west-2-…er' beside 'production…us-east-1-…er'.
+    start, end = max((width - 1) // 2 - 1, 1), max((width - 2) // 8, 1)
+    window = width - 2 - start - end
+    if first + window + end >= len(text):  # the difference runs into the end: one cut will do
+        return text[:start] + ELLIPSIS + text[-(width - 1 - start) :]
+    return text[:start] + ELLIPSIS + text[first : first + window] + ELLIPSIS + text[-end:]
+
+
+def look_alikes(texts: Iterable[str]) -> dict[str, tuple[int, int]]:
+    """For each text, (how many first characters, how many last ones) it shares at most with
+    any other text: what `shorten` must keep to tell it apart. Sorted neighbours only, so
+    O(n log n) for the rows of a table."""
+    distinct = sorted(set(texts))
+    ends = sorted(distinct, key=lambda t: t[::-1])
+    found = {t: [0, 0] for t in distinct}
+    for side, order in ((0, distinct), (1, ends)):
+        for a, b in itertools.pairwise(order):
+            shared = _shared(a, b) if side == 0 else _shared(a[::-1], b[::-1])
+            for t in (a, b):
+                found[t][side] = max(found[t][side], shared)
+    return {t: (start, end) for t, (start, end) in found.items()}
+
+
+def _shared(a: str, b: str) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n

@@ -33,11 +33,16 @@ def cut_end(text: str, width: int) -> str:
 
 @dataclass(frozen=True)
 class Column:
-    """A column: its header, how narrow it may be cut, and how (both ends, or the end)."""
+    """A column: its header, how narrow it may be cut, and how (both ends, or the end).
+
+    fair: how narrow it is cut in the first round, before any column goes to its minimum
+    (None: the minimum).
+    """
 
     header: str
     minimum: int
     cut: Callable[[str, int], str] = cut_end
+    fair: int | None = None
 
 
 def terminal_width(out: TextIO) -> int | None:
@@ -69,32 +74,44 @@ def layout(
     """(the columns kept, their widths) so that a row fits room characters.
 
     Each column wants its widest cell. Columns in shrink are cut, in that order, down to their
-    minimum; if the row still does not fit, columns are dropped in the order of drop (the
-    fewest that make it fit). Nothing fits a tiny terminal: then the narrowest try is kept and
-    the terminal wraps.
+    fair width, dropping columns in the order of drop (the fewest that make it fit); only if no
+    drop makes it fit so are they cut again in that order down to their minimum (the fewest
+    drops again). Nothing fits a tiny terminal: then the narrowest try is kept and the
+    terminal wraps.
     """
     wanted = [max([len(c.header)] + [len(r[i]) for r in rows]) for i, c in enumerate(columns)]
     kept: list[int] = list(range(len(columns)))
     widths: list[int] = []
-    for dropped in range(len(drop) + 1):
-        kept = [i for i in range(len(columns)) if i not in drop[:dropped]]
-        widths = _shrunk(columns, wanted, kept, room, shrink)
-        if sum(widths) + len(GAP) * (len(kept) - 1) <= room:
-            break
+    # Fair widths first, dropping columns as needed; only when no drop makes the row fit at
+    # fair widths are columns cut down to their minimum (again with the fewest drops).
+    for fair_only in (True, False):
+        for dropped in range(len(drop) + 1):
+            kept = [i for i in range(len(columns)) if i not in drop[:dropped]]
+            widths = _shrunk(columns, wanted, kept, room, shrink, fair_only=fair_only)
+            if sum(widths) + len(GAP) * (len(kept) - 1) <= room:
+                return kept, widths
     return kept, widths
 
 
 def _shrunk(
-    columns: Sequence[Column], wanted: list[int], kept: list[int], room: int, order: Sequence[int]
+    columns: Sequence[Column],
+    wanted: list[int],
+    kept: list[int],
+    room: int,
+    order: Sequence[int],
+    *,
+    fair_only: bool,
 ) -> list[int]:
     widths = {i: wanted[i] for i in kept}
     over = sum(widths.values()) + len(GAP) * (len(kept) - 1) - room
-    for i in order:
-        if i in widths and over > 0:
-            floor = min(columns[i].minimum, widths[i])
-            give = min(over, widths[i] - floor)
-            widths[i] -= give
-            over -= give
+    for fair in (True,) if fair_only else (True, False):
+        for i in order:
+            if i in widths and over > 0:
+                column = columns[i]
+                least = column.fair if fair and column.fair is not None else column.minimum
+                give = min(over, widths[i] - min(least, widths[i]))
+                widths[i] -= give
+                over -= give
     return [widths[i] for i in kept]
 
 

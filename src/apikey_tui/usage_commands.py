@@ -16,7 +16,7 @@ TYPE_CHECKING = False  # typing costs the CLI's `--help` 3 ms: see cli.py
 if TYPE_CHECKING:
     from typing import Any, TextIO
 
-    from apikey_tui.store import KeyStore
+    from apikey_tui.store import KeyInfo, KeyStore
     from apikey_tui.store.rightsizing import Rightsizing
     from apikey_tui.store.usage import KeyUsage
 
@@ -103,18 +103,17 @@ def run_usage(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
 
 
 def _print_usage(report: KeyUsage, out: TextIO) -> None:
+    # Every text here may hold anything: a scope a service asked for is recorded as it asked,
+    # and a row may predate the rules. Escaped (printable), never obeyed by the terminal.
     info = report.info
     since = report.since.strftime("%Y-%m-%d")
-    print(
-        f"{printable(info.owner)}/{printable(info.name)} ({info.public_id}): "
-        f"{report.requests} requests since {since} (UTC)",
-        file=out,
-    )
-    width = max([len("SCOPE"), *(len(s.scope) for s in report.scopes)])
+    print(f"{_who(info)}: {report.requests} requests since {since} (UTC)", file=out)
+    scopes = [printable(s.scope) for s in report.scopes]
+    width = max([len("SCOPE"), *map(len, scopes)])
     print(f"{'SCOPE'.ljust(width)}  {'REQUESTS':>10}  LAST USED (UTC)", file=out)
-    for use in report.scopes:
+    for scope, use in zip(scopes, report.scopes, strict=True):
         last = use.last_used.strftime("%Y-%m-%d %H:%M") if use.last_used else "never"
-        print(f"{use.scope.ljust(width)}  {use.requests:>10}  {last}", file=out)
+        print(f"{scope.ljust(width)}  {use.requests:>10}  {last}", file=out)
     for refused in report.forbidden:
         missing = printable(" ".join(refused.missing))
         print(f"403 missing {missing}: {refused.requests}", file=out)
@@ -131,6 +130,15 @@ def _print_usage(report: KeyUsage, out: TextIO) -> None:
     print(f"per day: {sparkline(days)}  (max {max(days, default=0)})", file=out)
 
 
+def _who(info: KeyInfo) -> str:
+    """'owner/name (public id)', each part escaped for a terminal."""
+    return f"{printable(info.owner)}/{printable(info.name)} ({printable(info.public_id)})"
+
+
+def _scopes(scopes: tuple[str, ...]) -> str:
+    return printable(" ".join(scopes))
+
+
 def run_rightsize(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
     """`keys rightsize`: propose (and with --apply make) narrower keys."""
     if args.all_owners and args.name is not None:
@@ -142,7 +150,7 @@ def run_rightsize(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
         from apikey_tui.prompts import confirmed
 
         names = ", ".join(
-            f"{printable(p.info.owner)}/{printable(p.info.name)} (drop {' '.join(p.drop)})"
+            f"{printable(p.info.owner)}/{printable(p.info.name)} (drop {_scopes(p.drop)})"
             for p in found.proposals
         )
         if not confirmed(f"Narrow {counted(len(found.proposals))}: {names}?", assume_yes=args.yes):
@@ -164,18 +172,13 @@ def _print_rightsize(found: Rightsizing, window: timedelta, applied: bool, out: 
     for p in found.proposals:
         verb = "dropped" if applied else "drop"
         print(
-            f"{printable(p.info.owner)}/{printable(p.info.name)} ({p.info.public_id}): {verb} "
-            f"{' '.join(p.drop)} (unused for {span}; would have refused {p.would_refuse}), "
-            f"keep {' '.join(p.keep)}",
+            f"{_who(p.info)}: {verb} {_scopes(p.drop)} (unused for {span}; would have refused "
+            f"{p.would_refuse}), keep {_scopes(p.keep)}",
             file=out,
         )
     for r in found.refused:
         gaps = "; ".join(f"{' '.join(m.missing)} ({m.requests})" for m in r.missing)
-        print(
-            f"{printable(r.info.owner)}/{printable(r.info.name)} ({r.info.public_id}): refused "
-            f"for missing scopes: {printable(gaps)}",
-            file=out,
-        )
+        print(f"{_who(r.info)}: refused for missing scopes: {printable(gaps)}", file=out)
 
 
 def run_compact(url: str, args: argparse.Namespace) -> int:

@@ -85,9 +85,11 @@ def assert_safe(app: ApiKeysApp, where: str) -> str:
     return "".join(segment.text for segment in segments)
 
 
-def assert_literal(shown: str, where: str, *, markup: bool = True) -> None:
+def assert_literal(
+    shown: str, where: str, *, markup: bool = True, escape: str = "\\x1b]52;c;"
+) -> None:
     """The escapes (and, where the text is not cut before it, the markup) are shown as typed."""
-    assert "\\x1b]52;c;" in shown, f"{where}: the escapes are not shown"
+    assert escape in shown, f"{where}: the escapes are not shown"
     if markup:
         assert "[bold]B[/bold]" in shown or "[link=https://evil.example]" in shown, where
 
@@ -193,7 +195,11 @@ async def test_every_screen_shows_hostile_database_text_literally(
     toasts = Toasts()
     async with app.run_test(size=SIZE, notifications=True, message_hook=toasts.hook) as pilot:
         await settle(pilot)
-        assert_literal(assert_safe(app, "key table"), "key table", markup=False)
+        # Names that differ only in the middle keep that part when cut (names.shorten): the
+        # escapes show as escapes at their start, the labels that tell them apart after.
+        rows = assert_safe(app, "key table")
+        assert_literal(rows, "key table", markup=False, escape="\\x1b]52")
+        assert all(f"…{label}" in rows for label in ("ci", "del", "gone")), rows
 
         # The key detail, and every dialog it opens, for a key in grace.
         await select(pilot, "ci")

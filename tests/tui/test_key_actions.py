@@ -9,6 +9,7 @@ from textual.screen import Screen
 from apikey_tui.store import KeyStore
 from apikey_tui.tui.app import help_sections
 from apikey_tui.tui.dialogs.ask_value import AskValueDialog
+from apikey_tui.tui.dialogs.create_key import CreateKeyDialog
 from apikey_tui.tui.dialogs.help import help_text
 from apikey_tui.tui.key_actions import ACTIONS, DETAIL, TABLE, Where, actions
 from apikey_tui.tui.keys_screen import KeysScreen
@@ -97,3 +98,65 @@ def test_help_lists_exactly_the_action_list() -> None:
     table = section_lines(text, "Key table")
     assert [row for row in table if row in action_rows(TABLE)] == action_rows(TABLE)
     assert section_lines(text, "Key detail") == action_rows(DETAIL)
+
+
+async def test_palette_offers_every_action_after_the_filter_was_used(tui_store: KeyStore) -> None:
+    """After the filter was typed in and cleared (the focus still in it, or back in the table),
+    Ctrl+P still offers every table action, those bound 'at once' and t, S and M among them."""
+    tui_store.create_key("alice", "ci", ["project"])
+    app = make_app(tui_store)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        for keys in (("slash", "x", "backspace"), ("escape",)):
+            await pilot.press(*keys)
+            await settle(pilot)
+            offered = {c.title for c in app.get_system_commands(app.screen)}
+            wanted = {a.title for a in actions(TABLE) if a.id != "end_grace"}
+            assert wanted - offered == set(), keys
+            assert {"Reverse sort", "Absolute or relative times", "Unmark all keys"} <= offered
+
+
+async def test_palette_runs_an_at_once_action_from_the_filter(tui_store: KeyStore) -> None:
+    """'Create key' chosen in the palette while the filter has the focus opens the dialog."""
+    tui_store.create_key("alice", "ci", ["project"])
+    app = make_app(tui_store)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("slash", "c", "backspace")
+        await settle(pilot)
+        await pilot.press("ctrl+p", *"Create key")
+        await settle(pilot)
+        await pilot.press("enter")
+        await settle(pilot)
+        assert isinstance(app.screen, CreateKeyDialog)
+
+
+async def test_the_views_offer_their_own_actions_in_the_palette(tui_store: KeyStore) -> None:
+    """Ctrl+P over the scope catalog and the audit trail offers the view's own actions."""
+    app = make_app(tui_store)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        for view, titles in (("c", {"Add", "Describe", "Remove", "Filter"}),
+                             ("a", {"Filter", "Leaks only"})):  # fmt: skip
+            await pilot.press(view)
+            await settle(pilot)
+            offered = {c.title for c in app.get_system_commands(app.screen)}
+            assert titles <= offered, (view, offered)
+            await pilot.press("escape")
+            await settle(pilot)
+
+
+async def test_m_unmarks_every_marked_key(tui_store: KeyStore) -> None:
+    """Space marks two keys; M unmarks both, and the help lists M."""
+    for name in ("aa", "bb", "cc"):
+        tui_store.create_key("alice", name, ["project"])
+    app = make_app(tui_store)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("space", "space")
+        screen = app.screen
+        assert isinstance(screen, KeysScreen) and len(screen.marked) == 2
+        await pilot.press("M")
+        await settle(pilot)
+        assert screen.marked == {}
+    assert "  M  unmark every marked key" in section_lines(help_text(help_sections()), "Key table")

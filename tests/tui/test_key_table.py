@@ -168,7 +168,7 @@ async def test_all_owners_at_80_columns_pins_owner_and_name(tui_store: KeyStore)
         for title in ("Owner", "Name", "State", "Expires", "Last used"):
             assert title in header
         row = line(table, 1)
-        assert row.startswith(" a-rathe…name") and "a-very-long-key-…of-team-42" in row
+        assert row.startswith(" a-rath…-name") and "a-very-long-k…ob-of-team-42" in row
         assert "unused" not in row and " active " in row and " never " in row
         seen: set[str] = set()
         for _ in range(12):
@@ -315,3 +315,62 @@ async def test_the_selected_row_is_always_visible_above_the_scrollbar(
             await settle(pilot)
             assert cursor_on_screen(app, table), f"after {keys}: row {table.cursor_row} unseen"
         assert table.selected is not None and table.selected.name == "k-0039"
+
+
+EU = "production-infrastructure-eu-west-2-primary-cluster"
+US = "production-infrastructure-us-east-1-primary-cluster"
+
+
+@pytest.mark.parametrize(("width", "height"), [(70, 24), (80, 24), (120, 40)])
+@pytest.mark.parametrize("owner", ["alice", None])
+async def test_names_that_differ_in_the_middle_look_different(
+    tui_store: KeyStore, width: int, height: int, owner: str | None
+) -> None:
+    """'…-eu-west-2-primary-cluster' and '…-us-east-1-primary-cluster' cut to the name column
+    still show where they differ (eu-west / us-east), at 70, 80 and 120 columns, one owner or
+    every owner."""
+    for name in (EU, US):
+        tui_store.create_key("alice", name, ["project", "serving"])
+    app = make_app(tui_store, owner=owner)
+    async with app.run_test(size=(width, height)) as pilot:
+        table = await loaded(pilot)
+        lines = [line(table, 1), line(table, 2)]
+        assert any("eu-west" in x for x in lines) and any("us-east" in x for x in lines), lines
+
+
+async def test_one_long_name_leaves_the_scopes_a_fair_width(tui_store: KeyStore) -> None:
+    """At 80 columns one 51-character name does not cut every row's scopes to 'proje…':
+    'project serving' shows whole on the short-named rows."""
+    tui_store.create_key("alice", EU, ["project", "serving"])
+    tui_store.create_key("alice", "ci", ["project", "serving"])
+    app = make_app(tui_store)
+    async with app.run_test(size=(80, 24)) as pilot:
+        table = await loaded(pilot)
+        assert table.widths[table.shown_columns.index("scopes")] >= len("project serving")
+        assert "project serving" in line(table, 2), line(table, 2)
+
+
+async def test_every_owner_lays_its_columns_once(
+    tui_store: KeyStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With every owner and more keys than the screen holds, the column widths of the first
+    paint are the widths once the count has arrived (they used to change half a second
+    later, when the scrollbar came)."""
+    add_keys(tui_store, 60, owner="alice")
+    add_keys(tui_store, 5, owner="a-rather-long-owner", prefix="service")
+    app = make_app(tui_store, owner=None)
+    painted: list[list[int]] = []  # the widths of each paint of a row, in turn
+    original = KeyTable.render_line
+
+    def render_line(table: KeyTable, y: int) -> Strip:
+        if y == 1 and table.rows and (not painted or painted[-1] != table.widths):
+            painted.append(list(table.widths))
+        return original(table, y)
+
+    monkeypatch.setattr(KeyTable, "render_line", render_line)
+    async with app.run_test(size=(80, 24)) as pilot:
+        table = app.screen.query_one(KeyTable)
+        await settle(pilot)
+        await pilot.pause(1.0)  # the count and the usage column have long arrived
+        assert table.total == 65
+        assert painted == [table.widths], painted

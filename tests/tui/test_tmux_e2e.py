@@ -273,3 +273,15 @@ def test_text_typed_right_after_colon_or_slash_lands_in_every_view(
     screen = tmux.wait_for(lambda s: f"▊  {landed}" in s or f"{landed}▏" in s or f" {landed} " in s,
                            f"{landed!r} in the field", timeout=10)  # fmt: skip
     assert landed in screen
+
+
+def test_tab_and_space_in_one_write_choose_a_scope(tmux_app: tuple[Tmux, str]) -> None:
+    """'ci', Tab and Space in one write leave the name 'ci' and choose the first scope: the space
+    never lands in the name the Tab left."""
+    tmux, _ = tmux_app
+    tmux.wait_for(lambda s: "No API keys for alice yet" in s, "the empty table")
+    tmux.send("n")
+    tmux.wait_for(lambda s: "New API key" in s, "the create dialog")
+    tmux.run("send-keys", "-t", "e2e", "ci", "Tab", "Space")  # one write: the keys arrive together
+    screen = tmux.wait_for(lambda s: "[x] project" in s, "the chosen scope", timeout=10)
+    assert any("Name:" in line and " ci " in line for line in screen.splitlines()), screen

@@ -164,7 +164,7 @@ def test_spans_round_to_the_nearest_so_a_fresh_expiry_or_grace_reads_whole() -> 
 
 
 def test_a_cut_name_keeps_both_ends() -> None:
-    """fit_middle keeps the start and the end: 'production-inf…-eu-west-2' in 25 cells."""
+    """fit_middle keeps the start and the end: 'production-i…ay-eu-west-2' in 25 cells."""
     name = "production-inference-gateway-eu-west-2"
-    assert fit_middle(name, 25) == "production-inf…-eu-west-2"
+    assert fit_middle(name, 25) == "production-i…ay-eu-west-2"
     assert fit_middle("short", 8) == "short   " and len(fit_middle(name, 12)) == 12

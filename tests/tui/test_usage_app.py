@@ -345,3 +345,27 @@ async def test_a_recreated_keys_use_stays_shown_as_an_old_secrets(used: KeyStore
         note = str(detail.query_one("#detail-graph-note", Static).render())
         assert f"old secret {old_id} (replaced " in note
         assert "4 req, 0 refused (403), 6 wrong secrets" in note
+
+
+@pytest.mark.parametrize("scopeless", [0, 9], ids=["never-used", "only-scopeless-checks"])
+async def test_no_proposal_never_says_every_scope_was_used_under_an_unused_scope(
+    tui_store: KeyStore, clock: FakeClock, scopeless: int
+) -> None:
+    """An old key of two scopes that used neither (nothing, or only checks needing no scope)
+    shows `0 req · never` for both, and its right-size line does not say every scope was used."""
+    created = tui_store.create_key("alice", "idle", ["project", "serving"])
+    clock.advance(timedelta(days=40))
+    if scopeless:
+        now = usage_minute(clock())
+        record(tui_store, [(created.info.public_id, now - 5, MINUTE, USAGE_ALLOWED, "", 9)])
+    app = make_app(tui_store)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("enter")
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, KeyDetailScreen)
+        uses = [str(s.render()) for s in screen.query(".scope-use").results(Static)]
+        assert all(u.startswith("0 req · never") for u in uses) and len(uses) == 2, uses
+        line = str(screen.query_one("#detail-rightsize", Static).render())
+        assert "every scope was used" not in line and "no scope was used" in line, line

@@ -7,9 +7,11 @@ from collections.abc import Iterable
 from functools import partial
 from typing import Any
 
+from textual import events
 from textual.app import App, SystemCommand
 from textual.notifications import SeverityLevel
-from textual.screen import Screen
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Input
 from textual.worker import WorkerFailed
 
 from apikey_tui.config import current_user
@@ -19,11 +21,12 @@ from apikey_tui.tui.dialogs.ask_value import AskValueDialog
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.create_key import CreateKeyDialog
 from apikey_tui.tui.dialogs.edit_scopes import EditScopesDialog
-from apikey_tui.tui.dialogs.help import OTHER_BUTTON, HelpScreen, Section
+from apikey_tui.tui.dialogs.help import OTHER_BUTTON, HelpScreen, Section, described_bindings
 from apikey_tui.tui.dialogs.jump import JumpDialog
 from apikey_tui.tui.dialogs.reveal_secret import RevealSecretDialog
 from apikey_tui.tui.dialogs.scope_form import ScopeFormDialog
 from apikey_tui.tui.dialogs.switch_owner import OwnerChoice, SwitchOwnerDialog
+from apikey_tui.tui.dialogs.type_ahead import TypeAheadDialog
 from apikey_tui.tui.failures import log_path, logging_to_file, unforeseen
 from apikey_tui.tui.key_actions import (
     DETAIL,
@@ -68,9 +71,53 @@ class ApiKeysApp(App[None]):
         self.undoable: Batch | None = None  # see Session.undoable
         self.default_owner = owner or current_user()
         self.failure: str | None = None  # one line: why the app stopped, if an error stopped it
+        # A key the view does not have, and how many keys of its burst were dropped after it.
+        self._stray: str | None = None
+        self._dropped = 0
 
     def on_mount(self) -> None:
         self.push_screen(KeysScreen(self))
+
+    async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, events.Key) and self._after_stray_key(event):
+            return
+        await super().on_event(event)
+
+    def _after_stray_key(self, event: events.Key) -> bool:
+        """Whether to drop this key: it came in the burst of a key the view does not have.
+
+        '/web' typed in a view without '/' is text typed in the wrong place: the 'e' opened
+        Describe and the 'b' went into it; in a key's detail '/old' asked to delete the key.
+        So after a printable key that nothing on the screen takes, the keys already queued
+        behind it (the rest of its burst: one read over SSH) are dropped, and a toast says so.
+        Keys typed after the burst act again. Dialogs are left alone: their keys typed ahead
+        (TypeAheadDialog) are text.
+        """
+        if self._stray is not None:
+            self._dropped += 1
+            return True
+        screen = self.screen
+        if isinstance(screen, ModalScreen) or isinstance(self.focused, Input):
+            return False
+        if not event.is_printable:
+            return False
+        keys = {event.key, *event.aliases}
+        if any(keys & set(bindings.key_to_bindings) for _, bindings in screen._binding_chain):
+            return False
+        self._stray = event.character or event.key
+        self.call_later(self._stray_burst_ended)  # queued behind the keys of the same read
+        return False  # the key itself goes on: nothing takes it
+
+    def _stray_burst_ended(self) -> None:
+        stray, dropped = self._stray, self._dropped
+        self._stray, self._dropped = None, 0
+        if dropped:
+            keys = "key" if dropped == 1 else "keys"
+            self.notify(
+                f"{stray!r} is no key here: the {dropped} {keys} typed right after it did nothing.",
+                severity="warning",
+                markup=False,
+            )
 
     def notify(
         self,
@@ -179,16 +226,33 @@ class ApiKeysApp(App[None]):
             self.pop_screen()
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
-        """Textual's commands, then every action of the key table or key detail it is over."""
+        """Textual's commands, then every action of the screen it is over.
+
+        Whatever has the focus: an action bound 'at once' is text while the filter has the
+        focus (check_action refuses it there), yet the palette must offer it all the same (it
+        offered none of them after the filter had been used). Only an action that cannot act
+        in this state is left out (End grace without a grace, right-size without a proposal).
+        """
         yield from super().get_system_commands(screen)
-        where = _WHERE.get(type(screen))
-        for action in actions(where) if where is not None else ():
-            if screen.check_action(action.id, ()):  # e.g. End grace only for a key in grace
-                run = partial(screen.run_action, action.id)
-                yield SystemCommand(action.title, action.description, run)
+        if isinstance(screen, KeysScreen | KeyDetailScreen):
+            where = TABLE if isinstance(screen, KeysScreen) else DETAIL
+            for action in actions(where):
+                if screen.offers(action.id):
+                    run = partial(self._run_chosen, screen, action.id)
+                    yield SystemCommand(action.title, action.description, run)
+        elif isinstance(screen, LiveScreen):  # the catalog, the audit trail, Usage
+            for binding, text in described_bindings(type(screen)):
+                # Help and moving a cursor are no commands (Textual's own Keys shows the keys).
+                if binding.action != "app.help" and not binding.action.startswith("list_"):
+                    run = partial(self._run_chosen, screen, binding.action)
+                    yield SystemCommand(binding.description, text, run)
 
-
-_WHERE = {KeysScreen: TABLE, KeyDetailScreen: DETAIL}  # the screens whose actions the palette lists
+    def _run_chosen(self, screen: Screen[Any], action_id: str) -> None:
+        # Called, not run_action: run_action asks check_action, which refuses an action bound
+        # at once while a text field has the focus (there its key is text, but a palette
+        # choice is no key).
+        owner, _, name = action_id.rpartition(".")
+        getattr(self if owner == "app" else screen, f"action_{name}")()
 
 
 def help_sections() -> list[Section]:
@@ -225,6 +289,7 @@ def help_sections() -> list[Section]:
                 ("Enter", "name or expiry: create; scopes: choose or drop"),
             ),
         ),
+        Section("In every dialog that takes text", (TypeAheadDialog,)),
         Section("The one-time reveal", (RevealSecretDialog,)),
         Section(
             "Confirmations (delete, recreate, scopes, end grace, enable)",

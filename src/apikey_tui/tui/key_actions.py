@@ -83,7 +83,7 @@ ACTIONS: tuple[KeyAction, ...] = (
     ),
     KeyAction(
         "sort", "s", "Sort", "Sort keys",
-        "sort by the next column (S reverses; or click a header)", _TABLE, footer=False,
+        "sort by the next column (or click a header)", _TABLE, footer=False,
     ),
     KeyAction(
         "reload", "f5", "Reload", "Reload keys",
@@ -133,6 +133,19 @@ ACTIONS: tuple[KeyAction, ...] = (
     KeyAction(
         "copy_public_id", "Y", "Copy id", "Copy public id",
         "copy the name (y) or public id (Y), never the secret", _BOTH, footer=False,
+    ),
+    # Issue 26: after the keys above, so help's first page at 80x24 keeps them.
+    KeyAction(
+        "reverse_sort", "S", "Reverse", "Reverse sort",
+        "reverse the sort (or click the header again)", _TABLE, footer=False,
+    ),
+    KeyAction(
+        "toggle_times", "t", "Times", "Absolute or relative times",
+        "show times absolute (UTC) or relative", _TABLE, footer=False,
+    ),
+    KeyAction(
+        "unmark_all", "M", "Unmark all", "Unmark all keys", "unmark every marked key", _TABLE,
+        footer=False,
     ),
     # Usage (issue 18): last, so help's first page at 80x24 keeps the table's own keys.
     KeyAction(

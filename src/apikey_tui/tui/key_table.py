@@ -31,7 +31,7 @@ from textual.worker import get_current_worker
 from apikey_tui import keyformat
 from apikey_tui.clock import Clock, system_clock
 from apikey_tui.errors import ApiKeyError
-from apikey_tui.names import printable
+from apikey_tui.names import FAIR_WIDTHS, look_alikes, printable, shorten
 from apikey_tui.sparklines import sparkline
 from apikey_tui.store import SORTS, KeyInfo, KeyQuery, KeyStore, QueryCancelled, states
 from apikey_tui.tui import times
@@ -68,11 +68,10 @@ TIMES = ("expires", "last_used", "created")
 # width name and owner give up first, and how narrow a column may become before the table
 # scrolls sideways. State and times have none: they are never cut.
 _MAX_WIDTH = {"owner": 24, "name": 64, "scopes": 28, "state": 10}
-_COMFORT = {"owner": 12, "name": 24}
+_COMFORT = {c: FAIR_WIDTHS[c] for c in PINNED}
 _MIN_WIDTH = {"owner": 10, "name": 12, "scopes": 6, "public_id": 9}
-# Name and owner are cut in the middle: both ends show ('production-inf…-eu-west-2'), so two
-# long names that differ at either end never look alike. This share of the cut cell is the end.
-_TAIL_SHARE = 0.4
+# Name and owner are cut in the middle (names.shorten, the CLI's rule too): both ends show, and
+# the part where a name differs from its look-alikes, so two long names never look alike.
 
 Identity = tuple[str, str]  # (owner, name): unique, and kept by a recreate
 
@@ -136,13 +135,19 @@ def fit(text: str, width: int) -> str:
     return set_cell_size(text, width - 1) + _ELLIPSIS
 
 
-def fit_middle(text: str, width: int) -> str:
-    """text in exactly width cells: padded, or cut in the middle with '…', both ends kept."""
+def fit_middle(text: str, width: int, apart: tuple[int, int] | None = None) -> str:
+    """text in exactly width cells: padded, or cut in the middle with '…', both ends kept.
+
+    An ASCII text (every valid name and owner) is cut by names.shorten, the CLI's rule, which
+    keeps the part where it differs from its look-alikes (apart: names.look_alikes).
+    """
     if cell_len(text) <= width:
         return set_cell_size(text, width)
+    if text.isascii():
+        return set_cell_size(shorten(text, width, apart), width)
     if width <= 2:
         return fit(text, width)
-    tail = max(round((width - 1) * _TAIL_SHARE), 1)
+    tail = max((width - 1) // 2, 1)  # as names.shorten
     head = width - 1 - tail
     end = text[-tail:]
     while cell_len(end) > tail:  # wide characters: fewer of them
@@ -170,8 +175,9 @@ def natural_widths(
 
 def layout(names: Sequence[str], wanted: Sequence[int], room: int) -> list[int]:
     """Widths for room cells. When the row can fit, the public id gives way first, then the
-    scopes (each down to its minimum), then owner and name beyond a comfortable width, then
-    down to their minimum (the owner before the name: the name tells keys apart). When it
+    scopes down to a fair width (names.FAIR_WIDTHS), then owner and name beyond a comfortable
+    width, then the public id and scopes down to their minimum, then owner and name down to
+    their minimum (the owner before the name: the name tells keys apart). When it
     cannot, owner and name keep a comfortable width, the columns right of them stay whole
     (the caller scrolls them sideways), and what the last whole column on screen leaves over
     goes back to the name, then the owner. State and times are never narrowed."""
@@ -191,10 +197,13 @@ def layout(names: Sequence[str], wanted: Sequence[int], room: int) -> list[int]:
     for i in (*pinned, *others):
         narrowest[i] = min(_MIN_WIDTH[names[i]], widths[i])
     if 1 + sum(narrowest) + len(_GAP) * (len(widths) - 1) <= room:
-        for i in others:
-            floor = min(_MIN_WIDTH[names[i]], widths[i])
-            widths[i] = max(floor, widths[i] - max(total() - room, 0))
-        shrink_pinned(_COMFORT)
+        for fair in (True, False):  # the scopes keep a fair width until the names are comfortable
+            for i in others:
+                least = FAIR_WIDTHS.get(names[i], 0) if fair else 0
+                floor = min(max(least, _MIN_WIDTH[names[i]]), widths[i])
+                widths[i] = max(floor, widths[i] - max(total() - room, 0))
+            if fair:
+                shrink_pinned(_COMFORT)
         shrink_pinned(_MIN_WIDTH)
         return widths
     shrink_pinned(_COMFORT)
@@ -263,8 +272,6 @@ class KeyTable(ScrollView, can_focus=True):
         Binding("pagedown", "page(1)", "Page down", show=False),
         Binding("home,g", "first", "First", show=False),
         Binding("end,G", "last", "Last", show=False),
-        Binding("S", "reverse_sort", "Reverse sort", show=False),
-        Binding("t", "toggle_times", "Times", show=False),
     ]
     COMPONENT_CLASSES: ClassVar[set[str]] = {
         "key-table--header",
@@ -315,8 +322,11 @@ class KeyTable(ScrollView, can_focus=True):
         self._generation = 0
         self._shown = 0  # the generation whose rows are on screen
         self._seen: dict[str, int] = {}  # longest owner, name, scopes seen: widths only grow
+        # Per pinned column, what each shown text shares with its look-alikes (names.shorten).
+        self._apart: dict[str, dict[str, tuple[int, int]]] = {}
         self._pending: set[int] = set()  # chunk starts being read
         self._pinned_cells = 0  # width of the pinned part of a line
+        self._laid_for = 0  # the room the widths were laid out for
         self.marked: frozenset[Identity] = frozenset()  # the keys the screen marked (MARK)
         self._going_to: Identity | None = None  # select()'s key, until a window brings it
 
@@ -535,6 +545,11 @@ class KeyTable(ScrollView, can_focus=True):
             self.cursor_row = 0
         self.cursor_row = min(self.cursor_row, self._last())
         self._forget_far_rows()
+        rows = self._rows.values()
+        self._apart = {
+            "owner": look_alikes(printable(k.owner) for k in rows),
+            "name": look_alikes(printable(k.name) for k in rows),
+        }
         self._relayout()
         self._scroll_cursor_into_view()
         self.refresh()
@@ -566,6 +581,7 @@ class KeyTable(ScrollView, can_focus=True):
 
     def _relayout(self) -> None:
         room = max(self.scrollable_content_region.width, 1)
+        self._laid_for = room
 
         def widths_of(names: list[str]) -> list[int]:
             wanted = natural_widths(names, self._seen, absolute_times=self.absolute_times)
@@ -608,7 +624,7 @@ class KeyTable(ScrollView, can_focus=True):
         rest: list[tuple[str, Style]] = []
         for column, cell, width in zip(self.shown_columns, cells, self.widths, strict=True):
             if column in PINNED:
-                pinned.append(fit_middle(cell, width))
+                pinned.append(fit_middle(cell, width, self._apart.get(column, {}).get(cell)))
                 continue
             cell_style = style + state if column == "state" and state is not None else style
             rest.append((fit(cell, width), cell_style))
@@ -621,6 +637,10 @@ class KeyTable(ScrollView, can_focus=True):
         ]
 
     def render_line(self, y: int) -> Strip:
+        if self._laid_for != max(self.scrollable_content_region.width, 1):
+            # Rows arrive while the table is still hidden (no room yet): laid out for the room
+            # it has, before its first paint, never repainted narrower half a second later.
+            self._relayout()
         width, (left, top) = self.size.width, self.scroll_offset
         if y == 0:
             style = self.get_component_rich_style("key-table--header")

@@ -227,6 +227,14 @@ class KeyWrites(Screen[None]):
         self._show_marks()
         table.action_move(1)  # as in htop and mc: Space marks, then steps to the next key
 
+    def action_unmark_all(self) -> None:
+        """M: unmark every marked key (the cursor stays)."""
+        if not self.marked:
+            self.notify("No key is marked (Space marks one).", severity="warning")
+            return
+        self.marked.clear()
+        self._show_marks()
+
     def _show_marks(self) -> None:
         self.query_one(KeyTable).marked = frozenset(self.marked)
         self.query_one(KeyTable).refresh()

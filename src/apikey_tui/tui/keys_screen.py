@@ -158,8 +158,11 @@ class KeysScreen(KeyWrites):
         self.refresh_bindings()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool:
-        if typed_as_text(action, self.focused):  # in the filter, '/' and 'n' are text
-            return False
+        # in the filter, '/' and 'n' are text
+        return not typed_as_text(action, self.focused) and self.offers(action)
+
+    def offers(self, action: str) -> bool:
+        """Whether action can act in this state, wherever the focus is (the palette asks)."""
         # O (end grace) is offered only for a selected key whose old secret is in grace (or,
         # with marks, when any marked key's is).
         if action == "end_grace":
@@ -210,6 +213,12 @@ class KeysScreen(KeyWrites):
         table = self.query_one(KeyTable)
         order = [c for c in table.columns if c in SORTABLE]
         table.sort_by(order[(order.index(table.sort_column) + 1) % len(order)], reverse=False)
+
+    def action_reverse_sort(self) -> None:
+        self.query_one(KeyTable).action_reverse_sort()
+
+    def action_toggle_times(self) -> None:
+        self.query_one(KeyTable).action_toggle_times()
 
     @on(KeyTable.SortRequested)
     def _header_clicked(self, event: KeyTable.SortRequested) -> None:

@@ -58,8 +58,6 @@ TEXTS = {
     ("KeyTable", "page(1)"): "a page up / down",
     ("KeyTable", "first"): "first / last key",
     ("KeyTable", "last"): "first / last key",
-    ("KeyTable", "reverse_sort"): "reverse the sort order",
-    ("KeyTable", "toggle_times"): "times absolute (UTC) or relative ('3 min ago')",
     ("ApiKeysApp", "quit"): "quit",
     ("LiveScreen", "back"): "back to the key table",
     ("LiveScreen", "reload"): "reload now",
@@ -67,6 +65,12 @@ TEXTS = {
     ("ScopeCatalogScreen", "add"): "add a scope",
     ("ScopeCatalogScreen", "describe"): "describe the selected scope",
     ("ScopeCatalogScreen", "remove"): "remove it (asks; refused while keys hold it)",
+    ("ScopeCatalogScreen", "focus_filter"): "filter by scope name or description",
+    ("ScopeCatalogScreen", "back"): "from the filter: the scopes; else back",
+    ("ScopeCatalogScreen", "list_cursor('down')"): "next / previous scope (as ↓ / ↑)",
+    ("ScopeCatalogScreen", "list_cursor('up')"): "next / previous scope (as ↓ / ↑)",
+    ("AuditTrailScreen", "list_cursor('down')"): "next / previous event (as ↓ / ↑)",
+    ("AuditTrailScreen", "list_cursor('up')"): "next / previous event (as ↓ / ↑)",
     ("AuditTrailScreen", "focus_filter"): "filters: key, actor, action (Tab between)",
     ("AuditTrailScreen", "leaks_only"): "only leak events (key.leak); again: every event",
     ("AuditTrailScreen", "back"): "from a filter: the events; else back",
@@ -83,6 +87,13 @@ TEXTS = {
     ("SwitchOwnerDialog", "cancel"): "cancel: nothing is written",
     ("AskValueDialog", "cancel"): "cancel: nothing is done",
     ("ScopeFormDialog", "cancel"): "cancel: nothing is written",
+    (
+        "TypeAheadDialog",
+        "next_field",
+    ): "next / previous field, at once: keys typed behind it go there",
+    ("TypeAheadDialog", "previous_field"): (
+        "next / previous field, at once: keys typed behind it go there"
+    ),
     ("HelpScreen", "close"): "close this help",
     ("HelpScreen", "scroll_down"): "scroll",
     ("HelpScreen", "scroll_up"): "scroll",
@@ -102,6 +113,17 @@ RULES = """\
 5. A lost key cannot be recovered: only its hash is stored."""
 
 Row = tuple[str, str]  # keys, what they do
+
+
+def described_bindings(owner: type) -> list[tuple[Binding, str]]:
+    """A class's bindings (its own and inherited, the nearest first) with what each does."""
+    found: dict[str, tuple[Binding, str]] = {}
+    for cls in owner.__mro__:
+        for binding in own_bindings(cls):
+            if binding.action not in found:
+                text = TEXTS.get((cls.__name__, binding.action), binding.description)
+                found[binding.action] = (binding, text)
+    return list(found.values())
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
 from textual import events
+from textual.binding import Binding, BindingType
 from textual.screen import ModalScreen
 from textual.widget import Widget
 
@@ -19,8 +20,18 @@ class TypeAheadDialog(ModalScreen[R]):
     (`nmykey` opened the dialog with an empty name). They are held here and handed, in order,
     to the field `focus_first` focuses; later keys then go to that field behind them.
 
+    Tab and Shift+Tab move the focus as they arrive (priority bindings), not after the key has
+    been offered to the field and come back: Textual's own Tab ran only then, so in `Tab Space`
+    sent in one read the space landed in the name just left. The keys after a Tab go to the
+    field it focused.
+
     Not for confirmations: a key typed before a question was on screen must not answer it.
     """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("tab", "next_field", "Next field", show=False, priority=True),
+        Binding("shift+tab", "previous_field", "Previous field", show=False, priority=True),
+    ]
 
     def __init__(self) -> None:
         super().__init__()
@@ -41,4 +52,25 @@ class TypeAheadDialog(ModalScreen[R]):
         self.set_focus(widget)
         early, self._early = self._early or [], None
         for key in early:
-            widget._forward_event(key)
+            if key.key in _MOVES:  # a Tab typed ahead moves on, as it would have then
+                self._move(_MOVES[key.key])
+            elif self.focused is not None:
+                self.focused._forward_event(key)
+
+    def action_next_field(self) -> None:
+        self._move(1)
+
+    def action_previous_field(self) -> None:
+        self._move(-1)
+
+    def _move(self, step: int) -> None:
+        if self._early is not None:  # before the first field: held, in order, with the text
+            self._early.append(events.Key(_KEYS[step], None))
+        elif step > 0:
+            self.focus_next()  # at once (set_focus): the next key already goes to the new field
+        else:
+            self.focus_previous()
+
+
+_MOVES = {"tab": 1, "shift+tab": -1}
+_KEYS = {step: key for key, step in _MOVES.items()}

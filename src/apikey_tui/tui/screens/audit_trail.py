@@ -13,7 +13,7 @@ from apikey_tui.names import printable
 from apikey_tui.store import LEAK_EVENT, Event, KeyStore
 from apikey_tui.tui.fitting_footer import FittingFooter
 from apikey_tui.tui.screens.key_detail import actor_text
-from apikey_tui.tui.screens.live import LiveScreen
+from apikey_tui.tui.screens.live import LIST_MOVES, LiveScreen
 from apikey_tui.tui.screens.scope_catalog import clip
 from apikey_tui.tui.session import Session
 from apikey_tui.tui.text import literal
@@ -47,6 +47,7 @@ class AuditTrailScreen(LiveScreen[list[Event]]):
     BINDINGS = [
         Binding("slash", "focus_filter", "Filter", priority=True),
         Binding("l", "leaks_only", "Leaks only"),
+        *LIST_MOVES,
         Binding("escape", "back", "Back"),
     ]
 

@@ -126,12 +126,27 @@ def use_text(requests: int, last_used: datetime | None, now: datetime) -> str:
     return f"{requests:,} req · {relative(last_used, now)}"
 
 
-def proposal_text(proposal: Proposal | None) -> str:
-    """The right-size line: what the proposal drops and keeps, and the key that applies it."""
-    if proposal is None:
-        return f"no proposal: every scope was used in the last {WINDOW} (or the key is younger)"
-    drop, keep = " ".join(proposal.drop), " ".join(proposal.keep)
-    return f"drop {drop} (unused for {WINDOW}), keep {keep} · p applies it (asks first)"
+def proposal_text(proposal: Proposal | None, report: KeyUsage, now: datetime) -> str:
+    """The right-size line: what the proposal drops and keeps, and the key that applies it.
+
+    Without a proposal, why not, in the rules of store.rightsizing: the scope lines above it
+    show each scope's requests, so the reason must agree with them (a key that used no scope
+    is no candidate for narrowing, yet its scopes show `0 req · never`).
+    """
+    if proposal is not None:
+        drop, keep = " ".join(proposal.drop), " ".join(proposal.keep)
+        return f"drop {drop} (unused for {WINDOW}), keep {keep} · p applies it (asks first)"
+    info, used = report.info, [u for u in report.scopes if u.requests > 0]
+    if info.created_at > now - DEFAULT_WINDOW:
+        return f"no proposal yet: the key is younger than {WINDOW}"
+    if len(info.scopes) < 2:
+        return "no proposal: the key has one scope, and keeps at least one"
+    if not used:
+        return (
+            f"no proposal: no scope was used in the last {WINDOW} (an unused key is one to "
+            "delete, not to narrow)"
+        )
+    return f"no proposal: every scope was used in the last {WINDOW}"
 
 
 DetailData = tuple[KeyDetail, list[ScopeInfo], list[Leak], KeyUsage, Proposal | None]
@@ -241,7 +256,9 @@ class KeyDetailScreen(LiveScreen[DetailData]):
         lines = [graph_note(report), *old_secret_lines(report, now)]
         note = Content("\n").join(literal(line) for line in lines)
         self.query_one("#detail-graph-note", Static).update(note)
-        self.query_one("#detail-rightsize", Static).update(literal(proposal_text(self.proposal)))
+        self.query_one("#detail-rightsize", Static).update(
+            literal(proposal_text(self.proposal, report, now))
+        )
 
     def _show_scopes(self, info: KeyInfo) -> None:
         descriptions = {s.name: s.description for s in self.catalog}
@@ -280,6 +297,10 @@ class KeyDetailScreen(LiveScreen[DetailData]):
         return f"{undo}{counted(count, 'event')} of this key · {keys}"
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool:
+        return self.offers(action)
+
+    def offers(self, action: str) -> bool:
+        """Whether action can act in this state (the palette asks, as check_action does)."""
         # O (end grace) is offered only while the key's old secret is in grace.
         if action == "end_grace":
             info = None if self._gone or self.detail is None else self.detail.info

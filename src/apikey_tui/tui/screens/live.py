@@ -13,7 +13,7 @@ from textual import work
 from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Static
+from textual.widgets import DataTable, Static
 
 from apikey_tui.errors import ApiKeyError
 from apikey_tui.store import KeyStore
@@ -26,6 +26,14 @@ from apikey_tui.tui.session import Session
 from apikey_tui.tui.text import literal
 
 T = TypeVar("T")
+
+
+# j and k move in every list view, as on the key table (vi, k9s, lazygit): screen bindings for
+# the list's own cursor actions, so in a filter field they are text (the field takes them first).
+LIST_MOVES = [
+    Binding("j", "list_cursor('down')", "Down", show=False),
+    Binding("k", "list_cursor('up')", "Up", show=False),
+]
 
 
 class LiveScreen(Screen[None], Generic[T]):
@@ -49,6 +57,13 @@ class LiveScreen(Screen[None], Generic[T]):
         # same burst reach it; in a text field they are text (key_actions.typed_as_text).
         at_once = {b.action for b in self.BINDINGS if isinstance(b, Binding) and b.priority}
         return not typed_as_text(action, self.focused, at_once)
+
+    def action_list_cursor(self, direction: str) -> None:
+        """j / k: the view's list moves its cursor, as ↓ / ↑ do."""
+        lists = self.query(DataTable)
+        if lists:
+            table = lists.first()
+            table.action_cursor_down() if direction == "down" else table.action_cursor_up()
 
     def on_mount(self) -> None:
         self.reload()

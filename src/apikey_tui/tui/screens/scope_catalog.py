@@ -7,7 +7,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.message import Message
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable, Input, Static
 
 from apikey_tui.errors import ScopeInUseError
 from apikey_tui.names import counted, printable
@@ -16,7 +16,7 @@ from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.scope_form import ScopeEdit, ScopeFormDialog
 from apikey_tui.tui.fitting_footer import FittingFooter
 from apikey_tui.tui.messages import CatalogChanged, ScopeRemovalRefused
-from apikey_tui.tui.screens.live import LiveScreen
+from apikey_tui.tui.screens.live import LIST_MOVES, LiveScreen
 from apikey_tui.tui.session import Session
 from apikey_tui.tui.text import literal
 
@@ -42,21 +42,29 @@ def holders_sentence(scope: str, holders: list[str], total: int | None = None) -
 
 
 class ScopeCatalogScreen(LiveScreen[list[ScopeUsage]]):
-    """c on the key table opens this; n adds, e describes and d removes a scope."""
+    """c on the key table opens this; n adds, e describes and d removes a scope; / filters."""
 
     BINDINGS = [
-        Binding("n", "add", "Add scope", priority=True),
+        Binding("n", "add", "Add", priority=True),
         Binding("e", "describe", "Describe", priority=True),
         Binding("d", "remove", "Remove"),
+        # At once, as on the key table: '/web' in one burst is a filter, never 'e' (Describe).
+        Binding("slash", "focus_filter", "Filter", priority=True),
+        *LIST_MOVES,
+        Binding("escape", "back", "Back"),
     ]
 
     def __init__(self, session: Session) -> None:
         super().__init__(session)
         self.usage: list[ScopeUsage] = []
+        self._rows: list[ScopeUsage] = []  # the rows shown (the filter's), in the table's order
         self._refusal: str | None = None
 
     def compose(self) -> ComposeResult:
         yield self.context_line("Scope catalog")
+        yield Input(
+            placeholder="/ filter by scope name or description", id="scope-filter", compact=True
+        )
         table: DataTable[Text] = DataTable(id="scope-table", cursor_type="row", zebra_stripes=True)
         table.add_column("Scope", key="scope")
         table.add_column("Keys", key="keys")
@@ -65,6 +73,10 @@ class ScopeCatalogScreen(LiveScreen[list[ScopeUsage]]):
         yield Static("", id="scope-description")
         yield Static("", id="status")
         yield FittingFooter()
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.query_one("#scope-table", DataTable).focus()  # the list first; / for the filter
 
     def read_store(self, store: KeyStore) -> list[ScopeUsage]:
         return store.scope_usage()
@@ -77,9 +89,35 @@ class ScopeCatalogScreen(LiveScreen[list[ScopeUsage]]):
     def on_resize(self) -> None:
         self._fill()
 
+    def shown(self) -> list[ScopeUsage]:
+        """The scopes the filter lets through (name or description contains it, any case)."""
+        wanted = self.query_one("#scope-filter", Input).value.strip().lower()
+        if not wanted:
+            return self.usage
+        return [s for s in self.usage if wanted in s.name or wanted in s.description.lower()]
+
+    @on(Input.Changed, "#scope-filter")
+    def _filter_changed(self) -> None:
+        self._fill()
+        self.show_status()
+
+    @on(Input.Submitted, "#scope-filter")
+    def _filter_submitted(self) -> None:
+        self.query_one("#scope-table", DataTable).focus()
+
+    def action_focus_filter(self) -> None:
+        self.set_focus(self.query_one("#scope-filter", Input))  # at once: '/web' in one burst
+
+    def action_back(self) -> None:
+        """Escape: from the filter back to the scopes; else back to the key table."""
+        if isinstance(self.focused, Input):
+            self.query_one("#scope-table", DataTable).focus()
+        else:
+            self.dismiss(None)
+
     def _fill(self) -> None:
         """Put the scopes in the table; a description longer than the room left ends in '…'."""
-        data = self.usage
+        data = self.shown()
         table = self.query_one("#scope-table", DataTable)
         current = self.selected()
         counts = [f"{s.keys:,}" for s in data]
@@ -94,6 +132,7 @@ class ScopeCatalogScreen(LiveScreen[list[ScopeUsage]]):
                 Text(printable(clip(scope.description, room))),
                 key=scope.name,
             )
+        self._rows = data
         names = [s.name for s in data]
         if current is not None and current.name in names:
             table.move_cursor(row=names.index(current.name))
@@ -102,10 +141,10 @@ class ScopeCatalogScreen(LiveScreen[list[ScopeUsage]]):
     def selected(self) -> ScopeUsage | None:
         """The scope under the cursor."""
         table = self.query_one("#scope-table", DataTable)
-        if not self.usage or table.row_count == 0:
+        if not self._rows or table.row_count == 0:
             return None
         row = table.cursor_row
-        return self.usage[row] if 0 <= row < len(self.usage) else None
+        return self._rows[row] if 0 <= row < len(self._rows) else None
 
     @on(DataTable.RowHighlighted)
     def _describe_highlighted(self) -> None:
@@ -116,8 +155,10 @@ class ScopeCatalogScreen(LiveScreen[list[ScopeUsage]]):
     def status_text(self) -> str:
         if self._refusal is not None:
             return self._refusal
-        total = len(self.usage)
-        return f"{counted(total, 'scope')} in the catalog"
+        total, shown = len(self.usage), len(self._rows)
+        if shown != total:
+            return f"{shown:,} of {counted(total, 'scope')} match · / filter"
+        return f"{counted(total, 'scope')} in the catalog · / filter"
 
     def show_status(self) -> None:
         super().show_status()
