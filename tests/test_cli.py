@@ -533,14 +533,15 @@ def test_an_unforeseen_error_is_one_line_without_its_message(
 
 def test_version_is_the_installed_release() -> None:
     """`apikey-tui --version` prints the installed package's version, which is the package's
-    own __version__ and at least 0.3 (the release of schema version 3: expiry, disable)."""
+    own __version__ and at least 0.3 (the release of schema version 3: expiry, disable), and
+    the database schema it writes."""
     installed = importlib.metadata.version("apikey-tui")
     command = shutil.which("apikey-tui", path=os.path.dirname(sys.executable))
     assert command is not None, "the package's console script is not installed"
     done = subprocess.run(
         [command, "--version"], capture_output=True, text=True, timeout=60, check=True
     )
-    assert done.stdout == f"apikey-tui {installed}\n"
+    assert done.stdout == f"apikey-tui {installed} (database schema {apikey_tui.SCHEMA_VERSION})\n"
     assert apikey_tui.__version__ == installed, "stale install: run pip install -e . again"
     assert tuple(int(part) for part in installed.split(".")[:2]) >= (0, 3)
 

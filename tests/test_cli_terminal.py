@@ -232,7 +232,7 @@ def test_scan_disable_asks_in_a_terminal(
     path = tmp_path / "leak.txt"
     path.write_text(f"token = {secret}\n")
     assert main(["--database-url", sqlite_url, "scan", "--disable", str(path)]) == 1
-    assert "Disable 1 live key (alice/ci)?" in err.getvalue()
+    assert "alice/ci" in err.getvalue() and "Disable it as leaked?" in err.getvalue()
     assert "disable it with --disable" in err.getvalue()
     with closing(KeyStore.open(sqlite_url)) as store:
         assert not store.get_key("alice", "ci").disabled

@@ -349,7 +349,7 @@ def test_scrapes_of_two_gunicorn_workers_never_see_a_counter_go_down(
         nonlocal sent
         for _ in range(count):
             for _ in range(5):  # fresh connections: the kernel spreads them over both workers
-                assert get(running.port, "/auth", key) == 200
+                assert get(running.port, "/auth?scope=project", key) == 200
                 sent += 1
             scrapes.extend(scrape(running.port) for _ in range(4))
 
@@ -371,7 +371,7 @@ def test_scrapes_of_two_gunicorn_workers_never_see_a_counter_go_down(
         scrapes.append(scrape(running.port))
         # Every worker copies its counts by itself, scraped or not (each has its own thread).
         for _ in range(10):
-            assert get(running.port, "/auth", key) == 200
+            assert get(running.port, "/auth?scope=project", key) == 200
             sent += 1
         assert eventually(lambda: ok_in_files(folder) == sent), (ok_in_files(folder), sent)
         # A gauge sums live workers only: the key is cached once in each that has checked it.

@@ -347,6 +347,13 @@ def test_cached_answers_only_for_a_verified_unchanged_key(
             time.sleep(0.02)
         checker.verify(header(key))
     caller = checker.cached(header(key), ["project"])
+    # Under xdist another test's commit on the same PostgreSQL server notifies the same channel
+    # and moves the generation (dropping the entry, as any notice does): verify again then.
+    for _ in range(5):
+        if caller is not None:
+            break
+        checker.verify(header(key))
+        caller = checker.cached(header(key), ["project"])
     assert caller is not None and caller.key_name == "demo"
     with pytest.raises(InsufficientScopeError):
         checker.cached(header(key), ["serving"])
