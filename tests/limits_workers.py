@@ -1,4 +1,4 @@
-"""A process hammering one limit, for tests/test_limits_processes.py: `python -m tests.limits_workers`."""
+"""A process hammering one limit for tests/test_limits_processes.py (run with -m)."""
 
 from __future__ import annotations
 

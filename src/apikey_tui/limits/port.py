@@ -20,7 +20,7 @@ class LimitStore(Protocol):
 
     `take` is one atomic step: in the window of `window_seconds` that holds the store's now,
     grant min(want, n - used) tokens (never below 0) and add them to used. It grants 0 in every
-    window that began before the store last lost its counts (the boot marker, see
+    window that began at or before the moment the store lost its counts (the boot marker, see
     docs/reference/limits.md): `known_boot` is the boot id this process last saw ('' if none).
     Errors are StoreUnavailableError (or a subclass), one line, never a driver's traceback.
     """

@@ -49,7 +49,7 @@ end
 local window = math.floor(tonumber(t[1]) / w)
 local ends = (window + 1) * w
 local granted = 0
-if not (lost and window * w < lost) then
+if not (lost and window * w <= lost) then
   local count = redis.call('HMGET', KEYS[1], 'w', 'used')
   local used = 0
   if tonumber(count[1]) == window then used = tonumber(count[2]) end

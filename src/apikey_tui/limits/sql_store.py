@@ -68,7 +68,7 @@ class SqlLimitStore:
                 window = int(now // window_seconds)
                 ends = float((window + 1) * window_seconds)
                 granted = 0
-                if lost is None or window * window_seconds >= lost:
+                if lost is None or window * window_seconds > lost:
                     found = conn.execute(
                         self._take,
                         {
