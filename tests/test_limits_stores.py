@@ -118,3 +118,21 @@ def test_an_unreachable_redis_is_one_line_and_fail_closed_is_unavailable() -> No
     limiter = Limiter(store, outage=Outage(retry_seconds=1.0))
     applied = (AppliedLimit("key:a", Limit(10, 1)),)
     assert isinstance(limiter.admit(applied, time.monotonic()), Unavailable)
+
+
+def test_the_counts_on_postgresql_are_unlogged(postgres_url: str) -> None:
+    """Both limits tables are UNLOGGED on PostgreSQL: no WAL per lease (a crash empties both)."""
+    engine = make_engine(postgres_url)
+    ensure_schema(engine)
+    try:
+        with engine.connect() as conn:
+            found = conn.execute(
+                text(
+                    "SELECT relname, relpersistence FROM pg_class WHERE relname IN "
+                    "('apikey_tui_limit_count', 'apikey_tui_limit_boot') "
+                    "AND relnamespace = current_schema()::regnamespace ORDER BY relname"
+                )
+            ).all()
+    finally:
+        engine.dispose()
+    assert found == [("apikey_tui_limit_boot", "u"), ("apikey_tui_limit_count", "u")]

@@ -15,6 +15,8 @@ Revises: 0007
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 from alembic import op
 
@@ -53,7 +55,7 @@ def _set_version(version: str) -> None:
 def upgrade() -> None:
     """Create both tables (UNLOGGED on PostgreSQL) and let verifiers write them."""
     postgres = op.get_bind().dialect.name == "postgresql"
-    unlogged = {"prefixes": ["UNLOGGED"]} if postgres else {}
+    unlogged: dict[str, Any] = {"prefixes": ["UNLOGGED"]} if postgres else {}
     op.create_table(
         "apikey_tui_limit_count",
         sa.Column("limit_key", sa.String(length=255), nullable=False),
