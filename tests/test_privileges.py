@@ -14,9 +14,10 @@ import pytest
 from psycopg import errors
 from sqlalchemy.engine import make_url
 
+from apikey_tui import SCHEMA_VERSION
 from apikey_tui.cli import main
 from apikey_tui.db import make_engine, upgrade_schema
-from apikey_tui.db.schema import alembic_config
+from apikey_tui.db.schema import alembic_config, excess_privileges
 from apikey_tui.hashing import SecretHasher
 from apikey_tui.store import KeyStore
 from apikey_tui.verifier import Verifier
@@ -66,7 +67,7 @@ def test_granted_role_verifies_and_records_use(
     created = admin_store.create_key("alice", "svc", ["project"])
     code, out, err = _grant(capsys, postgres_url, role)
     assert code == 0 and "Granted to" in err and "warning" not in err
-    assert out.count("GRANT ") == 4 and "UPDATE (last_used_at) ON TABLE" in out
+    assert out.count("GRANT ") == 5 and "UPDATE (last_used_at) ON TABLE" in out
     verifier = Verifier.from_url(_as(role, postgres_url), hasher=CHEAP)
     try:
         caller = verifier.verify("ApiKey " + created.plaintext, ["project"])
@@ -138,6 +139,8 @@ def test_grant_without_apply_prints_the_sql_and_changes_nothing(
         f"GRANT UPDATE (last_used_at) ON TABLE {schema}.apikey_tui_key TO {role};",
         f"GRANT INSERT ON TABLE {schema}.apikey_tui_usage, {schema}.apikey_tui_usage_batch "
         f"TO {role};",
+        f"GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE {schema}.apikey_tui_limit_count, "
+        f"{schema}.apikey_tui_limit_boot TO {role};",
     ]
     with (
         psycopg.connect(_libpq(_as(role, postgres_url))) as conn,
@@ -247,7 +250,7 @@ def test_a_role_granted_before_version_7_keeps_recording_usage_after_the_upgrade
     try:
         with engine.begin() as conn:  # back to 6: the mark table goes, with the role's grant
             command.downgrade(alembic_config(conn), "0006")
-        assert upgrade_schema(engine)[:2] == (6, 7)
+        assert upgrade_schema(engine)[:2] == (6, SCHEMA_VERSION)
     finally:
         engine.dispose()
     verifier = Verifier.from_url(_as(role, postgres_url), hasher=CHEAP)
@@ -258,3 +261,34 @@ def test_a_role_granted_before_version_7_keeps_recording_usage_after_the_upgrade
         verifier.close()
     assert verifier.stats.snapshot()["usage_dropped"] == 0
     assert admin_store.key_usage("alice", "svc").requests == 3
+
+
+def test_a_role_granted_before_version_8_counts_limits_after_the_upgrade(
+    postgres_url: str, role: str, admin_store: KeyStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A verifier role granted at schema version 7 may take from the limits' counts after `db
+    upgrade` to 8 (the migration grants it), and its grants leave it no excess privilege."""
+    from alembic import command
+
+    from apikey_tui.limits.sql_store import SqlLimitStore
+
+    assert _grant(capsys, postgres_url, role)[0] == 0
+    engine = make_engine(postgres_url)
+    try:
+        with engine.begin() as conn:  # back to 7: the limits' tables go, with the role's grant
+            command.downgrade(alembic_config(conn), "0007")
+        assert upgrade_schema(engine)[:2] == (7, SCHEMA_VERSION)
+    finally:
+        engine.dispose()
+    as_role = make_engine(_as(role, postgres_url))
+    try:
+        store = SqlLimitStore(as_role)
+        assert store.take("key:akfirst", 5, 60, 3, "").granted == 3
+    finally:
+        as_role.dispose()
+    engine = make_engine(postgres_url)
+    try:
+        with engine.connect() as conn:
+            assert excess_privileges(conn, role) == []
+    finally:
+        engine.dispose()

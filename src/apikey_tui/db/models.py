@@ -10,6 +10,7 @@ from sqlalchemy import (
     Column,
     DateTime,
     Dialect,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -218,4 +219,26 @@ UsageBatchTable = Table(
     Base.metadata,
     Column("id", String(32), primary_key=True),
     Column("minute", Integer, nullable=False),  # when it was written (usage_minute)
+)
+
+# Limits (schema version 8): the counts of every limit's current windows, and the boot marker
+# that tells a store which lost its counts. On PostgreSQL both are UNLOGGED (no WAL: a count is
+# an upsert per lease, not per request); a crash empties them together, and the marker's absence
+# tells the verifiers (`apikey_tui.limits.sql_store`). Verifiers write both; nothing else does.
+LimitCountTable = Table(
+    "apikey_tui_limit_count",
+    Base.metadata,
+    Column("limit_key", String(255), primary_key=True),  # AppliedLimit.key
+    Column("window_index", BigInteger, primary_key=True),  # floor(store now / window seconds)
+    Column("used", BigInteger, nullable=False),  # tokens granted in that window
+    Column("last_grant", BigInteger, nullable=False),  # what the last take got (RETURNING)
+    Column("ends_at", Float, nullable=False, index=True),  # window end, Unix s: pruning finds it
+)
+LimitBootTable = Table(
+    "apikey_tui_limit_boot",
+    Base.metadata,
+    Column("id", SmallInteger, primary_key=True),  # always 1: one marker per database
+    Column("boot", String(32), nullable=False),
+    Column("created_at", Float, nullable=False),  # Unix seconds, the store's clock
+    Column("lost_at", Float, nullable=True),  # windows that began before it grant 0
 )

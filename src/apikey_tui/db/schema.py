@@ -181,6 +181,9 @@ VERIFIER_UPDATES = ("apikey_tui_key", ("last_used_at",))
 # Its one append: usage counts (schema version 5), insert-only, never read back or changed, and
 # each flush's mark (schema version 7), which makes a retried flush write nothing twice.
 VERIFIER_INSERTS = ("apikey_tui_usage", "apikey_tui_usage_batch")
+# Limits' counts and boot marker (schema version 8): a verifier reads and writes them whole
+# (apikey_tui.limits.sql_store). Nothing else is in them: no key, no secret, no audit.
+VERIFIER_COUNTS = ("apikey_tui_limit_count", "apikey_tui_limit_boot")
 _ROLE = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,62}")
 # Names that GRANT reads as something else even when quoted ("public" is everyone).
 _NOT_A_ROLE = {"public", "none", "current_user", "current_role", "session_user"}
@@ -209,6 +212,8 @@ def verifier_grants(conn: Connection, role: str) -> list[str]:
         f"GRANT UPDATE ({', '.join(map(quote, columns))}) ON TABLE {table_name(key)} "
         f"TO {quote(role)}",
         f"GRANT INSERT ON TABLE {', '.join(map(table_name, VERIFIER_INSERTS))} TO {quote(role)}",
+        f"GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE "
+        f"{', '.join(map(table_name, VERIFIER_COUNTS))} TO {quote(role)}",
     ]
 
 
@@ -234,7 +239,8 @@ def excess_privileges(conn: Connection, role: str) -> list[str]:
         arguments = {"role": role, "table": table_name(on), "what": what}
         return bool(conn.execute(text(f"SELECT {function}"), arguments).scalar_one())
 
-    for name in sorted(t for t in inspect(conn).get_table_names() if t.startswith(TABLE_PREFIX)):
+    ours = (t for t in inspect(conn).get_table_names() if t.startswith(TABLE_PREFIX))
+    for name in sorted(t for t in ours if t not in VERIFIER_COUNTS):
         rights = [
             p
             for p in _WRITES

@@ -1,0 +1,36 @@
+"""What the limiter needs from a store of counts: one atomic take, and nothing else."""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Protocol
+
+
+class Grant(NamedTuple):
+    """What one take got: tokens granted in the window the store's clock is in, that window's
+    end and the store's now (Unix seconds, the store's clock), and the store's boot id."""
+
+    granted: int
+    window_end: float
+    store_now: float
+    boot: str
+
+
+class LimitStore(Protocol):
+    """Counts per (limit key, window), shared by every process and host that uses the store.
+
+    `take` is one atomic step: in the window of `window_seconds` that holds the store's now,
+    grant min(want, n - used) tokens (never below 0) and add them to used. It grants 0 in every
+    window that began at or before the moment the store lost its counts (the boot marker, see
+    docs/reference/limits.md): `known_boot` is the boot id this process last saw ('' if none).
+    Errors are StoreUnavailableError (or a subclass), one line, never a driver's traceback.
+    """
+
+    def take(
+        self, limit_key: str, n: int, window_seconds: int, want: int, known_boot: str
+    ) -> Grant:
+        """Grant up to `want` tokens of limit_key's current window; see the class."""
+        ...
+
+    def forget_connections(self) -> None:
+        """In a forked child: drop (never use, never close) the parent's connections."""
+        ...

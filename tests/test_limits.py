@@ -1,0 +1,225 @@
+"""The limits' model and the lease protocol of Limiter, on a store whose clock the test moves."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+import pytest
+
+from apikey_tui.errors import InvalidInputError, StoreUnavailableError
+from apikey_tui.limits import (
+    ADMITTED,
+    AppliedLimit,
+    FailMode,
+    Grant,
+    Limit,
+    Limiter,
+    Outage,
+    Refused,
+    Unavailable,
+    format_limit,
+    lease_size,
+    parse_fail_mode,
+    parse_limit,
+)
+from tests.conftest import FakeClock
+
+
+class MemoryStore:
+    """The LimitStore contract in memory: its own clock (`now`, Unix seconds), counted calls."""
+
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self.now = now
+        self.used: Counter[tuple[str, int]] = Counter()
+        self.calls = 0
+        self.down = False
+
+    def take(
+        self, limit_key: str, n: int, window_seconds: int, want: int, known_boot: str
+    ) -> Grant:
+        self.calls += 1
+        if self.down:
+            raise StoreUnavailableError("limits store unavailable (test): connection refused")
+        window = int(self.now // window_seconds)
+        granted = max(0, min(want, n - self.used[limit_key, window]))
+        self.used[limit_key, window] += granted
+        return Grant(granted, float((window + 1) * window_seconds), self.now, "boot-1")
+
+    def forget_connections(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("text", "count", "seconds", "written"),
+    [
+        ("10/s", 10, 1, "10/s"),
+        ("40/10s", 40, 10, "40/10s"),
+        ("600/1m", 600, 60, "600/m"),
+        (" 100000/30d ", 100000, 30 * 86400, "100000/30d"),
+        ("5/h", 5, 3600, "5/h"),
+    ],
+)
+def test_a_limit_is_n_per_duration_and_a_bare_unit_means_one(
+    text: str, count: int, seconds: int, written: str
+) -> None:
+    """N/DURATION parses with the CLI's durations (a bare unit is one) and is written back."""
+    limit = parse_limit(text)
+    assert (limit.count, limit.seconds, format_limit(limit)) == (count, seconds, written)
+    assert parse_limit(format_limit(limit)) == limit
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["10", "/s", "0/s", "-1/s", "10/0s", "10/x", "10/1.5s", "1e3/s", "10/s/s", "9999999999/s"],
+)
+def test_a_malformed_limit_is_one_line(text: str) -> None:
+    """A limit that is not N/DURATION (N from 1, a duration of at least 1s) is one clear line."""
+    with pytest.raises(InvalidInputError) as raised:
+        parse_limit(text)
+    message = str(raised.value)
+    assert "\n" not in message and message.startswith("limit ")
+
+
+def test_fail_mode_reads_closed_and_open_only() -> None:
+    """The failure mode is closed or open, said plainly; anything else is one line."""
+    assert (parse_fail_mode("Closed"), parse_fail_mode("open")) == (FailMode.CLOSED, FailMode.OPEN)
+    with pytest.raises(InvalidInputError, match="closed or open"):
+        parse_fail_mode("maybe")
+
+
+def test_the_lease_is_capped_to_a_sixteenth_of_the_limit() -> None:
+    """A lease is at most N // 16 (at least one): one process cannot hog a small limit."""
+    assert [lease_size(n, 50) for n in (1, 16, 100, 2000)] == [1, 1, 6, 50]
+
+
+def test_a_lease_in_hand_is_spent_without_a_round_trip() -> None:
+    """One take brings L tokens; the next L - 1 admissions ask the store nothing."""
+    store = MemoryStore()
+    limiter = Limiter(store, lease=10)
+    applied = (AppliedLimit("key:a", Limit(1000, 60)),)
+    assert [limiter.admit(applied, 0.0) for _ in range(25)] == [ADMITTED] * 25
+    assert store.calls == 3
+
+
+def test_an_exhausted_window_refuses_with_no_round_trip_until_it_turns() -> None:
+    """After the store grants 0, every refusal is local until the window's end; then it asks."""
+    store = MemoryStore(now=1_000_000.0)  # a window of 60 s ends 40 s later (1_000_020 + ...)
+    limiter = Limiter(store, lease=10)
+    applied = (AppliedLimit("key:a", Limit(20, 60)),)
+    answers = [limiter.admit(applied, 5.0) for _ in range(1000)]
+    assert answers[:20] == [ADMITTED] * 20
+    refused = answers[20]
+    assert isinstance(refused, Refused) and refused.limit is applied[0]
+    assert refused.retry_after == pytest.approx(1_000_020 - 1_000_000)
+    calls = store.calls
+    assert all(isinstance(a, Refused) for a in answers[21:]) and store.calls == calls
+    store.now = 1_000_020.0
+    assert limiter.admit(applied, 25.0) is ADMITTED and store.calls == calls + 1
+
+
+def test_a_lease_is_never_spent_after_the_stores_window_ends() -> None:
+    """Tokens left at the store's turn are void: the store's clock (here 30 s ahead of the
+    process's monotonic clock) decides, so the next request asks the store again."""
+    store = MemoryStore(now=1_000_019.5)  # half a second before the turn at 1_000_020
+    limiter = Limiter(store, lease=10)
+    applied = (AppliedLimit("key:a", Limit(1000, 60)),)
+    assert limiter.admit(applied, 100.0) is ADMITTED  # 9 tokens left, until 100.5 locally
+    assert limiter.admit(applied, 100.4) is ADMITTED and store.calls == 1
+    store.now = 1_000_020.0
+    assert limiter.admit(applied, 100.5) is ADMITTED and store.calls == 2
+    assert store.used == {("key:a:60", 16666): 10, ("key:a:60", 16667): 10}
+
+
+def test_a_request_refused_by_one_limit_consumes_nothing_from_the_others() -> None:
+    """Under a key limit with room and an owner limit that is spent, the request is refused and
+    the key limit keeps every token: later requests under it alone get all N."""
+    store = MemoryStore()
+    limiter = Limiter(store, lease=4)
+    key = AppliedLimit("key:a", Limit(64, 60))
+    owner = AppliedLimit("owner:alice", Limit(1, 60))
+    assert limiter.admit((key, owner), 0.0) is ADMITTED
+    for _ in range(10):
+        refused = limiter.admit((key, owner), 0.0)
+        assert isinstance(refused, Refused) and refused.limit is owner
+    assert [limiter.admit((key,), 0.0) for _ in range(63)] == [ADMITTED] * 63
+    assert isinstance(limiter.admit((key,), 0.0), Refused)
+
+
+def test_an_exhausted_limit_refuses_before_any_other_is_leased() -> None:
+    """A limit known to be spent refuses at once: no take for the other limits of the request."""
+    store = MemoryStore()
+    limiter = Limiter(store, lease=4)
+    owner = AppliedLimit("owner:alice", Limit(1, 60))
+    assert limiter.admit((owner,), 0.0) is ADMITTED
+    assert isinstance(limiter.admit((owner,), 0.0), Refused)
+    calls = store.calls
+    for n in range(5):
+        key = AppliedLimit(f"key:k{n}", Limit(64, 60))
+        assert isinstance(limiter.admit((key, owner), 0.0), Refused)
+    assert store.calls == calls
+
+
+def test_fail_closed_answers_unavailable_and_leaves_the_store_alone_for_a_while() -> None:
+    """The store down: tokens in hand are spent (they were granted); without them the answer
+    is Unavailable, and the store is asked again only after the retry interval."""
+    store = MemoryStore()
+    limiter = Limiter(store, lease=4, outage=Outage(retry_seconds=2.0))
+    applied = (AppliedLimit("key:a", Limit(64, 60)),)
+    assert limiter.admit(applied, 0.0) is ADMITTED
+    store.down = True
+    assert [limiter.admit(applied, 0.0) for _ in range(3)] == [ADMITTED] * 3
+    answers = [limiter.admit(applied, 0.5) for _ in range(100)]
+    assert all(isinstance(a, Unavailable) for a in answers) and store.calls == 2
+    assert answers[0] == Unavailable(2.0)
+    store.down = False
+    assert limiter.admit(applied, 2.6) is ADMITTED and store.calls == 3
+
+
+def test_fail_open_admits_at_most_n_over_p_per_window_of_the_process_clock(
+    clock: FakeClock,
+) -> None:
+    """fail-open with 4 processes declared: each admits at most N // 4 per window of its own
+    wall clock while the store is down, and the allowance comes back when the window turns."""
+    from datetime import timedelta
+
+    store = MemoryStore()
+    store.down = True
+    outage = Outage(FailMode.OPEN, processes=4, retry_seconds=1.0)
+    limiter = Limiter(store, lease=4, outage=outage, clock=clock)
+    applied = (AppliedLimit("key:a", Limit(40, 60)),)
+    clock.now = clock.now.replace(second=0, microsecond=0)
+    answers = [limiter.admit(applied, float(n) / 1000) for n in range(100)]
+    assert answers.count(ADMITTED) == 10
+    refused = answers[10]
+    assert isinstance(refused, Refused) and refused.retry_after == pytest.approx(60)
+    clock.advance(timedelta(seconds=60))
+    assert [limiter.admit(applied, 1.0 + n / 1000) for n in range(20)].count(ADMITTED) == 10
+
+
+def test_a_forked_child_never_spends_its_parents_lease() -> None:
+    """A forked child starts with no lease (it asks the store), so a lease is never spent twice."""
+    store = MemoryStore()
+    limiter = Limiter(store, lease=10)
+    applied = (AppliedLimit("key:a", Limit(1000, 60)),)
+    assert limiter.admit(applied, 0.0) is ADMITTED and limiter.store_calls == 1
+    pid = os.fork()
+    if pid == 0:  # the child exits 0 only if it had to ask the store
+        code = 0
+        try:
+            limiter.admit(applied, 0.0)
+            code = 0 if limiter.store_calls == 2 else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert limiter.admit(applied, 0.0) is ADMITTED and limiter.store_calls == 1
+
+
+def test_applied_limits_share_a_count_per_subject_and_window() -> None:
+    """A changed N keeps the window's count (same store key); another window length does not."""
+    first = AppliedLimit("key:a", Limit(10, 1))
+    assert first.key == AppliedLimit("key:a", Limit(20, 1)).key == "key:a:1"
+    assert AppliedLimit("key:a", Limit(10, 60)).key != first.key
+    with pytest.raises(InvalidInputError):
+        AppliedLimit("", Limit(1, 1))
