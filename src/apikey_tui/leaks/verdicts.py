@@ -87,11 +87,8 @@ def judge(store: KeyStore, key: ParsedKey, legacy: FailureBudget | None = None) 
         and store.hasher.verify(credential.secret_hash, key.secret)
     ):
         return Verdict("forged", info.owner, info.name)
-    now = store.clock()
-    if credential.disabled:
-        state = "disabled"
-    elif credential.expires_at is not None and now >= credential.expires_at:
-        state = "expired"
-    else:
+    if credential.works(store.clock()):
         state = "live"
+    else:
+        state = "disabled" if credential.disabled else "expired"
     return Verdict(state, info.owner, info.name, credential)

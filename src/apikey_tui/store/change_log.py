@@ -14,6 +14,7 @@ from sqlmodel import Session
 from apikey_tui import forksafety
 from apikey_tui.db import READ, database_errors
 from apikey_tui.db.models import ChangeRow, KeyRow
+from apikey_tui.store.records import in_grace
 
 # How long a change stays in the log. A verifier that has not read the log for longer (on
 # SQLite: one that served no request for that long) finds its position pruned and drops its
@@ -104,7 +105,7 @@ def since(connection: Connection, seq: int, now: datetime) -> list[Change] | Non
     for row in rows[1:]:
         if row.id is not None:
             changes.append(Change(row.seq, row.public_id, row.fingerprint, True))
-        elif row.grace_until is not None and row.grace_until > now:
+        elif in_grace(row.public_id, row.grace_until, now):  # matched as a previous id
             changes.append(Change(row.seq, row.public_id, row.old_fingerprint, True))
         else:
             changes.append(Change(row.seq, row.public_id, None, False))
@@ -120,7 +121,7 @@ def page(
     for row in connection.execute(PAGE, {"after": after, "limit": limit}):
         last = row.id
         pairs.append((row.public_id, row.fingerprint))
-        if row.old_public_id is not None and row.grace_until is not None and row.grace_until > now:
+        if in_grace(row.old_public_id, row.grace_until, now):
             pairs.append((row.old_public_id, row.old_fingerprint))
     return last, pairs
 

@@ -22,7 +22,15 @@ from apikey_tui.hashing import SecretHasher
 from apikey_tui.store import change_log
 from apikey_tui.store.change_log import Change as Change  # the verifier's view of a change
 from apikey_tui.store.context import StoreContext
-from apikey_tui.store.records import INFO_COLUMNS, KEY_TABLE, SCOPE_TABLE, in_grace, key_info
+from apikey_tui.store.records import (
+    INFO_COLUMNS,
+    KEY_TABLE,
+    SCOPE_TABLE,
+    in_grace,
+    key_info,
+    previous_until,
+    secret_works,
+)
 from apikey_tui.store.types import Actor, KeyInfo
 
 # A flush of usage counts on SQLite is multi-row INSERTs of this many rows (6 values a row stays
@@ -65,6 +73,10 @@ class Credential:
     fingerprint: str | None = field(default=None, repr=False)
     expires_at: datetime | None = None
     disabled: bool = False
+
+    def works(self, now: datetime) -> bool:
+        """Whether this secret works at now (`records.secret_works`)."""
+        return secret_works(self.disabled, self.expires_at, now)
 
 
 # Built once: on SQLite, building a select() costs more than running it.
@@ -126,7 +138,7 @@ class CredentialReads(StoreContext):
         if not in_grace(r.old_public_id, r.grace_until, now) or r.old_secret_hash is None:
             return None  # the previous secret's grace has ended
         assert r.grace_until is not None
-        until = r.grace_until if r.expires_at is None else min(r.expires_at, r.grace_until)
+        until = previous_until(r.expires_at, r.grace_until)
         return Credential(info, r.old_secret_hash, r.old_fingerprint, until, disabled)
 
     def key_count(self) -> int:

@@ -13,7 +13,13 @@ from apikey_tui.names import ELLIPSIS, printable
 from apikey_tui.store import audit
 from apikey_tui.store.context import StoreContext
 from apikey_tui.store.credentials import Credential
-from apikey_tui.store.records import KEY_TABLE, in_grace, read_info
+from apikey_tui.store.records import (
+    KEY_TABLE,
+    in_grace,
+    previous_until,
+    read_info,
+    secret_works,
+)
 from apikey_tui.store.types import LEAK_EVENT, LEAK_SOURCES, Leak, leak_reason, marks_leak
 
 # A secret's newest reports compared against a new one: a replay is of a recent report, and a
@@ -57,8 +63,8 @@ def contain_leak(
             if not in_grace(row.old_public_id, row.grace_until, now):
                 return None
             assert row.grace_until is not None
-            until = row.grace_until if until is None else min(until, row.grace_until)
-        live = row.disabled_at is None and (until is None or now < until)
+            until = previous_until(row.expires_at, row.grace_until)
+        live = secret_works(row.disabled_at is not None, until, now)
         info = read_info(session, row, now)
         shown = printable(where)
         if marks_leak(row.disabled_reason) and _reported(session, public_id, source, shown):

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Column, Table
+from sqlalchemy import Column, ColumnElement, Table, and_
 from sqlmodel import Session, select
 
 from apikey_tui.db.models import KeyRow, KeyScopeRow
@@ -36,8 +36,32 @@ INFO_COLUMNS: tuple[Column[Any], ...] = tuple(
 
 
 def in_grace(old_public_id: str | None, grace_until: datetime | None, now: datetime) -> bool:
-    """Whether a rotation's previous secret still works: up to, not at, grace_until."""
+    """Whether a rotation's previous secret still works: up to, not at, grace_until.
+
+    The one grace predicate; `grace_sql` is its twin in SQL (a test holds them equal).
+    """
     return old_public_id is not None and grace_until is not None and now < grace_until
+
+
+def grace_sql(now: datetime) -> ColumnElement[bool]:
+    """in_grace for the key table's rows at now (a bound parameter)."""
+    key = KEY_TABLE.c
+    return and_(key.old_public_id.is_not(None), key.grace_until.is_not(None), key.grace_until > now)
+
+
+def previous_until(expires_at: datetime | None, grace_until: datetime) -> datetime:
+    """When a rotation's previous secret stops: its grace's end, or the key's expiry if sooner
+    (a grace never outlives the key)."""
+    return grace_until if expires_at is None else min(expires_at, grace_until)
+
+
+def secret_works(disabled: bool, until: datetime | None, now: datetime) -> bool:
+    """Whether a secret works now: its key is not disabled, and now is before its end (the
+    key's expiry, or a previous secret's `previous_until`; None: it never ends).
+
+    The one decision: the verifier, the leak judge and the leak writer ask it.
+    """
+    return not disabled and (until is None or now < until)
 
 
 def key_info(

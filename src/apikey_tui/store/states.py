@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy import and_, case, func, literal, or_
 from sqlalchemy.sql.elements import ColumnElement
 
+from apikey_tui.store import records
 from apikey_tui.store.records import KEY_TABLE
 from apikey_tui.store.types import LEAK_REASON, KeyInfo
 
@@ -33,8 +34,8 @@ ACTIVE, SOON_KIND, EXPIRED, DISABLED, LEAKED, GRACE, UNUSED = (
 
 
 def in_grace(key: KeyInfo, now: datetime) -> bool:
-    """Whether the key's previous secret still works at now (up to, not at, grace_until)."""
-    return key.old_public_id is not None and key.grace_until is not None and now < key.grace_until
+    """Whether the key's previous secret still works at now (`records.in_grace`)."""
+    return records.in_grace(key.old_public_id, key.grace_until, now)
 
 
 def unused(key: KeyInfo, now: datetime) -> bool:
@@ -149,7 +150,7 @@ def _conditions(now: datetime) -> list[tuple[str, Any]]:
         (DISABLED, key.disabled_at.is_not(None)),
         (EXPIRED, and_(key.expires_at.is_not(None), key.expires_at <= now)),
         (SOON_KIND, and_(key.expires_at > now, key.expires_at <= now + SOON)),
-        (GRACE, and_(key.old_public_id.is_not(None), key.grace_until > now)),
+        (GRACE, records.grace_sql(now)),
         (UNUSED, since <= now - UNUSED_AFTER),
     ]
 
