@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 from mkdocs.exceptions import PluginError
 
 from apikey_tui.cli import build_parser, subcommands
+from apikey_tui.cli.commands import leaves
+from apikey_tui.cli.records import DATABASE_RULES
 
 if TYPE_CHECKING:
     from mkdocs.config.defaults import MkDocsConfig
@@ -17,6 +19,7 @@ if TYPE_CHECKING:
 
 PAGE = "reference/cli.md"
 MARKER = "<!-- cli-reference -->"
+DATABASES = "<!-- cli-databases -->"
 WIDTH = 100  # less argparse's margin of 2, as for a terminal of 102 columns
 # Python 3.14 colours --help when the build runs in a terminal; the page wants the plain text.
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -31,11 +34,23 @@ def render(parser: argparse.ArgumentParser) -> str:
     return "\n".join(sections)
 
 
+def databases() -> str:
+    """A table of each command's database rule, from its record (what a missing file does)."""
+    rows = [
+        f"| `{f'apikey-tui {command.words}'.strip()}` | {DATABASE_RULES[command.database]} |"
+        for command in leaves()
+    ]
+    return "\n".join(["| command | a missing SQLite file |", "| --- | --- |", *rows])
+
+
 def on_page_markdown(markdown: str, /, *, page: Page, config: MkDocsConfig, files: Files) -> str:
     """Put the rendered reference where the CLI page's marker stands."""
     if page.file.src_uri != PAGE:
         return markdown
     if MARKER not in markdown:
         raise PluginError(f"{PAGE} lost its marker {MARKER!r}: the CLI reference has no place")
+    if DATABASES not in markdown:
+        raise PluginError(f"{PAGE} lost its marker {DATABASES!r}: the database rules have no place")
+    markdown = markdown.replace(DATABASES, databases())
     # A fixed width: the page must not depend on the terminal that happened to build it.
     return markdown.replace(MARKER, render(build_parser(width=WIDTH)))

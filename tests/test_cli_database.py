@@ -51,3 +51,16 @@ def test_a_mistyped_path_never_becomes_a_database(
         f"apikey-tui: no database at {missing}; check the path, or create it with "
         "'apikey-tui keys create NAME --scope SCOPE' or 'apikey-tui db upgrade'\n"
     )
+
+
+def test_every_command_says_how_it_opens_the_database() -> None:
+    """The records give each command its database rule: only `keys create` may make a SQLite
+    file, and every command that must find one is tried above (serve-leaks aside)."""
+    from apikey_tui.cli import records
+    from apikey_tui.cli.commands import leaves
+
+    rules = {command.words: command.database for command in leaves()}
+    assert [words for words, rule in rules.items() if rule == records.MAY_CREATE] == ["keys create"]
+    must_exist = {words for words, rule in rules.items() if rule == records.MUST_EXIST}
+    assert must_exist == {*MUST_EXIST, "serve-leaks"}
+    assert rules[""] == records.DEFAULT_ONLY and rules["db upgrade"] == records.MAKES

@@ -33,7 +33,8 @@ class Parser(argparse.ArgumentParser):
         self.commands: dict[str, Parser] = {}
         # Anything like '-5d' is a value, as '-5' already is: `--expires -5d` is then refused
         # for what it is (with what a duration looks like), not as "expected one argument".
-        # argparse's one private reach left here (tests/test_cli_parser.py holds it).
+        # The CLI's one reach into argparse's privates (test_cli.py's negative durations fail
+        # if an upgrade breaks it).
         self._negative_number_matcher = re.compile(r"-\d")
 
     def error(self, message: str) -> NoReturn:

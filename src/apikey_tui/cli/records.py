@@ -18,13 +18,23 @@ if TYPE_CHECKING:
 # How a command opens the database: what it does when the SQLite file it is given is missing.
 # Only `keys create` may make one by itself, so a mistyped path never becomes an empty database
 # that a change then reports as done (docs/reference/cli.md).
-NO_DATABASE = "none"  # never opens one (completion; scan --offline decides at run time)
-MUST_EXIST = "must exist"  # a missing file: 'no database at …', exit 1, nothing created
-MAY_CREATE = "may create"  # a new file in a folder that exists, or at the default location; said
-DEFAULT_ONLY = "creates only at the default location"  # the app: a first run with no URL given
-MAKES = "makes it"  # db upgrade: making the tables is what it is for
-VERIFIER = "never creates"  # serve-auth: its verifier answers 503 until it can read the database
-DATABASE_RULES = (NO_DATABASE, MUST_EXIST, MAY_CREATE, DEFAULT_ONLY, MAKES, VERIFIER)
+NO_DATABASE = "none"
+MUST_EXIST = "must exist"
+MAY_CREATE = "may create"
+DEFAULT_ONLY = "default location only"
+MAKES = "makes it"
+VERIFIER = "never creates"
+# What each rule does with a missing SQLite file (the CLI reference page prints it per command).
+DATABASE_RULES = {
+    NO_DATABASE: "opens none (`scan --offline` neither)",
+    MUST_EXIST: "refused: `no database at …`, exit 1 (`scan`: 2); nothing is created",
+    MAY_CREATE: "created in a folder that exists, or at the default location with its folder; "
+    "said on stderr",
+    DEFAULT_ONLY: "created only at the default location (a first run with neither "
+    "`--database-url` nor `APIKEY_TUI_DATABASE_URL`); a path given is refused",
+    MAKES: "created, folders too, with the tables: that is what it is for",
+    VERIFIER: "never created: the verifier answers 503 until it can read the database",
+}
 
 
 class Arg:
