@@ -29,7 +29,7 @@ COMMANDS = {
 
 def main() -> None:
     # As a user's machine runs it: with bytecode written and reused (a shell that sets
-    # PYTHONDONTWRITEBYTECODE would compile cli.py on every run, about 20 ms).
+    # PYTHONDONTWRITEBYTECODE would compile cli/ on every run, about 20 ms).
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     for command in COMMANDS.values():  # writes the bytecode once, before timing
         subprocess.run(command, capture_output=True, check=False, env=env)

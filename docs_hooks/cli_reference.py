@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Iterator
-from functools import partial
 from typing import TYPE_CHECKING
 
 from mkdocs.exceptions import PluginError
 
-from apikey_tui.cli import build_parser
-from apikey_tui.command_help import HelpFormatter
+from apikey_tui.cli import build_parser, subcommands
+from apikey_tui.cli.commands import leaves
+from apikey_tui.cli.records import DATABASE_RULES
 
 if TYPE_CHECKING:
     from mkdocs.config.defaults import MkDocsConfig
@@ -20,33 +19,28 @@ if TYPE_CHECKING:
 
 PAGE = "reference/cli.md"
 MARKER = "<!-- cli-reference -->"
-# A fixed width: the page must not depend on the terminal that happened to build it.
-WIDTH = 100
+DATABASES = "<!-- cli-databases -->"
+WIDTH = 100  # less argparse's margin of 2, as for a terminal of 102 columns
 # Python 3.14 colours --help when the build runs in a terminal; the page wants the plain text.
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def _subcommands(
-    parser: argparse.ArgumentParser,
-) -> Iterator[tuple[str, argparse.ArgumentParser]]:
-    # argparse offers no public way to list subparsers; its _SubParsersAction is the one place
-    # that knows them (sphinx-argparse reads it the same way).
-    yield parser.prog, parser
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for sub in action.choices.values():
-                yield from _subcommands(sub)
 
 
 def render(parser: argparse.ArgumentParser) -> str:
     """Markdown for the parser and each subcommand: a heading, then its --help verbatim."""
     sections = []
-    for prog, sub in _subcommands(parser):
-        # The program's own formatter (examples kept as written), at a fixed width.
-        sub.formatter_class = partial(HelpFormatter, width=WIDTH)
+    for _, sub in subcommands(parser):
         text = ANSI.sub("", sub.format_help()).rstrip()
-        sections.append(f"### `{prog}`\n\n```text\n{text}\n```\n")
+        sections.append(f"### `{sub.prog}`\n\n```text\n{text}\n```\n")
     return "\n".join(sections)
+
+
+def databases() -> str:
+    """A table of each command's database rule, from its record (what a missing file does)."""
+    rows = [
+        f"| `{f'apikey-tui {command.words}'.strip()}` | {DATABASE_RULES[command.database]} |"
+        for command in leaves()
+    ]
+    return "\n".join(["| command | a missing SQLite file |", "| --- | --- |", *rows])
 
 
 def on_page_markdown(markdown: str, /, *, page: Page, config: MkDocsConfig, files: Files) -> str:
@@ -55,4 +49,8 @@ def on_page_markdown(markdown: str, /, *, page: Page, config: MkDocsConfig, file
         return markdown
     if MARKER not in markdown:
         raise PluginError(f"{PAGE} lost its marker {MARKER!r}: the CLI reference has no place")
-    return markdown.replace(MARKER, render(build_parser()))
+    if DATABASES not in markdown:
+        raise PluginError(f"{PAGE} lost its marker {DATABASES!r}: the database rules have no place")
+    markdown = markdown.replace(DATABASES, databases())
+    # A fixed width: the page must not depend on the terminal that happened to build it.
+    return markdown.replace(MARKER, render(build_parser(width=WIDTH)))

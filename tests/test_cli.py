@@ -548,8 +548,7 @@ def test_version_is_the_installed_release() -> None:
 
 def test_a_parser_built_for_a_command_line_helps_as_the_full_one() -> None:
     """Every command's --help, from a parser built only for its words, equals the full parser's."""
-    from apikey_tui.cli import build_parser
-    from apikey_tui.command_help import subcommands
+    from apikey_tui.cli import build_parser, subcommands
 
     full = dict(subcommands(build_parser()))
     for words, parser in full.items():

@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from apikey_tui.cli import build_parser, main
+from apikey_tui.cli import build_parser, main, subcommands
 from apikey_tui.clock import system_clock
-from apikey_tui.command_help import subcommands
 from apikey_tui.db.models import MINUTE, USAGE_ALLOWED, USAGE_FORBIDDEN, usage_minute
 from apikey_tui.store import KeyStore
 from apikey_tui.store.credentials import credential_source

@@ -108,7 +108,7 @@ words=(apikey-tui serve-leaks --action ''); CURRENT=4; _apikey_tui
 # What `--help` and a usage error must not import: the completion generator and the database
 # and app libraries (seconds), and the standard library's typing, json, shutil and http (about
 # 8 ms together, half of starting Python: the issue holds `--help` to 3x `python -c pass`).
-HEAVY = ("apikey_tui.completion", "sqlalchemy", "textual", "typing", "json", "shutil", "http")
+HEAVY = ("apikey_tui.cli.completion", "sqlalchemy", "textual", "typing", "json", "shutil", "http")
 
 
 @pytest.mark.parametrize(

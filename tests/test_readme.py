@@ -9,21 +9,20 @@ from pathlib import Path
 import pytest
 
 from apikey_tui.cli import build_parser
+from apikey_tui.cli.records import Command
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    # argparse has no public list of subcommands; its _SubParsersAction holds them (the docs'
-    # CLI reference hook reads them the same way).
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return dict(action.choices)
-    return {}
+    # argparse has no public list of subcommands: the CLI's parser keeps those it built.
+    return dict(getattr(parser, "commands", {}))
 
 
 def _options(parser: argparse.ArgumentParser) -> set[str]:
-    return {flag for action in parser._actions for flag in action.option_strings}
+    # The parser's own record (its default) holds the arguments it was built from.
+    record: Command = parser.get_default("record")
+    return {"-h", "--help", *(flag for arg in record.flat() for flag in arg.flags)}
 
 
 def _command_lines() -> list[str]:

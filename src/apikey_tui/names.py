@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 from apikey_tui.errors import InvalidInputError
 
-TYPE_CHECKING = False  # typing costs the CLI's `--help` 3 ms: see cli.py
+TYPE_CHECKING = False  # typing costs the CLI's `--help` 3 ms: see cli/entry.py
 if TYPE_CHECKING:
     from typing import Final, Literal, TypeAlias
 

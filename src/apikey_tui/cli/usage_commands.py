@@ -1,103 +1,32 @@
-"""`keys usage`, `keys rightsize` and `db compact`: their options here, their work in the store."""
+"""`keys usage`, `keys rightsize`, `db compact`: records and handlers (the store does the work)."""
 
 from __future__ import annotations
 
-import argparse
 import sys
 from datetime import timedelta
 
 # Standard library and the names module only at import time (the CLI builds every parser).
-from apikey_tui.command_output import EXIT_REFUSED, emit
+from apikey_tui.cli import arguments as a
+from apikey_tui.cli.output import EXIT_REFUSED, emit
+from apikey_tui.cli.prompts import confirmed
+from apikey_tui.cli.records import MUST_EXIST, Arg, Command
 from apikey_tui.errors import InvalidInputError
-from apikey_tui.names import counted, format_duration, parse_duration, printable
+from apikey_tui.names import counted, format_duration, printable
 from apikey_tui.sparklines import sparkline
 
-TYPE_CHECKING = False  # typing costs the CLI's `--help` 3 ms: see cli.py
+TYPE_CHECKING = False  # typing costs the CLI's `--help` 3 ms: see cli/entry.py
 if TYPE_CHECKING:
-    from typing import Any, TextIO
+    from typing import TextIO
 
-    from apikey_tui.store import KeyInfo, KeyStore
+    from apikey_tui.cli.records import Call
+    from apikey_tui.store import KeyInfo
     from apikey_tui.store.rightsizing import Rightsizing
     from apikey_tui.store.usage import KeyUsage
 
 
-def _span(text: str) -> timedelta:
-    try:
-        span = parse_duration(text)
-    except InvalidInputError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    if span <= timedelta(0):
-        raise argparse.ArgumentTypeError(f"expected a span longer than 0, got {text[:30]!a}")
-    return span
-
-
-def add_commands(keys: Any, db: Any, common: argparse.ArgumentParser) -> None:
-    """Add `keys usage`, `keys rightsize` and `db compact` to the CLI's subcommands."""
-    usage = keys.add_parser(
-        "usage",
-        parents=[common],
-        help="a key's use per scope, its 403s and wrong secrets, requests per day",
-        description="What verifiers recorded for the key in the window: requests per scope and "
-        "last use, 403s with the missing scopes, wrong secrets, and requests per day.",
-    )
-    usage.add_argument("name")
-    usage.add_argument(
-        "--since",
-        type=_span,
-        default=timedelta(days=30),
-        metavar="SPAN",
-        help="the window, back from today's UTC midnight less SPAN (default 30d)",
-    )
-    usage.set_defaults(run=run_usage)
-
-    rightsize = keys.add_parser(
-        "rightsize",
-        parents=[common],
-        help="propose dropping scopes keys never used; --apply narrows them",
-        description="For every key older than the window, propose dropping the scopes it never "
-        "used in it (a key keeps at least one scope: a key unused altogether gets no proposal), "
-        "and name the keys refused for a missing scope. Prints nothing when there is nothing to "
-        "say (for cron).",
-    )
-    rightsize.add_argument("name", nargs="?", help="one key (default: every key of --owner)")
-    rightsize.add_argument(
-        "--all", action="store_true", dest="all_owners", help="every owner's keys"
-    )
-    rightsize.add_argument(
-        "--window",
-        type=_span,
-        default=timedelta(days=30),
-        metavar="SPAN",
-        help="how far back to look for use (default 30d); younger keys get no proposal",
-    )
-    rightsize.add_argument(
-        "--apply", action="store_true", help="narrow the keys (asks first in a terminal)"
-    )
-    rightsize.add_argument(
-        "--yes", action="store_true", help="with --apply: do not ask for confirmation"
-    )
-    rightsize.set_defaults(run=run_rightsize)
-
-    compact = db.add_parser(
-        "compact",
-        parents=[common],
-        help="roll old usage minutes into hours and days; delete usage past the retention",
-        description="Minutes older than 48 h become hours, hours older than 30 d become days, "
-        "rows older than the retention go. One transaction: safe under cron, beside running "
-        "verifiers and against kill -9. Prints nothing unless it changed something.",
-    )
-    compact.add_argument(
-        "--retention",
-        type=_span,
-        default=timedelta(days=400),
-        metavar="SPAN",
-        help="how long usage is kept (default 400d)",
-    )
-    compact.set_defaults(run_db=run_compact)
-
-
-def run_usage(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
+def run_usage(call: Call) -> int:
     """`keys usage NAME`: the key's use in the window."""
+    store, args, owner = call.store(), call.args, call.owner
     report = store.key_usage(owner, args.name, args.since)
     return emit(args, report.to_json(), lambda out: _print_usage(report, out))
 
@@ -139,16 +68,16 @@ def _scopes(scopes: tuple[str, ...]) -> str:
     return printable(" ".join(scopes))
 
 
-def run_rightsize(store: KeyStore, args: argparse.Namespace, owner: str) -> int:
+def run_rightsize(call: Call) -> int:
     """`keys rightsize`: propose (and with --apply make) narrower keys."""
+    args = call.args
     if args.all_owners and args.name is not None:
         raise InvalidInputError("give a key NAME or --all, not both")
-    who = None if args.all_owners else owner
+    store = call.store()
+    who = None if args.all_owners else call.owner
     found = store.rightsize(args.window, owner=who, name=args.name)
     applied = False
     if args.apply and found.proposals:
-        from apikey_tui.prompts import confirmed
-
         names = ", ".join(
             f"{printable(p.info.owner)}/{printable(p.info.name)} (drop {_scopes(p.drop)})"
             for p in found.proposals
@@ -181,8 +110,9 @@ def _print_rightsize(found: Rightsizing, window: timedelta, applied: bool, out: 
         print(f"{_who(r.info)}: refused for missing scopes: {printable(gaps)}", file=out)
 
 
-def run_compact(url: str, args: argparse.Namespace) -> int:
-    """`db compact`: one compaction of the usage table."""
+def run_compact(call: Call) -> int:
+    """`db compact`: one compaction of the usage table (no store: it checks the schema only)."""
+    url, args = call.url(), call.args
     from apikey_tui.db import ensure_schema, make_engine
     from apikey_tui.store import KeyStore
 
@@ -208,3 +138,74 @@ def run_compact(url: str, args: argparse.Namespace) -> int:
             )
 
     return emit(args, data, human)
+
+
+USAGE = Command(
+    "keys usage",
+    help="a key's use per scope, its 403s and wrong secrets, requests per day",
+    description="What verifiers recorded for the key in the window: requests per scope and "
+    "last use, 403s with the missing scopes, wrong secrets, and requests per day.",
+    run=run_usage,
+    database=MUST_EXIST,
+    arguments=(
+        *a.COMMON,
+        a.NAME,
+        Arg(
+            "--since",
+            type=a.span,
+            default=timedelta(days=30),
+            metavar="SPAN",
+            help="the window, back from today's UTC midnight less SPAN (default 30d)",
+        ),
+    ),
+    examples=("apikey-tui keys usage ci --since 7d", "apikey-tui keys usage ci --json"),
+)
+RIGHTSIZE = Command(
+    "keys rightsize",
+    help="propose dropping scopes keys never used; --apply narrows them",
+    description="For every key older than the window, propose dropping the scopes it never "
+    "used in it (a key keeps at least one scope: a key unused altogether gets no proposal), "
+    "and name the keys refused for a missing scope. Prints nothing when there is nothing to "
+    "say (for cron).",
+    run=run_rightsize,
+    database=MUST_EXIST,
+    arguments=(
+        *a.COMMON,
+        Arg("name", nargs="?", help="one key (default: every key of --owner)"),
+        Arg("--all", action="store_true", dest="all_owners", help="every owner's keys"),
+        Arg(
+            "--window",
+            type=a.span,
+            default=timedelta(days=30),
+            metavar="SPAN",
+            help="how far back to look for use (default 30d); younger keys get no proposal",
+        ),
+        Arg("--apply", action="store_true", help="narrow the keys (asks first in a terminal)"),
+        Arg("--yes", action="store_true", help="with --apply: do not ask for confirmation"),
+    ),
+    examples=(
+        "apikey-tui keys rightsize --all              # for cron: silent when none",
+        "apikey-tui keys rightsize ci --window 90d --apply   # asks first in a terminal",
+        "apikey-tui keys rightsize --all --apply --yes --json",
+    ),
+)
+COMPACT = Command(
+    "db compact",
+    help="roll old usage minutes into hours and days; delete usage past the retention",
+    description="Minutes older than 48 h become hours, hours older than 30 d become days, "
+    "rows older than the retention go. One transaction: safe under cron, beside running "
+    "verifiers and against kill -9. Prints nothing unless it changed something.",
+    run=run_compact,
+    database=MUST_EXIST,
+    arguments=(
+        *a.COMMON,
+        Arg(
+            "--retention",
+            type=a.span,
+            default=timedelta(days=400),
+            metavar="SPAN",
+            help="how long usage is kept (default 400d)",
+        ),
+    ),
+    examples=("apikey-tui db compact                # hourly from cron: silent when idle",),
+)

@@ -12,9 +12,11 @@ from collections.abc import Callable
 
 from apikey_tui.errors import ApiKeyError
 
-TYPE_CHECKING = False  # typing costs the CLI's `--help` 3 ms: see cli.py
+TYPE_CHECKING = False  # typing costs the CLI's `--help` 3 ms: see cli/entry.py
 if TYPE_CHECKING:
     from typing import Any, TextIO
+
+    from _typeshed import SupportsWrite
 
 # Every command's exit codes: done, refused (or failed), a usage error.
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
@@ -81,3 +83,22 @@ def drop_stdout() -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
+
+
+def usage_error(message: str) -> int:
+    """Say a usage error that argparse could not see (two options that do not go together)."""
+    print(f"apikey-tui {message} (see --help)", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def write_help(message: str, file: SupportsWrite[str] | None) -> None:
+    """Write help or a usage error; a failure is one OutputError (argparse would swallow it,
+    so --help into /dev/full exited 0 unwritten)."""
+    try:
+        if file is None:  # sys.stdout is None when stdout is closed
+            raise OSError(errno.EBADF, "stdout is closed")
+        file.write(message)
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise stdout_failed(exc, "could not write to stdout") from None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-TYPE_CHECKING = False  # typing costs the CLI's `--help` 3 ms: see cli.py
+TYPE_CHECKING = False  # typing costs the CLI's `--help` 3 ms: see cli/entry.py
 if TYPE_CHECKING:
     from typing import TextIO
 

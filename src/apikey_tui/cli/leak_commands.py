@@ -1,126 +1,42 @@
-"""The `scan` and `serve-leaks` subcommands: their options here, their work in this package."""
+"""`scan` and `serve-leaks`: their records and handlers (the work is apikey_tui.leaks')."""
 
 from __future__ import annotations
 
-import argparse
 import sys
-from collections.abc import Callable
 
 # Standard library only at import time: the CLI builds every parser for `--help` and usage
 # errors, which must stay as cheap as starting Python.
-from apikey_tui.command_output import EXIT_OK, EXIT_USAGE, emit
-from apikey_tui.integrations.serve_options import add_server_options, count, server_options
+from apikey_tui.cli import arguments as a
+from apikey_tui.cli.output import EXIT_OK, EXIT_USAGE, emit, usage_error
+from apikey_tui.cli.prompts import confirmed
+from apikey_tui.cli.records import MUST_EXIST, Arg, Command
 from apikey_tui.names import printable
 
-TYPE_CHECKING = False  # typing costs the CLI's `--help` 3 ms: see cli.py
+TYPE_CHECKING = False  # typing costs the CLI's `--help` 3 ms: see cli/entry.py
 if TYPE_CHECKING:
+    import argparse
     from typing import Any, TextIO
 
+    from apikey_tui.cli.records import Call
     from apikey_tui.leaks.scan import Found, ScanError
     from apikey_tui.leaks.verdicts import Verdict
     from apikey_tui.store import KeyStore
 
 EXIT_FOUND = 1  # a live key was found (scan, like grep's 'matched')
-OpenStore = Callable[..., "KeyStore"]  # cli._open_store(url, create=...)
 
 
-def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
-    """Add `scan` and `serve-leaks` to the CLI's subcommands."""
-    scan = commands.add_parser(
-        "scan",
-        parents=[common],
-        help="find API keys in files, standard input or git history; exit 1 on a live one",
-        description="Find well-formed API keys (shape and checksum) and, with a database, tell "
-        "live keys from disabled, expired, deleted and forged ones. Never prints a secret. "
-        "Exit 1: a live key was found (with --offline: any well-formed key), even if some "
-        "part could not be read; 0: everything read, nothing live; 2: usage error, a part "
-        "that could not be read (each named on stderr), or a database that cannot be asked.",
-    )
-    scan.add_argument(
-        "paths",
-        nargs="*",
-        metavar="PATH",
-        help="files and directories (recursively; symlinks inside are not followed), pipes such "
-        "as /dev/stdin, or - for standard input; with --git, the repository (default: .)",
-    )
-    scan.add_argument(
-        "--git",
-        action="store_true",
-        help="every blob in the history of every ref, and every commit and tag message, not files",
-    )
-    scan.add_argument(
-        "--disable",
-        action="store_true",
-        help="mark each genuine key found (live, disabled or expired) as leaked: disabled with "
-        "the reason 'leaked: <where>' and a key.leak audit event; in a terminal it asks first",
-    )
-    scan.add_argument(
-        "-y",
-        "--yes",
-        action="store_true",
-        help="with --disable: do not ask first (a script is never asked)",
-    )
-    scan.add_argument(
-        "--offline",
-        action="store_true",
-        help="no database: report every well-formed key (for pre-commit hooks)",
-    )
-    scan.set_defaults(run_leaks=run_scan)
-
-    serve = commands.add_parser(
-        "serve-leaks",
-        parents=[common],
-        help="take signed leak reports (GitHub, deps.dev) and revocations; stop leaked keys",
-    )
-    add_server_options(serve, port=9181)
-    serve.add_argument(
-        "--github-keys",
-        required=True,
-        metavar="FILE",
-        help="a saved copy of https://api.github.com/meta/public_keys/secret_scanning",
-    )
-    serve.add_argument(
-        "--depsdev-keys", metavar="FILE", help="deps.dev's public keys, same format (POST /depsdev)"
-    )
-    serve.add_argument(
-        "--action",
-        choices=["disable", "delete"],
-        default="disable",
-        help="what happens to a reported live key (default disable: reversible)",
-    )
-    serve.add_argument(
-        "--on-leak",
-        metavar="CMD",
-        help="run CMD (split like a shell, no shell) with each leak as JSON on stdin; no key",
-    )
-    serve.add_argument(
-        "--trusted-proxy",
-        action="append",
-        default=[],
-        metavar="ADDR",
-        help="a proxy (address or network) whose X-Forwarded-For names the client; repeatable",
-    )
-    serve.add_argument(
-        "--revoke-per-minute",
-        type=count,
-        default=30,
-        metavar="N",
-        help="POST /revoke requests per client address and minute (default 30)",
-    )
-    serve.set_defaults(run_leaks=run_serve)
-
-
-def run_scan(url: Callable[[], str], args: argparse.Namespace, open_store: OpenStore) -> int:
+def run_scan(call: Call) -> int:
     """Scan, judge each distinct key once against the database, print, maybe disable."""
+    args = call.args
     from apikey_tui.leaks.scan import ScanError, scan_git, scan_paths, scan_stream
 
     paths: list[str] = args.paths or ["."]
     if args.offline and args.disable:
-        return _usage("scan: --disable needs the database; it cannot go with --offline")
+        return usage_error("scan: --disable needs the database; it cannot go with --offline")
     if "-" in paths and (args.git or len(paths) > 1):
-        return _usage("scan: - (standard input) goes alone, without --git")
+        return usage_error("scan: - (standard input) goes alone, without --git")
     if args.git and len(paths) > 1:
-        return _usage("scan --git takes one repository")
+        return usage_error("scan --git takes one repository")
     unreadable: list[ScanError] = []
 
     def complain(error: ScanError) -> None:
@@ -140,11 +56,8 @@ def run_scan(url: Callable[[], str], args: argparse.Namespace, open_store: OpenS
     if args.offline:
         code = _report(args, found, None)
     else:
-        store = open_store(url(), create=False)  # refused: 2, by the CLI (it checked nothing)
-        try:
-            code = _report(args, found, store)
-        finally:
-            store.close()
+        # A database that cannot be asked is refused with 2 (the record): nothing was checked.
+        code = _report(args, found, call.store())
     if code == EXIT_OK and unreadable:
         return EXIT_USAGE  # fail closed: a file we could not read may hold a key
     return code
@@ -222,7 +135,6 @@ def _disable_confirmed(
     each one was found, whose it is and its state (up to ten, then how many more): the findings
     on stdout come only after the answer."""
     from apikey_tui.leaks.verdicts import mask
-    from apikey_tui.prompts import confirmed
 
     lines = [
         f"  {printable(first[digest].where)}: {printable(v.owner or '?')}/"
@@ -252,8 +164,9 @@ def _line(row: dict[str, Any]) -> str:
     return f"{where}: {row['state']} key {key}{action}"
 
 
-def run_serve(url: Callable[[], str], args: argparse.Namespace, open_store: OpenStore) -> int:
+def run_serve(call: Call) -> int:
     """Run serve-leaks under uvicorn until interrupted (needs the [leaks] extra)."""
+    args = call.args
     import shlex
 
     try:
@@ -279,20 +192,117 @@ def run_serve(url: Callable[[], str], args: argparse.Namespace, open_store: Open
         print(f"apikey-tui: {printable(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     if on_leak == []:
-        return _usage("serve-leaks: --on-leak needs a command")
-    store = open_store(url(), create=False)
+        return usage_error("serve-leaks: --on-leak needs a command")
     app = server.LeaksApp(
-        store,
+        call.store(),
         keys,
         delete=args.action == "delete",
         on_leak=on_leak,
         revoke_per_minute=args.revoke_per_minute,
         trusted_proxies=trusted,
     )
-    auth_server.serve(app, **server_options(args))
+    auth_server.serve(app, **a.server_options(args))
     return EXIT_OK
 
 
-def _usage(message: str) -> int:
-    print(f"apikey-tui {message} (see --help)", file=sys.stderr)
-    return EXIT_USAGE
+SCAN = Command(
+    "scan",
+    help="find API keys in files, standard input or git history; exit 1 on a live one",
+    description="Find well-formed API keys (shape and checksum) and, with a database, tell "
+    "live keys from disabled, expired, deleted and forged ones. Never prints a secret. "
+    "Exit 1: a live key was found (with --offline: any well-formed key), even if some "
+    "part could not be read; 0: everything read, nothing live; 2: usage error, a part "
+    "that could not be read (each named on stderr), or a database that cannot be asked.",
+    run=run_scan,
+    database=MUST_EXIST,  # unless --offline: then it opens none
+    refused_exit=EXIT_USAGE,  # exit 1 means "a live key was found": a refusal or a bug says 2
+    bug_exit=EXIT_USAGE,
+    arguments=(
+        *a.COMMON,
+        Arg(
+            "paths",
+            nargs="*",
+            metavar="PATH",
+            help="files and directories (recursively; symlinks inside are not followed), pipes "
+            "such as /dev/stdin, or - for standard input; with --git, the repository "
+            "(default: .)",
+        ),
+        Arg(
+            "--git",
+            action="store_true",
+            help="every blob in the history of every ref, and every commit and tag message, "
+            "not files",
+        ),
+        Arg(
+            "--disable",
+            action="store_true",
+            help="mark each genuine key found (live, disabled or expired) as leaked: disabled "
+            "with the reason 'leaked: <where>' and a key.leak audit event; in a terminal it asks "
+            "first",
+        ),
+        Arg(
+            "-y",
+            "--yes",
+            action="store_true",
+            help="with --disable: do not ask first (a script is never asked)",
+        ),
+        Arg(
+            "--offline",
+            action="store_true",
+            help="no database: report every well-formed key (for pre-commit hooks)",
+        ),
+    ),
+    examples=(
+        "apikey-tui scan src/",
+        "git diff --cached | apikey-tui scan --offline -",
+        "apikey-tui scan --git . --disable --yes",
+    ),
+)
+SERVE_LEAKS = Command(
+    "serve-leaks",
+    help="take signed leak reports (GitHub, deps.dev) and revocations; stop leaked keys",
+    run=run_serve,
+    database=MUST_EXIST,
+    refused_exit=EXIT_USAGE,  # a key file, URL or database it cannot use: it does not start
+    arguments=(
+        *a.COMMON,
+        *a.server(port=9181),
+        Arg(
+            "--github-keys",
+            required=True,
+            metavar="FILE",
+            help="a saved copy of https://api.github.com/meta/public_keys/secret_scanning",
+        ),
+        Arg(
+            "--depsdev-keys",
+            metavar="FILE",
+            help="deps.dev's public keys, same format (POST /depsdev)",
+        ),
+        Arg(
+            "--action",
+            choices=["disable", "delete"],
+            default="disable",
+            help="what happens to a reported live key (default disable: reversible)",
+        ),
+        Arg(
+            "--on-leak",
+            metavar="CMD",
+            help="run CMD (split like a shell, no shell) with each leak as JSON on stdin; no key",
+        ),
+        Arg(
+            "--trusted-proxy",
+            action="append",
+            default=[],
+            metavar="ADDR",
+            help="a proxy (address or network) whose X-Forwarded-For names the client; repeatable",
+        ),
+        Arg(
+            "--revoke-per-minute",
+            type=a.count,
+            default=30,
+            metavar="N",
+            help="POST /revoke requests per client address and minute (default 30)",
+        ),
+    ),
+    examples=("apikey-tui serve-leaks --github-keys github-keys.json --port 9181",),
+)

@@ -1,18 +1,17 @@
-"""Shell completion scripts for bash, zsh and fish, generated from the CLI's own parser.
+"""Shell completion scripts for bash, zsh and fish, generated from the command records.
 
 Static tables of every command's subcommands, options and choices, and a small function per
 shell that walks the words typed so far. Written on demand by `apikey-tui completion SHELL`
 (standard library only, imported by that command alone): a new option completes as soon as the
-parser has it. Key names are not completed: that would ask the database on every Tab.
+record has it. Key names are not completed: that would ask the database on every Tab.
 """
 
 from __future__ import annotations
 
-import argparse
 import shlex
 from dataclasses import dataclass, field
 
-from apikey_tui.command_help import subcommands
+from apikey_tui.cli.records import Arg, Command
 
 PROG = "apikey-tui"
 
@@ -27,37 +26,38 @@ class _Command:
     positional: list[str] = field(default_factory=list)  # the first positional's choices
 
 
-def _help(action: argparse.Action) -> str:
-    text = action.help if isinstance(action.help, str) else ""
+HELP = Arg("-h", "--help", action="help", help="show this help message and exit")  # argparse's
+
+
+def _help(text: str) -> str:
     return " ".join(text.replace("%%", "%").split())
 
 
-def _tables(parser: argparse.ArgumentParser) -> tuple[dict[str, _Command], set[str]]:
+def _tables(root: Command) -> tuple[dict[str, _Command], set[str]]:
     """Each command by its path ('apikey-tui keys create'), and every option taking a value."""
     commands: dict[str, _Command] = {}
     valued: set[str] = set()
-    for words, sub in subcommands(parser):
-        command = commands[f"{PROG} {words}".strip()] = _Command()
-        for action in sub._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                command.subs = {pseudo.dest: _help(pseudo) for pseudo in action._choices_actions}
-            elif action.option_strings:
-                if action.help == argparse.SUPPRESS:
-                    continue
-                for flag in action.option_strings:
-                    command.options[flag] = _help(action)
-                    if action.nargs != 0:
-                        valued.add(flag)
-                        if action.choices is not None:
-                            command.choices[flag] = [str(c) for c in action.choices]
-            elif action.choices is not None and not command.positional:
-                command.positional = [str(c) for c in action.choices]
+    for record in root.walk():
+        command = commands[f"{PROG} {record.words}".strip()] = _Command()
+        for arg in (HELP, *record.flat()):
+            choices = arg.options.get("choices")
+            if not arg.flags[0].startswith("-"):  # a positional
+                if choices is not None and not command.positional:
+                    command.positional = [str(c) for c in choices]
+                continue
+            for flag in arg.flags:
+                command.options[flag] = _help(arg.options.get("help", ""))
+                if arg.valued:
+                    valued.add(flag)
+                    if choices is not None:
+                        command.choices[flag] = [str(c) for c in choices]
+        command.subs = {child.name: _help(child.help) for child in record.children}
     return commands, valued
 
 
-def script(parser: argparse.ArgumentParser, shell: str) -> str:
-    """The completion script for shell ('bash', 'zsh' or 'fish')."""
-    commands, valued = _tables(parser)
+def script(root: Command, shell: str) -> str:
+    """The completion script for shell ('bash', 'zsh' or 'fish'), for the commands under root."""
+    commands, valued = _tables(root)
     if shell == "bash":
         return _bash(commands, valued)
     if shell == "zsh":

@@ -1,0 +1,334 @@
+"""The keys commands that change keys: create, delete, recreate, scopes, rotate, expiry, on/off."""
+
+from __future__ import annotations
+
+import sys
+
+from apikey_tui.cli import arguments as a
+from apikey_tui.cli.key_listing import key_json, when
+from apikey_tui.cli.output import (
+    EXIT_OK,
+    EXIT_REFUSED,
+    OutputError,
+    emit,
+    stdout_failed,
+    usage_error,
+    write_result,
+)
+from apikey_tui.cli.prompts import confirmed
+from apikey_tui.cli.records import MAY_CREATE, MUST_EXIST, Arg, Command, Group
+from apikey_tui.errors import ApiKeyError
+from apikey_tui.names import format_duration, printable
+
+TYPE_CHECKING = False  # typing costs the CLI's `--help` 3 ms: see cli/entry.py
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Callable
+
+    from apikey_tui.cli.records import Call
+    from apikey_tui.store import CreatedKey, Deliver, KeyInfo
+
+
+ONCE_WARNING = (
+    "This key is shown once. Store it like a password; it cannot be recovered. "
+    "If it is lost or stolen, recreate it."
+)
+
+
+class _Delivery:
+    """Writes a new key to stdout from inside the transaction that makes it (store.Deliver):
+    a secret that could not be written is never stored, and says so in one line."""
+
+    def __init__(self, args: argparse.Namespace, undone: str) -> None:
+        self.args, self.undone, self.done = args, undone, False
+
+    def __call__(self, created: CreatedKey) -> None:
+        data = {"key": created.plaintext, **created.info.to_json()}
+        try:
+            write_result(self.args, data, lambda out: print(created.plaintext, file=out))
+        except OSError as exc:  # a closed pipe too: nobody received the key
+            undone = f": {self.undone}"
+            raise stdout_failed(exc, "could not write the key to stdout", undone) from None
+        self.done = True
+
+    def run(self, make: Callable[[Deliver], CreatedKey]) -> CreatedKey:
+        """Make the key with this delivery; a failure after it says the key shown is void."""
+        try:
+            return make(self)
+        except ApiKeyError as exc:
+            if not self.done or isinstance(exc, OutputError):
+                raise
+            # Written, then the commit failed: the secret on stdout belongs to no key.
+            raise ApiKeyError(
+                f"{exc}; the key written to stdout was not stored: discard it"
+            ) from None
+
+
+def _tell_created(created: CreatedKey, verb: str, note: str | None = None) -> int:
+    """Say on stderr what was made, once the key was written and stored."""
+    info = created.info
+    # Everything but the key goes to stderr, so `KEY=$(apikey-tui keys create ...)` just works.
+    lines = [
+        f"{verb} key {info.name!r} for {printable(info.owner)} ({info.public_id}), "
+        f"scopes: {', '.join(info.scopes)}.",
+        ONCE_WARNING,
+        _expiry_line(info),
+        *([note] if note else []),
+    ]
+    try:
+        print(*lines, sep="\n", file=sys.stderr, flush=True)
+    except OSError:  # the key is stored and on stdout: unreadable notes must not fail that
+        pass
+    return EXIT_OK
+
+
+def _expiry_line(info: KeyInfo) -> str:
+    if info.expires_at is None:
+        return "It never expires."
+    return f"It expires at {when(info.expires_at)}."
+
+
+def _whose(info: KeyInfo) -> str:
+    return f"key {info.name!r} of {printable(info.owner)}"
+
+
+def _go_on(args: argparse.Namespace, question: str) -> bool:
+    """Ask before a destructive command in a terminal (prompts.confirmed); no: say nothing
+    was done. A script (no terminal) or --yes goes on, as before."""
+    if confirmed(question, assume_yes=getattr(args, "yes", False)):
+        return True
+    print("Cancelled: nothing was done.", file=sys.stderr)
+    return False
+
+
+def create(call: Call) -> int:
+    store, args, owner = call.store(), call.args, call.owner
+    created = _Delivery(args, "it was not created").run(
+        lambda deliver: store.create_key(
+            owner, args.name, args.scope, expires=args.expires, deliver=deliver
+        )
+    )
+    return _tell_created(created, "Created")
+
+
+def delete(call: Call) -> int:
+    store, args, owner = call.store(), call.args, call.owner
+    old = store.get_key(owner, args.name)
+    question = f"Delete {_whose(old)} ({old.public_id})? Services refuse it at once; no undo."
+    if not _go_on(args, question):
+        return EXIT_REFUSED
+    # Only the key the question named: one recreated meanwhile is refused (KeyChangedError).
+    info = store.delete_key(owner, args.name, expected_public_id=old.public_id)
+    print(
+        f"Deleted key {info.name!r} of {printable(info.owner)} ({info.public_id}).", file=sys.stderr
+    )
+    return emit(args, info.to_json(), lambda out: None)
+
+
+def recreate(call: Call) -> int:
+    store, args, owner = call.store(), call.args, call.owner
+    old = store.get_key(owner, args.name)
+    question = (
+        f"Recreate {_whose(old)} ({old.public_id})? Its secret stops working now; "
+        "the new one is printed once."
+    )
+    if not _go_on(args, question):
+        return EXIT_REFUSED
+    created = _Delivery(args, f"key {args.name!r} is unchanged").run(
+        lambda deliver: store.recreate_key(
+            owner, args.name, expected_public_id=old.public_id, deliver=deliver
+        )
+    )
+    return _tell_created(created, "Recreated", "The old key stopped working.")
+
+
+def set_scopes(call: Call) -> int:
+    store, args, owner = call.store(), call.args, call.owner
+    info = store.set_key_scopes(owner, args.name, args.scope)
+    # Like every other change: a note on stderr, data (JSON) on stdout only when asked for.
+    print(
+        f"Key {info.name!r} of {printable(info.owner)} now has the scopes "
+        f"{', '.join(info.scopes)}.",
+        file=sys.stderr,
+    )
+    return emit(args, key_json(info, store.clock()), lambda out: None)
+
+
+def rotate(call: Call) -> int:
+    store, args, owner = call.store(), call.args, call.owner
+    if args.end_grace and args.expires is not None:
+        return usage_error("keys rotate: --expires goes with --grace, not --end-grace")
+    old = store.get_key(owner, args.name)
+    if args.end_grace:
+        question = f"End the grace of {_whose(old)}? Its old secret stops working now."
+    elif args.grace:
+        question = (
+            f"Rotate {_whose(old)} ({old.public_id})? Its secret keeps working for "
+            f"{format_duration(args.grace)}; the new one is printed once."
+        )
+    else:
+        question = (
+            f"Rotate {_whose(old)} ({old.public_id}) with no grace? Its secret stops working "
+            "now; the new one is printed once."
+        )
+    if not _go_on(args, question):
+        return EXIT_REFUSED
+    if args.end_grace:
+        info = store.end_grace(owner, args.name, expected_public_id=old.public_id)
+        print(f"The old secret of {_whose(info)} stopped working.", file=sys.stderr)
+        return emit(args, key_json(info, store.clock()), lambda out: None)
+    created = _Delivery(args, f"key {args.name!r} is unchanged").run(
+        lambda deliver: store.rotate_key(
+            owner,
+            args.name,
+            grace=args.grace,
+            expires=args.expires,
+            expected_public_id=old.public_id,
+            deliver=deliver,
+        )
+    )
+    note = "The old secret stopped working."
+    if created.info.grace_until is not None:
+        note = (
+            f"The old secret ({created.info.old_public_id}) keeps working until "
+            f"{when(created.info.grace_until)}; end that sooner with --end-grace."
+        )
+    return _tell_created(created, "Rotated", note)
+
+
+def set_expiry(call: Call) -> int:
+    store, args, owner = call.store(), call.args, call.owner
+    info = store.set_expiry(owner, args.name, args.when)
+    now = f"expires at {when(info.expires_at)}" if info.expires_at else "never expires"
+    print(f"Key {info.name!r} of {printable(info.owner)} now {now}.", file=sys.stderr)
+    return emit(args, key_json(info, store.clock()), lambda out: None)
+
+
+def disable(call: Call) -> int:
+    store, args, owner = call.store(), call.args, call.owner
+    info = store.disable_key(owner, args.name, args.reason)
+    print(
+        f"Disabled key {info.name!r} of {printable(info.owner)}: services refuse it (401) "
+        "until it is enabled.",
+        file=sys.stderr,
+    )
+    return emit(args, key_json(info, store.clock()), lambda out: None)
+
+
+def enable(call: Call) -> int:
+    store, args, owner = call.store(), call.args, call.owner
+    info = store.enable_key(owner, args.name)
+    note = " It has expired, so services still refuse it." if info.expired(store.clock()) else ""
+    print(f"Enabled key {info.name!r} of {printable(info.owner)}.{note}", file=sys.stderr)
+    return emit(args, key_json(info, store.clock()), lambda out: None)
+
+
+CREATE = Command(
+    "keys create",
+    help="create a key; print it once",
+    run=create,
+    database=MAY_CREATE,
+    arguments=(*a.COMMON, a.NAME, a.SCOPE, a.expires()),
+    examples=(
+        "KEY=$(apikey-tui keys create ci --scope project)",
+        "apikey-tui keys create model-client --scope serving,project --expires 90d",
+        "apikey-tui keys create batch --scope project --owner svc-batch --json",
+    ),
+)
+
+DELETE = Command(
+    "keys delete",
+    help="delete a key; services refuse it at once",
+    run=delete,
+    database=MUST_EXIST,
+    arguments=(*a.COMMON, a.NAME, a.YES),
+    examples=(
+        "apikey-tui keys delete ci          # asks first in a terminal",
+        "apikey-tui keys delete ci --yes    # does not ask",
+    ),
+)
+
+RECREATE = Command(
+    "keys recreate",
+    help="replace a stolen key: same name and scopes, new secret",
+    run=recreate,
+    database=MUST_EXIST,
+    arguments=(*a.COMMON, a.NAME, a.YES),
+    examples=("KEY=$(apikey-tui keys recreate ci --yes)   # a stolen key: new secret",),
+)
+
+SET_SCOPES = Command(
+    "keys set-scopes",
+    help="replace a key's scopes",
+    run=set_scopes,
+    database=MUST_EXIST,
+    arguments=(*a.COMMON, a.NAME, a.SCOPE),
+    examples=("apikey-tui keys set-scopes ci --scope project --scope serving",),
+)
+
+ROTATE = Command(
+    "keys rotate",
+    help="new id and secret, printed once; the old secret works until the grace ends",
+    run=rotate,
+    database=MUST_EXIST,
+    arguments=(
+        *a.COMMON,
+        a.NAME,
+        Group(
+            Arg(
+                "--grace",
+                type=a.duration,
+                metavar="DURATION",
+                help="how long the old secret keeps working (0: it stops now, like recreate)",
+            ),
+            Arg("--end-grace", action="store_true", help="stop the old secret now"),
+            exclusive=True,
+            required=True,
+        ),
+        a.expires(rotating=True),
+        a.YES,
+    ),
+    examples=(
+        "KEY=$(apikey-tui keys rotate ci --grace 24h)   # the old secret works one more day",
+        "apikey-tui keys rotate ci --end-grace          # the old secret stops now",
+    ),
+)
+
+SET_EXPIRY = Command(
+    "keys set-expiry",
+    help="set when a key stops working",
+    run=set_expiry,
+    database=MUST_EXIST,
+    arguments=(
+        *a.COMMON,
+        a.NAME,
+        Arg("when", type=a.expiry, metavar="WHEN", help="90d, an ISO date, or never"),
+    ),
+    examples=(
+        "apikey-tui keys set-expiry ci 90d",
+        "apikey-tui keys set-expiry ci 2030-01-31",
+        "apikey-tui keys set-expiry ci never",
+    ),
+)
+
+DISABLE = Command(
+    "keys disable",
+    help="switch a key off (reversibly); services refuse it",
+    run=disable,
+    database=MUST_EXIST,
+    arguments=(
+        *a.COMMON,
+        a.NAME,
+        Arg("--reason", default="", help="why, for the audit trail (≤ 200 chars)"),
+    ),
+    examples=("apikey-tui keys disable ci --reason 'seen in a pastebin'",),
+)
+
+ENABLE = Command(
+    "keys enable",
+    help="switch a key on again",
+    run=enable,
+    database=MUST_EXIST,
+    arguments=(*a.COMMON, a.NAME),
+    examples=("apikey-tui keys enable ci",),
+)

@@ -1,0 +1,237 @@
+"""`keys list` and `keys show`, and keys as JSON and as tables (other commands print them too)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from apikey_tui.cli import arguments as a
+from apikey_tui.cli.output import emit
+from apikey_tui.cli.records import MUST_EXIST, Arg, Command
+from apikey_tui.names import counted, format_moment, printable
+
+TYPE_CHECKING = False  # typing costs the CLI's `--help` 3 ms: see cli/entry.py
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from datetime import datetime
+    from typing import Any, TextIO
+
+    from apikey_tui.cli.records import Call
+    from apikey_tui.store import KeyInfo
+
+
+EMPTY_HINT = "No keys. Create one with: apikey-tui keys create NAME --scope SCOPE"
+
+
+def list_keys(call: Call) -> int:
+    store, args, owner = call.store(), call.args, call.owner
+    everyone = getattr(args, "all", False)
+    keys = store.list_keys(
+        None if everyone else owner,
+        args.filter,
+        limit=None if args.limit is None else args.limit + 1,  # one more: are there more?
+        expiring_within=args.expiring,
+        unused_for=args.unused,
+        violating_policy=args.violating_policy,
+    )
+    more = args.limit is not None and len(keys) > args.limit
+    keys = keys[: args.limit] if more else keys
+    if args.violating_policy and store.lifetime_policy() is None:
+        print("No max-lifetime policy is set, so no key breaks it.", file=sys.stderr)
+    # For cron: a filtered listing that finds nothing prints nothing (cron mails only output).
+    quiet = args.expiring is not None or args.unused is not None or args.violating_policy
+    now = store.clock()
+
+    def human(out: TextIO) -> None:
+        if not keys and args.filter and not quiet:
+            # Keys exist maybe, none match: say so on stderr, not "create one" on stdout.
+            print(f"No keys match {printable(args.filter)!r}.", file=sys.stderr)
+        elif keys or not quiet:
+            print_keys(keys, out, with_owner=everyone, now=now)
+
+    done = emit(args, [key_json(k, now) for k in keys], human)
+    if more:  # after the table (stdout is flushed): in a terminal it reads as a footnote
+        print(f"Showing the first {counted(args.limit)}; more match.", file=sys.stderr)
+    return done
+
+
+def show(call: Call) -> int:
+    store, args, owner = call.store(), call.args, call.owner
+    info = store.get_key(owner, args.name)
+    now = store.clock()
+    return emit(args, key_json(info, now), lambda out: _print_key(info, out, now=now))
+
+
+def _print_key(info: KeyInfo, out: TextIO, *, now: datetime) -> None:
+    from apikey_tui.store.states import marker
+
+    state = marker(info, now)[0]
+    if info.disabled:
+        state += f" since {when(info.disabled_at)}"
+        state += f": {info.disabled_reason}" if info.disabled_reason else ""
+    rows = [
+        ["owner", info.owner],
+        ["name", info.name],
+        ["public id", info.public_id],
+        ["scopes", ", ".join(info.scopes)],
+        ["state", state],
+        ["expires", when(info.expires_at) if info.expires_at else "never"],
+        ["created", when(info.created_at)],
+        ["last used", when(info.last_used_at) if info.last_used_at else "never"],
+    ]
+    if info.grace_until is not None:
+        rows.append(["old secret", f"{info.old_public_id} works until {when(info.grace_until)}"])
+    rows = [[f"{label}:", printable(value)] for label, value in rows]
+    width = max(len(label) for label, _ in rows)
+    for label, value in rows:
+        print(f"{label.ljust(width)}  {value}", file=out)
+
+
+def when(moment: datetime | None) -> str:
+    return format_moment(moment) if moment is not None else "-"
+
+
+def key_json(info: KeyInfo, now: datetime) -> dict[str, Any]:
+    """A key as JSON: its fields, and its state's kind (store.states: the app's vocabulary)."""
+    from apikey_tui.store.states import marker
+
+    return {**info.to_json(), "state": marker(info, now)[1]}
+
+
+def print_keys(keys: list[KeyInfo], out: TextIO, *, with_owner: bool, now: datetime) -> None:
+    """Keys as a table: piped, plain columns of whole cells; in a terminal, sized to its width,
+    cut as the app cuts, the state coloured. No keys: a hint on stderr, nothing on stdout."""
+    from apikey_tui.cli import terminal_table as table
+    from apikey_tui.names import FAIR_WIDTHS, look_alikes, shorten
+    from apikey_tui.store.states import marker
+
+    if not keys:
+        print(EMPTY_HINT, file=sys.stderr)  # stdout holds only data: `| wc -l` counts 0
+        return
+    markers = [marker(k, now) for k in keys]
+
+    def minute(moment: datetime | None, none: str) -> str:
+        return moment.strftime("%Y-%m-%d %H:%M") if moment is not None else none
+
+    def cut_apart(texts: list[str]) -> Callable[[str, int], str]:
+        # both ends, and where a name differs from its look-alikes (the app's rule)
+        apart = look_alikes(texts)
+        return lambda text, width: shorten(text, width, apart.get(text))
+
+    columns = [
+        # A column is dropped before a name goes below 16 or the scopes below their fair width.
+        table.Column("NAME", 12, cut_apart([printable(k.name) for k in keys]), fair=16),
+        table.Column("PUBLIC ID", 9),
+        # a fair share before names give up room: 'project serving' whole, not 'proje…'
+        table.Column("SCOPES", 6, fair=FAIR_WIDTHS["scopes"]),
+        table.Column("STATE", 10),  # never cut (≤ 10 cells), as the app never cuts it
+        table.Column("EXPIRES (UTC)", 16),
+        table.Column("CREATED (UTC)", 16),
+        table.Column("LAST USED (UTC)", 16),
+    ]
+    rows = [
+        [
+            printable(k.name),
+            k.public_id,
+            printable(",".join(k.scopes)),
+            text,
+            minute(k.expires_at, "never"),
+            minute(k.created_at, "-"),
+            minute(k.last_used_at, "-"),
+        ]
+        for k, (text, _) in zip(keys, markers, strict=True)
+    ]
+    if with_owner:
+        owners = cut_apart([printable(k.owner) for k in keys])
+        columns.insert(0, table.Column("OWNER", 8, owners))
+        for row, key in zip(rows, keys, strict=True):
+            row.insert(0, printable(key.owner))
+    room = table.terminal_width(out)
+    if room is None:  # piped: whole cells, as scripts have always read them
+        print_rows([c.header for c in columns], rows, out)
+        return
+    at = {c.header: i for i, c in enumerate(columns)}
+    # Cut first what tells keys apart least; then drop whole columns, least needed first. The
+    # state is what a glance is for: it is never cut ('⚠ 20h le…' said less than a column less).
+    shrink = [at[h] for h in ("SCOPES", "PUBLIC ID", "OWNER", "NAME") if h in at]
+    drop = [at[h] for h in ("CREATED (UTC)", "LAST USED (UTC)", "SCOPES", "PUBLIC ID")]
+    colours = None
+    if table.colour_wanted(out):
+        colours = [table.STATE_COLOURS.get(kind) for _, kind in markers]
+    table.render(
+        columns,
+        rows,
+        out,
+        room=room,
+        shrink=shrink,
+        drop=drop,
+        colours=colours,
+        colour_column=at["STATE"],
+    )
+
+
+def print_rows(header: list[str], rows: list[list[str]], out: TextIO) -> None:
+    # Database content is printed with control and format characters escaped (JSON escapes its
+    # own): an owner, actor or detail must never move the cursor or recolour the terminal.
+    rows = [[printable(cell) for cell in row] for row in rows]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip(), file=out)
+
+
+LIST = Command(
+    "keys list",
+    help="list keys (no secrets)",
+    run=list_keys,
+    database=MUST_EXIST,
+    arguments=(
+        *a.COMMON,
+        Arg("--all", action="store_true", default=argparse.SUPPRESS, help="every owner's keys"),
+        Arg(
+            "--filter",
+            default="",
+            help="only keys whose owner, name, id or a scope's name contains this, or in the "
+            "state it names from 3 letters on: active, unused, soon/expiring, grace, "
+            "disabled, expired, leaked (as the app's /)",
+        ),
+        Arg(
+            "--expiring",
+            type=a.duration,
+            metavar="DURATION",
+            help="only keys that expire within this span (not those already expired), e.g. 14d",
+        ),
+        Arg(
+            "--unused",
+            type=a.duration,
+            metavar="DURATION",
+            help="only keys not used for this long (never used: since created or rotated), "
+            "e.g. 90d",
+        ),
+        Arg(
+            "--violating-policy",
+            action="store_true",
+            help="only keys whose lifetime breaks the max-lifetime policy",
+        ),
+        Arg(
+            "--limit",
+            type=a.limit,
+            metavar="N",
+            help=f"at most N keys (1-{a.LIMIT_MAX}); a note on stderr says when more match",
+        ),
+    ),
+    examples=(
+        "apikey-tui keys list",
+        "apikey-tui keys list --all --expiring 14d      # for cron: silent when none",
+        "apikey-tui keys list --filter prod --limit 20",
+        "apikey-tui keys list --json | jq -r '.[] | select(.state != \"active\") | .name'",
+    ),
+)
+
+SHOW = Command(
+    "keys show",
+    help="show one key",
+    run=show,
+    database=MUST_EXIST,
+    arguments=(*a.COMMON, a.NAME),
+    examples=("apikey-tui keys show ci", "apikey-tui keys show ci --owner svc-batch --json"),
+)

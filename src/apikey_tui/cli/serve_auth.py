@@ -1,0 +1,112 @@
+"""`serve-auth`: the forward-auth server that reverse proxies ask (needs the [serve] extra)."""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+from apikey_tui.cli import arguments as a
+from apikey_tui.cli.output import EXIT_OK, EXIT_USAGE
+from apikey_tui.cli.records import VERIFIER, Arg, Command, Group
+from apikey_tui.names import printable
+
+TYPE_CHECKING = False  # typing costs the CLI's `--help` 3 ms: see cli/entry.py
+if TYPE_CHECKING:
+    from apikey_tui.cli.records import Call
+
+
+def run(call: Call) -> int:
+    """Run the forward-auth app under uvicorn until interrupted (needs the [serve] extra)."""
+    url, args = call.url(), call.args
+    try:
+        from apikey_tui.integrations import auth_server
+    except ImportError:
+        print(
+            "apikey-tui: serve-auth needs uvicorn: pip install 'apikey-tui[serve]'",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    from apikey_tui.config import parse_database_url
+    from apikey_tui.integrations import forward_auth
+
+    parse_database_url(url)  # a URL we cannot use is a usage error now, not a 503 per request
+    options = {
+        name: getattr(args, name)
+        for name in ("revocation_bound", "check_timeout", "check_workers", "max_pending_checks")
+        if getattr(args, name) is not None
+    }
+    # One verifier per process: its cache and key index are per process. With --workers, each
+    # worker (a new interpreter) builds its own app from `build`.
+    build = functools.partial(forward_auth.create_app, url, args.rules, realm=args.realm, **options)
+    try:
+        auth_server.protocol(args.http)  # --http httptools without httptools
+        app = build()  # a bad rules file or verifier option: refuse to start, not guess
+    except ValueError as exc:
+        print(f"apikey-tui: {printable(str(exc))}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.workers == 1:
+        auth_server.serve(app, **a.server_options(args))
+    else:
+        app.verifier.close()  # it only checked the settings
+        auth_server.serve(build, workers=args.workers, **a.server_options(args))
+    return EXIT_OK
+
+
+COMMAND = Command(
+    "serve-auth",
+    help="answer reverse proxies' forward-auth requests (nginx, Caddy, Traefik, Envoy)",
+    run=run,
+    database=VERIFIER,
+    # --database-url alone: it serves every owner's keys and prints no JSON.
+    arguments=(
+        *a.DATABASE,
+        *a.server(port=9180),
+        Arg(
+            "--workers",
+            type=a.count,
+            default=1,
+            metavar="N",
+            help="worker processes, each with its own verifier (default 1)",
+        ),
+        Arg(
+            "--rules",
+            metavar="FILE",
+            help="route rules (TOML, docs/integrations/route-rules.md); a path no rule covers is "
+            "refused, and without rules only auth URLs naming scope= pass",
+        ),
+        Arg("--realm", default="api", help='WWW-Authenticate realm (default "api")'),
+        # The verifier's options: absent ones keep its defaults (docs/reference/verifier.md).
+        Group(
+            Arg(
+                "--revocation-bound",
+                type=a.seconds(allow_zero=True),
+                metavar="SECONDS",
+                help="PostgreSQL: how long a checked key is trusted while push is down (0: ask "
+                "each time)",
+            ),
+            Arg(
+                "--check-timeout",
+                type=a.seconds(allow_zero=False),
+                metavar="SECONDS",
+                help="the longest a check waits for the database or argon2 before 503",
+            ),
+            Arg(
+                "--check-workers",
+                type=a.count,
+                metavar="N",
+                help="threads for database reads and argon2",
+            ),
+            Arg(
+                "--max-pending-checks",
+                type=a.count,
+                metavar="N",
+                help="checks queued or running before 503 at once (at least --check-workers)",
+            ),
+            title="the verifier (defaults as in the verifier's Options)",
+        ),
+    ),
+    examples=(
+        "apikey-tui serve-auth --port 9180 --rules rules.toml",
+        "apikey-tui serve-auth --workers 4 --database-url postgresql+psycopg://svc@db/keys",
+    ),
+)
