@@ -286,13 +286,16 @@ class Verifier:
             raise InvalidKeyError()
         if verdict is Verdict.UNKNOWN:  # nothing recorded: unknown ids are unbounded
             raise InvalidKeyError()
-        if verdict is Verdict.UNSURE and not self._lookups.take():
+        unsure = verdict is Verdict.UNSURE
+        if unsure and not self._lookups.take():
             raise VerifierUnavailableError()  # index still loading and a flood of unknown ids
         if verdict is Verdict.LEGACY and not self._budget.allows(parsed.public_id):
             raise InvalidKeyError()
         checked: Caller = yield self._gate.submit(
             digest, lambda: self._check(parsed, digest), inline=inline
         )
+        if unsure:  # a lookup that proved a key: only ids no key holds spend the budget
+            self._lookups.refund()
         self.stats.cold_answers += 1
         return checked
 
