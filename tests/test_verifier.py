@@ -353,3 +353,23 @@ def test_cached_answers_only_for_a_verified_unchanged_key(
     assert checker.cached(None) is None and checker.cached("ApiKey \ud800") is None
     assert checker.cached(f"Bearer {key}") is None
     checker.close()
+
+
+def test_a_restart_pays_the_key_profile_once_per_key_after_the_upgrade(sqlite_url: str) -> None:
+    """A key hashed with key-secret-v1 is upgraded to the default profile at its first check;
+    a restarted verifier then runs argon2 once for it, on the 8 KiB hash."""
+    store = KeyStore.open(sqlite_url, hasher=SecretHasher("key-secret-v1"))
+    key = store.create_key("alice", "old", ["project"])
+    store.close()
+    for _ in range(2):  # the service, then the same service restarted
+        verifier = Verifier.from_url(sqlite_url)
+        try:
+            assert verifier.verify(f"ApiKey {key.plaintext}").key_name == "old"
+            assert verifier.verify(f"ApiKey {key.plaintext}").key_name == "old"
+            assert verifier.stats.argon2 == 1
+        finally:
+            verifier.close()
+    reader = KeyStore.open(sqlite_url)
+    stored = reader.credential(key.info.public_id)
+    reader.close()
+    assert stored is not None and "$m=8,t=1,p=1$" in stored.secret_hash
