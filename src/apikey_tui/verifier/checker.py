@@ -176,6 +176,21 @@ class Verifier:
         )
         return cls(engine, **options)
 
+    def start(self) -> None:
+        """Connect, check the schema and begin loading the key index now (blocking, tens of ms).
+
+        Call it when the service starts (serve-auth does): the first request then finds the
+        connections open and the schema checked, instead of paying for both and racing the
+        index load it would start. A database that cannot be asked yet raises
+        VerifierUnavailableError (logged); checks then retry by themselves.
+        """
+        self._ensure_ready()
+        # One connection for the index load, one for requests (two CheckGate threads at once).
+        self._read(lambda: self._source.open_reads(2))
+        if self._feed.synced is None:
+            deadline = time.monotonic() + self._gate.timeout
+            self._gate.wait(self._gate.submit(_SYNC, self._sync, inline=self._inline), deadline)
+
     # --- the request path ---------------------------------------------------------------------
 
     def cached(
