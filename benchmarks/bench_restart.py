@@ -171,12 +171,14 @@ def markdown(r: Any) -> list[str]:
             continue
         kind, count = key.rsplit("_", 1)
         ix = value.get("index") or {"rss_bytes_per_key": float("nan"), "packed_bytes_per_key": 0}
-        ok = value["unavailable"] == 0 and ix["rss_bytes_per_key"] <= 40
+        target = f"no 503: {'met' if value['unavailable'] == 0 else '**missed**'}"
+        if int(count) >= 1_000_000:  # the target's scale; below it fixed costs dominate
+            small = ix["rss_bytes_per_key"] <= 40
+            target += f"; ≤ 40 B a key: {'met' if small else '**missed**'}"
         lines.append(
             f"| {kind}, {int(count):,} | {value['answers']} | {value['while_loading']:,} |"
             f" {value['keys_per_second']:.0f} | {ix['rss_bytes_per_key']:.1f} B a key"
-            f" ({ix['packed_bytes_per_key']:.1f}) | no 503, ≤ 40 B a key:"
-            f" {'met' if ok else '**missed**'} |"
+            f" ({ix['packed_bytes_per_key']:.1f}) | {target} |"
         )
     lines += [
         "",
