@@ -359,6 +359,7 @@ def render(
     cs: Any = None,
     us: Any = None,
     ua: Any = None,
+    rs: Any = None,
 ) -> str:
     """The results page, every number with its baseline and target."""
     floor, peer = v["floor_us"], v["peer"]["is_valid_us"]
@@ -455,6 +456,9 @@ def render(
 
     lines += ["", *middleware_section(m), *floods_section(f), *revocation_section(rv)]
     lines += scale_section(sc)
+    from benchmarks.bench_restart import markdown as restart_section
+
+    lines += restart_section(rs)
     lines += forward_auth_section(fa)
     lines += leaks_section(lk)
     lines += usage_section(us)
@@ -549,6 +553,7 @@ MODULES = (
     "bench_cli_start",
     "bench_usage",
     "bench_usage_app",
+    "bench_restart",
 )
 
 

@@ -231,6 +231,35 @@ def test_forged_ids_while_the_index_loads_buy_bounded_queries(
         verifier.close()
 
 
+def test_a_restart_under_traffic_of_valid_keys_answers_no_503(
+    store: KeyStore, database_url: str
+) -> None:
+    """A fresh verifier whose index is still loading answers 120 distinct valid keys from 4
+    threads with no 503, on a lookup budget of 20; forged ids alone then spend that budget."""
+    keys = [store.create_key("alice", f"k{n}", ["project"]).plaintext for n in range(120)]
+    engine = _engine(database_url)
+    statements = Statements(engine)
+    statements.hold = _index_read  # the index never finishes loading: every key is looked up
+    verifier = Verifier(engine, hasher=CHEAP, lookups_per_second=0, lookup_burst=20)
+
+    def answer(header: str) -> int:
+        try:
+            verifier.verify(header)
+        except (InvalidKeyError, VerifierUnavailableError) as error:
+            return error.status
+        return 200
+
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            answers = list(pool.map(answer, [f"ApiKey {key}" for key in keys]))
+        assert answers.count(503) == 0 and answers.count(200) == 120
+        forged = [answer(f"ApiKey {keyformat.generate()[1]}") for _ in range(30)]
+        assert forged.count(401) == 20 and forged.count(503) == 10
+    finally:
+        statements.release.set()
+        verifier.close()
+
+
 def test_more_changes_than_one_read_takes_reads_as_falling_behind(
     store: KeyStore, database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -23,16 +23,26 @@ def test_garbage_hash_never_matches() -> None:
     assert not SecretHasher("cheapest").verify("not-a-hash", "x")
 
 
-def test_default_profile_is_argon2id_with_documented_cost() -> None:
-    """The default profile is argon2id, one pass over 8 MiB, one lane."""
+def test_default_profile_is_argon2id_at_its_minimum_cost() -> None:
+    """The default profile is argon2id, one pass over 8 KiB, one lane, 16-byte salt and hash
+    of 32: sized for 260-bit random secrets, not for guessable passwords."""
     params = PROFILES[DEFAULT_PROFILE]
-    assert (params.type.name, params.time_cost, params.memory_cost, params.parallelism) == (
-        "ID",
-        1,
-        8192,
-        1,
-    )
-    assert "m=8192,t=1,p=1" in SecretHasher().hash("x")
+    assert (
+        params.type.name,
+        params.time_cost,
+        params.memory_cost,
+        params.parallelism,
+        params.salt_len,
+        params.hash_len,
+    ) == ("ID", 1, 8, 1, 16, 32)
+    assert "m=8,t=1,p=1" in SecretHasher().hash("x")
+
+
+def test_a_key_secret_v1_hash_verifies_and_is_upgraded() -> None:
+    """A hash of the earlier profile (8 MiB) still verifies and is flagged for the upgrade."""
+    old = SecretHasher("key-secret-v1").hash("x")
+    assert SecretHasher().verify(old, "x")
+    assert SecretHasher().needs_rehash(old)
 
 
 def test_hash_from_another_profile_needs_rehash() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import gc
 import os
 import threading
 
@@ -62,11 +63,23 @@ def test_a_match_across_two_records_is_not_a_key() -> None:
     tail = "abcdefgh"  # the first record's fingerprint bytes, spelled in the id alphabet
     record_one = first[0][2:].encode() + tail.encode()
     record_two = second[0][2:].encode() + bytes.fromhex(second[2])
-    packed = PackedIds([record_one + record_two], 2)  # one bucket: every id lands in it
+    packed = PackedIds.single(record_one + record_two, 2)  # every id lands in its one bucket
     straddling = "ak" + tail + second[0][2:10]
     assert keyformat.is_public_id(straddling)
     assert packed.get(straddling) is None
     assert packed.get(second[0]) == bytes.fromhex(second[2])
+
+
+def test_the_index_is_a_few_large_buffers_not_a_small_object_per_bucket() -> None:
+    """100,000 keys are held in two objects (records, offsets) whatever the count: tens of
+    thousands of small ones fragmented the heap and cost the process 3x the records' size."""
+    builder = PackedBuilder(100_000)
+    for public_id, fp in _random_ids(100_000):
+        builder.add(public_id, fp)
+    packed = builder.freeze()
+    held = [ref for ref in gc.get_referents(packed) if not isinstance(ref, int | type)]
+    inner = [r for ref in held if isinstance(ref, list) for r in ref]
+    assert len(held) + len(inner) <= 2
 
 
 def test_the_index_costs_at_most_40_bytes_a_key() -> None:

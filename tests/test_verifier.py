@@ -206,7 +206,7 @@ def test_old_hash_is_upgraded_on_the_next_successful_check(
     checker = Verifier.from_url(database_url)  # the real profile
     checker.verify(header(created.plaintext))
     credential = store.credential(created.info.public_id)
-    assert credential is not None and "m=8192,t=1,p=1" in credential.secret_hash
+    assert credential is not None and "$m=8,t=1,p=1$" in credential.secret_hash
     assert SecretHasher().verify(credential.secret_hash, keyformat.parse(created.plaintext).secret)
     checker.close()
 
@@ -360,3 +360,56 @@ def test_cached_answers_only_for_a_verified_unchanged_key(
     assert checker.cached(None) is None and checker.cached("ApiKey \ud800") is None
     assert checker.cached(f"Bearer {key}") is None
     checker.close()
+
+
+def test_a_restart_pays_the_key_profile_once_per_key_after_the_upgrade(sqlite_url: str) -> None:
+    """A key hashed with key-secret-v1 is upgraded to the default profile at its first check;
+    a restarted verifier then runs argon2 once for it, on the 8 KiB hash."""
+    store = KeyStore.open(sqlite_url, hasher=SecretHasher("key-secret-v1"))
+    key = store.create_key("alice", "old", ["project"])
+    store.close()
+    for _ in range(2):  # the service, then the same service restarted
+        verifier = Verifier.from_url(sqlite_url)
+        try:
+            assert verifier.verify(f"ApiKey {key.plaintext}").key_name == "old"
+            assert verifier.verify(f"ApiKey {key.plaintext}").key_name == "old"
+            assert verifier.stats.argon2 == 1
+        finally:
+            verifier.close()
+    reader = KeyStore.open(sqlite_url)
+    stored = reader.credential(key.info.public_id)
+    reader.close()
+    assert stored is not None and "$m=8,t=1,p=1$" in stored.secret_hash
+
+
+def test_a_started_verifier_answers_its_first_request_without_connecting(
+    database_url: str,
+) -> None:
+    """After start() (serve-auth's lifespan calls it), the first request opens no connection,
+    checks no schema and reads no log position: it reads its key and nothing else of those."""
+    from sqlalchemy import event
+
+    from apikey_tui.db import VERIFIER_APPLICATION, make_engine
+
+    store = KeyStore.open(database_url, hasher=CHEAP)
+    key = store.create_key("alice", "first", ["project"]).plaintext
+    store.close()
+    engine = make_engine(
+        database_url, create=False, pre_ping=False, application_name=VERIFIER_APPLICATION
+    )
+    connects: list[object] = []
+    statements: list[str] = []
+    event.listen(engine, "connect", lambda *_: connects.append(1))
+    event.listen(engine, "before_cursor_execute", lambda _c, _k, sql, *_: statements.append(sql))
+    verifier = Verifier(engine, hasher=CHEAP)
+    try:
+        verifier.start()
+        assert verifier.wait_index(10)
+        connected, seen = len(connects), len(statements)
+        assert verifier.verify(f"ApiKey {key}").key_name == "first"
+        assert len(connects) == connected
+        first = statements[seen:]
+        assert not any("version" in sql or "max(apikey_tui_change.seq)" in sql for sql in first)
+        assert sum("apikey_tui_key_scope" in sql for sql in first) == 1
+    finally:
+        verifier.close()

@@ -85,6 +85,9 @@ class HTTPApp:
         """Answer one HTTP request."""
         raise NotImplementedError
 
+    async def startup(self) -> None:
+        """Prepare what the app needs before the first request (the server is starting)."""
+
     async def shutdown(self) -> None:
         """Release what the app holds (the server is stopping)."""
 
@@ -92,6 +95,7 @@ class HTTPApp:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
+                await self.startup()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self.shutdown()

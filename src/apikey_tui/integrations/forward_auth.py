@@ -15,6 +15,8 @@ default), else nothing passes: serve-auth cannot see the upstream, so it fails c
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import re
 from collections.abc import Callable, Iterable
@@ -150,6 +152,13 @@ class ForwardAuthApp(HTTPApp):
             await respond(scope, send, *self.guard.refusal(error))
             return
         await respond(scope, send, 200, _identity(caller), b"")
+
+    async def startup(self) -> None:
+        # Connected and the schema checked before the first request, which then finds the
+        # index loading (or loaded) instead of starting it. A database down now is no reason
+        # not to serve: checks answer 503 and retry by themselves.
+        with contextlib.suppress(AuthError):
+            await asyncio.to_thread(self.guard.verifier.start)
 
     async def shutdown(self) -> None:
         self.guard.verifier.close()  # flush last-used times

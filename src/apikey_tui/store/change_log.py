@@ -166,6 +166,13 @@ class ReusedConnections:
                 raise
             self._free.append(conn)
 
+    def open(self, count: int) -> None:
+        """Keep `count` connections open now (at start-up: the index load takes one, the first
+        request another, and neither pays a connect)."""
+        with database_errors(self._engine):
+            while len(self._free) < count:
+                self._free.append(self._engine.connect())
+
     def close(self) -> None:
         """Return every kept connection to the engine's pool."""
         free, self._free = self._free, []

@@ -116,6 +116,10 @@ class CredentialReads(StoreContext):
         self.release()
         super().close()
 
+    def open_reads(self, count: int) -> None:
+        """Connect `count` reads now, so the first requests find them open."""
+        self._reads.open(count)
+
     def credential(self, public_id: str) -> Credential | None:
         """Return the key with this public id, its hash and fingerprint, or None.
 

@@ -176,6 +176,21 @@ class Verifier:
         )
         return cls(engine, **options)
 
+    def start(self) -> None:
+        """Connect, check the schema and begin loading the key index now (blocking, tens of ms).
+
+        Call it when the service starts (serve-auth does): the first request then finds the
+        connections open and the schema checked, instead of paying for both and racing the
+        index load it would start. A database that cannot be asked yet raises
+        VerifierUnavailableError (logged); checks then retry by themselves.
+        """
+        self._ensure_ready()
+        # One connection for the index load, one for requests (two CheckGate threads at once).
+        self._read(lambda: self._source.open_reads(2))
+        if self._feed.synced is None:
+            deadline = time.monotonic() + self._gate.timeout
+            self._gate.wait(self._gate.submit(_SYNC, self._sync, inline=self._inline), deadline)
+
     # --- the request path ---------------------------------------------------------------------
 
     def cached(
@@ -286,13 +301,16 @@ class Verifier:
             raise InvalidKeyError()
         if verdict is Verdict.UNKNOWN:  # nothing recorded: unknown ids are unbounded
             raise InvalidKeyError()
-        if verdict is Verdict.UNSURE and not self._lookups.take():
+        unsure = verdict is Verdict.UNSURE
+        if unsure and not self._lookups.take():
             raise VerifierUnavailableError()  # index still loading and a flood of unknown ids
         if verdict is Verdict.LEGACY and not self._budget.allows(parsed.public_id):
             raise InvalidKeyError()
         checked: Caller = yield self._gate.submit(
             digest, lambda: self._check(parsed, digest), inline=inline
         )
+        if unsure:  # a lookup that proved a key: only ids no key holds spend the budget
+            self._lookups.refund()
         self.stats.cold_answers += 1
         return checked
 

@@ -205,6 +205,12 @@ class TokenBucket:
             self._tokens = tokens - 1.0
             return True
 
+    def refund(self) -> None:
+        """Give back a token taken for work that turned out not to be the flood's (a lookup
+        that proved a key): real traffic never spends what forged ids are allowed."""
+        with self._lock:
+            self._tokens = min(self.burst, self._tokens + 1.0)
+
     def reset(self) -> None:
         """Full, with a new lock (also after a fork)."""
         self._lock = threading.Lock()

@@ -12,6 +12,9 @@ from apikey_tui.store.credentials import Change, Credential
 class CredentialSource(Protocol):
     """Reads credentials and records use; nothing here can create a key or change a secret."""
 
+    def open_reads(self, count: int) -> None:
+        """Connect `count` reads now, so the first requests find them open."""
+
     def credential(self, public_id: str) -> Credential | None:
         """The key with this public id, its scopes and its stored hash, or None."""
 
