@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
@@ -10,12 +11,14 @@ from typing import Any
 
 import pytest
 
+from apikey_tui.clock import system_clock
 from apikey_tui.errors import VerifierUnavailableError
 from apikey_tui.integrations.routes import route
 from apikey_tui.integrations.wsgi import ApiKeyWSGIMiddleware
 from apikey_tui.store import KeyStore
-from apikey_tui.verifier import Verifier
+from apikey_tui.verifier import Verifier, last_used
 from apikey_tui.verifier.freshness import CommitFreshness
+from apikey_tui.verifier.last_used import LastUsedWriter
 from tests.conftest import CHEAP
 
 
@@ -113,3 +116,67 @@ def test_a_freshness_failure_on_the_warm_path_is_one_counted_503(
         assert checker.stats.unavailable == 2
     finally:
         checker.close()
+
+
+def _objects_per_key(checker: Verifier) -> float:
+    """Objects the cache holds per remembered key: each counted once, shared ones (an owner,
+    a scope set, an epoch) left out."""
+    shared = {id(checker._last_used.epoch), id(None)}
+    for entry in checker._entries.values():
+        shared |= {id(entry.caller.owner), id(entry.caller.scopes)}
+        shared |= {id(scope) for scope in entry.caller.scopes}
+    seen: set[int] = set()
+    for digest, entry in checker._entries.items():
+        caller = entry.caller
+        parts = [digest, entry, caller, caller.key_name, caller.public_id, entry.hash_tag]
+        parts += [entry.expires_at, *[getattr(entry, name) for name in entry.__slots__]]
+        seen |= {id(part) for part in parts if id(part) not in shared}
+    for public_id, digest in checker._by_id.items():
+        seen |= {id(public_id), id(digest)} - shared
+    return len(seen) / len(checker._entries)
+
+
+def test_a_remembered_key_costs_six_objects(sqlite_url: str) -> None:
+    """Each verified key is a digest, an entry, its hash tag, a caller and the caller's two
+    strings: the id map reuses the caller's id and no key carries a timestamp (it held 8)."""
+    store = KeyStore.open(sqlite_url, hasher=CHEAP)
+    keys = [store.create_key("alice", f"k{n}", ["project"]).plaintext for n in range(20)]
+    store.close()
+    checker = Verifier.from_url(sqlite_url, hasher=CHEAP)
+    try:
+        for key in keys:
+            checker.verify(f"ApiKey {key}")
+        assert checker.cache_size() == 20
+        assert _objects_per_key(checker) == 6
+    finally:
+        checker.close()
+
+
+def test_a_key_is_noted_as_used_once_per_epoch(warm: tuple[Verifier, str]) -> None:
+    """A remembered key's use is noted for last_used_at once per epoch of the writer, not per
+    request; a new epoch notes it again."""
+    checker, header = warm
+    writer = checker._last_used
+    writer.flush()
+    checker.verify(header)
+    assert writer.pending == {}  # noted when it was verified, in this epoch
+    writer.epoch = object()  # what the writer's thread does every minute or more
+    checker.verify(header)
+    checker.verify(header)
+    assert len(writer.pending) == 1
+
+
+def test_the_writer_moves_the_epoch_off_the_request_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The last-used writer's thread replaces the epoch once EPOCH seconds have passed."""
+    monkeypatch.setattr(last_used, "EPOCH", 0.0)
+    writer = LastUsedWriter(lambda pending: None, interval=0.01, clock=system_clock)
+    first = writer.epoch
+    writer.note("akexample")  # starts the thread
+    try:
+        for _ in range(500):
+            if writer.epoch is not first:
+                break
+            threading.Event().wait(0.01)
+        assert writer.epoch is not first
+    finally:
+        writer.close()

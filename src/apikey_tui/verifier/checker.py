@@ -53,7 +53,6 @@ T = TypeVar("T")
 
 DEFAULT_REVOCATION_BOUND = 1.0  # seconds a PostgreSQL-backed cache entry is trusted unchecked
 DEFAULT_CHECK_TIMEOUT = 2.0  # seconds a request waits for the database before 503
-LAST_USED_INTERVAL = 60.0  # at most one last_used_at write per key per minute per process
 RECHECK_BURST, RECHECKS_PER_SECOND = 3, 1.0  # log re-reads for ids unknown where push may lag
 MAX_USAGE_INTERVAL = 10.0  # seconds usage counts may wait in memory at most
 _USUAL = "ApiKey "  # the header's usual spelling: the warm path looks only this one up
@@ -75,16 +74,18 @@ class _Entry:
     """A key this process has verified: a salted digest of it, never the key itself.
 
     `hash_tag` fingerprints the stored argon2 hash, to notice a recreated key cheaply.
+    `noted` is the last-used writer's epoch in which this key's use was last noted.
     """
 
     caller: Caller
-    hash_tag: bytes
+    hash_tag: int
     expires_at: datetime | None  # refused from this moment on, cache or not
-    recorded_at: float = float("-inf")
+    noted: object
 
 
-def _tag(secret_hash: str) -> bytes:
-    return hashlib.blake2b(secret_hash.encode(), digest_size=16).digest()
+def _tag(secret_hash: str) -> int:
+    # 60 bits: an int of two 30-bit digits, 32 bytes a key where 16 bytes of bytes take 64.
+    return int.from_bytes(hashlib.blake2b(secret_hash.encode(), digest_size=8).digest()) >> 4
 
 
 class Verifier:
@@ -147,6 +148,7 @@ class Verifier:
         # CheckGate runs), then 503 until the index is in.
         self._lookups = TokenBucket(lookup_burst, lookups_per_second)
         self._rechecks = TokenBucket(RECHECK_BURST, RECHECKS_PER_SECOND)
+        # At most one last_used_at write per key per epoch (a minute or more) per process.
         self._last_used = LastUsedWriter(self._source.record_use, flush_interval, clock)
         # Per key, per minute: requests allowed per scope, refused for scopes, wrong secrets;
         # flushed at least every 10 s (and at each minute boundary) off the request path.
@@ -345,9 +347,9 @@ class Verifier:
                 return None
             if entry.expires_at is not None and self._clock() >= entry.expires_at:
                 return None  # the full check refuses it, from the exact second
-            now = time.monotonic()
-            if now - entry.recorded_at >= LAST_USED_INTERVAL:
-                entry.recorded_at = now
+            epoch = self._last_used.epoch  # no clock read: the writer's thread moves it
+            if entry.noted is not epoch:
+                entry.noted = epoch
                 self._last_used.note(entry.caller.public_id)
         except Exception:  # KeyError (never verified here) included
             return None
@@ -464,12 +466,12 @@ class Verifier:
             self._add_fingerprint(parsed)
         if self._hasher.needs_rehash(stored.secret_hash):
             tag = self._upgrade_hash(parsed, stored)
-        entry = _Entry(self._caller(stored), tag, expires_at, time.monotonic())
+        entry = _Entry(self._caller(stored), tag, expires_at, self._last_used.epoch)
         with self._feed.lock:
             if self._feed.may_cache(parsed.public_id, mark):
                 self._drop(parsed.public_id)
                 self._entries[digest] = entry
-                self._by_id[parsed.public_id] = digest
+                self._by_id[entry.caller.public_id] = digest  # the caller's string: one a key
         self._last_used.note(parsed.public_id)
         if self._record:
             self._uses.start()  # warm hits append to it from now on
@@ -487,7 +489,7 @@ class Verifier:
                 log.warning("API key fingerprint not stored (the key still works): %s", exc)
             self._fingerprint_refused = True
 
-    def _upgrade_hash(self, parsed: ParsedKey, stored: Credential) -> bytes:
+    def _upgrade_hash(self, parsed: ParsedKey, stored: Credential) -> int:
         """Store the secret hashed with today's profile; skipped (logged once) if not allowed."""
         upgraded = self._hasher.hash(parsed.secret)
         try:
