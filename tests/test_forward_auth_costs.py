@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -117,7 +118,7 @@ def test_a_forwarded_uri_is_decoded_once(
     is refused is judged again each time (a refusal is never kept)."""
     client, key = served
     decoded: list[str] = []
-    unquote = forward_auth.unquote_to_bytes
+    unquote = urllib.parse.unquote_to_bytes
 
     def counted(text: str) -> bytes:
         decoded.append(text)
