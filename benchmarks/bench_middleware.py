@@ -198,7 +198,7 @@ def sync_in_process(url: str, key: str, rounds: int = 31, requests: int = 2000) 
     from apikey_tui.integrations.wsgi import ApiKeyWSGIMiddleware
     from apikey_tui.verifier import Verifier
 
-    WSGI = Callable[[dict[str, Any], Any], list[bytes]]
+    WSGI = Callable[[Any, Any], Any]
 
     def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
         return [b"ok"]
