@@ -262,10 +262,10 @@ class Verifier:
         secrets before any key read or argon2.
         """
         credential = split_credentials(authorization)
-        caller = self._warm(_USUAL + credential)  # "apikey  <key>" is remembered too
+        digest = self._digest(credential)
+        caller = self._warm(None, digest)  # "apikey  <key>" is remembered too
         if caller is not None:
             return caller
-        digest = self._digest(credential)
         parsed = parse_key(credential)
         verdict = self._index.verdict(parsed.public_id, parsed.secret)
         if self._feed.synced != self._freshness.generation() and not (
@@ -273,7 +273,7 @@ class Verifier:
             self._ask_always and verdict in (Verdict.MATCH, Verdict.LEGACY)
         ):
             yield from self._synced(inline)
-            caller = self._warm(_USUAL + credential)  # an unrelated commit leaves this key cached
+            caller = self._warm(None, digest)  # an unrelated commit leaves this key cached
             if caller is not None:
                 return caller
             verdict = self._index.verdict(parsed.public_id, parsed.secret)
@@ -328,22 +328,24 @@ class Verifier:
         digest.update(credential.encode())
         return digest.digest()
 
-    def _warm(self, authorization: str | None) -> Caller | None:
+    def _warm(self, authorization: str | None, digest: bytes | None = None) -> Caller | None:
         """The caller of a key verified before and unchanged since, else None (no refusal).
 
-        One digest, one dict lookup and one freshness test: no query, no lock. Only the
-        header's usual spelling is looked up (the full check hands its parse over in that
-        spelling); anything that goes wrong here (a freshness test that fails) is left to the
+        One digest, one dict lookup and one freshness test: no query, no lock. The header is
+        looked up in its usual spelling only; the full check passes the digest of its parse
+        instead. Anything that goes wrong here (a freshness test that fails) is left to the
         full check, which repeats it and counts and answers the refusal.
         """
-        if authorization is None or not authorization.startswith(_USUAL):
-            return None
         try:
-            # _digest inline: a call is a tenth of this path's own cost.
-            salted = self._salted.copy()
-            salted.update(authorization[7:].encode())
-            entry = self._entries[salted.digest()]
-            if self._feed.synced != self._generation():
+            if digest is None:
+                if authorization is None or not authorization.startswith(_USUAL):
+                    return None
+                # _digest inline: a call is a tenth of this path's own cost.
+                salted = self._salted.copy()
+                salted.update(authorization[7:].encode())
+                digest = salted.digest()
+            entry = self._entries.get(digest)  # a miss raises nothing: floods miss
+            if entry is None or self._feed.synced != self._generation():
                 return None
             if entry.expires_at is not None and self._clock() >= entry.expires_at:
                 return None  # the full check refuses it, from the exact second
@@ -351,7 +353,7 @@ class Verifier:
             if entry.noted is not epoch:
                 entry.noted = epoch
                 self._last_used.note(entry.caller.public_id)
-        except Exception:  # KeyError (never verified here) included
+        except Exception:  # UnicodeEncodeError (a lone surrogate) included
             return None
         self.stats.hits += 1  # the warm path's only metrics cost: a plain int
         return entry.caller
