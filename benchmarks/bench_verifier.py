@@ -115,6 +115,14 @@ def floor_us() -> float:
     return per_call_us(lambda: table[hashlib.sha256(key.encode()).digest()])
 
 
+def floor_split_us() -> float:
+    """The floor with the header split: `table[sha256(header[7:])]`, what verify() is held to
+    (at most 2.5x, issue 31)."""
+    header = "ApiKey ak" + "a" * 16 + "." + "b" * 59
+    table = {hashlib.sha256(header[7:].encode()).digest(): "caller"}
+    return per_call_us(lambda: table[hashlib.sha256(header[7:].encode()).digest()])
+
+
 PEER = """
 import json
 import django
@@ -196,13 +204,63 @@ def cache_memory(count: int = 100_000) -> dict[str, float]:
     }
 
 
+CACHE_RSS = """
+import ctypes, gc, json, os, sys
+from apikey_tui.hashing import SecretHasher
+from apikey_tui.verifier import Verifier
+from benchmarks.bulk import fill
+url, count, record = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+headers = [f"ApiKey {key}" for key in fill(url, count + 1)]
+verifier = Verifier.from_url(
+    url, hasher=SecretHasher("cheapest"), record_usage=record, flush_interval=3600
+)
+verifier.verify(headers[-1])
+assert verifier.wait_index()
+gc.collect()
+before = rss()
+for header in headers[:count]:
+    verifier.verify(header)
+gc.collect()
+after = rss()
+ctypes.CDLL("libc.so.6").malloc_trim(0)
+print(json.dumps({"rss": (after - before) / count, "trimmed": (rss() - before) / count}))
+os._exit(0)  # no close: its flush would write every count
+"""
+
+
+def cache_rss(count: int = 100_000) -> dict[str, float]:
+    """What the verified cache costs a process: RSS growth per key while `count` distinct keys
+    are verified once each (a fresh process each, after the key index loaded), with usage
+    recording on and off; also after malloc_trim (what the allocator could give back)."""
+    result: dict[str, float] = {}
+    for record in (True, False):
+        with database("sqlite") as url:
+            run = subprocess.run(
+                [sys.executable, "-c", CACHE_RSS, url, str(count), "1" if record else "0"],
+                capture_output=True, text=True, check=True, timeout=900,
+                cwd=Path(__file__).parent.parent,
+            )  # fmt: skip
+        data = json.loads(run.stdout)
+        name = "rss_bytes_per_key" + ("" if record else "_unrecorded")
+        result[name], result[name + "_trimmed"] = data["rss"], data["trimmed"]
+    return result
+
+
 def main() -> None:
     """Print one JSON object with every measurement."""
-    results: dict[str, object] = {"floor_us": floor_us(), "peer": peer()}
+    results: dict[str, object] = {
+        "floor_us": floor_us(),
+        "floor_split_us": floor_split_us(),
+        "peer": peer(),
+    }
     for kind in ("sqlite", "postgresql"):
         results[kind] = checks(kind)
     results["unprepared_read"] = unprepared_read()
     results.update(cache_memory())
+    results.update(cache_rss())
     print(json.dumps(results))
 
 

@@ -40,6 +40,14 @@ def scope_authorization(request: Scope) -> str | None:
     return authorization_header(request["headers"])
 
 
+def encoded_headers(headers: Headers, body: bytes) -> list[tuple[bytes, bytes]]:
+    """Headers as ASGI sends them (latin-1 bytes), content-length added when they lack it."""
+    encoded = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]
+    if not any(k == b"content-length" for k, _ in encoded):
+        encoded.append((b"content-length", str(len(body)).encode()))
+    return encoded
+
+
 async def respond(scope: Scope, send: Send, status: int, headers: Headers, body: bytes) -> None:
     """Send a whole answer to an HTTP request or a WebSocket handshake (before accept).
 
@@ -53,9 +61,7 @@ async def respond(scope: Scope, send: Send, status: int, headers: Headers, body:
             await send({"type": "websocket.close", "code": POLICY_VIOLATION})
             return
         prefix = "websocket."
-    encoded = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]
-    if not any(k == b"content-length" for k, _ in encoded):
-        encoded.append((b"content-length", str(len(body)).encode()))
+    encoded = encoded_headers(headers, body)
     await send({"type": prefix + "http.response.start", "status": status, "headers": encoded})
     await send({"type": prefix + "http.response.body", "body": body})
 

@@ -60,12 +60,14 @@ class _SlowClientTimers:
         )
 
     def data_received(self, data: bytes) -> None:
-        if self._arriving is None and not self._request_whole():
+        super().data_received(data)  # type: ignore[misc]
+        # Timed from the end of the first chunk of a request that did not arrive whole in it:
+        # a request in one chunk (nearly all) costs no timer, set and cancelled.
+        if self._request_whole():
+            self._stop_arriving()
+        elif self._arriving is None:
             timeout = getattr(self.config, "header_timeout", 10.0)
             self._arriving = self.loop.call_later(timeout, self._too_slow)
-        super().data_received(data)  # type: ignore[misc]
-        if self._arriving is not None and self._request_whole():
-            self._stop_arriving()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_arriving()
@@ -155,6 +157,8 @@ def serve(
         http=protocol(http),
         timeout_keep_alive=keep_alive_timeout,
         access_log=False,
+        # No "server: uvicorn" on every answer: bytes and work per request, and a fingerprint.
+        server_header=False,
         lifespan="on",
         # uvicorn would take the client's address from X-Forwarded-For when the peer is
         # 127.0.0.1 (its default); serve-leaks judges forwarded addresses itself

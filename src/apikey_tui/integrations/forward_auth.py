@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import re
 from collections.abc import Callable, Iterable
@@ -30,6 +31,7 @@ from apikey_tui.integrations.asgi_messages import (
     Receive,
     Scope,
     Send,
+    encoded_headers,
     respond,
     scope_authorization,
 )
@@ -64,6 +66,12 @@ _FORWARDED = {
     b"x-forwarded-uri": "uri",
     b"x-original-uri": "uri",
 }
+# Every request asks about an original URI and, once allowed, sends its caller's headers: the
+# answers for recent URIs and callers are kept (bounded in entries and, for URIs, in length,
+# like RouteScopes' cache), so a steady stream of requests pays for neither again.
+_CACHED_URIS = 2048
+_CACHED_URI_LENGTH = 256
+_CACHED_ANSWERS = 4096
 
 
 # serve-auth without a rules file: every path is one no rule covers.
@@ -92,6 +100,13 @@ def original_path(uri: str) -> str:
     separator, or one that decodes to something that is not UTF-8; dot segments and the other
     readings of the path are RouteScopes' work.
     """
+    if len(uri) <= _CACHED_URI_LENGTH:
+        return _cached_path(uri)  # a refusal is an exception, which the cache never keeps
+    return _original_path(uri)
+
+
+def _original_path(uri: str) -> str:
+    """original_path without the cache."""
     form = _ORIGIN_FORM.fullmatch(uri)
     if form is None or _ENCODED_SEPARATOR.search(target := form.group(1)):
         raise UnsafePathError()
@@ -99,6 +114,9 @@ def original_path(uri: str) -> str:
         return unquote_to_bytes(target).decode("utf-8")
     except UnicodeDecodeError:
         raise UnsafePathError() from None
+
+
+_cached_path = functools.lru_cache(maxsize=_CACHED_URIS)(_original_path)
 
 
 class ForwardAuthApp(HTTPApp):
@@ -125,6 +143,8 @@ class ForwardAuthApp(HTTPApp):
         # An empty table checks a path's normal form and asks for any valid key.
         self.normal_form = RouteScopes(())
         self.metrics = _metrics_page(verifier)  # None without the `metrics` extra
+        # A 200's headers per caller, encoded once (a caller changed is another key here).
+        self._answers: dict[Caller | None, list[tuple[bytes, bytes]]] = {}
 
     @property
     def verifier(self) -> Verifier:
@@ -151,7 +171,18 @@ class ForwardAuthApp(HTTPApp):
         except AuthError as error:
             await respond(scope, send, *self.guard.refusal(error))
             return
-        await respond(scope, send, 200, _identity(caller), b"")
+        await self._allow(send, caller)
+
+    async def _allow(self, send: Send, caller: Caller | None) -> None:
+        """Answer 200 with the caller's identity headers, encoded once per caller."""
+        headers = self._answers.get(caller)
+        if headers is None:
+            if len(self._answers) >= _CACHED_ANSWERS:
+                self._answers.clear()  # a few hot callers come straight back
+            headers = self._answers[caller] = encoded_headers(_identity(caller), b"")
+        # A copy: the server owns the message's list once it is sent.
+        await send({"type": "http.response.start", "status": 200, "headers": list(headers)})
+        await send({"type": "http.response.body", "body": b""})
 
     async def startup(self) -> None:
         # Connected and the schema checked before the first request, which then finds the

@@ -53,9 +53,9 @@ T = TypeVar("T")
 
 DEFAULT_REVOCATION_BOUND = 1.0  # seconds a PostgreSQL-backed cache entry is trusted unchecked
 DEFAULT_CHECK_TIMEOUT = 2.0  # seconds a request waits for the database before 503
-LAST_USED_INTERVAL = 60.0  # at most one last_used_at write per key per minute per process
 RECHECK_BURST, RECHECKS_PER_SECOND = 3, 1.0  # log re-reads for ids unknown where push may lag
 MAX_USAGE_INTERVAL = 10.0  # seconds usage counts may wait in memory at most
+_USUAL = "ApiKey "  # the header's usual spelling: the warm path looks only this one up
 _SYNC = object()  # the CheckGate key of a change-log read: one at a time, shared
 
 
@@ -74,16 +74,18 @@ class _Entry:
     """A key this process has verified: a salted digest of it, never the key itself.
 
     `hash_tag` fingerprints the stored argon2 hash, to notice a recreated key cheaply.
+    `noted` is the last-used writer's epoch in which this key's use was last noted.
     """
 
     caller: Caller
-    hash_tag: bytes
+    hash_tag: int
     expires_at: datetime | None  # refused from this moment on, cache or not
-    recorded_at: float = float("-inf")
+    noted: object
 
 
-def _tag(secret_hash: str) -> bytes:
-    return hashlib.blake2b(secret_hash.encode(), digest_size=16).digest()
+def _tag(secret_hash: str) -> int:
+    # 60 bits: an int of two 30-bit digits, 32 bytes a key where 16 bytes of bytes take 64.
+    return int.from_bytes(hashlib.blake2b(secret_hash.encode(), digest_size=8).digest()) >> 4
 
 
 class Verifier:
@@ -127,6 +129,7 @@ class Verifier:
         self._source: CredentialSource = store
         self._hasher = store.hasher
         self._freshness = freshness_for(engine, revocation_bound)
+        self._generation = self._freshness.generation  # bound once: the warm path calls it
         # Only SQLite's commit watch sees every commit before the next request: with push or a
         # time bound, an id the index lacks may be a key committed a moment ago.
         self._exact = isinstance(self._freshness, CommitFreshness)
@@ -145,6 +148,7 @@ class Verifier:
         # CheckGate runs), then 503 until the index is in.
         self._lookups = TokenBucket(lookup_burst, lookups_per_second)
         self._rechecks = TokenBucket(RECHECK_BURST, RECHECKS_PER_SECOND)
+        # At most one last_used_at write per key per epoch (a minute or more) per process.
         self._last_used = LastUsedWriter(self._source.record_use, flush_interval, clock)
         # Per key, per minute: requests allowed per scope, refused for scopes, wrong secrets;
         # flushed at least every 10 s (and at each minute boundary) off the request path.
@@ -201,17 +205,17 @@ class Verifier:
         No query, no thread, no coroutine: an async integration calls it first and awaits
         verify_async only on None. Raises InsufficientScopeError like verify.
         """
-        if authorization is None or not authorization.startswith("ApiKey "):
-            return None  # other spellings of the header take verify's full parse
-        try:
-            caller = self._warm(self._digest(authorization[7:]))
-        except UnicodeEncodeError:
-            return None
+        caller = self._warm(authorization)
         return None if caller is None else self.authorize(caller, required_scopes)
 
     def verify(self, authorization: str | None, required_scopes: Collection[str] = ()) -> Caller:
         """Return the caller, or raise an AuthError that knows its HTTP answer."""
-        return self.authorize(self.identify(authorization), required_scopes)
+        # Memory first, outside the cold path's machinery (refusal counting, a generator, a
+        # deadline): those cost a warm check twice what the check itself does.
+        caller = self._warm(authorization)
+        if caller is None:
+            caller = self._identify(authorization)
+        return self.authorize(caller, required_scopes)
 
     def identify(self, authorization: str | None) -> Caller:
         """The caller, checking the key but no scope and recording no use (blocking).
@@ -220,6 +224,11 @@ class Verifier:
         `authorize` exactly once per request, with the scopes the request needs, so the
         request is recorded once and under those scopes. Everyone else calls `verify`.
         """
+        caller = self._warm(authorization)
+        return caller if caller is not None else self._identify(authorization)
+
+    def _identify(self, authorization: str | None) -> Caller:
+        """identify past the warm path: the whole check, refusals counted."""
         with self._refusals():
             steps = self._answer(authorization, inline=self._inline)
             deadline = time.monotonic() + self._gate.timeout
@@ -269,7 +278,7 @@ class Verifier:
         """
         credential = split_credentials(authorization)
         digest = self._digest(credential)
-        caller = self._warm(digest)
+        caller = self._warm(None, digest)  # "apikey  <key>" is remembered too
         if caller is not None:
             return caller
         parsed = parse_key(credential)
@@ -279,7 +288,7 @@ class Verifier:
             self._ask_always and verdict in (Verdict.MATCH, Verdict.LEGACY)
         ):
             yield from self._synced(inline)
-            caller = self._warm(digest)  # an unrelated commit leaves this key cached
+            caller = self._warm(None, digest)  # an unrelated commit leaves this key cached
             if caller is not None:
                 return caller
             verdict = self._index.verdict(parsed.public_id, parsed.secret)
@@ -337,17 +346,33 @@ class Verifier:
         digest.update(credential.encode())
         return digest.digest()
 
-    def _warm(self, digest: bytes) -> Caller | None:
-        """The cached path: one dict lookup and one freshness test, no query, no lock."""
-        entry = self._entries.get(digest)
-        if entry is None or self._feed.synced != self._freshness.generation():
+    def _warm(self, authorization: str | None, digest: bytes | None = None) -> Caller | None:
+        """The caller of a key verified before and unchanged since, else None (no refusal).
+
+        One digest, one dict lookup and one freshness test: no query, no lock. The header is
+        looked up in its usual spelling only; the full check passes the digest of its parse
+        instead. Anything that goes wrong here (a freshness test that fails) is left to the
+        full check, which repeats it and counts and answers the refusal.
+        """
+        try:
+            if digest is None:
+                if authorization is None or not authorization.startswith(_USUAL):
+                    return None
+                # _digest inline: a call is a tenth of this path's own cost.
+                salted = self._salted.copy()
+                salted.update(authorization[7:].encode())
+                digest = salted.digest()
+            entry = self._entries.get(digest)  # a miss raises nothing: floods miss
+            if entry is None or self._feed.synced != self._generation():
+                return None
+            if entry.expires_at is not None and self._clock() >= entry.expires_at:
+                return None  # the full check refuses it, from the exact second
+            epoch = self._last_used.epoch  # no clock read: the writer's thread moves it
+            if entry.noted is not epoch:
+                entry.noted = epoch
+                self._last_used.note(entry.caller.public_id)
+        except Exception:  # UnicodeEncodeError (a lone surrogate) included
             return None
-        if entry.expires_at is not None and self._clock() >= entry.expires_at:
-            return None  # the cold path refuses it, from the exact second
-        now = time.monotonic()
-        if now - entry.recorded_at >= LAST_USED_INTERVAL:
-            entry.recorded_at = now
-            self._last_used.note(entry.caller.public_id)
         self.stats.hits += 1  # the warm path's only metrics cost: a plain int
         return entry.caller
 
@@ -461,12 +486,12 @@ class Verifier:
             self._add_fingerprint(parsed)
         if self._hasher.needs_rehash(stored.secret_hash):
             tag = self._upgrade_hash(parsed, stored)
-        entry = _Entry(self._caller(stored), tag, expires_at, time.monotonic())
+        entry = _Entry(self._caller(stored), tag, expires_at, self._last_used.epoch)
         with self._feed.lock:
             if self._feed.may_cache(parsed.public_id, mark):
                 self._drop(parsed.public_id)
                 self._entries[digest] = entry
-                self._by_id[parsed.public_id] = digest
+                self._by_id[entry.caller.public_id] = digest  # the caller's string: one a key
         self._last_used.note(parsed.public_id)
         if self._record:
             self._uses.start()  # warm hits append to it from now on
@@ -484,7 +509,7 @@ class Verifier:
                 log.warning("API key fingerprint not stored (the key still works): %s", exc)
             self._fingerprint_refused = True
 
-    def _upgrade_hash(self, parsed: ParsedKey, stored: Credential) -> bytes:
+    def _upgrade_hash(self, parsed: ParsedKey, stored: Credential) -> int:
         """Store the secret hashed with today's profile; skipped (logged once) if not allowed."""
         upgraded = self._hasher.hash(parsed.secret)
         try:

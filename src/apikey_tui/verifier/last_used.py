@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
 
 from apikey_tui.clock import Clock
 
 log = logging.getLogger("apikey_tui.verifier")
+
+EPOCH = 60.0  # seconds at least between two epochs: a key's use is noted once per epoch
 
 
 class LastUsedWriter:
@@ -18,6 +21,10 @@ class LastUsedWriter:
     A failed write (database down, a role that may not write) is logged once per failure streak
     and retried with the next batch; the thread never dies of it. The pending set holds only
     keys that passed a check, so its size follows the number of keys, not the traffic.
+
+    `epoch` is an object the thread replaces every `EPOCH` seconds or more: the verifier notes
+    a key once per epoch (its cache entry keeps the epoch of its last note), so the request
+    path reads no clock for it and a cached key carries no timestamp.
     """
 
     def __init__(
@@ -31,6 +38,8 @@ class LastUsedWriter:
     def reset(self) -> None:
         """Forget the writer thread and locks (after a fork they belong to the parent)."""
         self.pending: dict[str, datetime] = {}
+        self.epoch = object()
+        self._epoch_ends = time.monotonic() + EPOCH
         self._lock = threading.Lock()
         closed, self._closed = self._closed, threading.Event()  # its lock may be mid-use
         if closed.is_set():
@@ -54,6 +63,9 @@ class LastUsedWriter:
 
     def _loop(self) -> None:
         while not self._closed.wait(self._interval):
+            now = time.monotonic()
+            if now >= self._epoch_ends:
+                self.epoch, self._epoch_ends = object(), now + EPOCH
             self.flush()
 
     def flush(self) -> None:

@@ -6,6 +6,9 @@ import mmap
 import os
 import sqlite3
 import threading
+from collections.abc import Callable
+from functools import partial
+from operator import getitem
 
 from apikey_tui import forksafety
 from apikey_tui.db.engine import existing_file_uri
@@ -52,17 +55,19 @@ class CommitWatch:
                     self._shm = mmap.mmap(self._shm_fd, _HEADER, access=mmap.ACCESS_READ)
             except (OSError, ValueError):
                 self._shm = None  # the descriptor, if any, stays open: see the class docstring
+        # A value that changes whenever a transaction was committed to the database. Mapped, it
+        # is the header's bytes, read by a C call with no Python frame: every warm check asks.
+        self.token: Callable[[], object] = self._data_version
+        if self._shm is not None:
+            self.token = partial(getitem, self._shm, slice(0, _HEADER))
 
     @property
     def mapped(self) -> bool:
         """Whether token() reads the mapped WAL-index header (else it asks the pragma)."""
         return self._shm is not None
 
-    def token(self) -> object:
-        """A value that changes whenever a transaction was committed to the database."""
-        shm = self._shm
-        if shm is not None:
-            return shm[:_HEADER]
+    def _data_version(self) -> object:
+        """token() of a file not in WAL mode (or whose -shm could not be mapped)."""
         with self._lock:
             return self._cursor.execute("PRAGMA data_version").fetchone()[0]
 

@@ -1,0 +1,182 @@
+"""The warm path's budget: a remembered key costs a few Python calls, counted (never timed)."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import pytest
+
+from apikey_tui.clock import system_clock
+from apikey_tui.errors import VerifierUnavailableError
+from apikey_tui.integrations.routes import route
+from apikey_tui.integrations.wsgi import ApiKeyWSGIMiddleware
+from apikey_tui.store import KeyStore
+from apikey_tui.verifier import Verifier, last_used
+from apikey_tui.verifier.freshness import CommitFreshness
+from apikey_tui.verifier.last_used import LastUsedWriter
+from tests.conftest import CHEAP
+
+
+def python_calls(call: Callable[[], object]) -> list[str]:
+    """The Python functions (not C ones) that run during call, in order, by qualified name."""
+    names: list[str] = []
+
+    def profile(frame: FrameType, event: str, _arg: Any) -> None:
+        if event == "call":
+            names.append(frame.f_code.co_qualname)
+
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    return names[1:]  # call itself left out
+
+
+@pytest.fixture
+def warm(sqlite_url: str) -> Iterator[tuple[Verifier, str]]:
+    """A verifier on SQLite and the header of a key it has verified (the key is remembered)."""
+    store = KeyStore.open(sqlite_url, hasher=CHEAP)
+    key = store.create_key("alice", "ci", ["project"]).plaintext
+    store.close()
+    checker = Verifier.from_url(sqlite_url, hasher=CHEAP)
+    header = f"ApiKey {key}"
+    assert checker.verify(header, ("project",)).key_name == "ci"
+    checker.verify(header, ("project",))  # the usage tally made: the steady state
+    yield checker, header
+    checker.close()
+
+
+def test_a_warm_verify_is_four_python_calls(warm: tuple[Verifier, str]) -> None:
+    """A remembered key's verify runs verify, the memory lookup, the freshness test and the
+    scope test: no context manager, generator or deadline (those doubled its cost)."""
+    checker, header = warm
+    hits = checker.stats.hits
+    calls = python_calls(lambda: checker.verify(header, ("project",)))
+    assert calls == [
+        "Verifier.verify",
+        "Verifier._warm",
+        "CommitFreshness.generation",
+        "Verifier.authorize",
+    ]
+    assert checker.stats.hits == hits + 1
+
+
+def test_a_warm_identify_and_cached_take_the_same_path(warm: tuple[Verifier, str]) -> None:
+    """identify (DRF) and cached (ASGI, FastAPI) answer a remembered key by the same few calls."""
+    checker, header = warm
+    assert python_calls(lambda: checker.identify(header)) == [
+        "Verifier.identify",
+        "Verifier._warm",
+        "CommitFreshness.generation",
+    ]
+    assert python_calls(lambda: checker.cached(header, ("project",))) == [
+        "Verifier.cached",
+        "Verifier._warm",
+        "CommitFreshness.generation",
+        "Verifier.authorize",
+    ]
+
+
+def test_the_wsgi_middleware_adds_few_calls_to_a_warm_check(warm: tuple[Verifier, str]) -> None:
+    """A WSGI request with a remembered key costs the middleware a handful of calls around the
+    verifier's four (it paid eleven more through the cold path's machinery)."""
+    checker, header = warm
+    app = ApiKeyWSGIMiddleware(lambda environ, start: [b"ok"], checker, [route("/", "project")])
+    environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/", "HTTP_AUTHORIZATION": header}
+    start: Any = None  # never called: the key passes
+    assert app(environ, start) == [b"ok"]
+    calls = python_calls(lambda: app(environ, start))
+    assert len(calls) <= 10, calls
+    assert "Verifier._answer" not in calls
+
+
+def test_a_freshness_failure_on_the_warm_path_is_one_counted_503(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A remembered key whose database file was removed is refused with 503, counted once."""
+    url = f"sqlite:///{tmp_path / 'keys.db'}"
+    store = KeyStore.open(url, hasher=CHEAP)
+    key = store.create_key("alice", "ci", ["project"]).plaintext
+    store.close()
+    monkeypatch.setattr(CommitFreshness, "PLACE_CHECK", 0.0)  # look at every check
+    checker = Verifier.from_url(url, hasher=CHEAP)
+    try:
+        checker.verify(f"ApiKey {key}")
+        for suffix in ("", "-wal", "-shm"):
+            (tmp_path / f"keys.db{suffix}").unlink(missing_ok=True)
+        for check in (checker.verify, checker.identify):
+            with pytest.raises(VerifierUnavailableError):
+                check(f"ApiKey {key}")
+        assert checker.stats.unavailable == 2
+    finally:
+        checker.close()
+
+
+def _objects_per_key(checker: Verifier) -> float:
+    """Objects the cache holds per remembered key: each counted once, shared ones (an owner,
+    a scope set, an epoch) left out."""
+    shared = {id(checker._last_used.epoch), id(None)}
+    for entry in checker._entries.values():
+        shared |= {id(entry.caller.owner), id(entry.caller.scopes)}
+        shared |= {id(scope) for scope in entry.caller.scopes}
+    seen: set[int] = set()
+    for digest, entry in checker._entries.items():
+        caller = entry.caller
+        parts = [digest, entry, caller, caller.key_name, caller.public_id, entry.hash_tag]
+        parts += [entry.expires_at, *[getattr(entry, name) for name in entry.__slots__]]
+        seen |= {id(part) for part in parts if id(part) not in shared}
+    for public_id, digest in checker._by_id.items():
+        seen |= {id(public_id), id(digest)} - shared
+    return len(seen) / len(checker._entries)
+
+
+def test_a_remembered_key_costs_six_objects(sqlite_url: str) -> None:
+    """Each verified key is a digest, an entry, its hash tag, a caller and the caller's two
+    strings: the id map reuses the caller's id and no key carries a timestamp (it held 8)."""
+    store = KeyStore.open(sqlite_url, hasher=CHEAP)
+    keys = [store.create_key("alice", f"k{n}", ["project"]).plaintext for n in range(20)]
+    store.close()
+    checker = Verifier.from_url(sqlite_url, hasher=CHEAP)
+    try:
+        for key in keys:
+            checker.verify(f"ApiKey {key}")
+        assert checker.cache_size() == 20
+        assert _objects_per_key(checker) == 6
+    finally:
+        checker.close()
+
+
+def test_a_key_is_noted_as_used_once_per_epoch(warm: tuple[Verifier, str]) -> None:
+    """A remembered key's use is noted for last_used_at once per epoch of the writer, not per
+    request; a new epoch notes it again."""
+    checker, header = warm
+    writer = checker._last_used
+    writer.flush()
+    checker.verify(header)
+    assert writer.pending == {}  # noted when it was verified, in this epoch
+    writer.epoch = object()  # what the writer's thread does every minute or more
+    checker.verify(header)
+    checker.verify(header)
+    assert len(writer.pending) == 1
+
+
+def test_the_writer_moves_the_epoch_off_the_request_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The last-used writer's thread replaces the epoch once EPOCH seconds have passed."""
+    monkeypatch.setattr(last_used, "EPOCH", 0.0)
+    writer = LastUsedWriter(lambda pending: None, interval=0.01, clock=system_clock)
+    first = writer.epoch
+    writer.note("akexample")  # starts the thread
+    try:
+        for _ in range(500):
+            if writer.epoch is not first:
+                break
+            threading.Event().wait(0.01)
+        assert writer.epoch is not first
+    finally:
+        writer.close()
