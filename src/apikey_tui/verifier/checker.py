@@ -365,8 +365,10 @@ class Verifier:
             entry = self._entries.get(digest)  # a miss raises nothing: floods miss
             if entry is None or self._feed.synced != self._generation():
                 return None
+            # records.secret_works inline for an entry (never a disabled key's): a call would
+            # be a tenth of this path. From the exact second, the full check refuses it.
             if entry.expires_at is not None and self._clock() >= entry.expires_at:
-                return None  # the full check refuses it, from the exact second
+                return None
             epoch = self._last_used.epoch  # no clock read: the writer's thread moves it
             if entry.noted is not epoch:
                 entry.noted = epoch
@@ -443,8 +445,7 @@ class Verifier:
             self._uses.wrong_secret(parsed.public_id)
         if (
             stored is None
-            or stored.disabled
-            or (expires_at is not None and self._clock() >= expires_at)
+            or not stored.works(self._clock())  # the one decision (records.secret_works)
             # Looked up past the index (still loading): its fingerprint still spares argon2.
             or wrong
         ):
