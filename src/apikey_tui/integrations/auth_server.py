@@ -20,6 +20,7 @@ except ImportError:  # pragma: no cover - exercised on installs without httptool
     HttpToolsProtocol = None  # type: ignore[assignment, misc]
 
 Parser = Literal["auto", "httptools", "h11"]
+WORKER_HEALTHCHECK_SECONDS = 30
 PARSERS: tuple[Parser, ...] = ("auto", "httptools", "h11")
 # The h11 request states in which a request has not yet arrived whole (its head, then any body).
 _ARRIVING = (h11.IDLE, h11.SEND_BODY)
@@ -164,6 +165,9 @@ def serve(
         # 127.0.0.1 (its default); serve-leaks judges forwarded addresses itself
         # (--trusted-proxy), so the address an app sees is always the TCP peer's.
         proxy_headers=False,
+        # uvicorn's supervisor kills a worker that misses its health ping for 5 s (default): on
+        # a loaded host, or while a worker loads its key index, that killed healthy workers.
+        timeout_worker_healthcheck=WORKER_HEALTHCHECK_SECONDS,
     )
     if workers > 1:
         Multiprocess(config, sockets=[config.bind_socket()]).run()
