@@ -7,6 +7,7 @@ import multiprocessing
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -413,3 +414,28 @@ def test_a_started_verifier_answers_its_first_request_without_connecting(
         assert sum("apikey_tui_key_scope" in sql for sql in first) == 1
     finally:
         verifier.close()
+
+
+def test_closing_waits_for_a_check_still_running() -> None:
+    """CheckGate.close() returns only once a running check has finished (up to the check
+    timeout), so the connections it holds are back before Verifier.close() disposes of the
+    engine; it returned at once, and a check still running leaked its connection."""
+    from apikey_tui.verifier.guard import CheckGate
+
+    gate = CheckGate(workers=2, timeout=30.0, max_pending=4)
+    started, release, done, closed = (threading.Event() for _ in range(4))
+
+    def work() -> str:
+        started.set()
+        release.wait(30)
+        done.set()
+        return "checked"
+
+    future = gate.submit("k", work)
+    assert started.wait(30)
+    closer = threading.Thread(target=lambda: (gate.close(), closed.set()))
+    closer.start()
+    assert not closed.wait(0.5)  # still waiting for the check
+    release.set()
+    closer.join(30)
+    assert closed.is_set() and done.is_set() and future.result() == "checked"

@@ -174,11 +174,17 @@ class CheckGate:
             raise VerifierUnavailableError() from None
 
     def close(self) -> None:
-        """Let running work finish in the background, then let the threads end."""
+        """Let running work finish, then let the threads end: waits for them up to the check
+        timeout (a frozen database holds close() no longer than it holds a request), so the
+        connections a running check holds are back before the caller disposes of them."""
         with self._lock:
-            for _ in self._threads:
+            threads, self._threads = self._threads, []
+            for _ in threads:
                 self._queue.put(None)
-            self._threads = []
+        deadline = time.monotonic() + self.timeout
+        for thread in threads:
+            if thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
 
 
 class TokenBucket:
