@@ -14,10 +14,10 @@ from textual.widgets import Input
 
 from apikey_tui.store import KeyStore
 from apikey_tui.tui import textual_private
+from apikey_tui.tui.app import bound_keys
 from apikey_tui.tui.keys_screen import KeysScreen
 from apikey_tui.tui.textual_private import (
     LayoutUpdate,
-    bound_keys,
     forget_clipboard,
     forward_key,
     screen_update,
@@ -68,8 +68,8 @@ def test_the_module_is_the_only_one_that_names_textual_private_api() -> None:
 
 
 async def test_reaches_that_read_or_write_app_state(tui_store: KeyStore) -> None:
-    """forget_clipboard empties App.clipboard, screen_update draws the whole screen, bound_keys
-    finds the screen's and the app's keys, and forward_key types into a field."""
+    """forget_clipboard empties App.clipboard, screen_update draws the whole screen, and
+    forward_key types into a field (bound_keys, public API, finds the table's and app's keys)."""
     app = make_app(tui_store)
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)

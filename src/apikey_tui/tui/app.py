@@ -9,6 +9,8 @@ from typing import Any
 
 from textual import events
 from textual.app import SystemCommand
+from textual.binding import Binding
+from textual.dom import DOMNode
 from textual.notifications import SeverityLevel
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Input
@@ -44,7 +46,7 @@ from apikey_tui.tui.screens.key_detail import KeyDetailScreen
 from apikey_tui.tui.screens.live import LiveScreen
 from apikey_tui.tui.screens.scope_catalog import ScopeCatalogScreen
 from apikey_tui.tui.screens.usage import UsageScreen
-from apikey_tui.tui.textual_private import QuietCrashes, bound_keys
+from apikey_tui.tui.textual_private import QuietCrashes
 
 
 class ApiKeysApp(QuietCrashes):
@@ -240,6 +242,23 @@ class ApiKeysApp(QuietCrashes):
         # choice is no key).
         owner, _, name = action_id.rpartition(".")
         getattr(self if owner == "app" else screen, f"action_{name}")()
+
+
+def bound_keys(screen: Screen[Any]) -> set[str]:
+    """Every key bound where a key would go now: from the focused widget up to the app, or the
+    screen and the app; enabled or not (a key disabled here is no stray key).
+
+    From each node's class BINDINGS (public), as Textual merges them, rather than its private
+    binding chain.
+    """
+    focused = screen.focused
+    nodes: list[DOMNode] = list(focused.ancestors_with_self) if focused else [screen, screen.app]
+    return {
+        binding.key
+        for node in nodes
+        for cls in type(node).__mro__
+        for binding in Binding.make_bindings(cls.__dict__.get("BINDINGS", []))
+    }
 
 
 def help_sections() -> list[Section]:

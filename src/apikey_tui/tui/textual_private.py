@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from textual import events
 from textual._compositor import LayoutUpdate
 from textual.app import App
-from textual.screen import ModalScreen, Screen
+from textual.screen import ModalScreen
 from textual.widget import Widget
 from textual.worker import WorkerFailed
 
@@ -21,7 +21,6 @@ __all__ = [
     "EarlyKeyScreen",
     "LayoutUpdate",
     "QuietCrashes",
-    "bound_keys",
     "forget_clipboard",
     "forward_key",
     "screen_update",
@@ -41,12 +40,6 @@ def screen_update(app: App[Any], *, simplify: bool) -> LayoutUpdate:
     )
     assert isinstance(update, LayoutUpdate)  # a full update is always a whole layout
     return update
-
-
-def bound_keys(screen: Screen[Any]) -> set[str]:
-    """Every key bound where a key would go now: the focused widget up to the app, or the
-    screen and the app (enabled or not, as Textual would look them up)."""
-    return {key for _, bindings in screen._binding_chain for key in bindings.key_to_bindings}
 
 
 def forward_key(widget: Widget, key: events.Key) -> None:
