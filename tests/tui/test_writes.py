@@ -40,6 +40,7 @@ async def test_a_create_the_lifetime_policy_refuses_reopens_the_dialog_with_the_
         assert again.query_one("#scopes", ScopePicker).selected == ("project",)
         assert "lifetime policy" in str(again.query_one("#expires-error", Static).render())
         assert again.query_one("#create", Button).disabled  # until the expiry is edited
+        assert again.focused is again.query_one("#expires", Input)  # the field refused
         again.query_one("#expires", Input).value = "20d"
         await pilot.pause()
         assert not again.query_one("#create", Button).disabled

@@ -168,7 +168,9 @@ class CreateKeyDialog(TypeAheadDialog[NewKeyRequest | None]):
             picker = self.query_one("#scopes", ScopePicker)
             for scope in self._typed.scopes:
                 picker.select(scope)
-        self.focus_first(self.query_one("#name", Input))
+        # Asked again after a refusal: the field the store refused has the focus.
+        field = "name" if self._refused is None else self._refused[0]
+        self.focus_first(self.query_one(f"#{field}"))
         self.on_resize()
         if self._typed is not None:
             self._revalidate()
