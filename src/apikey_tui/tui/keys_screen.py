@@ -340,4 +340,4 @@ class KeysScreen(WorkerHost, Screen[None]):
                 empty.update(literal(f"Could not load keys: {message.reason}. Press F5 to retry."))
         else:
             self._reloading_after = message.reason
-            self.reload()  # e.g. someone else deleted the key meanwhile: show the truth
+            self.reload_keys()  # e.g. someone else deleted the key meanwhile: show the truth

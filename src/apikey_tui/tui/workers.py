@@ -150,7 +150,7 @@ class StoreRunner:
 
     def _call(self, operation: Callable[[KeyStore], T], done: Callable[[T], object]) -> None:
         # As a message to the screen, in order with its others; a bug in done is the app's
-        # (ApiKeysApp._handle_exception), never reported as a failed store call.
+        # (QuietCrashes.crashed), never reported as a failed store call.
         self.screen.post_message(StoreDone(done, operation(self.session.store)))
 
     def failed(self, failure: Failure) -> None:
