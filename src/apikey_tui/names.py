@@ -204,6 +204,14 @@ def expiry_moment(expires: Expiry, now: datetime) -> datetime | None:
     return moment
 
 
+def read_expiry(text: str, now: datetime) -> Expiry:
+    """An expiry as `--expires` reads it, refused unless the store would take it at now (the
+    lifetime policy aside): the app's expiry fields check each keystroke with this."""
+    expires = parse_expiry(text)
+    expiry_moment(expires, now)
+    return expires
+
+
 def format_moment(moment: datetime) -> str:
     """Write a moment as people read it everywhere (messages, the CLI, the audit trail):
     '2030-01-31 12:00:00 UTC'. JSON keeps ISO 8601 (isoformat)."""

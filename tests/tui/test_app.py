@@ -13,7 +13,7 @@ from sqlalchemy import text
 from textual.geometry import Region
 from textual.pilot import Pilot
 from textual.widgets import Button, Input, Static
-from textual.worker import WorkerCancelled
+from textual.worker import WorkerCancelled, WorkerFailed
 
 from apikey_tui import keyformat
 from apikey_tui.cli import build_parser
@@ -41,14 +41,15 @@ async def settle(pilot: Pilot[Any]) -> None:
     """Let workers finish and their messages be handled.
 
     A worker the app cancels on purpose (a newer read replaces an older one) makes
-    wait_for_complete raise WorkerCancelled; that is the app working, so wait again.
+    wait_for_complete raise WorkerCancelled, and one that failed (its failure said by the one
+    boundary, workers.WorkerHost) WorkerFailed; that is the app working, so wait again.
     """
     for _ in range(3):
         for _attempt in range(20):
             try:
                 await pilot.app.workers.wait_for_complete()
                 break
-            except WorkerCancelled:
+            except (WorkerCancelled, WorkerFailed):
                 continue
         await pilot.pause()
     # A text cursor blinks every 0.5 s: on a loaded machine a picture could catch either phase.

@@ -155,8 +155,8 @@ async def test_m_unmarks_every_marked_key(tui_store: KeyStore) -> None:
         await settle(pilot)
         await pilot.press("space", "space")
         screen = app.screen
-        assert isinstance(screen, KeysScreen) and len(screen.marked) == 2
+        assert isinstance(screen, KeysScreen) and len(screen.writes.marked) == 2
         await pilot.press("M")
         await settle(pilot)
-        assert screen.marked == {}
+        assert screen.writes.marked == {}
     assert "  M  unmark every marked key" in section_lines(help_text(help_sections()), "Key table")

@@ -15,7 +15,8 @@ from textual.strip import Strip
 
 from apikey_tui.db.models import KeyRow, KeyScopeRow
 from apikey_tui.store import KeyQuery, KeyStore
-from apikey_tui.tui.key_table import KeyFilter, KeyTable, fit
+from apikey_tui.tui.key_table import KeyFilter, KeyTable
+from apikey_tui.tui.text import fit
 from apikey_tui.tui.times import relative
 from tests.conftest import FakeClock
 from tests.tui.conftest import make_app

@@ -12,7 +12,8 @@ from textual.pilot import Pilot
 
 from apikey_tui.store import SORTS, KeyInfo, KeyStore, states
 from apikey_tui.tui import times
-from apikey_tui.tui.key_table import COLUMNS, KeyFilter, KeyTable, fit_middle
+from apikey_tui.tui.key_table import COLUMNS, KeyFilter, KeyTable
+from apikey_tui.tui.text import fit_middle
 from tests.conftest import FakeClock
 from tests.tui.conftest import make_app
 from tests.tui.test_app import settle

@@ -8,11 +8,12 @@ from functools import partial
 from typing import Any
 
 from textual import events
-from textual.app import App, SystemCommand
+from textual.app import SystemCommand
+from textual.binding import Binding
+from textual.dom import DOMNode
 from textual.notifications import SeverityLevel
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Input
-from textual.worker import WorkerFailed
 
 from apikey_tui.config import current_user
 from apikey_tui.names import printable
@@ -45,9 +46,10 @@ from apikey_tui.tui.screens.key_detail import KeyDetailScreen
 from apikey_tui.tui.screens.live import LiveScreen
 from apikey_tui.tui.screens.scope_catalog import ScopeCatalogScreen
 from apikey_tui.tui.screens.usage import UsageScreen
+from apikey_tui.tui.textual_private import QuietCrashes
 
 
-class ApiKeysApp(App[None]):
+class ApiKeysApp(QuietCrashes):
     """The Settings → API keys tab in a terminal."""
 
     CSS_PATH = "app.tcss"
@@ -102,7 +104,7 @@ class ApiKeysApp(App[None]):
         if not event.is_printable:
             return False
         keys = {event.key, *event.aliases}
-        if any(keys & set(bindings.key_to_bindings) for _, bindings in screen._binding_chain):
+        if keys & bound_keys(screen):
             return False
         self._stray = event.character or event.key
         self.call_later(self._stray_burst_ended)  # queued behind the keys of the same read
@@ -141,26 +143,13 @@ class ApiKeysApp(App[None]):
             markup=markup,
         )
 
-    def _handle_exception(self, error: Exception) -> None:
-        """An error nothing caught: logged without locals, said in one line, and the app exits 1.
+    def crashed(self, error: BaseException) -> None:
+        """An error nothing caught: logged without locals, said in one line; the app exits 1.
 
-        Store calls in workers never get here (a refusal or an unforeseen error is a one-line
-        notice there); this is for the rest: a handler, a render, a worker's own bug.
+        A worker's never gets here (workers.WorkerHost says it in one line); this is for the
+        rest: a handler, a render.
         """
-        original = error.error if isinstance(error, WorkerFailed) else error
-        line = unforeseen(original, "The app")
-        self.failure = self.failure or line
-        super()._handle_exception(error)  # return code 1, the error kept for tests, then exit
-
-    def _fatal_error(self) -> None:
-        # Textual's own prints a rich traceback with every frame's locals: a rotation's new
-        # plaintext, its argon2 hash and fingerprint. Exit without it (the error is logged).
-        self._close_messages_no_wait()
-
-    def _print_error_renderables(self) -> None:
-        # Whatever Textual kept to print at exit (a panic's renderables) stays unprinted: the
-        # one line run_app prints says what failed, and the log holds the rest.
-        self._exit_renderables.clear()
+        self.failure = self.failure or unforeseen(error, "The app")
 
     def export_screenshot(self, *, title: str | None = None, simplify: bool = False) -> str:
         """The screen as SVG, a revealed key blanked: the one gate of every screenshot.
@@ -253,6 +242,23 @@ class ApiKeysApp(App[None]):
         # choice is no key).
         owner, _, name = action_id.rpartition(".")
         getattr(self if owner == "app" else screen, f"action_{name}")()
+
+
+def bound_keys(screen: Screen[Any]) -> set[str]:
+    """Every key bound where a key would go now: from the focused widget up to the app, or the
+    screen and the app; enabled or not (a key disabled here is no stray key).
+
+    From each node's class BINDINGS (public), as Textual merges them, rather than its private
+    binding chain.
+    """
+    focused = screen.focused
+    nodes: list[DOMNode] = list(focused.ancestors_with_self) if focused else [screen, screen.app]
+    return {
+        binding.key
+        for node in nodes
+        for cls in type(node).__mro__
+        for binding in Binding.make_bindings(cls.__dict__.get("BINDINGS", []))
+    }
 
 
 def help_sections() -> list[Section]:

@@ -2,7 +2,7 @@
 
 Textual prints a crash as a rich traceback with every frame's local variables: in a rotation
 those are the new key's plaintext, its argon2 hash and its fingerprint. The app never lets it
-print one (ApiKeysApp._fatal_error); instead the error is logged here with Python's logging,
+print one (textual_private.QuietCrashes); instead the error is logged here with Python's logging,
 whose tracebacks hold file, line and code, never a value, and the admin reads one line.
 """
 

@@ -30,18 +30,17 @@ from textual.worker import get_current_worker
 
 from apikey_tui import keyformat
 from apikey_tui.clock import Clock, system_clock
-from apikey_tui.errors import ApiKeyError
-from apikey_tui.names import FAIR_WIDTHS, look_alikes, printable, shorten
+from apikey_tui.names import FAIR_WIDTHS, look_alikes, printable
 from apikey_tui.sparklines import sparkline
-from apikey_tui.store import SORTS, KeyInfo, KeyQuery, KeyStore, QueryCancelled, states
+from apikey_tui.store import SORTS, KeyInfo, KeyQuery, KeyStore, states
 from apikey_tui.tui import times
-from apikey_tui.tui.failures import unforeseen
+from apikey_tui.tui.text import ELLIPSIS, fit, fit_middle
+from apikey_tui.tui.workers import Failure, WorkerHost
 
 CHUNK = 100  # rows read at a time; a few screens
 KEEP = 20 * CHUNK  # rows kept around the viewport before far ones are forgotten
 COUNT_AFTER = 0.3  # seconds of no typing before a filter's matches are counted
 _GAP = "  "
-_ELLIPSIS = "…"
 MARK = "*"  # a marked key's first cell (Space; bulk actions): ASCII, one cell in every terminal
 
 # In the order of triage: what a key is, what state it is in, when it stops or was last used;
@@ -124,35 +123,6 @@ def with_usage(names: Sequence[str]) -> list[str]:
 def usage_cell(days: Sequence[int] | None) -> str:
     """A key's requests per day as the CLI's text sparkline; blank until read."""
     return sparkline(days) if days is not None else ""
-
-
-def fit(text: str, width: int) -> str:
-    """text in exactly width cells: padded, or cut with '…' (never silently)."""
-    if cell_len(text) <= width:
-        return set_cell_size(text, width)
-    if width <= 0:
-        return ""
-    return set_cell_size(text, width - 1) + _ELLIPSIS
-
-
-def fit_middle(text: str, width: int, apart: tuple[int, int] | None = None) -> str:
-    """text in exactly width cells: padded, or cut in the middle with '…', both ends kept.
-
-    An ASCII text (every valid name and owner) is cut by names.shorten, the CLI's rule, which
-    keeps the part where it differs from its look-alikes (apart: names.look_alikes).
-    """
-    if cell_len(text) <= width:
-        return set_cell_size(text, width)
-    if text.isascii():
-        return set_cell_size(shorten(text, width, apart), width)
-    if width <= 2:
-        return fit(text, width)
-    tail = max((width - 1) // 2, 1)  # as names.shorten
-    head = width - 1 - tail
-    end = text[-tail:]
-    while cell_len(end) > tail:  # wide characters: fewer of them
-        end = end[1:]
-    return set_cell_size(set_cell_size(text, head) + _ELLIPSIS + end, width)
 
 
 def natural_widths(
@@ -255,7 +225,7 @@ class KeyFilter(Input):
             self.post_message(self.Left())
 
 
-class KeyTable(ScrollView, can_focus=True):
+class KeyTable(WorkerHost, ScrollView, can_focus=True):
     """Draws the rows on screen from a window the database sorted and filtered.
 
     Name (and owner, with every owner's keys) are pinned at the left, take the free width, and
@@ -418,7 +388,13 @@ class KeyTable(ScrollView, can_focus=True):
 
     # --- reading, off the event loop ----------------------------------------------------------
 
-    @work(thread=True, exclusive=True, group="key-table", exit_on_error=False)
+    @work(
+        thread=True,
+        exclusive=True,
+        group="key-table",
+        exit_on_error=False,
+        description="Reading the keys",
+    )
     def _read_first(
         self, generation: int, query: KeyQuery, identity: Identity | None, cursor: int
     ) -> None:
@@ -426,42 +402,39 @@ class KeyTable(ScrollView, can_focus=True):
         store, worker = self.store, get_current_worker()
         assert store is not None
         cancelled = lambda: worker.is_cancelled  # noqa: E731
-        try:
-            target = None
-            if identity is not None:
-                target = store.key_position(query, *identity, cancelled=cancelled)
-            wanted = cursor if target is None and identity is not None else (target or 0)
-            total = None
-            start = (wanted // CHUNK) * CHUNK
-            if start >= CHUNK:  # deep in the table: the count lets the store read from the end
-                total = store.count_keys(query, cancelled=cancelled)
-                start = min(start, max(((total - 1) // CHUNK) * CHUNK, 0))
-            rows = store.key_window(query, start, CHUNK, total=total, cancelled=cancelled)
-            if total is None and start == 0 and len(rows) < CHUNK:
-                total = len(rows)
-            self._post_window(_Window(generation, start, rows, total, target))
-            self._read_usage(store, generation, rows)
-            if total is None:
-                if query.text:
-                    # A filter's count may scan every row: wait until typing pauses, so that
-                    # keystrokes never compete with counts that the next keystroke would cancel.
-                    deadline = time.monotonic() + COUNT_AFTER
-                    while time.monotonic() < deadline and not worker.is_cancelled:
-                        time.sleep(0.02)
-                    if worker.is_cancelled:
-                        return
-                total = store.count_keys(query, cancelled=cancelled)
-                self._post_window(_Window(generation, start, [], total, None))
-        except QueryCancelled:
-            return
-        except ApiKeyError as exc:
-            if not worker.is_cancelled:
-                self.post_message(self.Failed(str(exc)))
-        except Exception as exc:  # else lost silently (exit_on_error=False): one line, logged
-            if not worker.is_cancelled:
-                self.post_message(self.Failed(unforeseen(exc, "Reading the keys")))
+        target = None
+        if identity is not None:
+            target = store.key_position(query, *identity, cancelled=cancelled)
+        wanted = cursor if target is None and identity is not None else (target or 0)
+        total = None
+        start = (wanted // CHUNK) * CHUNK
+        if start >= CHUNK:  # deep in the table: the count lets the store read from the end
+            total = store.count_keys(query, cancelled=cancelled)
+            start = min(start, max(((total - 1) // CHUNK) * CHUNK, 0))
+        rows = store.key_window(query, start, CHUNK, total=total, cancelled=cancelled)
+        if total is None and start == 0 and len(rows) < CHUNK:
+            total = len(rows)
+        self._post_window(_Window(generation, start, rows, total, target))
+        self._read_usage(store, generation, rows)
+        if total is None:
+            if query.text:
+                # A filter's count may scan every row: wait until typing pauses, so that
+                # keystrokes never compete with counts that the next keystroke would cancel.
+                deadline = time.monotonic() + COUNT_AFTER
+                while time.monotonic() < deadline and not worker.is_cancelled:
+                    time.sleep(0.02)
+                if worker.is_cancelled:
+                    return
+            total = store.count_keys(query, cancelled=cancelled)
+            self._post_window(_Window(generation, start, [], total, None))
 
-    @work(thread=True, exclusive=True, group="key-table-chunk", exit_on_error=False)
+    @work(
+        thread=True,
+        exclusive=True,
+        group="key-table-chunk",
+        exit_on_error=False,
+        description="Reading the keys",
+    )
     def _read_chunk(
         self,
         generation: int,
@@ -474,32 +447,21 @@ class KeyTable(ScrollView, can_focus=True):
         """Rows start … start + CHUNK - 1, from a loaded neighbour when there is one."""
         store, worker = self.store, get_current_worker()
         assert store is not None
-        try:
-            rows = store.key_window(
-                query,
-                start,
-                CHUNK,
-                total=total,
-                after=after,
-                before=before,
-                cancelled=lambda: worker.is_cancelled,
-            )
-        except QueryCancelled:
-            return
-        except ApiKeyError as exc:
-            if not worker.is_cancelled:
-                self.post_message(self.Failed(str(exc)))
-            return
-        except Exception as exc:  # else lost silently (exit_on_error=False): one line, logged
-            if not worker.is_cancelled:
-                self.post_message(self.Failed(unforeseen(exc, "Reading the keys")))
-            return
+        rows = store.key_window(
+            query,
+            start,
+            CHUNK,
+            total=total,
+            after=after,
+            before=before,
+            cancelled=lambda: worker.is_cancelled,
+        )
         self._post_window(_Window(generation, start, rows, total, None))
-        try:
-            self._read_usage(store, generation, rows)
-        except ApiKeyError as exc:
-            if not worker.is_cancelled:
-                self.post_message(self.Failed(str(exc)))
+        self._read_usage(store, generation, rows)
+
+    def work_failed(self, failure: Failure) -> None:
+        """A read failed (the one boundary: workers.WorkerHost): the screen says it."""
+        self.post_message(self.Failed(failure.line()))
 
     def _read_usage(self, store: KeyStore, generation: int, rows: list[KeyInfo]) -> None:
         """The window's requests per day: one grouped query for its keys (never one per row),
@@ -659,7 +621,7 @@ class KeyTable(ScrollView, can_focus=True):
         if key is None:
             self._want(index)
             loading = style + self.get_component_rich_style("key-table--loading")
-            return self._line((" " + _ELLIPSIS, []), loading, left, width)
+            return self._line((" " + ELLIPSIS, []), loading, left, width)
         now = self.clock()
         kind = states.marker(key, now)[1]
         state = None

@@ -1,53 +1,45 @@
-"""The key table's writes: each asks first, naming the keys, runs one store call off the event
-loop, and offers undo where it can; on one key, or on every marked key as one batch."""
+"""Every write on keys, as one object the key table's screen holds: each asks first, naming the
+keys, runs one store call off the event loop, and offers undo where it can; on one key, or on
+every marked key as one batch."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from textual import work
-from textual.message import Message
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
-from apikey_tui.errors import (
-    ApiKeyError,
-    InvalidInputError,
-    KeyNotFoundError,
-    LifetimePolicyError,
-)
+from apikey_tui.errors import ApiKeyError, KeyNotFoundError
 from apikey_tui.names import (
     DESCRIPTION_MAX,
     check_reason,
     counted,
-    expiry_moment,
     parse_duration,
-    parse_expiry,
+    read_expiry,
 )
 from apikey_tui.store import UNDOABLE, Batch, KeyInfo, KeyStore, ScopeInfo, states
+from apikey_tui.store.rightsizing import Proposal
+from apikey_tui.store.usage import DEFAULT_WINDOW
 from apikey_tui.tui.dialogs.ask_value import Answer, AskValueDialog
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
+from apikey_tui.tui.dialogs.create_key import CreateKeyDialog, NewKeyRequest
 from apikey_tui.tui.dialogs.edit_scopes import EditScopesDialog, ScopeChange
 from apikey_tui.tui.dialogs.reveal_secret import RevealSecretDialog, copy_note
-from apikey_tui.tui.failures import unforeseen
-from apikey_tui.tui.key_table import Identity, KeyTable
-from apikey_tui.tui.messages import (
-    BatchDone,
-    KeyCreated,
-    KeyDeleted,
-    KeyLifecycleChanged,
-    StoreFailed,
-    ValueRefused,
-)
-from apikey_tui.tui.screens.key_detail import KeyDetailScreen
+from apikey_tui.tui.key_table import Identity
+from apikey_tui.tui.messages import BatchDone, KeyCreated, KeyDeleted, KeyLifecycleChanged
 from apikey_tui.tui.session import Session
-from apikey_tui.tui.times import absolute
+from apikey_tui.tui.textual_private import forget_clipboard
+from apikey_tui.tui.times import WINDOW, absolute
 from apikey_tui.tui.undo_words import change_of, comes_back
+from apikey_tui.tui.workers import Failure, StoreRunner
 
 if TYPE_CHECKING:
     from apikey_tui.names import Expiry
 
+R = TypeVar("R")
+Written = KeyCreated | KeyDeleted | KeyLifecycleChanged | BatchDone  # what a write returns
 LISTED = 5  # keys a bulk confirmation names before "and N more"
 
 
@@ -67,91 +59,123 @@ def _expiry(expires_at: datetime | None) -> str:
     )
 
 
-class KeyWrites(Screen[None]):
-    """The actions that change keys; the key table (KeysScreen) says which key is selected.
-
-    Textual finds a screen's actions on the screen, so they live on this base class; the key
-    detail reaches them through `KeysScreen.act_on`, so one place asks, writes and offers undo.
-    """
-
-    def __init__(self, session: Session) -> None:
-        super().__init__()
-        self.session = session
-        self.scopes: list[ScopeInfo] = []  # the catalog the scope editor offers
-        self.marked: dict[Identity, KeyInfo] = {}  # Space marks: actions then act on them all
-
-    # --- what the key table provides ----------------------------------------------------------
+class KeysView(Protocol):
+    """What the writes need from the key table's screen (KeysScreen)."""
 
     def selected_key(self) -> KeyInfo | None:
         """The key under the cursor, if any."""
-        raise NotImplementedError
+        ...
 
     def show_keys(self) -> None:
         """Redraw the table's status (marks, undo)."""
-        raise NotImplementedError
+        ...
+
+    def show_marks(self) -> None:
+        """Draw the marks (KeyWrites.marked) in the table, and the status."""
+        ...
 
     def reload_keys(self) -> None:
-        """Read the keys again now (after a write)."""
-        raise NotImplementedError
+        """Read the keys, the catalog and an open key detail again now (after a write)."""
+        ...
+
+    def go_to(self, identity: Identity) -> None:
+        """Put the cursor on a key (a new one)."""
+        ...
+
+    def focus_keys(self) -> None:
+        """Give the table the focus back (a reveal closed)."""
+        ...
+
+
+class KeyWrites:
+    """Every write on keys, one object the key table's screen holds (KeysScreen.writes).
+
+    Each asks first, naming the keys, runs one store call (StoreRunner) and offers undo where
+    it can; with `None` for the key it acts on the table's marked keys, or its selected one.
+    The key detail asks through the same methods, typed (`KeyDetailScreen`'s `KeyRequests`),
+    so one place asks, writes and offers undo.
+    """
+
+    def __init__(self, screen: Screen[Any], view: KeysView, session: Session) -> None:
+        self.screen = screen
+        self.view = view
+        self.session = session
+        self.runner = StoreRunner(screen, session)
+        self.scopes: list[ScopeInfo] = []  # the catalog the scope editor offers
+        self.marked: dict[Identity, KeyInfo] = {}  # Space marks: actions then act on them all
+
+    def _notify(self, message: str, *, severity: SeverityLevel = "information") -> None:
+        self.screen.notify(message, severity=severity, markup=False)
 
     # --- running a write ----------------------------------------------------------------------
 
-    def run_store(
+    def _run(
         self,
-        operation: Callable[[KeyStore], Message],
+        operation: Callable[[KeyStore], R],
         doing: str,
+        done: Callable[[R], None],
         *,
-        again: Callable[[str], None] | None = None,
+        again: Callable[[ApiKeyError], None] | None = None,
     ) -> None:
-        """Run one store call off the event loop (`_store_worker`); it ends the offer of undo.
+        """Run one store call off the event loop; it ends the offer of undo.
 
         again: on the store refusing the value asked for (an expiry past the lifetime policy),
         reopen the dialog with what was typed instead of a toast.
         """
-        self.session.undoable = None
-        self.show_keys()
-        self._store_worker(operation, doing, again)
+        self.runner.run(operation, doing, done, again=again)
+        self.view.show_keys()
 
-    @work(thread=True, group="store")
-    def _store_worker(
-        self,
-        operation: Callable[[KeyStore], Message],
-        doing: str,
-        again: Callable[[str], None] | None,
-    ) -> None:
-        """Run one store call (argon2, the database) off the event loop; report as a message.
+    def failed(self, failure: Failure) -> None:
+        """A write failed (the screen's worker boundary hands it here)."""
+        self.runner.failed(failure)
 
-        A refusal is one line; so is an error nobody foresaw (e.g. an OverflowError past year
-        9999), which is logged without locals: the call may hold a new key's secret in them.
-        """
-        try:
-            message = operation(self.session.store)
-        except (InvalidInputError, LifetimePolicyError) as exc:
-            message = StoreFailed(str(exc)) if again is None else ValueRefused(str(exc), again)
-        except ApiKeyError as exc:
-            message = StoreFailed(str(exc))
-        except Exception as exc:
-            message = StoreFailed(unforeseen(exc, doing))
-        self.post_message(message)
-
-    def _reload_views(self) -> None:
-        """Read an open key detail again now, not at its next poll."""
-        for screen in self.app.screen_stack:
-            if isinstance(screen, KeyDetailScreen):
-                screen.reload()
-
-    def _reveal_closed(self, _: None) -> None:
+    def _reveal_closed(self, _: object = None) -> None:
         # The secret must live nowhere once the reveal is closed, the app's copy of the
         # clipboard included (Textual keeps what it copied; it has no public way to forget it).
-        self.app._clipboard = ""
-        self.query_one(KeyTable).focus()
+        forget_clipboard(self.screen.app)
+        self.view.focus_keys()
+
+    # --- create -------------------------------------------------------------------------------
+
+    def create(self, dialog: CreateKeyDialog) -> None:
+        """Ask with dialog; on Create, one store call. A refusal (an expiry past the lifetime
+        policy, the name taken meanwhile) opens the dialog again as it was filled in."""
+
+        def answered(request: NewKeyRequest | None) -> None:
+            if request is None:
+                return
+            owner, name = request.owner, request.name
+
+            def create(store: KeyStore) -> KeyCreated:
+                created = store.create_key(owner, name, request.scopes, expires=request.expires)
+                return KeyCreated(created)
+
+            self._run(
+                create,
+                f"Create (key {name!r} of {owner})",
+                self._created,
+                again=lambda error: self.create(dialog.again(request, error)),
+            )
+
+        self.screen.app.push_screen(dialog, answered)
+
+    def _created(self, message: KeyCreated) -> None:
+        """A key was created, recreated or rotated: show its secret once."""
+        self.view.reload_keys()
+        key = message.created.info
+        if not message.recreated and message.verb is None:  # a new key: the cursor goes to it
+            self.view.go_to((key.owner, key.name))
+        self.screen.app.push_screen(
+            RevealSecretDialog(message.created, recreated=message.recreated, verb=message.verb),
+            self._reveal_closed,
+        )
 
     # --- asking first -------------------------------------------------------------------------
 
     def _confirm_then(
         self,
         ask: Callable[[KeyInfo], ConfirmDialog],
-        then: Callable[[KeyStore, KeyInfo], Message],
+        then: Callable[[KeyStore, KeyInfo], Written],
         key: KeyInfo | None = None,
     ) -> None:
         """Ask about the selected key; on yes, run the store call in a worker.
@@ -164,17 +188,17 @@ class KeyWrites(Screen[None]):
     def _ask_then(
         self,
         ask: Callable[[KeyInfo], ConfirmDialog | AskValueDialog[Any]],
-        then: Callable[[KeyStore, KeyInfo, Any], Message],
+        then: Callable[[KeyStore, KeyInfo, Any], Written],
         key: KeyInfo | None = None,
     ) -> None:
         """_confirm_then for a dialog that answers with a value (None, False: no)."""
-        key = self.selected_key() if key is None else key  # a key's detail view passes its own
+        key = self.view.selected_key() if key is None else key  # a key's detail view passes its own
         if key is None:
-            self.notify("Select a key in the table first.", severity="warning")
+            self._notify("Select a key in the table first.", severity="warning")
             return
         chosen = key
 
-        def operation(store: KeyStore, answer: object) -> Message:
+        def operation(store: KeyStore, answer: object) -> Written:
             try:
                 return then(store, chosen, answer)
             except KeyNotFoundError as exc:
@@ -185,7 +209,7 @@ class KeyWrites(Screen[None]):
     def _ask(
         self,
         dialog: ConfirmDialog | AskValueDialog[Any],
-        operation: Callable[[KeyStore, Any], Message],
+        operation: Callable[[KeyStore, Any], Written],
         what: str,
     ) -> None:
         """Show dialog; on yes, run operation with its answer. A value the store refuses (an
@@ -199,46 +223,47 @@ class KeyWrites(Screen[None]):
                 typed: Answer[Any] = answer
                 value_dialog: AskValueDialog[Any] = dialog
 
-                def again(reason: str) -> None:
-                    self._ask(value_dialog.again(typed.text, reason), operation, what)
+                def again(error: ApiKeyError) -> None:
+                    self._ask(value_dialog.again(typed.text, str(error)), operation, what)
 
-            self.run_store(
+            self._run(
                 lambda store: operation(store, answer),
                 f"{dialog.confirm_label} ({what})",
+                self._written,
                 again=again,
             )
 
-        self.app.push_screen(dialog, answered)
+        self.screen.app.push_screen(dialog, answered)
 
-    def on_value_refused(self, message: ValueRefused) -> None:
-        message.again(message.reason)
+    def _written(self, result: Written) -> None:
+        """A write committed: say what it did, read the keys again, offer undo, show secrets."""
+        if isinstance(result, KeyCreated):
+            self._created(result)
+        elif isinstance(result, KeyDeleted):
+            self._notify(f"Deleted key {result.key.name!r} of {result.key.owner}.")
+            self.view.reload_keys()
+        elif isinstance(result, KeyLifecycleChanged):
+            self._notify(result.note)
+            self.view.reload_keys()
+        else:
+            self._batch_done(result)
 
     # --- marks: Space marks keys; d, x, E, R and O then act on every marked key --------------
 
-    def action_toggle_mark(self) -> None:
-        table = self.query_one(KeyTable)
-        key = self.selected_key()
-        if key is None:
-            self.notify("Select a key in the table first.", severity="warning")
-            return
+    def toggle_mark(self, key: KeyInfo) -> None:
+        """Mark key, or unmark it."""
         identity = (key.owner, key.name)
         if self.marked.pop(identity, None) is None:
             self.marked[identity] = key
-        self._show_marks()
-        table.action_move(1)  # as in htop and mc: Space marks, then steps to the next key
+        self.view.show_marks()
 
-    def action_unmark_all(self) -> None:
+    def unmark_all(self) -> None:
         """M: unmark every marked key (the cursor stays)."""
         if not self.marked:
-            self.notify("No key is marked (Space marks one).", severity="warning")
+            self._notify("No key is marked (Space marks one).", severity="warning")
             return
         self.marked.clear()
-        self._show_marks()
-
-    def _show_marks(self) -> None:
-        self.query_one(KeyTable).marked = frozenset(self.marked)
-        self.query_one(KeyTable).refresh()
-        self.show_keys()
+        self.view.show_marks()
 
     def _marked_keys(self) -> list[KeyInfo]:
         """The marked keys, by owner and name (the order confirmations list them in)."""
@@ -256,7 +281,7 @@ class KeyWrites(Screen[None]):
         done: the past tense for the notice ('Disabled'); the marks stay if it is refused.
         """
 
-        def operation(store: KeyStore, answer: object) -> Message:
+        def operation(store: KeyStore, answer: object) -> Written:
             batch = run(store, answer)
             return BatchDone(batch, f"{done} {counted(len(batch.after))}: {named(batch.after)}.")
 
@@ -266,7 +291,7 @@ class KeyWrites(Screen[None]):
         """Whether confirmations name owners too (the table shows every owner's keys)."""
         return self.session.owner is None
 
-    def on_batch_done(self, message: BatchDone) -> None:
+    def _batch_done(self, message: BatchDone) -> None:
         batch = message.batch
         note = message.note
         if batch.action in UNDOABLE:
@@ -274,10 +299,9 @@ class KeyWrites(Screen[None]):
             note += " Press u to undo."
         if len(batch.after) > 1 or self.marked:
             self.marked.clear()
-            self._show_marks()
-        self.notify(note, markup=False)
-        self.reload_keys()
-        self._reload_views()
+            self.view.show_marks()
+        self._notify(note)
+        self.view.reload_keys()
         self._reveal_each(list(batch.created))
 
     def _reveal_each(self, created: list[Any]) -> None:
@@ -292,15 +316,15 @@ class KeyWrites(Screen[None]):
             self._reveal_closed(None)
             self._reveal_each(rest)
 
-        self.app.push_screen(RevealSecretDialog(first, verb=verb), closed)
+        self.screen.app.push_screen(RevealSecretDialog(first, verb=verb), closed)
 
     # --- undo ---------------------------------------------------------------------------------
 
-    def action_undo(self, _key: KeyInfo | None = None) -> None:
-        """Undo the last reversible change (_key: the detail's key, as act_on passes it)."""
+    def undo(self) -> None:
+        """Undo the last reversible change, whichever key it was made on."""
         batch = self.session.undoable
         if batch is None:
-            self.notify(
+            self._notify(
                 "Nothing to undo: only the last disable, enable, expiry or scopes change can be."
             )
             return
@@ -321,18 +345,17 @@ class KeyWrites(Screen[None]):
             "Undo",
         )
 
-        def operation(store: KeyStore, _: object) -> Message:
+        def operation(store: KeyStore, _: object) -> Written:
             return BatchDone(store.undo(batch), f"Undid the {change}.")
 
         self._ask(dialog, operation, f"undo of {counted(len(keys))}")
 
     # --- scopes -------------------------------------------------------------------------------
 
-    def action_edit_scopes(self, key: KeyInfo | None = None) -> None:
-        """Edit one key's scopes (the detail's e); confirmed, then one batch that u undoes."""
-        key = self.selected_key() if key is None else key
-        if key is not None:
-            self.app.push_screen(EditScopesDialog(key, self.scopes), self._scopes_chosen)
+    def edit_scopes(self, key: KeyInfo, catalog: list[ScopeInfo]) -> None:
+        """Edit one key's scopes (the detail's e) from catalog; confirmed, then one batch that
+        u undoes."""
+        self.screen.app.push_screen(EditScopesDialog(key, catalog), self._scopes_chosen)
 
     def _scopes_chosen(self, change: ScopeChange | None) -> None:
         if change is None:
@@ -347,39 +370,56 @@ class KeyWrites(Screen[None]):
             "Change scopes",
         )
 
-        def operation(store: KeyStore, _: object) -> Message:
+        def operation(store: KeyStore, _: object) -> Written:
             batch = store.set_scopes_of_keys([key], change.scopes)
             scopes = " ".join(batch.after[0].scopes)
             return BatchDone(batch, f"Key {key.name!r} of {key.owner} now has: {scopes}.")
 
         self._ask(dialog, operation, f"key {key.name!r} of {key.owner}")
 
+    def apply_rightsize(self, proposal: Proposal) -> None:
+        """Ask, naming the key and the scopes to drop; then the CLI's `rightsize --apply` path."""
+        key = proposal.info
+        dialog = ConfirmDialog(
+            f"Drop {' '.join(proposal.drop)} from key {key.name!r} of {key.owner}?",
+            f"It used none of them in the last {WINDOW}; it keeps: {' '.join(proposal.keep)}. "
+            "Services see the narrower key at once: a request that needs a dropped scope is "
+            "refused (403). Recorded as a key.rightsize event.",
+            "Drop scopes",
+        )
+
+        def operation(store: KeyStore, _: object) -> Written:
+            info = store.apply_proposal(proposal, DEFAULT_WINDOW)
+            scopes = " ".join(info.scopes)
+            return KeyLifecycleChanged(info, f"Key {key.name!r} of {key.owner} now has: {scopes}.")
+
+        self._ask(dialog, operation, f"key {key.name!r} of {key.owner}")
+
     # --- copy ---------------------------------------------------------------------------------
 
-    def action_copy_name(self, key: KeyInfo | None = None) -> None:
+    def copy_name(self, key: KeyInfo | None = None) -> None:
         self._copy(key, "name", "y")
 
-    def action_copy_public_id(self, key: KeyInfo | None = None) -> None:
+    def copy_public_id(self, key: KeyInfo | None = None) -> None:
         self._copy(key, "public id", "Y")
 
     def _copy(self, key: KeyInfo | None, what: str, again: str) -> None:
         """Copy a key's name or public id (never its secret) and say truly where it went."""
-        key = self.selected_key() if key is None else key
+        key = self.view.selected_key() if key is None else key
         if key is None:
-            self.notify("Select a key in the table first.", severity="warning")
+            self._notify("Select a key in the table first.", severity="warning")
             return
         text = key.name if what == "name" else key.public_id
-        self.app.copy_to_clipboard(text)
+        self.screen.app.copy_to_clipboard(text)
         note = copy_note(again=again)
-        self.notify(
+        self._notify(
             f"The {what} {text}: {note.text}",
             severity="information" if note.can_arrive else "warning",
-            markup=False,
         )
 
     # --- delete and recreate ------------------------------------------------------------------
 
-    def action_delete(self, key: KeyInfo | None = None) -> None:
+    def delete(self, key: KeyInfo | None = None) -> None:
         if key is None and self.marked:
             keys = self._marked_keys()
             self._bulk(
@@ -407,14 +447,10 @@ class KeyWrites(Screen[None]):
             key,
         )
 
-    def on_key_deleted(self, message: KeyDeleted) -> None:
-        self.notify(f"Deleted key {message.key.name!r} of {message.key.owner}.", markup=False)
-        self.reload_keys()
-
-    def action_recreate(self, key: KeyInfo | None = None) -> None:
+    def recreate(self, key: KeyInfo | None = None) -> None:
         if key is None and self.marked:
             # One new secret shown at a time is the point of a recreate: never in bulk.
-            self.notify(
+            self._notify(
                 "Recreate acts on one key: unmark the keys (Space) or use R to rotate them.",
                 severity="warning",
             )
@@ -436,7 +472,7 @@ class KeyWrites(Screen[None]):
 
     # --- the lifecycle: rotate with a grace, end the grace, disable / enable, expiry -----------
 
-    def action_rotate(self, key: KeyInfo | None = None) -> None:
+    def rotate(self, key: KeyInfo | None = None) -> None:
         if key is None and self.marked:
             keys = self._marked_keys()
             self._bulk(
@@ -476,7 +512,7 @@ class KeyWrites(Screen[None]):
                 value="24h",
             )
 
-        def rotate(store: KeyStore, key: KeyInfo, grace: Answer[Any]) -> Message:
+        def rotate(store: KeyStore, key: KeyInfo, grace: Answer[Any]) -> Written:
             created = store.rotate_key(
                 key.owner, key.name, grace=grace.value, expected_public_id=key.public_id
             )
@@ -491,12 +527,12 @@ class KeyWrites(Screen[None]):
 
         self._ask_then(ask, rotate, key)
 
-    def action_end_grace(self, key: KeyInfo | None = None) -> None:
+    def end_grace(self, key: KeyInfo | None = None) -> None:
         if key is None and self.marked:
             now = self.session.store.clock()
             keys = [k for k in self._marked_keys() if states.in_grace(k, now)]
             if not keys:
-                self.notify("No marked key has an old secret in grace.", severity="warning")
+                self._notify("No marked key has an old secret in grace.", severity="warning")
                 return
             others = len(self.marked) - len(keys)
             left = f" The other {counted(others)} have no grace and stay as they are." * bool(
@@ -526,7 +562,7 @@ class KeyWrites(Screen[None]):
                 "End grace",
             )
 
-        def end(store: KeyStore, key: KeyInfo) -> Message:
+        def end(store: KeyStore, key: KeyInfo) -> Written:
             info = store.end_grace(key.owner, key.name, expected_public_id=key.public_id)
             return KeyLifecycleChanged(
                 info, f"The old secret {key.old_public_id} of {key.name!r} stopped working."
@@ -544,11 +580,11 @@ class KeyWrites(Screen[None]):
             max_length=DESCRIPTION_MAX,
         )
 
-    def action_toggle_disabled(self, key: KeyInfo | None = None) -> None:
+    def toggle_disabled(self, key: KeyInfo | None = None) -> None:
         if key is None and self.marked:
             self._toggle_marked()
             return
-        key = self.selected_key() if key is None else key
+        key = self.view.selected_key() if key is None else key
         if key is not None and key.disabled:
             self._enable(key)
             return
@@ -562,7 +598,7 @@ class KeyWrites(Screen[None]):
                 "Disable",
             )
 
-        def disable(store: KeyStore, key: KeyInfo, reason: Answer[Any]) -> Message:
+        def disable(store: KeyStore, key: KeyInfo, reason: Answer[Any]) -> Written:
             batch = store.disable_keys([key], reason.value.strip())
             return BatchDone(batch, f"Key {key.name!r} of {key.owner} is disabled.")
 
@@ -611,7 +647,7 @@ class KeyWrites(Screen[None]):
                 "Enable",
             )
 
-        def enable(store: KeyStore, key: KeyInfo) -> Message:
+        def enable(store: KeyStore, key: KeyInfo) -> Written:
             batch = store.enable_keys([key])
             return BatchDone(batch, f"Key {key.name!r} of {key.owner} is enabled again.")
 
@@ -623,9 +659,7 @@ class KeyWrites(Screen[None]):
         clock = self.session.store.clock
 
         def parse(text: str) -> Expiry:
-            expires = parse_expiry(text)
-            expiry_moment(expires, clock())  # not in the future, too far: refused here already
-            return expires
+            return read_expiry(text, clock())
 
         return AskValueDialog(
             title,
@@ -636,7 +670,7 @@ class KeyWrites(Screen[None]):
             placeholder="90d, 2030-01-31, 2030-01-31T12:00Z or never",
         )
 
-    def action_set_expiry(self, key: KeyInfo | None = None) -> None:
+    def set_expiry(self, key: KeyInfo | None = None) -> None:
         if key is None and self.marked:
             keys = self._marked_keys()
             self._bulk(
@@ -661,14 +695,9 @@ class KeyWrites(Screen[None]):
                 "Set expiry",
             )
 
-        def set_expiry(store: KeyStore, key: KeyInfo, when: Answer[Any]) -> Message:
+        def set_expiry(store: KeyStore, key: KeyInfo, when: Answer[Any]) -> Written:
             batch = store.set_expiry_of_keys([key], when.value)
             then = _expiry(batch.after[0].expires_at)
             return BatchDone(batch, f"Key {key.name!r} of {key.owner} now {then}.")
 
         self._ask_then(ask, set_expiry, key)
-
-    def on_key_lifecycle_changed(self, message: KeyLifecycleChanged) -> None:
-        self.notify(message.note, markup=False)
-        self.reload_keys()
-        self._reload_views()

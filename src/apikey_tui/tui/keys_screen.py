@@ -1,41 +1,33 @@
-"""The API keys tab: the key table, its filter and sort, creating a key (writes: key_writes)."""
+"""The API keys tab: the key table, its filter, sort and marks; its writes are KeyWrites'."""
 
 from __future__ import annotations
 
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.screen import Screen
 from textual.widgets import Input, Static
 
-from apikey_tui.errors import (
-    ApiKeyError,
-)
 from apikey_tui.names import counted
 from apikey_tui.store import KeyInfo, states
 from apikey_tui.tui.context_line import ContextLine
-from apikey_tui.tui.dialogs.create_key import CreateKeyDialog, NewKeyRequest
-from apikey_tui.tui.dialogs.reveal_secret import RevealSecretDialog
-from apikey_tui.tui.failures import unforeseen
+from apikey_tui.tui.dialogs.create_key import CreateKeyDialog
 from apikey_tui.tui.fitting_footer import FittingFooter
 from apikey_tui.tui.key_actions import TABLE, bindings, typed_as_text
 from apikey_tui.tui.key_table import COLUMNS, SORTABLE, Identity, KeyFilter, KeyTable
 from apikey_tui.tui.key_writes import KeyWrites
-from apikey_tui.tui.messages import (
-    KeyCreated,
-    KeysLoaded,
-    ReachabilityChanged,
-    StoreFailed,
-)
-from apikey_tui.tui.polling import marker_moved
+from apikey_tui.tui.messages import KeysLoaded, ReachabilityChanged, StoreFailed
+from apikey_tui.tui.polling import marker_moved, poll_failed
 from apikey_tui.tui.screens.key_detail import KeyDetailScreen
 from apikey_tui.tui.session import Session
 from apikey_tui.tui.text import literal
 from apikey_tui.tui.undo_words import change_of
+from apikey_tui.tui.workers import LOAD, POLL, STORE, Failure, WorkerHost
 
 
-class KeysScreen(KeyWrites):
-    """Lists keys, a window at a time, filtered and sorted by the database; creates keys. Every
-    store call runs in a thread worker (KeyWrites.run_store), so the UI never freezes."""
+class KeysScreen(WorkerHost, Screen[None]):
+    """Lists keys, a window at a time, filtered and sorted by the database. Every store call
+    runs in a thread worker, so the UI never freezes; every write goes through `writes`."""
 
     BINDINGS = [
         *bindings(TABLE),
@@ -43,7 +35,9 @@ class KeysScreen(KeyWrites):
     ]
 
     def __init__(self, session: Session) -> None:
-        super().__init__(session)
+        super().__init__()
+        self.session = session
+        self.writes = KeyWrites(self, self, session)
         self._marker: tuple[object, ...] | None = None  # None until the first load
         self._create_when_loaded = False  # n pressed before the scope catalog was read
         self._unreachable: str | None = None  # why the database cannot be reached, if it cannot
@@ -77,22 +71,31 @@ class KeysScreen(KeyWrites):
 
     # --- loading ------------------------------------------------------------------------------
 
-    @work(thread=True, exclusive=True, group="load")
+    @work(
+        thread=True, exclusive=True, group=LOAD, exit_on_error=False, description="Reading the keys"
+    )
     def reload(self) -> None:
         """Read the change marker and scopes off the event loop (the table reads its rows)."""
         store = self.session.store
-        try:
-            marker = store.change_marker()
-            scopes = store.list_scopes()
-        except ApiKeyError as exc:
-            self.post_message(StoreFailed(str(exc), while_loading=True))
-            return
-        except Exception as exc:  # never a traceback (its locals), never a crash: one line
-            self.post_message(StoreFailed(unforeseen(exc, "Reading the keys"), while_loading=True))
-            return
-        self.post_message(KeysLoaded(scopes, marker))
+        marker = store.change_marker()
+        self.post_message(KeysLoaded(store.list_scopes(), marker))
 
-    @work(thread=True, exclusive=True, group="poll")
+    def work_failed(self, failure: Failure) -> None:
+        """The one boundary's answer here: a write, a read or a poll failed."""
+        if failure.group == STORE:
+            self.writes.failed(failure)
+        elif failure.group == POLL:
+            poll_failed(self, failure, self._unreachable)
+        else:
+            self.post_message(StoreFailed(failure.line(), while_loading=True))
+
+    @work(
+        thread=True,
+        exclusive=True,
+        group=POLL,
+        exit_on_error=False,
+        description="Checking the database for changes",
+    )
     def poll(self) -> None:
         """Reload when another admin, the CLI or a verifier changed something."""
         store = self.session.store
@@ -108,7 +111,7 @@ class KeysScreen(KeyWrites):
         if self._marker is not None and message.marker != self._marker:
             self.query_one(KeyTable).reload()  # the cursor follows its key (owner, name)
         self._marker = message.marker
-        self.scopes = message.scopes
+        self.writes.scopes = message.scopes
         if self._create_when_loaded:
             self._create_when_loaded = False
             self.action_create()
@@ -148,7 +151,8 @@ class KeysScreen(KeyWrites):
         if self._unreachable is not None:
             status.update(literal(f"⚠ showing the last keys read: {self._unreachable}"))
         else:
-            marks = f"{len(self.marked)} marked · " if self.marked else ""
+            marked = self.writes.marked
+            marks = f"{len(marked)} marked · " if marked else ""
             undoable = self.session.undoable
             # First, with the marks: a narrow terminal cuts the line's end (the sort, the times).
             undo = f"u: undo {change_of(undoable)} · " if undoable is not None else ""
@@ -167,8 +171,8 @@ class KeysScreen(KeyWrites):
         # with marks, when any marked key's is).
         if action == "end_grace":
             now = self.session.store.clock()
-            if self.marked:
-                return any(states.in_grace(k, now) for k in self.marked.values())
+            if self.writes.marked:
+                return any(states.in_grace(k, now) for k in self.writes.marked.values())
             key = self.selected_key()
             return key is not None and states.in_grace(key, now)
         return True
@@ -183,7 +187,20 @@ class KeysScreen(KeyWrites):
         return table.selected if table.display else None
 
     def reload_keys(self) -> None:
+        """Read the keys, the catalog and an open key detail again now (after a write)."""
         self.reload()
+        for screen in self.app.screen_stack:
+            if isinstance(screen, KeyDetailScreen):
+                screen.reload()  # now, not at its next poll
+
+    def show_marks(self) -> None:
+        table = self.query_one(KeyTable)
+        table.marked = frozenset(self.writes.marked)
+        table.refresh()
+        self.show_keys()
+
+    def focus_keys(self) -> None:
+        self.query_one(KeyTable).focus()
 
     def selected_identity(self) -> tuple[str, str] | None:
         """(owner, name) of the key under the cursor: the table keeps it through reloads."""
@@ -233,13 +250,50 @@ class KeysScreen(KeyWrites):
         if key is None:
             self.notify("Select a key in the table first.", severity="warning")
         else:
-            self.app.push_screen(KeyDetailScreen(key, self.session, self.act_on))
+            self.app.push_screen(KeyDetailScreen(key, self.session, self.writes))
 
-    def act_on(self, action: str, key: KeyInfo) -> None:
-        """Run a key action (delete, rotate, …) on key: how the key's detail acts, as here."""
-        getattr(self, f"action_{action}")(key)
+    # --- marks: Space marks keys; d, x, E, R and O then act on every marked key --------------
 
-    # --- create -------------------------------------------------------------------------------
+    def action_toggle_mark(self) -> None:
+        key = self.selected_key()
+        if key is None:
+            self.notify("Select a key in the table first.", severity="warning")
+            return
+        self.writes.toggle_mark(key)
+        self.query_one(KeyTable).action_move(1)  # as in htop and mc: then the next key
+
+    def action_unmark_all(self) -> None:
+        """M: unmark every marked key (the cursor stays)."""
+        self.writes.unmark_all()
+
+    # --- writes: the selected key, or the marked ones (KeyWrites) ----------------------------
+
+    def action_delete(self) -> None:
+        self.writes.delete()
+
+    def action_recreate(self) -> None:
+        self.writes.recreate()
+
+    def action_rotate(self) -> None:
+        self.writes.rotate()
+
+    def action_end_grace(self) -> None:
+        self.writes.end_grace()
+
+    def action_toggle_disabled(self) -> None:
+        self.writes.toggle_disabled()
+
+    def action_set_expiry(self) -> None:
+        self.writes.set_expiry()
+
+    def action_undo(self) -> None:
+        self.writes.undo()
+
+    def action_copy_name(self) -> None:
+        self.writes.copy_name()
+
+    def action_copy_public_id(self) -> None:
+        self.writes.copy_public_id()
 
     def action_create(self) -> None:
         session = self.session
@@ -248,45 +302,21 @@ class KeysScreen(KeyWrites):
             # would say "the scope catalog is empty". The dialog opens when it is read.
             self._create_when_loaded = True
             return
-        if not self.scopes:
+        if not self.writes.scopes:
             self.notify("The scope catalog is empty: add a scope with 'apikey-tui scopes add'.")
             return
         table = self.query_one(KeyTable)
         dialog = CreateKeyDialog(
-            self.scopes,
+            self.writes.scopes,
             owner=session.owner or session.default_owner,
             ask_owner=session.owner is None,
             # a quick hint from the rows read so far; the database's unique key is the judge
             taken=lambda owner, name: table.known((owner, name)),
             clock=session.store.clock,
         )
-        self.app.push_screen(dialog, self._create_requested)
+        self.writes.create(dialog)
 
-    def _create_requested(self, request: NewKeyRequest | None) -> None:
-        if request is not None:
-            owner, name, scopes, expires = (
-                request.owner,
-                request.name,
-                request.scopes,
-                request.expires,
-            )
-            self.run_store(
-                lambda store: KeyCreated(store.create_key(owner, name, scopes, expires=expires)),
-                f"Create (key {name!r} of {owner})",
-            )
-
-    def on_key_created(self, message: KeyCreated) -> None:
-        self.reload()
-        self._reload_views()
-        key = message.created.info
-        if not message.recreated and message.verb is None:  # a new key: the cursor goes to it
-            self._go_to((key.owner, key.name))
-        self.app.push_screen(
-            RevealSecretDialog(message.created, recreated=message.recreated, verb=message.verb),
-            self._reveal_closed,
-        )
-
-    def _go_to(self, identity: Identity) -> None:
+    def go_to(self, identity: Identity) -> None:
         """Put the cursor on a key, first clearing a filter that might hide it.
 
         Whether the filter matches is the database's to say (scopes, states); a filter the
@@ -310,4 +340,4 @@ class KeysScreen(KeyWrites):
                 empty.update(literal(f"Could not load keys: {message.reason}. Press F5 to retry."))
         else:
             self._reloading_after = message.reason
-            self.reload()  # e.g. someone else deleted the key meanwhile: show the truth
+            self.reload_keys()  # e.g. someone else deleted the key meanwhile: show the truth

@@ -1,8 +1,8 @@
-"""Messages that workers post back to the UI thread (past tense: something happened)."""
+"""Messages that workers post back to the UI thread (past tense: something happened), and what
+a write returns (KeyWrites hands it to the screen through workers.StoreDone)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from textual.message import Message
@@ -51,14 +51,6 @@ class BatchDone(Message):
 
 
 @dataclass
-class ValueRefused(Message):
-    """The store refused the value a dialog asked for (an expiry past the policy): ask again."""
-
-    reason: str
-    again: Callable[[str], None]  # reopens the dialog with what was typed and the reason
-
-
-@dataclass
 class StoreFailed(Message):
     """A store operation was refused or the database was unavailable."""
 
@@ -91,13 +83,6 @@ class KeyVanished(Message):
 
     owner: str
     name: str
-
-
-@dataclass
-class KeyRescoped(Message):
-    """A key's scopes were replaced."""
-
-    key: KeyInfo
 
 
 @dataclass

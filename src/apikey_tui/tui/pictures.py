@@ -9,10 +9,11 @@ from typing import Any
 from rich.cells import cell_len
 from rich.console import Console
 from rich.segment import Segment
-from textual._compositor import LayoutUpdate
 from textual.app import App
 from textual.geometry import Region
 from textual.strip import Strip
+
+from apikey_tui.tui.textual_private import LayoutUpdate, screen_update
 
 MASK = "•"
 
@@ -52,9 +53,5 @@ def export_svg(app: App[Any], hidden: Iterable[Region], *, title: str, simplify:
         legacy_windows=False,
         safe_box=False,
     )
-    update = app.screen._compositor.render_update(
-        full=True, screen_stack=app._background_screens, simplify=simplify
-    )
-    assert isinstance(update, LayoutUpdate)  # a full update is always a whole layout
-    console.print(blanked(update, hidden))
+    console.print(blanked(screen_update(app, simplify=simplify), hidden))
     return console.export_svg(title=title)

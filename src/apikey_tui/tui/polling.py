@@ -6,9 +6,8 @@ from collections.abc import Callable
 
 from textual.message_pump import MessagePump
 
-from apikey_tui.errors import ApiKeyError
-from apikey_tui.tui.failures import unforeseen
 from apikey_tui.tui.messages import ReachabilityChanged
+from apikey_tui.tui.workers import Failure
 
 
 def marker_moved(
@@ -19,17 +18,17 @@ def marker_moved(
 ) -> bool:
     """In a poll worker: whether the database changed since last_marker was read.
 
-    A database that stops or starts answering is posted once as ReachabilityChanged (said in
-    the status line, not as a notification every few seconds).
+    A failure to read it raises, into the worker's boundary (`poll_failed`); a database that
+    answers again is posted once as ReachabilityChanged(None).
     """
-    try:
-        marker = read_marker()
-    except Exception as exc:  # an unforeseen one too: said (and logged) once, never a crash
-        if unreachable is None:
-            known = isinstance(exc, ApiKeyError)
-            reason = str(exc) if known else unforeseen(exc, "Checking the database for changes")
-            screen.post_message(ReachabilityChanged(reason))
-        return False
+    marker = read_marker()
     if unreachable is not None:
         screen.post_message(ReachabilityChanged(None))
     return last_marker is not None and marker != last_marker
+
+
+def poll_failed(screen: MessagePump, failure: Failure, unreachable: str | None) -> None:
+    """A poll failed: said once, in the status line (not a notification every few seconds);
+    an unforeseen error is logged that once too (Failure.line)."""
+    if unreachable is None:
+        screen.post_message(ReachabilityChanged(failure.line()))

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from apikey_tui.names import format_duration
+from apikey_tui.store.usage import DEFAULT_WINDOW
+
+# The window of the key detail's scope use and right-size proposal, named as the CLI names it.
+WINDOW = format_duration(DEFAULT_WINDOW)
+
 # Short units, so the table's time columns stay narrow; the State marker writes "⚠ 3d left".
 _UNITS = ((86_400 * 365, "y"), (86_400 * 30, "mo"), (86_400, "d"), (3_600, "h"), (60, "min"))
 # The widest relative time ('59 min ago'): the table's time columns are never narrower, so a

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from textual import on
@@ -13,8 +13,13 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Button, Input, Static
 
-from apikey_tui.errors import InvalidInputError
-from apikey_tui.names import check_expiry, check_owner, key_name_problem, parse_expiry
+from apikey_tui.errors import (
+    ApiKeyError,
+    InvalidInputError,
+    LifetimePolicyError,
+    UnknownScopeError,
+)
+from apikey_tui.names import check_owner, key_name_problem, read_expiry
 from apikey_tui.store import ScopeInfo
 from apikey_tui.tui.dialogs.type_ahead import TypeAheadDialog
 from apikey_tui.tui.scope_picker import ScopePicker
@@ -32,25 +37,19 @@ class NewKeyRequest:
     name: str
     scopes: tuple[str, ...]
     expires: Expiry | None = None  # None: the default (none, or the lifetime policy's maximum)
+    expires_text: str = ""  # what was typed for it, to ask again should the store refuse it
 
 
 def expiry_problem(text: str, now: datetime) -> tuple[Expiry | None, str | None]:
-    """(the expiry text asks for, None) or (None, why not): as `keys create --expires` reads it.
-
-    Blank is the default. The CLI's bounds hold (a duration or date at most 100 years away); a
-    moment not in the future is refused here rather than by the store, so what was typed stays.
-    """
+    """(the expiry text asks for, None) or (None, why not): blank is the default; otherwise as
+    `keys create --expires` reads it and the store would take it (names.read_expiry), so a
+    moment not in the future is refused here, while what was typed stays."""
     if not text.strip():
         return None, None
     try:
-        expiry = parse_expiry(text)
-        if isinstance(expiry, datetime):
-            check_expiry(expiry, now)
+        return read_expiry(text, now), None
     except InvalidInputError as exc:
         return None, str(exc)
-    if expiry == timedelta(0) or (isinstance(expiry, datetime) and expiry <= now):
-        return None, f"expiry {text.strip()!r} is not in the future"
-    return expiry, None
 
 
 class CreateKeyDialog(TypeAheadDialog[NewKeyRequest | None]):
@@ -66,12 +65,48 @@ class CreateKeyDialog(TypeAheadDialog[NewKeyRequest | None]):
         ask_owner: bool,
         taken: Callable[[str, str], bool],
         clock: Callable[[], datetime],
+        typed: NewKeyRequest | None = None,
+        refused: tuple[str, str] | None = None,
     ) -> None:
+        """typed: the form as filled in before; refused: (field id, why the store refused it),
+        shown on that field until it is edited."""
         super().__init__()
         self._scopes, self._owner, self._ask_owner, self._taken = scopes, owner, ask_owner, taken
         self._clock = clock  # the store's: an expiry is judged on the clock that will keep it
+        self._typed, self._refused = typed, refused
+
+    def again(self, request: NewKeyRequest, error: ApiKeyError) -> CreateKeyDialog:
+        """This dialog once more, filled in as request, saying why the store refused it."""
+        field = (
+            "expires"
+            if isinstance(error, LifetimePolicyError)
+            else "scopes"
+            if isinstance(error, UnknownScopeError)
+            else "name"
+        )
+        return CreateKeyDialog(
+            self._scopes,
+            owner=request.owner,
+            ask_owner=self._ask_owner,
+            taken=self._taken,
+            clock=self._clock,
+            typed=request,
+            refused=(field, str(error)),
+        )
+
+    def _refusal(self, field: str, value: object) -> str | None:
+        """The store's refusal of field, while it holds what was refused."""
+        if self._refused is None or self._refused[0] != field or self._typed is None:
+            return None
+        was = {
+            "name": (self._typed.owner, self._typed.name),
+            "expires": self._typed.expires_text,
+            "scopes": self._typed.scopes,
+        }[field]
+        return self._refused[1] if value == was else None
 
     def compose(self) -> ComposeResult:
+        typed = self._typed
         with Vertical(classes="dialog"):
             yield Static("New API key", classes="dialog-title")
             # Scrolls when the terminal is short; the buttons below stay on screen.
@@ -96,6 +131,7 @@ class CreateKeyDialog(TypeAheadDialog[NewKeyRequest | None]):
                 with Horizontal(classes="field"):
                     yield Static("Name:", classes="field-label")
                     yield Input(
+                        typed.name if typed else "",
                         placeholder="a unique name, e.g. ci-deploy",
                         id="name",
                         max_length=64,
@@ -111,6 +147,7 @@ class CreateKeyDialog(TypeAheadDialog[NewKeyRequest | None]):
                 with Horizontal(classes="field"):
                     yield Static("Expires:", classes="field-label")
                     yield Input(
+                        typed.expires_text if typed else "",
                         placeholder="blank: the default; 90d, 2030-01-31 or never",
                         id="expires",
                         compact=True,
@@ -127,8 +164,16 @@ class CreateKeyDialog(TypeAheadDialog[NewKeyRequest | None]):
                 yield cancel
 
     def on_mount(self) -> None:
-        self.focus_first(self.query_one("#name", Input))
+        if self._typed is not None:
+            picker = self.query_one("#scopes", ScopePicker)
+            for scope in self._typed.scopes:
+                picker.select(scope)
+        # Asked again after a refusal: the field the store refused has the focus.
+        field = "name" if self._refused is None else self._refused[0]
+        self.focus_first(self.query_one(f"#{field}"))
         self.on_resize()
+        if self._typed is not None:
+            self._revalidate()
 
     def on_resize(self) -> None:
         # Border 2, title 2, owner 2 (4 as a bordered input), name 1, its error 1, label 1,
@@ -141,7 +186,9 @@ class CreateKeyDialog(TypeAheadDialog[NewKeyRequest | None]):
         return self.query_one("#owner", Input).value.strip() if self._ask_owner else self._owner
 
     def _expiry(self) -> tuple[Expiry | None, str | None]:
-        return expiry_problem(self.query_one("#expires", Input).value, self._clock())
+        text = self.query_one("#expires", Input).value
+        expires, problem = expiry_problem(text, self._clock())
+        return expires, problem or self._refusal("expires", text)
 
     def _problems(self) -> tuple[str | None, str | None]:
         """(name problem, scope problem), each None when fine."""
@@ -155,8 +202,10 @@ class CreateKeyDialog(TypeAheadDialog[NewKeyRequest | None]):
                 problem = str(exc)
         if problem is None and self._taken(owner, name):
             problem = f"{owner} already has a key named {name!r}"
+        problem = problem or self._refusal("name", (owner, name))
         chosen = self.query_one("#scopes", ScopePicker).selected
-        return problem, None if chosen else "select at least one scope"
+        scope_problem = None if chosen else "select at least one scope"
+        return problem, scope_problem or self._refusal("scopes", chosen)
 
     @on(Input.Changed)
     @on(ScopePicker.Changed)
@@ -184,7 +233,8 @@ class CreateKeyDialog(TypeAheadDialog[NewKeyRequest | None]):
             return
         scopes = self.query_one("#scopes", ScopePicker).selected
         name = self.query_one("#name", Input).value
-        self.dismiss(NewKeyRequest(self._owner_value(), name, scopes, expires))
+        text = self.query_one("#expires", Input).value
+        self.dismiss(NewKeyRequest(self._owner_value(), name, scopes, expires, text))
 
     @on(Button.Pressed, "#cancel")
     def action_cancel(self) -> None:

@@ -14,11 +14,11 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, Input, OptionList, Static
 from textual.widgets.option_list import Option
 
-from apikey_tui.errors import ApiKeyError, InvalidInputError
+from apikey_tui.errors import InvalidInputError
 from apikey_tui.names import OWNER_MAX, check_owner, printable
 from apikey_tui.tui.dialogs.type_ahead import TypeAheadDialog
-from apikey_tui.tui.failures import unforeseen
 from apikey_tui.tui.text import literal
+from apikey_tui.tui.workers import Failure, WorkerHost
 
 OwnerCounts = Callable[[], list[tuple[str, int]]]
 
@@ -34,7 +34,7 @@ def _keys(count: int) -> str:
     return f"{count:,} key" if count == 1 else f"{count:,} keys"
 
 
-class SwitchOwnerDialog(TypeAheadDialog[OwnerChoice | None]):
+class SwitchOwnerDialog(WorkerHost, TypeAheadDialog[OwnerChoice | None]):
     """The owners that have keys, with their counts, narrowed by what is typed; free text still
     names a new owner, and the dialog says plainly when the typed owner has no keys (a typo must
     not look like a real owner). Show is enabled only for a valid owner name; 'All owners'
@@ -77,21 +77,16 @@ class SwitchOwnerDialog(TypeAheadDialog[OwnerChoice | None]):
         self.focus_first(self.query_one("#owner", Input))
         self._load()
 
-    @work(thread=True, exit_on_error=False)
+    @work(thread=True, exit_on_error=False, description="Reading the owners")
     def _load(self) -> None:
         """Read the owners off the event loop (a GROUP BY on the owner index)."""
-        try:
-            counts = self._read_owners()
-        except ApiKeyError as exc:
-            self.app.call_from_thread(self._failed, str(exc))
-            return
-        except Exception as exc:  # one line, never a traceback
-            self.app.call_from_thread(self._failed, unforeseen(exc, "Reading the owners"))
-            return
+        counts = self._read_owners()
         self.app.call_from_thread(self._loaded, counts)
 
-    def _failed(self, reason: str) -> None:
-        self.query_one("#owner-note", Static).update(literal(f"Owners not read: {reason}"))
+    def work_failed(self, failure: Failure) -> None:
+        """The owners were not read (the one boundary: workers.WorkerHost)."""
+        note = f"Owners not read: {failure.line()}"
+        self.query_one("#owner-note", Static).update(literal(note))
 
     def _loaded(self, counts: list[tuple[str, int]]) -> None:
         self._counts = dict(counts)

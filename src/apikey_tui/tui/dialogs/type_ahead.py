@@ -6,13 +6,14 @@ from typing import ClassVar, TypeVar
 
 from textual import events
 from textual.binding import Binding, BindingType
-from textual.screen import ModalScreen
 from textual.widget import Widget
+
+from apikey_tui.tui.textual_private import EarlyKeyScreen, forward_key
 
 R = TypeVar("R")
 
 
-class TypeAheadDialog(ModalScreen[R]):
+class TypeAheadDialog(EarlyKeyScreen[R]):
     """A dialog that keeps the keys typed before its first field could take them.
 
     Over a slow SSH link `n` and the name arrive in one read. The app routes each key to the
@@ -37,12 +38,12 @@ class TypeAheadDialog(ModalScreen[R]):
         super().__init__()
         self._early: list[events.Key] | None = []  # None once the first field has them
 
-    def _forward_event(self, event: events.Event) -> None:
-        # Textual's one entry for an event the app routes to a screen without a focused widget.
+    def early_key(self, event: events.Event) -> bool:
+        # A key the app routes here while no field has the focus yet: held for the first one.
         if isinstance(event, events.Key) and self._early is not None and self.focused is None:
             self._early.append(events.Key(event.key, event.character))
-            return
-        super()._forward_event(event)
+            return True
+        return False
 
     def focus_first(self, widget: Widget) -> None:
         """Focus widget now (widget.focus() waits for the queue) and give it the held keys.
@@ -55,7 +56,7 @@ class TypeAheadDialog(ModalScreen[R]):
             if key.key in _MOVES:  # a Tab typed ahead moves on, as it would have then
                 self._move(_MOVES[key.key])
             elif self.focused is not None:
-                self.focused._forward_event(key)
+                forward_key(self.focused, key)
 
     def action_next_field(self) -> None:
         self._move(1)

@@ -12,11 +12,9 @@ from textual.widgets import DataTable, Input, Static
 from apikey_tui.names import printable
 from apikey_tui.store import LEAK_EVENT, Event, KeyStore
 from apikey_tui.tui.fitting_footer import FittingFooter
-from apikey_tui.tui.screens.key_detail import actor_text
 from apikey_tui.tui.screens.live import LIST_MOVES, LiveScreen
-from apikey_tui.tui.screens.scope_catalog import clip
 from apikey_tui.tui.session import Session
-from apikey_tui.tui.text import literal
+from apikey_tui.tui.text import actor_text, clip, literal
 from apikey_tui.tui.times import minute
 
 LIMIT = 500

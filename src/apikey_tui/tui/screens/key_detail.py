@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime
+from typing import Protocol
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -12,28 +12,39 @@ from textual.content import Content
 from textual.message import Message
 from textual.widgets import DataTable, Sparkline, Static
 
-from apikey_tui.errors import ApiKeyError, KeyNotFoundError
-from apikey_tui.names import counted, format_duration, printable
+from apikey_tui.errors import KeyNotFoundError
+from apikey_tui.names import counted, printable
 from apikey_tui.store import Event, KeyDetail, KeyInfo, KeyStore, Leak, ScopeInfo, states
 from apikey_tui.store.rightsizing import Proposal
 from apikey_tui.store.usage import DEFAULT_WINDOW, KeyUsage
-from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.fitting_footer import FittingFooter
 from apikey_tui.tui.key_actions import DETAIL, bindings
-from apikey_tui.tui.messages import KeyRescoped, KeyVanished
+from apikey_tui.tui.messages import KeyVanished
 from apikey_tui.tui.screens.live import LiveScreen
 from apikey_tui.tui.session import Session
-from apikey_tui.tui.text import literal
-from apikey_tui.tui.times import absolute, minute, relative, relative_and_absolute
+from apikey_tui.tui.text import actor_text, literal
+from apikey_tui.tui.times import WINDOW, absolute, minute, relative, relative_and_absolute
 from apikey_tui.tui.undo_words import change_of
+from apikey_tui.tui.workers import Failure
 
 _LABEL = 13
-WINDOW = format_duration(DEFAULT_WINDOW)  # the scopes' and the proposal's window, as the CLI's
 
 
-def actor_text(event: Event) -> str:
-    """Who acted, with the SSH client address when there was one."""
-    return event.actor + (f" ({event.actor_address})" if event.actor_address else "")
+class KeyRequests(Protocol):
+    """What the key detail asks of the app's writes (tui.key_writes.KeyWrites), one typed call
+    per action: one place asks, writes and offers undo, for the table and the detail alike."""
+
+    def delete(self, key: KeyInfo) -> None: ...
+    def recreate(self, key: KeyInfo) -> None: ...
+    def rotate(self, key: KeyInfo) -> None: ...
+    def end_grace(self, key: KeyInfo) -> None: ...
+    def toggle_disabled(self, key: KeyInfo) -> None: ...
+    def set_expiry(self, key: KeyInfo) -> None: ...
+    def edit_scopes(self, key: KeyInfo, catalog: list[ScopeInfo]) -> None: ...
+    def apply_rightsize(self, proposal: Proposal) -> None: ...
+    def undo(self) -> None: ...
+    def copy_name(self, key: KeyInfo) -> None: ...
+    def copy_public_id(self, key: KeyInfo) -> None: ...
 
 
 def event_cells(event: Event, detail_width: int = 200) -> list[Text]:
@@ -157,8 +168,8 @@ class KeyDetailScreen(LiveScreen[DetailData]):
 
     BINDINGS = bindings(DETAIL)
 
-    def __init__(self, key: KeyInfo, session: Session, act: Callable[[str, KeyInfo], None]) -> None:
-        """act runs a key action on a key as the key table does (e.g. act("rotate", key))."""
+    def __init__(self, key: KeyInfo, session: Session, writes: KeyRequests) -> None:
+        """writes: the key table's (KeysScreen.writes), which this view asks to act."""
         super().__init__(session)
         self.key = key
         self.detail: KeyDetail | None = None
@@ -166,7 +177,7 @@ class KeyDetailScreen(LiveScreen[DetailData]):
         self.leaks: list[Leak] = []
         self.usage: KeyUsage | None = None
         self.proposal: Proposal | None = None
-        self._act = act
+        self.writes = writes
         self._asked_delete = False  # the admin pressed d here: the table reports the deletion
         self._gone = False
 
@@ -201,10 +212,10 @@ class KeyDetailScreen(LiveScreen[DetailData]):
         proposal = proposals[0] if proposals else None
         return detail, store.list_scopes(), store.leaks(owner, name), report, proposal
 
-    def read_failed(self, error: ApiKeyError) -> Message:
-        if isinstance(error, KeyNotFoundError):
+    def read_failed(self, failure: Failure) -> Message:
+        if isinstance(failure.error, KeyNotFoundError):
             return KeyVanished(self.key.owner, self.key.name)
-        return super().read_failed(error)
+        return super().read_failed(failure)
 
     def show(self, data: DetailData) -> None:
         self.detail, self.catalog, self.leaks, self.usage, self.proposal = data
@@ -335,69 +346,51 @@ class KeyDetailScreen(LiveScreen[DetailData]):
         return self.detail.info
 
     def action_edit_scopes(self) -> None:
-        self._act_on_current("edit_scopes")  # as the table acts: one place offers its undo
-
-    def on_key_rescoped(self, message: KeyRescoped) -> None:
-        message.stop()
-        scopes = " ".join(message.key.scopes)
-        self.notify(
-            f"Key {message.key.name!r} of {message.key.owner} now has: {scopes}.", markup=False
-        )
-        self.reload()
+        key = self._current()
+        if key is not None:
+            self.writes.edit_scopes(key, self.catalog)
 
     def action_apply_rightsize(self) -> None:
         """Ask, naming the key and the scopes to drop; then the CLI's `rightsize --apply` path."""
-        proposal = self.proposal
-        if self._gone or proposal is None:
+        if self._gone or self.proposal is None:
             self.notify("No right-size proposal for this key.", severity="warning")
             return
-        key = proposal.info
-        dialog = ConfirmDialog(
-            f"Drop {' '.join(proposal.drop)} from key {key.name!r} of {key.owner}?",
-            f"It used none of them in the last {WINDOW}; it keeps: {' '.join(proposal.keep)}. "
-            "Services see the narrower key at once: a request that needs a dropped scope is "
-            "refused (403). Recorded as a key.rightsize event.",
-            "Drop scopes",
-        )
-
-        def answered(yes: bool | None) -> None:
-            if yes:
-                self.run_store(
-                    lambda store: KeyRescoped(store.apply_proposal(proposal, DEFAULT_WINDOW)),
-                    f"Right-size (key {key.name!r} of {key.owner})",
-                )
-
-        self.app.push_screen(dialog, answered)
-
-    def _act_on_current(self, action: str) -> None:
-        key = self._current()
-        if key is not None:
-            self._asked_delete = self._asked_delete or action == "delete"
-            self._act(action, key)
-
-    def action_recreate(self) -> None:
-        self._act_on_current("recreate")
+        self.writes.apply_rightsize(self.proposal)
 
     def action_delete(self) -> None:
-        self._act_on_current("delete")
+        key = self._current()
+        if key is not None:
+            self._asked_delete = True  # the table reports the deletion, not this view
+            self.writes.delete(key)
+
+    def action_recreate(self) -> None:
+        if (key := self._current()) is not None:
+            self.writes.recreate(key)
 
     def action_rotate(self) -> None:
-        self._act_on_current("rotate")
+        if (key := self._current()) is not None:
+            self.writes.rotate(key)
 
     def action_end_grace(self) -> None:
-        self._act_on_current("end_grace")
+        if (key := self._current()) is not None:
+            self.writes.end_grace(key)
 
     def action_toggle_disabled(self) -> None:
-        self._act_on_current("toggle_disabled")
+        if (key := self._current()) is not None:
+            self.writes.toggle_disabled(key)
 
     def action_set_expiry(self) -> None:
-        self._act_on_current("set_expiry")
+        if (key := self._current()) is not None:
+            self.writes.set_expiry(key)
 
     def action_undo(self) -> None:
-        self._act_on_current("undo")
+        if self._current() is not None:
+            self.writes.undo()  # the last change, whichever key it was made on
 
     def action_copy_name(self) -> None:
-        self._act_on_current("copy_name")
+        if (key := self._current()) is not None:
+            self.writes.copy_name(key)
 
     def action_copy_public_id(self) -> None:
-        self._act_on_current("copy_public_id")
+        if (key := self._current()) is not None:
+            self.writes.copy_public_id(key)

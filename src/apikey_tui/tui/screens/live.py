@@ -15,15 +15,14 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
-from apikey_tui.errors import ApiKeyError
 from apikey_tui.store import KeyStore
 from apikey_tui.tui.context_line import ContextLine
-from apikey_tui.tui.failures import unforeseen
 from apikey_tui.tui.key_actions import typed_as_text
 from apikey_tui.tui.messages import ReachabilityChanged, StoreFailed, ViewRead
-from apikey_tui.tui.polling import marker_moved
+from apikey_tui.tui.polling import marker_moved, poll_failed
 from apikey_tui.tui.session import Session
 from apikey_tui.tui.text import literal
+from apikey_tui.tui.workers import LOAD, POLL, STORE, Failure, StoreRunner, WorkerHost
 
 T = TypeVar("T")
 
@@ -36,7 +35,7 @@ LIST_MOVES = [
 ]
 
 
-class LiveScreen(Screen[None], Generic[T]):
+class LiveScreen(WorkerHost, Screen[None], Generic[T]):
     """Subclasses say what to read (read_store) and how to show it (show)."""
 
     BINDINGS = [
@@ -48,6 +47,7 @@ class LiveScreen(Screen[None], Generic[T]):
     def __init__(self, session: Session) -> None:
         super().__init__()
         self.session = session
+        self.runner = StoreRunner(self, session)
         self._marker: tuple[object, ...] | None = None  # None until the first read
         self._generation = 0  # the newest read asked for; older answers are dropped
         self._unreachable: str | None = None
@@ -79,9 +79,20 @@ class LiveScreen(Screen[None], Generic[T]):
         """Show data read by read_store; runs on the event loop."""
         raise NotImplementedError
 
-    def read_failed(self, error: ApiKeyError) -> Message:
+    def read_failed(self, failure: Failure) -> Message:
         """The message for a failed read (a subclass may say more for some errors)."""
-        return StoreFailed(str(error), while_loading=True)
+        return StoreFailed(failure.line(), while_loading=True)
+
+    def work_failed(self, failure: Failure) -> None:
+        """The one boundary's answer here (workers.WorkerHost): a read, a poll or a write."""
+        if failure.group == STORE:
+            self.runner.failed(failure)
+        elif failure.group == POLL:
+            poll_failed(self, failure, self._unreachable)
+        elif failure.group == LOAD:
+            self.post_message(self.read_failed(failure))
+        else:
+            super().work_failed(failure)
 
     # --- reading ------------------------------------------------------------------------------
 
@@ -90,22 +101,21 @@ class LiveScreen(Screen[None], Generic[T]):
         self._generation += 1
         self._read(self._generation)
 
-    @work(thread=True, group="read")
+    @work(thread=True, group=LOAD, exit_on_error=False, description="Reading this view")
     def _read(self, generation: int) -> None:
         """Read the view's data from the store, off the event loop."""
         store = self.session.store
-        try:
-            marker = store.change_marker()
-            data = self.read_store(store)
-        except ApiKeyError as exc:
-            self.post_message(self.read_failed(exc))
-            return
-        except Exception as exc:  # never a traceback (its locals), never a crash: one line
-            self.post_message(StoreFailed(unforeseen(exc, "Reading this view"), while_loading=True))
-            return
+        marker = store.change_marker()
+        data = self.read_store(store)
         self.post_message(ViewRead(marker, data, generation))
 
-    @work(thread=True, exclusive=True, group="poll")
+    @work(
+        thread=True,
+        exclusive=True,
+        group=POLL,
+        exit_on_error=False,
+        description="Checking the database for changes",
+    )
     def poll(self) -> None:
         """Read again when something changed in the database."""
         store = self.session.store
@@ -141,29 +151,9 @@ class LiveScreen(Screen[None], Generic[T]):
     def run_store(
         self, operation: Callable[[KeyStore], Message], doing: str, *, writes: bool = True
     ) -> None:
-        """Run one store call off the event loop; a write ends the offer of undo (as a
-        write from the key table does: `Session.undoable`)."""
-        if writes:
-            self.session.undoable = None
-        self._store_worker(operation, doing)
-
-    @work(thread=True, group="store")
-    def _store_worker(self, operation: Callable[[KeyStore], Message], doing: str) -> None:
-        """Run one store call; report its outcome as a message.
-
-        As KeysScreen.run_store: a refusal, or an error nobody foresaw, is one line.
-        """
-        try:
-            message = operation(self.session.store)
-        except ApiKeyError as exc:
-            message = self.write_failed(exc)
-        except Exception as exc:
-            message = StoreFailed(unforeseen(exc, doing))
-        self.post_message(message)
-
-    def write_failed(self, error: ApiKeyError) -> Message:
-        """The message for a refused or failed write."""
-        return StoreFailed(str(error))
+        """Run one store call off the event loop (the one StoreRunner); its message comes back
+        here. A write ends the offer of undo (`Session.undoable`)."""
+        self.runner.run(operation, doing, self.post_message, writes=writes)
 
     def on_store_failed(self, message: StoreFailed) -> None:
         message.stop()

@@ -18,14 +18,9 @@ from apikey_tui.tui.fitting_footer import FittingFooter
 from apikey_tui.tui.messages import CatalogChanged, ScopeRemovalRefused
 from apikey_tui.tui.screens.live import LIST_MOVES, LiveScreen
 from apikey_tui.tui.session import Session
-from apikey_tui.tui.text import literal
+from apikey_tui.tui.text import clip, literal
 
 _SHOWN_HOLDERS = 10
-
-
-def clip(text: str, width: int) -> str:
-    """text cut to width cells with a visible '…' when it was longer."""
-    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
 
 
 def holders_sentence(scope: str, holders: list[str], total: int | None = None) -> str:

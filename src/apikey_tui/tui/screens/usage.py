@@ -11,18 +11,16 @@ from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.widgets import Static
 
-from apikey_tui.errors import ApiKeyError
 from apikey_tui.names import format_duration, printable
 from apikey_tui.store import KeyStore
 from apikey_tui.store.rightsizing import Proposal
 from apikey_tui.store.usage import DEFAULT_WINDOW, KeyActivity, UsageOverview
-from apikey_tui.tui.failures import unforeseen
 from apikey_tui.tui.fitting_footer import FittingFooter
-from apikey_tui.tui.key_table import fit_middle
 from apikey_tui.tui.messages import StoreFailed
 from apikey_tui.tui.screens.live import LiveScreen
 from apikey_tui.tui.session import Session
-from apikey_tui.tui.text import literal
+from apikey_tui.tui.text import fit_middle, literal
+from apikey_tui.tui.workers import Failure
 
 OVERVIEW_WINDOW = timedelta(days=7)  # the lists' window: this week's traffic
 LIMIT = 10  # keys per list: the view is read at a glance; the CLI has every proposal
@@ -102,6 +100,9 @@ def proposal_lines(
     elif total is not None and total > LIMIT:
         lines.append(f"… and {total - LIMIT:,} more: apikey-tui keys rightsize")
     return lines
+
+
+PROPOSALS = "proposals"  # the worker group of the proposals' read
 
 
 class UsageScreen(LiveScreen[UsageOverview]):
@@ -194,24 +195,29 @@ class UsageScreen(LiveScreen[UsageOverview]):
         self._proposing = True
         self._read_proposals()
 
-    @work(thread=True, group="proposals")
+    @work(
+        thread=True,
+        group=PROPOSALS,
+        exit_on_error=False,
+        description="Reading the right-size proposals",
+    )
     def _read_proposals(self) -> None:
         """The open right-size proposals, off the event loop: the first page, then the count."""
         store, owner = self.session.store, self.session.owner
-        try:
-            first = store.proposals(DEFAULT_WINDOW, owner=owner, limit=LIMIT + 1)
-            self.app.call_from_thread(self._proposals_read, first, None)
-            if len(first) > LIMIT:  # more than the page shows: count them (as rightsize would)
-                count = len(store.proposals(DEFAULT_WINDOW, owner=owner))
-            else:
-                count = len(first)
-            self.app.call_from_thread(self._proposals_read, first, count)
-            self.app.call_from_thread(self._proposals_done)
-        except ApiKeyError as exc:
-            self.app.call_from_thread(self._proposals_failed, str(exc))
-        except Exception as exc:  # never a traceback, never a crash: one line
-            failed = unforeseen(exc, "Reading the right-size proposals")
-            self.app.call_from_thread(self._proposals_failed, failed)
+        first = store.proposals(DEFAULT_WINDOW, owner=owner, limit=LIMIT + 1)
+        self.app.call_from_thread(self._proposals_read, first, None)
+        if len(first) > LIMIT:  # more than the page shows: count them (as rightsize would)
+            count = len(store.proposals(DEFAULT_WINDOW, owner=owner))
+        else:
+            count = len(first)
+        self.app.call_from_thread(self._proposals_read, first, count)
+        self.app.call_from_thread(self._proposals_done)
+
+    def work_failed(self, failure: Failure) -> None:
+        if failure.group == PROPOSALS:
+            self._proposals_failed(failure.line())
+        else:
+            super().work_failed(failure)
 
     def _proposals_read(self, first: tuple[Proposal, ...], count: int | None) -> None:
         # A refresh keeps the last count until the new one comes: no flicker to "counting".
