@@ -433,7 +433,12 @@ def test_closing_waits_for_a_check_still_running() -> None:
 
     future = gate.submit("k", work)
     assert started.wait(30)
-    closer = threading.Thread(target=lambda: (gate.close(), closed.set()))
+
+    def close() -> None:
+        gate.close()
+        closed.set()
+
+    closer = threading.Thread(target=close)
     closer.start()
     assert not closed.wait(0.5)  # still waiting for the check
     release.set()
