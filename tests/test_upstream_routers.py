@@ -13,6 +13,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,6 +100,29 @@ class RoutedStack:
     project: str  # a key with project only
 
 
+@contextmanager
+def routed_stack(folder: Path, proxy: str, upstream: str, rules: str) -> Iterator[RoutedStack]:
+    """In folder: a key database with an admin key and a project-only key, the router, serve-auth
+    with these rules, and the proxy in front."""
+    url = f"sqlite:///{folder / 'keys.db'}"
+    store = KeyStore.open(url, hasher=CHEAP, actor=ACTOR)
+    try:
+        store.add_scope("admin")
+        admin = store.create_key("alice", "ops", ["admin", "project"]).plaintext
+        project = store.create_key("alice", "reports", ["project"]).plaintext
+    finally:
+        store.close()
+    started: list[Process] = []
+    try:
+        started.append(UPSTREAMS[upstream](folder))
+        started.append(start_serve_auth(folder, url, rules))
+        started.append(PROXIES[proxy](folder, started[1].port, started[0].port))
+        yield RoutedStack(started[2], started[0], admin, project)
+    finally:
+        for process in reversed(started):
+            process.stop()
+
+
 @pytest.fixture(
     scope="module",
     params=[(p, u, m) for p in sorted(PROXIES) for u in sorted(UPSTREAMS) for m in ("", "key")],
@@ -109,24 +133,8 @@ def routed(request: pytest.FixtureRequest) -> Iterator[RoutedStack]:
     proxy, upstream, mode = request.param
     rules = RULES if not mode else f'unmatched = "{mode}"\n' + RULES
     with tempfile.TemporaryDirectory(prefix=f"apikey-{proxy}-{upstream}-") as name:
-        folder = Path(name)
-        url = f"sqlite:///{folder / 'keys.db'}"
-        store = KeyStore.open(url, hasher=CHEAP, actor=ACTOR)
-        try:
-            store.add_scope("admin")
-            admin = store.create_key("alice", "ops", ["admin", "project"]).plaintext
-            project = store.create_key("alice", "reports", ["project"]).plaintext
-        finally:
-            store.close()
-        started: list[Process] = []
-        try:
-            started.append(UPSTREAMS[upstream](folder))
-            started.append(start_serve_auth(folder, url, rules))
-            started.append(PROXIES[proxy](folder, started[1].port, started[0].port))
-            yield RoutedStack(started[2], started[0], admin, project)
-        finally:
-            for process in reversed(started):
-                process.stop()
+        with routed_stack(Path(name), proxy, upstream, rules) as stack:
+            yield stack
 
 
 def reached_admin(port: int, path: str, key: str) -> bool:
@@ -154,24 +162,10 @@ def test_no_spelling_of_admin_reaches_the_admin_route_without_the_scope(
 def test_the_routers_really_read_these_spellings_as_admin(proxy: str) -> None:
     """With `unmatched = "key"` the admin key reaches the admin route as `/admin.json` (Rails)
     and `/index.php/admin` (PHP): the spellings above are real ways in, not invented ones."""
-    with tempfile.TemporaryDirectory(prefix=f"apikey-{proxy}-spellings-") as name:
-        folder = Path(name)
-        url = f"sqlite:///{folder / 'keys.db'}"
-        store = KeyStore.open(url, hasher=CHEAP, actor=ACTOR)
-        try:
-            store.add_scope("admin")
-            admin = store.create_key("alice", "ops", ["admin"]).plaintext
-        finally:
-            store.close()
-        for upstream, spelling in (("rails", "/admin.json"), ("php", "/index.php/admin")):
-            started: list[Process] = []
-            sub = folder / upstream
-            sub.mkdir()
-            try:
-                started.append(UPSTREAMS[upstream](sub))
-                started.append(start_serve_auth(sub, url, 'unmatched = "key"\n' + RULES))
-                started.append(PROXIES[proxy](sub, started[1].port, started[0].port))
-                assert reached_admin(started[2].port, spelling, admin), started[0].output()
-            finally:
-                for process in reversed(started):
-                    process.stop()
+    for upstream, spelling in (("rails", "/admin.json"), ("php", "/index.php/admin")):
+        with tempfile.TemporaryDirectory(prefix=f"apikey-{proxy}-spellings-") as name:
+            rules = 'unmatched = "key"\n' + RULES
+            with routed_stack(Path(name), proxy, upstream, rules) as stack:
+                assert reached_admin(stack.proxy.port, spelling, stack.admin), (
+                    stack.upstream.output()
+                )
