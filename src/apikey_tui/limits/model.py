@@ -89,6 +89,17 @@ class AppliedLimit:
         object.__setattr__(self, "key", f"{self.subject}:{self.limit.seconds}")
 
 
+def key_subject(owner: str, name: str) -> str:
+    """The subject of a key's own limits: 'key:<owner>/<name>' (both secrets of a rotation,
+    and a key recreated under its name, count together)."""
+    return f"key:{owner}/{name}"
+
+
+def owner_subject(owner: str) -> str:
+    """The subject of an owner's pool, which every key of the owner draws from."""
+    return f"owner:{owner}"
+
+
 LIMITS_PER_SUBJECT = 8  # a key's (or an owner's) limits: each is a lease to hold per process
 
 

@@ -80,10 +80,8 @@ class Credential:
     fingerprint: str | None = field(default=None, repr=False)
     expires_at: datetime | None = None
     disabled: bool = False
-    # Limits (schema version 9): the key's own are info.limits; its owner's pool is here. key_id
-    # is the key's row, the same for both secrets of a rotation (their limits count together).
+    # Limits (schema version 9): the key's own are info.limits; its owner's pool is here.
     owner_limits: tuple[Limit, ...] = ()
-    key_id: int = 0
 
     def works(self, now: datetime) -> bool:
         """Whether this secret works at now (`records.secret_works`)."""
@@ -157,14 +155,12 @@ class CredentialReads(StoreContext):
         disabled = r.disabled_at is not None
         pool = limits_of_text(r.owner_limits)
         if r.public_id == public_id:
-            return Credential(
-                info, r.secret_hash, r.fingerprint, r.expires_at, disabled, pool, r.id
-            )
+            return Credential(info, r.secret_hash, r.fingerprint, r.expires_at, disabled, pool)
         if not in_grace(r.old_public_id, r.grace_until, now) or r.old_secret_hash is None:
             return None  # the previous secret's grace has ended
         assert r.grace_until is not None
         until = previous_until(r.expires_at, r.grace_until)
-        return Credential(info, r.old_secret_hash, r.old_fingerprint, until, disabled, pool, r.id)
+        return Credential(info, r.old_secret_hash, r.old_fingerprint, until, disabled, pool)
 
     def key_count(self) -> int:
         """How many keys there are (to size the verifier's key index)."""

@@ -100,6 +100,7 @@ class KeyInfo:
             "disabled_reason": self.disabled_reason,
             "old_public_id": self.old_public_id,
             "grace_until": _iso(self.grace_until),
+            "limits": [str(limit) for limit in self.limits],
         }
 
 

@@ -12,7 +12,6 @@ from apikey_tui.clock import Clock, system_clock
 from apikey_tui.config import (
     LIMITS_FAIL_ENV,
     LIMITS_PROCESSES_ENV,
-    mask_url,
     resolve_limits_url,
 )
 from apikey_tui.errors import InvalidInputError, LimitsUnavailableError, RateLimitedError
@@ -23,27 +22,28 @@ from apikey_tui.limits import (
     Decision,
     FailMode,
     Limiter,
-    LimitStore,
     Outage,
     Refused,
     parse_fail_mode,
 )
+from apikey_tui.limits.model import key_subject, owner_subject
+from apikey_tui.limits.where import open_store
 from apikey_tui.store.credentials import Credential
 
 Applied = tuple[AppliedLimit, ...]
-KEY, OWNER = "key", "owner"  # a limit's subject: the key's own, or its owner's pool
 
 
 def applied_limits(stored: Credential) -> Applied:
     """The limits a key's request must have room in: the key's own, then its owner's pool.
 
-    Both secrets of a rotation count as one key (the key's row, `key:<id>`); every key of an
-    owner draws from `owner:<owner>`.
+    Both secrets of a rotation count as one key (`key_subject`); every key of an owner draws
+    from one pool (`owner_subject`).
     """
     info = stored.info
-    own = tuple(AppliedLimit(f"{KEY}:{stored.key_id}", limit) for limit in info.limits)
-    pool = tuple(AppliedLimit(f"{OWNER}:{info.owner}", limit) for limit in stored.owner_limits)
-    return own + pool
+    key = key_subject(info.owner, info.name)
+    own = tuple(AppliedLimit(key, limit) for limit in info.limits)
+    owner = owner_subject(info.owner)
+    return own + tuple(AppliedLimit(owner, limit) for limit in stored.owner_limits)
 
 
 def refusal(decision: Decision) -> RateLimitedError | LimitsUnavailableError | None:
@@ -96,15 +96,7 @@ class Restrictions:
                     f"{LIMITS_PROCESSES_ENV}={text[:20]!a} is not allowed: write a whole number"
                 )
             processes = int(text)
-        store: LimitStore
-        if url is not None:
-            from apikey_tui.limits.redis_store import RedisLimitStore
-
-            store, where = RedisLimitStore(url), mask_url(url)
-        else:
-            from apikey_tui.limits.sql_store import SqlLimitStore
-
-            store, where = SqlLimitStore(engine, clock=clock), "the key database"
+        store, where = open_store(engine, url, clock=clock)
         outage = Outage(mode, processes)
         return cls(Limiter(store, lease=lease, outage=outage, clock=clock), where)
 
