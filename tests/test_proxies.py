@@ -509,7 +509,7 @@ def test_database_down_and_serve_auth_down_fail_closed(proxy: str, tmp_path: Pat
 def test_a_spent_limit_reaches_the_client_as_429_with_its_fields(stack: Stack) -> None:
     """A key limited to 3 per window gets 3 requests to the upstream, then 429s that carry
     Retry-After, RateLimit-Policy and RateLimit (parsed as structured fields) and a problem."""
-    from http_sfv import List
+    from http_sfv.list import List
 
     before = seen_by_upstream(stack.upstream)
     answers = [call(stack.proxy.port, f"/projects/metered-{n}", stack.metered) for n in range(6)]

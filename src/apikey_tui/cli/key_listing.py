@@ -114,7 +114,7 @@ def limit_use(store: KeyStore, limits: list[tuple[str, str, Limit]]) -> list[dic
         ends: str | None = None
         if not failed:
             try:
-                used, end = counts.used(AppliedLimit(subject, limit).key, limit.seconds)
+                used, end = counts.window_use(AppliedLimit(subject, limit).key, limit.seconds)
                 ends = datetime.fromtimestamp(end, UTC).isoformat()
             except StoreUnavailableError as exc:
                 print(f"apikey-tui: limits' use unknown: {exc}", file=sys.stderr)

@@ -82,14 +82,20 @@ class Limiter:
         """
         leases = self._leases
         with self._lock:
-            for applied in limits:
-                lease = leases.get(applied.key)
-                if lease is None or lease.tokens <= 0 or now >= lease.deadline:
-                    break
+            if len(limits) == 1:  # the usual case, without the loops (a warm check's cost)
+                lease = leases.get(limits[0].key)
+                if lease is not None and lease.tokens > 0 and now < lease.deadline:
+                    lease.tokens -= 1
+                    return ADMITTED
             else:
                 for applied in limits:
-                    leases[applied.key].tokens -= 1
-                return ADMITTED
+                    lease = leases.get(applied.key)
+                    if lease is None or lease.tokens <= 0 or now >= lease.deadline:
+                        break
+                else:
+                    for applied in limits:
+                        leases[applied.key].tokens -= 1
+                    return ADMITTED
         return self._admit_cold(limits, now)
 
     def admit_local(self, limits: Sequence[AppliedLimit], now: float) -> Decision | None:

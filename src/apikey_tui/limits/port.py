@@ -31,7 +31,7 @@ class LimitStore(Protocol):
         """Grant up to `want` tokens of limit_key's current window; see the class."""
         ...
 
-    def used(self, limit_key: str, window_seconds: int) -> tuple[int, float]:
+    def window_use(self, limit_key: str, window_seconds: int) -> tuple[int, float]:
         """Tokens granted so far in limit_key's current window (by the store's clock), and
         that window's end: what an admin is shown, never what decides a request."""
         ...

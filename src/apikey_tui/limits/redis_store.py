@@ -120,8 +120,8 @@ class RedisLimitStore:
         store_now = int(seconds) + int(micros) / 1_000_000
         return Grant(int(granted), float(ends), store_now, boot.decode())
 
-    def used(self, limit_key: str, window_seconds: int) -> tuple[int, float]:
-        """The window's count, read with the server's TIME (LimitStore.used)."""
+    def window_use(self, limit_key: str, window_seconds: int) -> tuple[int, float]:
+        """The window's count, read with the server's TIME (LimitStore.window_use)."""
         import redis
 
         try:

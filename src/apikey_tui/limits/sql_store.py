@@ -81,8 +81,8 @@ class SqlLimitStore:
                 self._prune(conn, now)
         return Grant(granted, ends, now, boot)
 
-    def used(self, limit_key: str, window_seconds: int) -> tuple[int, float]:
-        """The window's count, by the store's clock (LimitStore.used)."""
+    def window_use(self, limit_key: str, window_seconds: int) -> tuple[int, float]:
+        """The window's count, by the store's clock (LimitStore.window_use)."""
         with database_errors(self._engine), self._engine.connect() as conn:
             now = self._now(conn)
             window = int(now // window_seconds)
