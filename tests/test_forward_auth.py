@@ -489,6 +489,7 @@ def test_serve_auth_options_reach_the_verifier_and_the_server(
     assert main(["serve-auth", "--database-url", sqlite_url]) == 0
     assert made == {
         "realm": "api",
+        "limits_processes": 1,
         "host": "127.0.0.1",
         "port": 9180,
         "keep_alive_timeout": 5,
@@ -498,10 +499,14 @@ def test_serve_auth_options_reach_the_verifier_and_the_server(
     made.clear()
     arguments = ["--revocation-bound", "0", "--check-timeout", "0.5", "--check-workers", "2",
                  "--max-pending-checks", "8", "--keep-alive-timeout", "7",
-                 "--header-timeout", "3", "--http", "h11"]  # fmt: skip
+                 "--header-timeout", "3", "--http", "h11", "--limits-url", "redis://127.0.0.1:1/0",
+                 "--limits-fail", "open", "--limits-processes", "6"]  # fmt: skip
     assert main(["serve-auth", "--database-url", sqlite_url, *arguments]) == 0
     assert made == {
         "realm": "api",
+        "limits_url": "redis://127.0.0.1:1/0",
+        "limits_fail": "open",
+        "limits_processes": 6,
         "revocation_bound": 0.0,
         "check_timeout": 0.5,
         "check_workers": 2,
@@ -518,7 +523,9 @@ def test_serve_auth_options_reach_the_verifier_and_the_server(
     "arguments",
     [["--revocation-bound", "-1"], ["--revocation-bound", "nan"], ["--check-timeout", "0"],
      ["--check-workers", "0"], ["--max-pending-checks", "x"], ["--keep-alive-timeout", "0"],
-     ["--header-timeout", "1.5"], ["--check-workers", "9", "--max-pending-checks", "8"]],
+     ["--header-timeout", "1.5"], ["--check-workers", "9", "--max-pending-checks", "8"],
+     ["--limits-url", "http://cache:6379"], ["--limits-fail", "maybe"],
+     ["--limits-processes", "0"]],
 )  # fmt: skip
 def test_serve_auth_refuses_bad_option_values(
     capsys: pytest.CaptureFixture[str], sqlite_url: str, arguments: list[str]

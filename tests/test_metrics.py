@@ -23,9 +23,11 @@ from apikey_tui.errors import (
     AuthError,
     InsufficientScopeError,
     InvalidKeyError,
+    RateLimitedError,
     VerifierUnavailableError,
 )
 from apikey_tui.integrations.prometheus import register
+from apikey_tui.limits import parse_limit
 from apikey_tui.store import KeyStore
 from apikey_tui.verifier import Verifier
 from apikey_tui.verifier.freshness import PushFreshness
@@ -78,9 +80,10 @@ def test_importing_the_verifier_never_needs_prometheus_client() -> None:
 
 
 def test_checks_are_counted_by_outcome(store: KeyStore, database_url: str) -> None:
-    """Each check lands in one outcome; hits, cold checks and argon2 runs add up, on both DBs."""
+    """Each check lands in one outcome (a 429 as limited); hits, cold checks and argon2 runs add
+    up, on both DBs."""
     proj = store.create_key("alice", "proj", ["project"])
-    both = store.create_key("alice", "both", ["project", "serving"])
+    both = store.create_key("alice", "both", ["project", "serving"], limits=[parse_limit("1/d")])
     verifier = Verifier.from_url(
         database_url, hasher=CHEAP, revocation_bound=60, flush_interval=3600
     )
@@ -107,18 +110,21 @@ def test_checks_are_counted_by_outcome(store: KeyStore, database_url: str) -> No
         with pytest.raises(InsufficientScopeError):
             verifier.verify(header(proj.plaintext), ["serving"])
         assert verifier.verify(header(both.plaintext), ["serving"]).key_name == "both"
+        with pytest.raises(RateLimitedError):  # its one request a day is spent
+            verifier.verify(header(both.plaintext), ["serving"])
         assert outcomes(registry) == {
             "ok": 3 + again,
             "missing": 1,
             "malformed": 1,
             "invalid": 1,
             "forbidden": 1,
+            "limited": 1,
             "unavailable": 0,
         }
         # A revalidation never runs argon2 again: one run per key verified in this process.
         assert value(registry, "argon2_total") == 2
         hits, cold = value(registry, "cache_hits_total"), value(registry, "cold_checks_total")
-        assert hits + cold == 4 + again and cold >= 2
+        assert hits + cold == 5 + again and cold >= 2
         queued = value(registry, "check_queue_seconds_count")
         assert queued == value(registry, "check_run_seconds_count") >= cold
         assert value(registry, "check_queue_seconds_bucket", le="+Inf") == queued

@@ -193,7 +193,7 @@ def test_upgrade_keeps_every_key_working_and_every_old_key_refused(
             verifier.verify("ApiKey " + key["key"])
     assert _rows(
         old_database.url, "SELECT value FROM apikey_tui_meta WHERE key = 'schema_version'"
-    ) == [("8",)]
+    ) == [("9",)]
 
 
 def test_upgrade_keeps_events_and_usage_and_fingerprints_only_new_keys(
@@ -287,7 +287,7 @@ def test_a_services_own_alembic_history_is_never_touched(
     assert _cli(capsys, old_database.url, "db", "upgrade")[0] == 0
     assert _rows(old_database.url, "SELECT * FROM alembic_version") == [("svc_0042",)]
     assert _rows(old_database.url, "SELECT * FROM orders") == [(1, "tea")]
-    assert _rows(old_database.url, "SELECT * FROM apikey_tui_alembic_version") == [("0008",)]
+    assert _rows(old_database.url, "SELECT * FROM apikey_tui_alembic_version") == [("0009",)]
 
 
 def test_upgrade_refuses_a_database_from_a_newer_release(
@@ -297,12 +297,12 @@ def test_upgrade_refuses_a_database_from_a_newer_release(
     assert main(["--database-url", old_database.url, "db", "upgrade"]) == 0
     engine = make_engine(old_database.url)
     with engine.begin() as conn:
-        conn.execute(text("UPDATE apikey_tui_alembic_version SET version_num = '0009'"))
+        conn.execute(text("UPDATE apikey_tui_alembic_version SET version_num = '0010'"))
     engine.dispose()
     capsys.readouterr()
     code, _, err = _cli(capsys, old_database.url, "db", "upgrade")
     assert code == 1 and "newer than this release" in err and err.count("\n") == 1
-    assert _rows(old_database.url, "SELECT * FROM apikey_tui_alembic_version") == [("0009",)]
+    assert _rows(old_database.url, "SELECT * FROM apikey_tui_alembic_version") == [("0010",)]
 
 
 def test_downgrade_to_0001_gives_back_the_0_1_0_schema(old_database: OldDatabase) -> None:
@@ -392,7 +392,7 @@ def test_downgrade_0003_to_0002_refuses_while_a_key_is_disabled_then_works(
         with pytest.raises(RuntimeError, match="disabled or expire"), engine.begin() as conn:
             command.downgrade(alembic_config(conn), "0002")
         assert _rows(old_database.url, "SELECT value FROM apikey_tui_meta WHERE key = "
-                     "'schema_version'") == [("8",)]  # fmt: skip
+                     "'schema_version'") == [("9",)]  # fmt: skip
         store.enable_key("ci-bot", "deploy")
         with engine.begin() as conn:
             command.downgrade(alembic_config(conn), "0002")

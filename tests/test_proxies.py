@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from apikey_tui import keyformat
+from apikey_tui.limits import parse_limit
 from apikey_tui.store import KeyStore
 from tests.conftest import ACTOR, CHEAP
 from tests.throwaway_postgres import free_port
@@ -225,6 +226,8 @@ def start_caddy(folder: Path, auth_port: int, app_port: int) -> Process:
 
 
 PROXIES = {"nginx": start_nginx, "caddy": start_caddy}
+# A long window: a test never straddles its turn (windows are aligned to the Unix epoch).
+METERED_LIMIT = "3/30d"
 
 
 @dataclass
@@ -278,6 +281,7 @@ class Stack:
     both: str  # key with serving + project
     project: str  # key with project only
     public_id: str
+    metered: str = ""  # key with project only, and a limit of METERED_LIMIT
 
 
 @contextmanager
@@ -290,6 +294,9 @@ def running_stack(proxy: str, rules: str) -> Iterator[Stack]:
         try:
             both = store.create_key("alice", "model-client", ["serving", "project"])
             project = store.create_key("alice", "reports", ["project"])
+            metered = store.create_key(
+                "alice", "metered", ["project"], limits=[parse_limit(METERED_LIMIT)]
+            )
         finally:
             store.close()
         started: list[Process] = []
@@ -298,7 +305,12 @@ def running_stack(proxy: str, rules: str) -> Iterator[Stack]:
             started.append(start_serve_auth(folder, url, rules))
             started.append(PROXIES[proxy](folder, started[1].port, started[0].port))
             yield Stack(
-                started[2], started[0], both.plaintext, project.plaintext, both.info.public_id
+                started[2],
+                started[0],
+                both.plaintext,
+                project.plaintext,
+                both.info.public_id,
+                metered.plaintext,
             )
         finally:
             for process in reversed(started):
@@ -492,3 +504,28 @@ def test_database_down_and_serve_auth_down_fail_closed(proxy: str, tmp_path: Pat
     finally:
         for process in reversed(started):
             process.stop()
+
+
+def test_a_spent_limit_reaches_the_client_as_429_with_its_fields(stack: Stack) -> None:
+    """A key limited to 3 per window gets 3 requests to the upstream, then 429s that carry
+    Retry-After, RateLimit-Policy and RateLimit (parsed as structured fields) and a problem."""
+    from http_sfv.list import List
+
+    before = seen_by_upstream(stack.upstream)
+    answers = [call(stack.proxy.port, f"/projects/metered-{n}", stack.metered) for n in range(6)]
+    reached = [p for p in seen_by_upstream(stack.upstream)[len(before) :] if "metered" in p]
+    assert [a.status for a in answers] == [200, 200, 200, 429, 429, 429]
+    assert len(reached) == 3
+    for answer in answers[3:]:
+        assert int(answer.headers["retry-after"]) >= 1
+        assert answer.headers["cache-control"] == "no-store"
+        assert answer.headers["content-type"].startswith("application/problem+json")
+        assert json.loads(answer.body)["status"] == 429
+        policy, now = List(), List()
+        policy.parse(answer.headers["ratelimit-policy"].encode())
+        now.parse(answer.headers["ratelimit"].encode())
+        assert [(i.value, dict(i.params)) for i in policy] == [
+            ("key:3/30d", {"q": 3, "w": 30 * 86400})
+        ]
+        assert [(i.value, i.params["r"]) for i in now] == [("key:3/30d", 0)]
+        assert now[0].params["t"] == int(answer.headers["retry-after"])

@@ -14,6 +14,12 @@ from apikey_tui.errors import DatabaseUrlError, InvalidInputError
 from apikey_tui.names import check_owner
 
 DATABASE_URL_ENV = "APIKEY_TUI_DATABASE_URL"
+# Where limits count (docs/reference/limits.md): a Redis-protocol server every host shares, else
+# the key database itself. The failure mode and the processes are fail-open's declaration.
+LIMITS_URL_ENV = "APIKEY_TUI_LIMITS_URL"
+LIMITS_FAIL_ENV = "APIKEY_TUI_LIMITS_FAIL"
+LIMITS_PROCESSES_ENV = "APIKEY_TUI_LIMITS_PROCESSES"
+LIMITS_SCHEMES = ("redis", "rediss", "unix")
 SUPPORTED_URLS = "sqlite:///PATH or postgresql://USER@HOST:PORT/DBNAME"
 # The schemes this package accepts, and the driver each one means (psycopg 3 for PostgreSQL).
 _DRIVERS = {
@@ -49,6 +55,22 @@ def resolve_database_url(flag: str | None, env: Mapping[str, str] | None = None)
         raise DatabaseUrlError(
             "an in-memory SQLite database (sqlite:// or sqlite:///:memory:) loses every key "
             "when apikey-tui exits; use sqlite:///PATH or postgresql://USER@HOST/DBNAME"
+        )
+    return url
+
+
+def resolve_limits_url(given: str | None, env: Mapping[str, str] | None = None) -> str | None:
+    """The limits store's URL: the argument, else $APIKEY_TUI_LIMITS_URL, else None (the key
+    database counts). Only a Redis-protocol URL is taken (redis://, rediss://, unix://)."""
+    env = os.environ if env is None else env
+    url = given if given is not None else (env.get(LIMITS_URL_ENV) or None)
+    if url is None:
+        return None
+    scheme = url.partition("://")[0].lower()
+    if scheme not in LIMITS_SCHEMES or "://" not in url:
+        raise InvalidInputError(
+            f"limits store URL {mask_url(url)!a} is not usable: write redis://HOST:PORT/DB "
+            "(Valkey, Redis), rediss:// or unix://PATH"
         )
     return url
 

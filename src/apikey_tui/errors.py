@@ -208,6 +208,67 @@ class VerifierUnavailableError(AuthError):
         return [*super().http_headers(realm), ("retry-after", "5")]
 
 
+def whole_seconds(seconds: float) -> int:
+    """A Retry-After value: whole seconds, rounded up, at least 1 (a client never retries early)."""
+    whole = int(seconds)
+    return max(1, whole + (whole < seconds))
+
+
+class RateLimitedError(AuthError):
+    """A valid key with its scopes whose limit (its own or its owner's pool) is spent: 429.
+
+    The answer names that limit alone, as a policy of draft-ietf-httpapi-ratelimit-headers
+    ('"key:600/m";q=600;w=60' in RateLimit-Policy, '"key:600/m";r=0;t=37' in RateLimit), with
+    Retry-After, and an RFC 9457 body: nothing of another key, no count of other callers.
+    """
+
+    status = 429
+    title = "Too Many Requests"
+
+    def __init__(self, of: str, limit: str, quota: int, window: int, retry_after: float) -> None:
+        self.of, self.limit, self.quota, self.window = of, limit, quota, window
+        self.retry_after = whole_seconds(retry_after)
+        whose = "the API key's" if of == "key" else "the key owner's shared"
+        super().__init__(f"{whose} limit of {limit} is used up; try again in {self.retry_after} s")
+
+    @property
+    def policy(self) -> str:
+        """The policy's name in the RateLimit fields: 'key:600/m' or 'owner:100000/30d'."""
+        return f"{self.of}:{self.limit}"
+
+    def challenge(self, realm: str) -> str | None:
+        return None  # the key is good: nothing to authenticate again
+
+    def problem(self) -> dict[str, object]:
+        return {
+            **super().problem(),
+            "limit": self.limit,
+            "limit_of": self.of,
+            "retry_after": self.retry_after,
+        }
+
+    def http_headers(self, realm: str) -> list[tuple[str, str]]:
+        name = f'"{self.policy}"'  # an sf-string: the limit's text holds no quote or backslash
+        return [
+            *super().http_headers(realm),
+            ("retry-after", str(self.retry_after)),
+            ("ratelimit-policy", f"{name};q={self.quota};w={self.window}"),
+            ("ratelimit", f"{name};r=0;t={self.retry_after}"),
+        ]
+
+
+class LimitsUnavailableError(VerifierUnavailableError):
+    """The store of limits' counts cannot be reached and limits fail closed: 503 + Retry-After
+    (the limiter's retry interval), for a valid key that needed the store."""
+
+    def __init__(self, retry_after: float) -> None:
+        self.retry_after = whole_seconds(retry_after)
+        AuthError.__init__(self, "request limits cannot be checked right now; try again shortly")
+
+    def http_headers(self, realm: str) -> list[tuple[str, str]]:
+        return [*AuthError.http_headers(self, realm), ("retry-after", str(self.retry_after))]
+
+
 class UnsafePathError(AuthError):
     """A request path not in normal form (dot segments, encoded '/', '.' or '\\', controls): 400.
 

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
+    from apikey_tui.limits.model import Limit
     from apikey_tui.names import Expiry
 
 LIMIT_MAX = 10_000
@@ -75,6 +76,38 @@ def limit(text: str) -> int:
             f"expected a whole number from 1 to {LIMIT_MAX}, got {text[:30]!a}"
         )
     return value
+
+
+def rate_limit(text: str) -> Limit:
+    """A limit N/DURATION (10/s, 600/1m, 100000/30d): a malformed one is a usage error (2)."""
+    from apikey_tui.limits.model import parse_limit  # the limits package only when used
+
+    try:
+        return parse_limit(text)
+    except InvalidInputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def limits_or_none(text: str) -> Limit | None:
+    """A limit, or the word none (no limits: `set-limits NAME none`)."""
+    return None if text.strip().lower() == "none" else rate_limit(text)
+
+
+LIMIT = Arg(
+    "--limit",
+    action="append",
+    type=rate_limit,
+    default=[],
+    metavar="N/DURATION",
+    help="at most N requests per window (10/s, 600/1m, 100000/30d); repeat it for several",
+)
+LIMITS = Arg(
+    "limits",
+    nargs="+",
+    type=limits_or_none,
+    metavar="N/DURATION",
+    help="the limits, each N/DURATION (10/s, 600/1m, 100000/30d), or none to lift them all",
+)
 
 
 def count(text: str) -> int:

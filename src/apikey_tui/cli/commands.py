@@ -43,6 +43,7 @@ KEYS = (
     change.DELETE,
     change.RECREATE,
     change.SET_SCOPES,
+    change.SET_LIMITS,
     change.ROTATE,
     change.SET_EXPIRY,
     change.DISABLE,
@@ -130,6 +131,12 @@ ROOT = Command(
                 "apikey-tui keys list --all",
                 "apikey-tui keys create ci --scope project --expires 90d",
             ),
+        ),
+        Command(
+            "owners",
+            help="owners' limits, shared by all of an owner's keys",
+            children=(change.OWNER_SET_LIMITS, listing.OWNER_SHOW),
+            examples=("apikey-tui owners set-limits svc-batch 100/s 1000000/30d",),
         ),
         Command(
             "policy",

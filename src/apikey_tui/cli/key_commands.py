@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from apikey_tui.cli import arguments as a
@@ -22,10 +23,10 @@ from apikey_tui.names import format_duration, printable
 
 TYPE_CHECKING = False  # typing costs the CLI's `--help` 3 ms: see cli/entry.py
 if TYPE_CHECKING:
-    import argparse
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from apikey_tui.cli.records import Call
+    from apikey_tui.limits.model import Limit
     from apikey_tui.store import CreatedKey, Deliver, KeyInfo
 
 
@@ -73,6 +74,7 @@ def _tell_created(created: CreatedKey, verb: str, note: str | None = None) -> in
         f"scopes: {', '.join(info.scopes)}.",
         ONCE_WARNING,
         _expiry_line(info),
+        *([f"Limits: {limits_words(info.limits)}."] if info.limits else []),
         *([note] if note else []),
     ]
     try:
@@ -105,7 +107,7 @@ def create(call: Call) -> int:
     store, args, owner = call.store(), call.args, call.owner
     created = _Delivery(args, "it was not created").run(
         lambda deliver: store.create_key(
-            owner, args.name, args.scope, expires=args.expires, deliver=deliver
+            owner, args.name, args.scope, expires=args.expires, deliver=deliver, limits=args.limit
         )
     )
     return _tell_created(created, "Created")
@@ -152,6 +154,54 @@ def set_scopes(call: Call) -> int:
         file=sys.stderr,
     )
     return emit(args, key_json(info, store.clock()), lambda out: None)
+
+
+def limits_given(values: list[Limit | None]) -> tuple[Limit, ...] | None:
+    """The limits of `set-limits … N/DURATION…`, or None when `none` is mixed with limits."""
+    if None in values:
+        return () if len(values) == 1 else None
+    return tuple(v for v in values if v is not None)
+
+
+def limits_words(limits: Sequence[Limit]) -> str:
+    """Limits as a note says them: '10/s, 600/m', or 'none'."""
+    return ", ".join(map(str, limits)) or "none"
+
+
+def set_limits(call: Call) -> int:
+    store, args, owner = call.store(), call.args, call.owner
+    limits = limits_given(args.limits)
+    if limits is None:
+        return usage_error("keys set-limits: give limits, or none alone")
+    old = store.get_key(owner, args.name)
+    done = store.set_limits_of_keys([old], limits)
+    info = done.after[0]
+    print(
+        f"Key {info.name!r} of {printable(info.owner)} now has the limits "
+        f"{limits_words(info.limits)} (were {limits_words(old.limits)}).",
+        file=sys.stderr,
+    )
+    return emit(args, key_json(info, store.clock()), lambda out: None)
+
+
+def set_owner_limits(call: Call) -> int:
+    store, args = call.store(), call.args
+    limits = limits_given(args.limits)
+    if limits is None:
+        return usage_error("owners set-limits: give limits, or none alone")
+    done = store.set_owner_limits(args.owner_name, limits)
+    print(
+        f"{printable(done.owner)} now has the shared limits {limits_words(done.after)} "
+        f"(were {limits_words(done.before)}); every key of {printable(done.owner)} draws "
+        "from them.",
+        file=sys.stderr,
+    )
+    data = {
+        "owner": done.owner,
+        "limits": [str(x) for x in done.after],
+        "were": [str(x) for x in done.before],
+    }
+    return emit(args, data, lambda out: None)
 
 
 def rotate(call: Call) -> int:
@@ -228,9 +278,10 @@ CREATE = Command(
     help="create a key; print it once",
     run=create,
     database=MAY_CREATE,
-    arguments=(*a.COMMON, a.NAME, a.SCOPE, a.expires()),
+    arguments=(*a.COMMON, a.NAME, a.SCOPE, a.expires(), a.LIMIT),
     examples=(
         "KEY=$(apikey-tui keys create ci --scope project)",
+        "apikey-tui keys create partner --scope serving --limit 10/s --limit 100000/30d",
         "apikey-tui keys create model-client --scope serving,project --expires 90d",
         "apikey-tui keys create batch --scope project --owner svc-batch --json",
     ),
@@ -264,6 +315,35 @@ SET_SCOPES = Command(
     database=MUST_EXIST,
     arguments=(*a.COMMON, a.NAME, a.SCOPE),
     examples=("apikey-tui keys set-scopes ci --scope project --scope serving",),
+)
+
+SET_LIMITS = Command(
+    "keys set-limits",
+    help="replace a key's limits (N/DURATION each, or none)",
+    run=set_limits,
+    database=MUST_EXIST,
+    arguments=(*a.COMMON, a.NAME, a.LIMITS),
+    examples=(
+        "apikey-tui keys set-limits partner 10/s 100000/30d",
+        "apikey-tui keys set-limits partner none     # no limits",
+    ),
+)
+
+OWNER_SET_LIMITS = Command(
+    "owners set-limits",
+    help="replace an owner's limits: one pool all of its keys share",
+    run=set_owner_limits,
+    database=MUST_EXIST,
+    arguments=(
+        *a.DATABASE,
+        Arg("--json", action="store_true", default=argparse.SUPPRESS, help="JSON out"),
+        Arg("owner_name", metavar="OWNER", type=a.owner, help="the owner whose keys share them"),
+        a.LIMITS,
+    ),
+    examples=(
+        "apikey-tui owners set-limits svc-batch 100/s 1000000/30d",
+        "apikey-tui owners set-limits svc-batch none",
+    ),
 )
 
 ROTATE = Command(

@@ -17,7 +17,8 @@ if TYPE_CHECKING:
     from typing import Any, TextIO
 
     from apikey_tui.cli.records import Call
-    from apikey_tui.store import KeyInfo
+    from apikey_tui.limits.model import Limit
+    from apikey_tui.store import KeyInfo, KeyStore
 
 
 EMPTY_HINT = "No keys. Create one with: apikey-tui keys create NAME --scope SCOPE"
@@ -59,10 +60,93 @@ def show(call: Call) -> int:
     store, args, owner = call.store(), call.args, call.owner
     info = store.get_key(owner, args.name)
     now = store.clock()
-    return emit(args, key_json(info, now), lambda out: _print_key(info, out, now=now))
+    from apikey_tui.limits.model import key_subject, owner_subject
+
+    pool = store.owner_limits(info.owner)
+    uses = limit_use(
+        store,
+        [("key", key_subject(info.owner, info.name), x) for x in info.limits]
+        + [("owner", owner_subject(info.owner), x) for x in pool],
+    )
+    data = {**key_json(info, now), "owner_limits": [str(x) for x in pool], "limit_use": uses}
+    return emit(args, data, lambda out: _print_key(info, out, now=now, uses=uses))
 
 
-def _print_key(info: KeyInfo, out: TextIO, *, now: datetime) -> None:
+def owner_show(call: Call) -> int:
+    store, args = call.store(), call.args
+    from apikey_tui.limits.model import owner_subject
+    from apikey_tui.names import check_owner
+
+    owner = check_owner(args.owner_name)
+    pool = store.owner_limits(owner)
+    uses = limit_use(store, [("owner", owner_subject(owner), x) for x in pool])
+    keys = store.list_keys(owner)
+    data = {"owner": owner, "limits": [str(x) for x in pool], "limit_use": uses,
+            "keys": len(keys)}  # fmt: skip
+
+    def human(out: TextIO) -> None:
+        print(f"owner:   {printable(owner)} ({counted(len(keys), 'key')})", file=out)
+        for line in _use_lines(uses) or ["none"]:
+            print(f"limits:  {line}", file=out)
+
+    return emit(args, data, human)
+
+
+def limit_use(store: KeyStore, limits: list[tuple[str, str, Limit]]) -> list[dict[str, Any]]:
+    """Each limit with its use in the current window, read from the store of counts
+    ($APIKEY_TUI_LIMITS_URL, else the key database). Use counts the requests verifiers took
+    leases for (at most a lease per verifier process more than those admitted); None when
+    the store cannot say (one line on stderr: the rest is still shown)."""
+    if not limits:
+        return []
+    from datetime import UTC, datetime
+
+    from apikey_tui.config import resolve_limits_url
+    from apikey_tui.errors import StoreUnavailableError
+    from apikey_tui.limits.model import AppliedLimit
+    from apikey_tui.limits.where import open_store
+
+    counts, _ = open_store(store.engine, resolve_limits_url(None), clock=store.clock)
+    found: list[dict[str, Any]] = []
+    failed = False
+    for of, subject, limit in limits:
+        used: int | None = None
+        ends: str | None = None
+        if not failed:
+            try:
+                used, end = counts.window_use(AppliedLimit(subject, limit).key, limit.seconds)
+                ends = datetime.fromtimestamp(end, UTC).isoformat()
+            except StoreUnavailableError as exc:
+                print(f"apikey-tui: limits' use unknown: {exc}", file=sys.stderr)
+                failed = True
+        found.append(
+            {
+                "limit": str(limit),
+                "of": of,
+                "count": limit.count,
+                "window_seconds": limit.seconds,
+                "used": used,
+                "window_ends": ends,
+            }
+        )
+    return found
+
+
+def _use_lines(uses: list[dict[str, Any]]) -> list[str]:
+    """'600/m (key): 12 used, window ends 2030-01-01 12:01 UTC' per limit."""
+    lines = []
+    for use in uses:
+        whose = "key" if use["of"] == "key" else "owner's pool"
+        used = "use unknown" if use["used"] is None else f"{use['used']} used"
+        end = use["window_ends"]
+        ends = f", window ends {end[:19].replace('T', ' ')} UTC" if end else ""
+        lines.append(f"{use['limit']} ({whose}): {used}{ends}")
+    return lines
+
+
+def _print_key(
+    info: KeyInfo, out: TextIO, *, now: datetime, uses: list[dict[str, Any]] | None = None
+) -> None:
     from apikey_tui.store.states import marker
 
     state = marker(info, now)[0]
@@ -81,7 +165,10 @@ def _print_key(info: KeyInfo, out: TextIO, *, now: datetime) -> None:
     ]
     if info.grace_until is not None:
         rows.append(["old secret", f"{info.old_public_id} works until {when(info.grace_until)}"])
-    rows = [[f"{label}:", printable(value)] for label, value in rows]
+    if uses is not None:
+        rows.extend(["limits" if i == 0 else "", line] for i, line in
+                    enumerate(_use_lines(uses) or ["none"]))  # fmt: skip
+    rows = [[f"{label}:" if label else "", printable(value)] for label, value in rows]
     width = max(len(label) for label, _ in rows)
     for label, value in rows:
         print(f"{label.ljust(width)}  {value}", file=out)
@@ -234,4 +321,17 @@ SHOW = Command(
     database=MUST_EXIST,
     arguments=(*a.COMMON, a.NAME),
     examples=("apikey-tui keys show ci", "apikey-tui keys show ci --owner svc-batch --json"),
+)
+
+OWNER_SHOW = Command(
+    "owners show",
+    help="show an owner's limits and their use now",
+    run=owner_show,
+    database=MUST_EXIST,
+    arguments=(
+        *a.DATABASE,
+        Arg("--json", action="store_true", default=argparse.SUPPRESS, help="JSON out"),
+        Arg("owner_name", metavar="OWNER", type=a.owner, help="the owner"),
+    ),
+    examples=("apikey-tui owners show svc-batch", "apikey-tui owners show svc-batch --json"),
 )

@@ -8,6 +8,7 @@ import sys
 from apikey_tui.cli import arguments as a
 from apikey_tui.cli.output import EXIT_OK, EXIT_USAGE
 from apikey_tui.cli.records import VERIFIER, Arg, Command, Group
+from apikey_tui.errors import InvalidInputError
 from apikey_tui.names import printable
 
 TYPE_CHECKING = False  # typing costs the CLI's `--help` 3 ms: see cli/entry.py
@@ -35,13 +36,20 @@ def run(call: Call) -> int:
         for name in ("revocation_bound", "check_timeout", "check_workers", "max_pending_checks")
         if getattr(args, name) is not None
     }
+    # Limits: where they count, and what a failed store means (fail-open's processes default
+    # to this host's workers: declare the whole deployment's with --limits-processes).
+    if args.limits_url is not None:
+        options["limits_url"] = args.limits_url
+    if args.limits_fail is not None:
+        options["limits_fail"] = args.limits_fail
+    options["limits_processes"] = args.limits_processes or args.workers
     # One verifier per process: its cache and key index are per process. With --workers, each
     # worker (a new interpreter) builds its own app from `build`.
     build = functools.partial(forward_auth.create_app, url, args.rules, realm=args.realm, **options)
     try:
         auth_server.protocol(args.http)  # --http httptools without httptools
         app = build()  # a bad rules file or verifier option: refuse to start, not guess
-    except ValueError as exc:
+    except (ValueError, InvalidInputError) as exc:
         print(f"apikey-tui: {printable(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     if args.workers == 1:
@@ -103,6 +111,27 @@ COMMAND = Command(
                 help="checks queued or running before 503 at once (at least --check-workers)",
             ),
             title="the verifier (defaults as in the verifier's Options)",
+        ),
+        Group(
+            Arg(
+                "--limits-url",
+                metavar="URL",
+                help="where limits count: redis://HOST:PORT/DB, a Valkey or Redis every host "
+                "shares (default: $APIKEY_TUI_LIMITS_URL, else the key database)",
+            ),
+            Arg(
+                "--limits-fail",
+                choices=("closed", "open"),
+                help="when that store fails: closed answers 503 (default), open admits N/P "
+                "per process from memory",
+            ),
+            Arg(
+                "--limits-processes",
+                type=a.count,
+                metavar="P",
+                help="fail-open: the processes of the whole deployment (default: --workers)",
+            ),
+            title="limits (docs/reference/limits.md)",
         ),
     ),
     examples=(

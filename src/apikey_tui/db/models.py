@@ -32,6 +32,8 @@ SCHEMA_VERSION = _SCHEMA_VERSION
 # The oldest verifier that still works beside this schema (a newer schema that only adds tables
 # a verifier never reads keeps older verifiers working): the meta row 'verifiers_from'.
 VERIFIERS_FROM = 4
+# Room for a subject's limits as text ('100000/30d' is 10 characters; at most 8 limits).
+LIMITS_MAX = 200
 
 
 class Base(SQLModel, registry=registry()):
@@ -111,6 +113,22 @@ class KeyRow(Base, table=True):
     old_secret_hash: str | None = Field(default=None, max_length=255, repr=False)
     old_fingerprint: str | None = Field(default=None, max_length=16, repr=False)
     grace_until: datetime | None = _timestamp(nullable=True)
+    # Limits (schema version 9): the key's own, canonical and space-separated ('10/s 600/m',
+    # `apikey_tui.limits.format_limit`), None for none. A column, not rows of their own: the
+    # verifier's one credential read, the key's record and an undo carry them with no join.
+    limits: str | None = Field(default=None, max_length=LIMITS_MAX)
+
+
+class OwnerLimitRow(Base, table=True):
+    """An owner's limits (schema version 9): one pool that every key of the owner draws from.
+
+    A row only for an owner that has limits; `limits` is written as KeyRow.limits. Not tied to
+    a key row: an owner exists only through its keys, and its pool outlives any one of them.
+    """
+
+    __tablename__ = "apikey_tui_owner_limit"
+    owner: str = Field(primary_key=True, max_length=64)
+    limits: str = Field(max_length=LIMITS_MAX)
 
 
 class PreviousIdRow(Base, table=True):
@@ -181,6 +199,10 @@ class ChangeRow(Base, table=True):
 # for services, so it has no key: a flush appends, reads sum every row of a period, and
 # `db compact` rolls minutes into hours and hours into days in one transaction.
 USAGE_ALLOWED, USAGE_FORBIDDEN, USAGE_WRONG_SECRET = 0, 1, 2  # UsageTable.c.kind
+# Schema version 9: a request of a valid key with its scopes, refused because a limit was spent
+# (429); its scope text is the limit ('key 600/m', 'owner 100000/30d'). Nothing is consumed.
+USAGE_LIMITED = 3
+USAGE_KINDS = (USAGE_ALLOWED, USAGE_FORBIDDEN, USAGE_WRONG_SECRET, USAGE_LIMITED)
 MINUTE, HOUR, DAY = 1, 60, 1440  # UsageTable.c.span, in minutes
 USAGE_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -198,7 +220,9 @@ UsageTable = Table(
     # rounds to hours and days, and sums the same on every backend.
     Column("minute", Integer, nullable=False),
     Column("span", SmallInteger, nullable=False),  # MINUTE, HOUR or DAY
-    Column("kind", SmallInteger, nullable=False),  # USAGE_ALLOWED, _FORBIDDEN, _WRONG_SECRET
+    Column(
+        "kind", SmallInteger, nullable=False
+    ),  # USAGE_ALLOWED, _FORBIDDEN, _WRONG_SECRET, _LIMITED
     # allowed: the scopes the check required, sorted and space-separated ('' for none: one row
     # per request counts it once, however many scopes it needed); forbidden: the missing
     # scopes, likewise; wrong secret: ''. Unbounded text: a list cut short could make a scope

@@ -29,6 +29,7 @@ from apikey_tui.errors import (
     InsufficientScopeError,
     InvalidInputError,
     MissingKeyError,
+    RateLimitedError,
     VerifierUnavailableError,
 )
 from apikey_tui.integrations.django import get_verifier, problem_response, request_authorization
@@ -94,6 +95,15 @@ class ApiKeyRefused(exceptions.AuthenticationFailed):  # type: ignore[misc]
         self.status_code, self.detail = error.status, error.problem()
 
 
+class ApiKeyLimited(exceptions.Throttled):  # type: ignore[misc]
+    """429: the key's limit (or its owner's pool) is spent. A Throttled, so DRF's own handler
+    answers 429 with Retry-After too; exception_handler adds the RateLimit fields and body."""
+
+    def __init__(self, error: RateLimitedError, realm: str) -> None:
+        super().__init__(wait=error.retry_after, detail=str(error))
+        self.error, self.realm = error, realm
+
+
 class ApiKeyUnavailable(exceptions.APIException):  # type: ignore[misc]
     """503: the key database cannot be asked (Retry-After: 5, no challenge)."""
 
@@ -144,6 +154,12 @@ class ApiKeyAuthentication(BaseAuthentication):  # type: ignore[misc]
             verifier.authorize(caller, asked)
         except InsufficientScopeError:
             pass  # recorded as a 403 for the missing scopes; the permissions answer it
+        except RateLimitedError as error:
+            # Limits are judged here, after the scopes (the verifier's one decision): a spent
+            # limit refuses the request before the view's permissions and throttles run.
+            raise ApiKeyLimited(error, verifier.realm) from None
+        except VerifierUnavailableError as error:  # the store of counts, failing closed
+            raise ApiKeyUnavailable(error, verifier.realm) from None
         return ApiKeyUser(caller), caller
 
     def authenticate_header(self, request: Request) -> str:
@@ -252,7 +268,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> HttpResponse |
     same as the middleware's, the 401 of a request with no key included (when the ApiKey
     challenge is the one DRF sends). Everything else goes to DRF's own handler.
     """
-    if isinstance(exc, ApiKeyRefused | ApiKeyUnavailable):
+    if isinstance(exc, ApiKeyRefused | ApiKeyUnavailable | ApiKeyLimited):
         return problem_response(exc.error, exc.realm)
     if isinstance(exc, exceptions.NotAuthenticated) and str(
         getattr(exc, "auth_header", "")

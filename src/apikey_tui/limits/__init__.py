@@ -2,7 +2,16 @@
 
 from apikey_tui.limits.decisions import ADMITTED, Admitted, Decision, Refused, Unavailable
 from apikey_tui.limits.limiter import LEASE_DEFAULT, Limiter, lease_size
-from apikey_tui.limits.model import AppliedLimit, Limit, format_limit, parse_limit, window_of
+from apikey_tui.limits.model import (
+    AppliedLimit,
+    Limit,
+    check_limits,
+    format_limit,
+    limits_of_text,
+    limits_text,
+    parse_limit,
+    window_of,
+)
 from apikey_tui.limits.modes import FailMode, Outage, parse_fail_mode
 from apikey_tui.limits.port import Grant, LimitStore
 
@@ -20,8 +29,11 @@ __all__ = [
     "Outage",
     "Refused",
     "Unavailable",
+    "check_limits",
     "format_limit",
     "lease_size",
+    "limits_of_text",
+    "limits_text",
     "parse_fail_mode",
     "parse_limit",
     "window_of",

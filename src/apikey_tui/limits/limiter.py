@@ -82,15 +82,52 @@ class Limiter:
         """
         leases = self._leases
         with self._lock:
+            if len(limits) == 1:  # the usual case, without the loops (a warm check's cost)
+                lease = leases.get(limits[0].key)
+                if lease is not None and lease.tokens > 0 and now < lease.deadline:
+                    lease.tokens -= 1
+                    return ADMITTED
+            else:
+                for applied in limits:
+                    lease = leases.get(applied.key)
+                    if lease is None or lease.tokens <= 0 or now >= lease.deadline:
+                        break
+                else:
+                    for applied in limits:
+                        leases[applied.key].tokens -= 1
+                    return ADMITTED
+        return self._admit_cold(limits, now)
+
+    def admit_local(self, limits: Sequence[AppliedLimit], now: float) -> Decision | None:
+        """admit without a store call: ADMITTED with tokens in hand, Refused for a window known
+        to be spent, the outage's answer while the store is left alone; None when only the
+        store can say (an event loop then asks `admit` in a thread)."""
+        decision = self._spend(limits, now)
+        if decision is not None:
+            return decision
+        with self._lock:
+            missing = self._missing(limits, now)
+            if isinstance(missing, Refused):
+                return missing
+            if missing is None:
+                for applied in limits:
+                    self._leases[applied.key].tokens -= 1
+                return ADMITTED
+            if now < self._down_until:
+                return self._during_outage(limits, now)
+        return None
+
+    def _spend(self, limits: Sequence[AppliedLimit], now: float) -> Decision | None:
+        """ADMITTED if every limit has a token in hand (one of each spent), else None."""
+        leases = self._leases
+        with self._lock:
             for applied in limits:
                 lease = leases.get(applied.key)
                 if lease is None or lease.tokens <= 0 or now >= lease.deadline:
-                    break
-            else:
-                for applied in limits:
-                    leases[applied.key].tokens -= 1
-                return ADMITTED
-        return self._admit_cold(limits, now)
+                    return None
+            for applied in limits:
+                leases[applied.key].tokens -= 1
+        return ADMITTED
 
     def _admit_cold(self, limits: Sequence[AppliedLimit], now: float) -> Decision:
         """Lease what is missing (one take per limit, outside the lock), then spend or refuse."""

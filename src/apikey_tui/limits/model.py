@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from itertools import pairwise
 
 from apikey_tui.errors import InvalidInputError
 from apikey_tui.names import format_duration, parse_duration
@@ -85,3 +87,43 @@ class AppliedLimit:
                 f"a limit's subject must be 1-{SUBJECT_MAX} printable characters"
             )
         object.__setattr__(self, "key", f"{self.subject}:{self.limit.seconds}")
+
+
+def key_subject(owner: str, name: str) -> str:
+    """The subject of a key's own limits: 'key:<owner>/<name>' (both secrets of a rotation,
+    and a key recreated under its name, count together)."""
+    return f"key:{owner}/{name}"
+
+
+def owner_subject(owner: str) -> str:
+    """The subject of an owner's pool, which every key of the owner draws from."""
+    return f"owner:{owner}"
+
+
+LIMITS_PER_SUBJECT = 8  # a key's (or an owner's) limits: each is a lease to hold per process
+
+
+def check_limits(limits: Iterable[Limit]) -> tuple[Limit, ...]:
+    """A subject's limits in their one order (shortest window first), or one clear line.
+
+    Two limits of one window would share one count (`AppliedLimit.key`), so they are refused.
+    """
+    ordered = tuple(sorted(limits, key=lambda limit: (limit.seconds, limit.count)))
+    if len(ordered) > LIMITS_PER_SUBJECT:
+        raise InvalidInputError(f"at most {LIMITS_PER_SUBJECT} limits; nothing was done")
+    for first, second in pairwise(ordered):
+        if first.seconds == second.seconds:
+            raise InvalidInputError(
+                f"limits {first} and {second} count in the same window; keep one"
+            )
+    return ordered
+
+
+def limits_text(limits: Iterable[Limit]) -> str | None:
+    """How the database holds a subject's limits: '10/s 600/m', or None for none."""
+    return " ".join(map(format_limit, check_limits(limits))) or None
+
+
+def limits_of_text(text: str | None) -> tuple[Limit, ...]:
+    """The limits a database text holds (`limits_text`); None or '' is none."""
+    return tuple(parse_limit(part) for part in (text or "").split())

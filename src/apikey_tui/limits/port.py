@@ -31,6 +31,11 @@ class LimitStore(Protocol):
         """Grant up to `want` tokens of limit_key's current window; see the class."""
         ...
 
+    def window_use(self, limit_key: str, window_seconds: int) -> tuple[int, float]:
+        """Tokens granted so far in limit_key's current window (by the store's clock), and
+        that window's end: what an admin is shown, never what decides a request."""
+        ...
+
     def forget_connections(self) -> None:
         """In a forked child: drop (never use, never close) the parent's connections."""
         ...

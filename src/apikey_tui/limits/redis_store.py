@@ -120,6 +120,24 @@ class RedisLimitStore:
         store_now = int(seconds) + int(micros) / 1_000_000
         return Grant(int(granted), float(ends), store_now, boot.decode())
 
+    def window_use(self, limit_key: str, window_seconds: int) -> tuple[int, float]:
+        """The window's count, read with the server's TIME (LimitStore.window_use)."""
+        import redis
+
+        try:
+            with self._client.pipeline(transaction=True) as pipe:
+                pipe.time()
+                pipe.hmget(f"{PREFIX}{{{limit_key}}}", "w", "used")
+                (seconds, _micros), (window, used) = pipe.execute()
+        except redis.RedisError as exc:
+            reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+            raise StoreUnavailableError(
+                f"limits store unavailable ({self._where}): {reason}"
+            ) from None
+        current = int(seconds) // window_seconds
+        count = int(used) if window is not None and int(window) == current else 0
+        return count, float((current + 1) * window_seconds)
+
     def forget_connections(self) -> None:
         """Park the parent's client (its sockets are the parent's) and connect anew."""
         park([self._client])

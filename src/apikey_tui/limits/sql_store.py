@@ -38,6 +38,7 @@ ON CONFLICT (limit_key, window_index) DO UPDATE SET
   used = c.used + {greatest}(0, {least}(:want, :n - c.used))
 RETURNING last_grant
 """
+_USED = "SELECT used FROM apikey_tui_limit_count WHERE limit_key = :key AND window_index = :window"
 _PRUNE = "DELETE FROM apikey_tui_limit_count WHERE ends_at < :before"
 
 
@@ -79,6 +80,14 @@ class SqlLimitStore:
                     granted = int(found.scalar_one())
                 self._prune(conn, now)
         return Grant(granted, ends, now, boot)
+
+    def window_use(self, limit_key: str, window_seconds: int) -> tuple[int, float]:
+        """The window's count, by the store's clock (LimitStore.window_use)."""
+        with database_errors(self._engine), self._engine.connect() as conn:
+            now = self._now(conn)
+            window = int(now // window_seconds)
+            found = conn.execute(text(_USED), {"key": limit_key, "window": window}).scalar()
+        return int(found or 0), float((window + 1) * window_seconds)
 
     def _now(self, conn: Connection) -> float:
         if self._postgres:

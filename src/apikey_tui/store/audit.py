@@ -50,21 +50,23 @@ def record(
     detail: str = "",
     also: Iterable[str | None] = (),
     batch: str | None = None,
+    owner: str | None = None,
 ) -> None:
     """Add an event to session's transaction: it is recorded if and when that commits.
 
     A change to a key also appends the ids it touched (the key's, its previous one's, and
-    `also`: ids the change retired) to the change log, in the same transaction. batch: the
-    id of the bulk change this event is part of (`new_batch`), kept in the detail.
+    `also`: ids the change retired, or for a change to an owner the ids of its keys) to the
+    change log, in the same transaction. batch: the id of the bulk change this event is part of
+    (`new_batch`), kept in the detail. owner: the owner an event without a key is about.
     """
     # Verifiers are told of every event (PostgreSQL); the change log lists the ids it touched.
-    ids = [key.public_id, key.old_public_id, *also] if key is not None else []
+    ids = [key.public_id, key.old_public_id, *also] if key is not None else list(also)
     announce(session, ids, ctx.clock())
     session.add(
         EventRow(
             at=ctx.clock(),
             action=action,
-            owner=key.owner if key else None,
+            owner=key.owner if key else owner,
             key_name=key.name if key else None,
             public_id=key.public_id if key else None,
             scope=scope,

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from sqlmodel import Session
 
 from apikey_tui.errors import InvalidInputError, KeyStateError
+from apikey_tui.limits.model import Limit, check_limits, limits_text
 from apikey_tui.names import check_reason
 from apikey_tui.store import audit, catalog, lifecycle
 from apikey_tui.store.context import StoreContext
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 
 # What an undo restores exactly (expiry, disabled state, scopes): a deletion, a rotation or an
 # ended grace changed what it cannot put back. The app offers undo for these alone.
-UNDOABLE = frozenset({"disable", "enable", "set expiry", "set scopes"})
+UNDOABLE = frozenset({"disable", "enable", "set expiry", "set scopes", "set limits"})
 BULK_MAX = 1000  # keys one batch may touch: one transaction holds every row's lock
 
 
@@ -125,6 +126,17 @@ def set_scopes(ctx: StoreContext, keys: Sequence[KeyInfo], scopes: Iterable[str]
     )
 
 
+def set_limits(ctx: StoreContext, keys: Sequence[KeyInfo], limits: Iterable[Limit]) -> Batch:
+    """Give every key exactly these limits (none lifts them); checked once for all."""
+    wanted = check_limits(limits)
+    return _run(
+        ctx,
+        "set limits",
+        keys,
+        lambda s, k, b: lifecycle.set_limits_in(ctx, s, k.owner, k.name, wanted, k.public_id, b),
+    )
+
+
 def end_grace(ctx: StoreContext, keys: Sequence[KeyInfo]) -> Batch:
     """End every key's grace (refused whole if one has no previous secret in grace)."""
     return _run(
@@ -182,11 +194,12 @@ def _same(now: KeyInfo, then: KeyInfo) -> bool:
         and now.expires_at == then.expires_at
         and now.disabled_at == then.disabled_at
         and now.disabled_reason == then.disabled_reason
+        and now.limits == then.limits
     )
 
 
 def restore(ctx: StoreContext, done: Batch) -> Batch:
-    """Undo a batch: put back each key's expiry, disabled state and scopes exactly as before.
+    """Undo a batch: put back each key's expiry, disabled state, scopes and limits as before.
 
     One transaction, one new batch id; each key gets a key.restore event naming the batch it
     undoes. Refused whole (KeyStateError) if a key changed since the batch: an undo must
@@ -208,6 +221,7 @@ def restore(ctx: StoreContext, done: Batch) -> Batch:
             raise KeyStateError(lifecycle.leaked_refusal(key.owner, key.name, "restored"))
         row.expires_at = key.expires_at
         row.disabled_at, row.disabled_reason = key.disabled_at, key.disabled_reason
+        row.limits = limits_text(key.limits)
         session.add(row)
         if now.scopes != key.scopes:  # a disable, enable or expiry left them as they were
             gone = set(key.scopes) - set(catalog.names_in(session))

@@ -11,14 +11,21 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, bindparam, func, or_, text, update
+from sqlalchemy import Engine, Table, bindparam, func, or_, text, update
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col
 
 from apikey_tui.clock import Clock, system_clock
 from apikey_tui.db import WRITE, database_errors
-from apikey_tui.db.models import KeyRow, UsageBatchTable, UsageTable, usage_minute
+from apikey_tui.db.models import (
+    KeyRow,
+    OwnerLimitRow,
+    UsageBatchTable,
+    UsageTable,
+    usage_minute,
+)
 from apikey_tui.hashing import SecretHasher
+from apikey_tui.limits.model import Limit, limits_of_text
 from apikey_tui.store import change_log
 from apikey_tui.store.change_log import Change as Change  # the verifier's view of a change
 from apikey_tui.store.context import StoreContext
@@ -73,11 +80,15 @@ class Credential:
     fingerprint: str | None = field(default=None, repr=False)
     expires_at: datetime | None = None
     disabled: bool = False
+    # Limits (schema version 9): the key's own are info.limits; its owner's pool is here.
+    owner_limits: tuple[Limit, ...] = ()
 
     def works(self, now: datetime) -> bool:
         """Whether this secret works at now (`records.secret_works`)."""
         return secret_works(self.disabled, self.expires_at, now)
 
+
+OWNER_LIMIT_TABLE: Table = OwnerLimitRow.__table__  # type: ignore[attr-defined]
 
 # Built once: on SQLite, building a select() costs more than running it.
 _CREDENTIAL = (
@@ -88,8 +99,13 @@ _CREDENTIAL = (
         KEY_TABLE.c.old_secret_hash,
         KEY_TABLE.c.old_fingerprint,
         SCOPE_TABLE.c.scope,
+        OWNER_LIMIT_TABLE.c.limits.label("owner_limits"),
     )
-    .select_from(KEY_TABLE.outerjoin(SCOPE_TABLE, SCOPE_TABLE.c.key_id == KEY_TABLE.c.id))
+    .select_from(
+        KEY_TABLE.outerjoin(SCOPE_TABLE, SCOPE_TABLE.c.key_id == KEY_TABLE.c.id).outerjoin(
+            OWNER_LIMIT_TABLE, OWNER_LIMIT_TABLE.c.owner == KEY_TABLE.c.owner
+        )
+    )
     .where(
         or_(
             KEY_TABLE.c.public_id == bindparam("pid"), KEY_TABLE.c.old_public_id == bindparam("pid")
@@ -137,13 +153,14 @@ class CredentialReads(StoreContext):
         now = self.clock()
         info = key_info(r, scopes, now, public_id=public_id)
         disabled = r.disabled_at is not None
+        pool = limits_of_text(r.owner_limits)
         if r.public_id == public_id:
-            return Credential(info, r.secret_hash, r.fingerprint, r.expires_at, disabled)
+            return Credential(info, r.secret_hash, r.fingerprint, r.expires_at, disabled, pool)
         if not in_grace(r.old_public_id, r.grace_until, now) or r.old_secret_hash is None:
             return None  # the previous secret's grace has ended
         assert r.grace_until is not None
         until = previous_until(r.expires_at, r.grace_until)
-        return Credential(info, r.old_secret_hash, r.old_fingerprint, until, disabled)
+        return Credential(info, r.old_secret_hash, r.old_fingerprint, until, disabled, pool)
 
     def key_count(self) -> int:
         """How many keys there are (to size the verifier's key index)."""

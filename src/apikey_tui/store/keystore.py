@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from apikey_tui.clock import Clock, system_clock
 from apikey_tui.db import ensure_schema, make_engine
 from apikey_tui.hashing import SecretHasher
+from apikey_tui.limits.model import Limit
 from apikey_tui.names import format_duration
 from apikey_tui.store import (
     audit,
@@ -20,6 +21,7 @@ from apikey_tui.store import (
     catalog,
     leaks,
     lifecycle,
+    owner_limits,
     policy,
     queries,
     rightsizing,
@@ -29,6 +31,7 @@ from apikey_tui.store import (
 from apikey_tui.store.bulk import Batch
 from apikey_tui.store.credentials import Credential, CredentialReads
 from apikey_tui.store.lifecycle import Deliver
+from apikey_tui.store.owner_limits import OwnerLimits
 from apikey_tui.store.queries import Cancel
 from apikey_tui.store.rightsizing import Proposal, Rightsizing
 from apikey_tui.store.types import (
@@ -81,9 +84,15 @@ class KeyStore(CredentialReads):
         *,
         expires: Expiry | None = None,
         deliver: Deliver | None = None,
+        limits: Iterable[Limit] = (),
     ) -> CreatedKey:
-        """Create a key; return it with its plaintext, shown once (`lifecycle.create_key`)."""
-        return lifecycle.create_key(self, owner, name, scopes, expires=expires, deliver=deliver)
+        """Create a key; return it with its plaintext, shown once (`lifecycle.create_key`).
+
+        limits: the key's own (N/DURATION each, one per window length; none by default).
+        """
+        return lifecycle.create_key(
+            self, owner, name, scopes, expires=expires, deliver=deliver, limits=limits
+        )
 
     def delete_key(
         self, owner: str, name: str, *, expected_public_id: str | None = None
@@ -210,6 +219,29 @@ class KeyStore(CredentialReads):
     def set_scopes_of_keys(self, keys: Sequence[KeyInfo], scopes: Iterable[str]) -> Batch:
         """Give every key exactly these scopes; refused whole if one changed meanwhile."""
         return bulk.set_scopes(self, keys, scopes)
+
+    def set_limits_of_keys(self, keys: Sequence[KeyInfo], limits: Iterable[Limit]) -> Batch:
+        """Give every key exactly these limits (none lifts them); undone like scopes."""
+        return bulk.set_limits(self, keys, limits)
+
+    # --- owners' limits: one pool for all of an owner's keys (`owner_limits`) ----------------
+
+    def owner_limits(self, owner: str) -> tuple[Limit, ...]:
+        """The owner's limits (a pool its keys share); empty when it has none."""
+        return owner_limits.owner_limits(self, owner)
+
+    def set_owner_limits(self, owner: str, limits: Iterable[Limit]) -> OwnerLimits:
+        """Give an owner exactly these limits (none lifts them); audited, undone by
+        `undo_owner_limits`."""
+        return owner_limits.set_owner_limits(self, owner, limits)
+
+    def undo_owner_limits(self, done: OwnerLimits) -> OwnerLimits:
+        """Put an owner's limits back as they were before `done` (refused if changed since)."""
+        return owner_limits.restore_owner_limits(self, done)
+
+    def owners_with_limits(self) -> dict[str, tuple[Limit, ...]]:
+        """Every owner that has limits, with them."""
+        return owner_limits.owners_with_limits(self)
 
     def end_grace_of_keys(self, keys: Sequence[KeyInfo]) -> Batch:
         """End every key's grace; refused whole if one has no previous secret in grace."""

@@ -18,6 +18,7 @@ from apikey_tui.db import FOREIGN_KEY, UNIQUE, Conflicts
 from apikey_tui.db.models import KeyRow, KeyScopeRow, PreviousIdRow
 from apikey_tui.errors import DuplicateKeyNameError, InvalidInputError, KeyStateError
 from apikey_tui.hashing import fingerprint
+from apikey_tui.limits.model import Limit, limits_text
 from apikey_tui.names import (
     check_key_name,
     check_owner,
@@ -57,6 +58,7 @@ def create_key(
     *,
     expires: Expiry | None = None,
     deliver: Deliver | None = None,
+    limits: Iterable[Limit] = (),
 ) -> CreatedKey:
     """Create a key; return it with its plaintext, which is shown once and never stored.
 
@@ -69,6 +71,7 @@ def create_key(
     check_owner(owner)
     check_key_name(name)
     wanted = catalog.wanted_scopes(scopes)
+    stored_limits = limits_text(limits)
     parts, plaintext = keyformat.generate()
     # Hash before the transaction: argon2 work must not hold the database's write lock.
     secret_hash = ctx.hasher.hash(parts.secret)
@@ -80,6 +83,7 @@ def create_key(
         secret_hash=secret_hash,
         fingerprint=fingerprint(parts.public_id, parts.secret),
         created_at=now,
+        limits=stored_limits,
     )
     conflicts = {
         UNIQUE: lambda: DuplicateKeyNameError(owner, name),
@@ -94,6 +98,8 @@ def create_key(
         session.add_all(KeyScopeRow(key_id=row.id, scope=s) for s in wanted)
         info = key_info(row, wanted, now)
         detail = f"scopes: {' '.join(wanted)}" + policy.expiry_note(row.expires_at)
+        if stored_limits:
+            detail += f"; limits: {stored_limits}"
         audit.record(ctx, session, "key.create", info, detail=detail)
         if deliver is not None:
             deliver(CreatedKey(info, plaintext))
@@ -421,6 +427,29 @@ def set_scopes_in(
     info = key_info(row, wanted, ctx.clock())
     detail = f"scopes: {' '.join(wanted)}"
     audit.record(ctx, session, "key.rescope", info, detail=detail, batch=batch)
+    return info
+
+
+def set_limits_in(
+    ctx: StoreContext,
+    session: Session,
+    owner: str,
+    name: str,
+    limits: tuple[Limit, ...],
+    expected_public_id: str | None,
+    batch: str | None = None,
+) -> KeyInfo:
+    """Give a key exactly these limits (checked: `check_limits`; none lifts them) inside
+    session's transaction; one key.limits event, which reaches the change log (the caller
+    commits)."""
+    row = key_row(session, owner, name, lock=True, expected_public_id=expected_public_id)
+    was = row.limits
+    row.limits = limits_text(limits)
+    session.add(row)
+    session.flush()
+    info = read_info(session, row, ctx.clock())
+    detail = f"limits: {row.limits or 'none'} (were {was or 'none'})"
+    audit.record(ctx, session, "key.limits", info, detail=detail, batch=batch)
     return info
 
 

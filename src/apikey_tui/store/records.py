@@ -11,6 +11,7 @@ from sqlmodel import Session, select
 
 from apikey_tui.db.models import KeyRow, KeyScopeRow
 from apikey_tui.errors import KeyChangedError, KeyNotFoundError
+from apikey_tui.limits.model import limits_of_text
 from apikey_tui.store.types import KeyInfo
 
 KEY_TABLE: Table = KeyRow.__table__  # type: ignore[attr-defined]
@@ -31,6 +32,7 @@ INFO_COLUMNS: tuple[Column[Any], ...] = tuple(
         "disabled_reason",
         "old_public_id",
         "grace_until",
+        "limits",
     )
 )
 
@@ -85,6 +87,7 @@ def key_info(
         disabled_reason=row.disabled_reason,
         old_public_id=row.old_public_id if grace else None,
         grace_until=row.grace_until if grace else None,
+        limits=limits_of_text(row.limits),
     )
 
 

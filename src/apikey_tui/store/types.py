@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from apikey_tui.config import current_user, ssh_client_address
+from apikey_tui.limits.model import Limit
 from apikey_tui.names import DESCRIPTION_MAX, printable
 
 SORTS = ("owner", "name", "state", "expires", "public_id", "scopes", "created", "last_used")
@@ -55,6 +56,9 @@ class KeyInfo:
     disabled_reason: str | None = None
     old_public_id: str | None = None
     grace_until: datetime | None = None
+    # Limits (schema version 9): the key's own, shortest window first. Its owner's pool, if
+    # any, applies too (`KeyStore.owner_limits`).
+    limits: tuple[Limit, ...] = ()
 
     @property
     def disabled(self) -> bool:
@@ -96,6 +100,7 @@ class KeyInfo:
             "disabled_reason": self.disabled_reason,
             "old_public_id": self.old_public_id,
             "grace_until": _iso(self.grace_until),
+            "limits": [str(limit) for limit in self.limits],
         }
 
 

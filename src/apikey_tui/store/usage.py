@@ -27,6 +27,8 @@ from apikey_tui.db.models import (
     USAGE_ALLOWED,
     USAGE_EPOCH,
     USAGE_FORBIDDEN,
+    USAGE_KINDS,
+    USAGE_LIMITED,
     USAGE_WRONG_SECRET,
     PreviousIdRow,
     UsageTable,
@@ -128,12 +130,14 @@ class SecretUse:
 
 @dataclass(frozen=True)
 class UsagePoint:
-    """One period of a series: requests allowed, refused with 403, and wrong secrets in it."""
+    """One period of a series: requests allowed, refused with 403, wrong secrets, and refused
+    with 429 (a limit spent) in it."""
 
     start: datetime
     allowed: int = 0
     forbidden: int = 0
     wrong_secret: int = 0
+    limited: int = 0
 
 
 @dataclass(frozen=True)
@@ -157,6 +161,8 @@ class KeyUsage:
     daily: tuple[UsagePoint, ...]
     hourly: tuple[UsagePoint, ...]
     secrets: tuple[SecretUse, ...] = ()
+    # Requests refused with 429 in the window, per limit ('key:600/m': how often it was spent).
+    limited: tuple[tuple[str, int], ...] = ()
 
     @property
     def old_secrets(self) -> tuple[SecretUse, ...]:
@@ -177,12 +183,14 @@ class KeyUsage:
             "scopes": [s.to_json() for s in self.scopes],
             "forbidden": [f.to_json() for f in self.forbidden],
             "wrong_secret": self.wrong_secret,
+            "limited": [{"limit": name, "requests": n} for name, n in self.limited],
             "daily": [
                 {
                     "day": p.start.date().isoformat(),
                     "allowed": p.allowed,
                     "forbidden": p.forbidden,
                     "wrong_secret": p.wrong_secret,
+                    "limited": p.limited,
                 }
                 for p in self.daily
             ],
@@ -209,6 +217,7 @@ class KeyActivity:
     old_allowed: int = 0
     old_forbidden: int = 0
     old_wrong_secret: int = 0
+    limited: int = 0  # refused with 429 (schema version 9)
 
 
 @dataclass(frozen=True)
@@ -219,6 +228,7 @@ class UsageOverview:
     busiest: tuple[KeyActivity, ...]
     forbidden: tuple[KeyActivity, ...]
     wrong_secret: tuple[KeyActivity, ...]
+    limited: tuple[KeyActivity, ...] = ()  # keys refused with 429: a limit was spent
 
 
 # --- reads -------------------------------------------------------------------------------------
@@ -303,13 +313,14 @@ def key_usage(
     counts: dict[str, int] = dict.fromkeys(scopes, 0)
     newest: dict[str, int] = {}
     refused: dict[str, int] = {}
+    limited: dict[str, int] = {}
     requests = wrong = 0
     # Per public id: requests of each kind in the window, and the newest period with any.
     per_id: dict[str, list[int]] = {}
     seen: dict[str, int] = {}
     for public_id, kind, scope_set, in_window, latest in totals:
         in_window = int(in_window or 0)
-        per_id.setdefault(public_id, [0, 0, 0])[kind] += in_window
+        per_id.setdefault(public_id, [0, 0, 0, 0])[kind] += in_window
         seen[public_id] = max(seen.get(public_id, latest), latest)
         if kind == USAGE_ALLOWED:
             requests += in_window
@@ -320,12 +331,14 @@ def key_usage(
             refused[scope_set] = refused.get(scope_set, 0) + in_window
         elif kind == USAGE_WRONG_SECRET:
             wrong += in_window
+        elif kind == USAGE_LIMITED and in_window:
+            limited[scope_set] = limited.get(scope_set, 0) + in_window
     forbidden = [ForbiddenUse(tuple(s.split()), n) for s, n in refused.items()]
     secrets: list[SecretUse] = []
     for public_id, replaced_at in [(row.public_id, None), *earlier]:
         if replaced_at is not None and public_id not in seen:
             continue  # an old secret is listed only with something kept
-        allowed, refused_n, wrong_n = per_id.get(public_id, [0, 0, 0])
+        allowed, refused_n, wrong_n, _limited = per_id.get(public_id, [0, 0, 0, 0])
         when = moment_of(seen[public_id]) if public_id in seen else None
         secrets.append(SecretUse(public_id, replaced_at, allowed, refused_n, wrong_n, when))
     uses = tuple(
@@ -336,7 +349,17 @@ def key_usage(
     daily = _series(series, first, last - last % DAY, DAY)
     hourly = _series(series, hour_start, last - last % HOUR, HOUR)
     return KeyUsage(
-        info, since, now, requests, uses, tuple(forbidden), wrong, daily, hourly, tuple(secrets)
+        info,
+        since,
+        now,
+        requests,
+        uses,
+        tuple(forbidden),
+        wrong,
+        daily,
+        hourly,
+        tuple(secrets),
+        tuple(sorted(limited.items(), key=lambda item: (-item[1], item[0]))),
     )
 
 
@@ -393,7 +416,7 @@ def _series(
     of its start.
     """
     count = (last - first) // step + 1
-    cells = [[0, 0, 0] for _ in range(count)]
+    cells = [[0, 0, 0, 0] for _ in range(count)]
     for minute, kind, requests in rows:
         index = (minute - first) // step
         if 0 <= index < count:
@@ -408,7 +431,8 @@ def overview(
     limit: int = 20,
     owner: str | None = None,
 ) -> UsageOverview:
-    """The busiest keys, the keys refused with 403 and those given wrong secrets, in the window.
+    """The busiest keys, the keys refused with 403, those given wrong secrets and those refused
+    with 429 (a limit spent), in the window.
 
     Per list, one grouped query over the window's rows of its kind (the window index, which
     holds what it sums: the table is not read) that keeps its largest totals, then reads of the
@@ -446,7 +470,7 @@ def overview(
         if owner is not None:
             parameters["owner"] = owner
         lists: dict[int, list[str]] = {}
-        for kind in (USAGE_ALLOWED, USAGE_FORBIDDEN, USAGE_WRONG_SECRET):
+        for kind in USAGE_KINDS:
             found_ids = conn.execute(query, {**parameters, "kind": kind}).scalars()
             lists[kind] = list(found_ids)
         named = {p for entries in lists.values() for p in entries}
@@ -455,7 +479,7 @@ def overview(
         counts = _totals(conn, every_id, first)
         missing = _missing(conn, every_id, first)
     result: list[tuple[KeyActivity, ...]] = []
-    for kind in (USAGE_ALLOWED, USAGE_FORBIDDEN, USAGE_WRONG_SECRET):
+    for kind in USAGE_KINDS:
         found: list[KeyActivity] = []
         seen: set[str] = set()
         for public_id in lists[kind]:
@@ -464,8 +488,8 @@ def overview(
                 continue
             info = key.info
             seen.add(info.public_id)
-            sums = [sum(counts.get((i, k), 0) for i in key.ids) for k in range(3)]
-            old = [sum(counts.get((i, k), 0) for i in key.ids[1:]) for k in range(3)]
+            sums = [sum(counts.get((i, k), 0) for i in key.ids) for k in USAGE_KINDS]
+            old = [sum(counts.get((i, k), 0) for i in key.ids[1:]) for k in USAGE_KINDS]
             gaps = _merged(m for i in key.ids for m in missing.get(i, ()))
             found.append(
                 KeyActivity(
@@ -479,10 +503,11 @@ def overview(
                     old_allowed=old[0],
                     old_forbidden=old[1],
                     old_wrong_secret=old[2],
+                    limited=sums[3],
                 )
             )
         # Ranked by the key's own total (a key's use may be split between its secrets).
-        total = attrgetter(("allowed", "forbidden", "wrong_secret")[kind])
+        total = attrgetter(("allowed", "forbidden", "wrong_secret", "limited")[kind])
         found.sort(key=lambda a: -total(a))
         result.append(tuple(found))
     return UsageOverview(since, *result)

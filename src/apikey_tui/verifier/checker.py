@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Collection, Generator, Iterable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -24,12 +24,15 @@ from apikey_tui.errors import (
     AuthError,
     InsufficientScopeError,
     InvalidKeyError,
+    LimitsUnavailableError,
+    RateLimitedError,
     SchemaVersionError,
     StoreUnavailableError,
     VerifierUnavailableError,
 )
 from apikey_tui.hashing import SecretHasher, fingerprint
 from apikey_tui.keyformat import ParsedKey
+from apikey_tui.limits import ADMITTED, LEASE_DEFAULT, AppliedLimit, FailMode
 from apikey_tui.store.credentials import Change, Credential, credential_source
 from apikey_tui.verifier.authorization import parse_key, split_credentials
 from apikey_tui.verifier.changes import ChangeFeed
@@ -44,6 +47,7 @@ from apikey_tui.verifier.key_index import KeyIndex, Verdict
 from apikey_tui.verifier.last_used import LastUsedWriter
 from apikey_tui.verifier.metrics import VerifierStats
 from apikey_tui.verifier.port import CredentialSource
+from apikey_tui.verifier.restrictions import Restrictions, applied_limits, refusal
 from apikey_tui.verifier.use_counts import DEFAULT_LIMIT, HASHABLE, UseCounts
 
 __all__ = ["Caller", "Verifier"]
@@ -61,12 +65,17 @@ _SYNC = object()  # the CheckGate key of a change-log read: one at a time, share
 
 @dataclass(frozen=True, slots=True)
 class Caller:
-    """Who is calling: the key's owner, name, public id and scopes."""
+    """Who is calling: the key's owner, name, public id and scopes.
+
+    limits: the limits each of its requests must have room in (the key's own, then its owner's
+    pool), held here so a warm check reads them with the key (`verifier.restrictions`).
+    """
 
     owner: str
     key_name: str
     public_id: str
     scopes: frozenset[str]
+    limits: tuple[AppliedLimit, ...] = field(default=(), compare=False, repr=False)
 
 
 @dataclass(slots=True)
@@ -115,6 +124,10 @@ class Verifier:
         record_usage: bool = True,
         usage_limit: int = DEFAULT_LIMIT,
         clock: Clock = system_clock,
+        limits_url: str | None = None,
+        limits_fail: FailMode | str | None = None,
+        limits_processes: int | None = None,
+        limits_lease: int = LEASE_DEFAULT,
     ) -> None:
         if revocation_bound < 0:
             raise ValueError("revocation_bound must be 0 (always ask) or more seconds")
@@ -122,6 +135,17 @@ class Verifier:
         # The one wall clock, for expiry and the end of a grace (the inner store reads it too).
         self._clock = clock
         self._engine = engine
+        # Limits count in a Redis-protocol server (limits_url, else APIKEY_TUI_LIMITS_URL) or
+        # else in the key database (its own transactions: the engine before autocommit).
+        self.restrictions = Restrictions.build(
+            engine,
+            limits_url=limits_url,
+            fail=limits_fail,
+            processes=limits_processes,
+            lease=limits_lease,
+            clock=clock,
+        )
+        self._limiter = self.restrictions.limiter
         if engine.dialect.name == "postgresql":
             # Reads in autocommit: a cold check is one SELECT, not BEGIN + SELECT + ROLLBACK.
             engine = engine.execution_options(isolation_level="AUTOCOMMIT")
@@ -206,7 +230,15 @@ class Verifier:
         verify_async only on None. Raises InsufficientScopeError like verify.
         """
         caller = self._warm(authorization)
-        return None if caller is None else self.authorize(caller, required_scopes)
+        if caller is None:
+            return None
+        if not caller.limits:
+            return self.authorize(caller, required_scopes)
+        self._scoped(caller, required_scopes)
+        # A limit whose lease is spent needs the store: that is verify_async's, in a thread.
+        if not self._limited(caller, local=True):
+            return None
+        return self.authorize(caller, required_scopes, True)
 
     def verify(self, authorization: str | None, required_scopes: Collection[str] = ()) -> Caller:
         """Return the caller, or raise an AuthError that knows its HTTP answer."""
@@ -253,7 +285,13 @@ class Verifier:
                     work = steps.send(await self._gate.wait_async(work, deadline))
             except StopIteration as done:
                 caller: Caller = done.value
-        return self.authorize(caller, required_scopes)
+        if not caller.limits:
+            return self.authorize(caller, required_scopes)
+        self._scoped(caller, required_scopes)
+        if not self._limited(caller, local=True):  # the store's answer, never on the loop
+            work = self._gate.submit(object(), lambda: self._limited(caller), inline=False)
+            await self._gate.wait_async(work, time.monotonic() + self._gate.timeout)
+        return self.authorize(caller, required_scopes, True)
 
     @contextmanager
     def _refusals(self) -> Iterator[None]:
@@ -378,15 +416,23 @@ class Verifier:
         self.stats.hits += 1  # the warm path's only metrics cost: a plain int
         return entry.caller
 
-    def authorize(self, caller: Caller, required: Collection[str]) -> Caller:
-        """The caller if it holds every required scope, else InsufficientScopeError (403);
-        either way one request of this key is recorded (`verify` calls it; see `identify`)."""
+    def authorize(
+        self, caller: Caller, required: Collection[str], _limits_spent: bool = False
+    ) -> Caller:
+        """The caller if it holds every required scope (else InsufficientScopeError, 403) and
+        its limits have room (else RateLimitedError, 429, or LimitsUnavailableError, 503: see
+        `verifier.restrictions`); either way one request of this key is recorded (`verify`
+        calls it; see `identify`). Blocking only when a limit needs a new lease.
+
+        _limits_spent: internal, for cached and verify_async, which spent the limits already.
+        """
         if required and not caller.scopes.issuperset(required):
-            self.stats.forbidden += 1
-            missing = sorted(set(required) - caller.scopes)
-            if self._record:
-                self._uses.forbidden(caller.public_id, missing)
-            raise InsufficientScopeError(missing)
+            self._scoped(caller, required)
+        if caller.limits and not _limits_spent:
+            # Inline: the warm path of a limited key with tokens in hand (docs/reference/limits.md)
+            decision = self._limiter.admit(caller.limits, time.monotonic())
+            if decision is not ADMITTED:
+                self._refuse(caller, decision)
         if self._record:  # the warm path's only recording cost: two lookups and a C next()
             spelling = required if required.__class__ in HASHABLE else tuple(required)
             try:  # no thread switch inside this line: CPython hands the GIL over only at
@@ -396,6 +442,44 @@ class Verifier:
             except KeyError:  # this key's first such request here
                 self._uses.allowed(caller.public_id, spelling)
         return caller
+
+    def _scoped(self, caller: Caller, required: Collection[str]) -> None:
+        """Raise InsufficientScopeError (403, recorded) unless the caller holds required."""
+        if required and not caller.scopes.issuperset(required):
+            self.stats.forbidden += 1
+            missing = sorted(set(required) - caller.scopes)
+            if self._record:
+                self._uses.forbidden(caller.public_id, missing)
+            raise InsufficientScopeError(missing)
+
+    def _limited(self, caller: Caller, *, local: bool = False) -> bool:
+        """Spend a request of each of the caller's limits, or raise its refusal (429, 503).
+
+        local: never ask the store; False when only the store can say (nothing spent)."""
+        if local:
+            decision = self._limiter.admit_local(caller.limits, time.monotonic())
+            if decision is None:
+                return False
+        else:
+            decision = self._limiter.admit(caller.limits, time.monotonic())
+        if decision is not ADMITTED:
+            self._refuse(caller, decision)
+        return True
+
+    def _refuse(self, caller: Caller, decision: object) -> None:
+        """Count and raise a limit's refusal: 429 (recorded as its own kind) or 503."""
+        error = refusal(decision)  # type: ignore[arg-type]
+        assert error is not None
+        if isinstance(error, RateLimitedError):
+            self.stats.limited += 1
+            if self._record:
+                self._uses.limited(caller.public_id, error.policy)
+        elif isinstance(error, LimitsUnavailableError):
+            self.stats.limits_unavailable += 1
+            self._outage.warning(
+                "request limits cannot be checked (%s): answering 503", self.restrictions.where
+            )
+        raise error
 
     # --- in a CheckGate thread ----------------------------------------------------------------
 
@@ -553,7 +637,8 @@ class Verifier:
         scopes = frozenset(info.scopes)
         # Many keys share a few scope sets and owners: one object each saves ~250 bytes a key.
         scopes = self._scope_sets.setdefault(scopes, scopes)
-        return Caller(sys.intern(info.owner), info.name, info.public_id, scopes)
+        limits = applied_limits(stored)
+        return Caller(sys.intern(info.owner), info.name, info.public_id, scopes, limits)
 
     # --- resources ----------------------------------------------------------------------------
 

@@ -38,9 +38,11 @@ COUNTERS = (
     "invalid",
     "forbidden",
     "unavailable",
+    "limited",
+    "limits_unavailable",
 )
 # What a check ends in: the label values of apikey_tui_verifier_checks_total.
-OUTCOMES = ("ok", "missing", "malformed", "invalid", "forbidden", "unavailable")
+OUTCOMES = ("ok", "missing", "malformed", "invalid", "forbidden", "limited", "unavailable")
 
 
 class Timings:
@@ -127,6 +129,9 @@ class VerifierStats:
         self.database_errors = 0  # errors the database driver raised (any statement, connect)
         self.missing = self.malformed = self.invalid = 0
         self.forbidden = self.unavailable = 0
+        # A good key with its scopes refused by a limit: 429 (limited), or 503 because the store
+        # of counts failed and limits fail closed (limits_unavailable, an `unavailable` outcome).
+        self.limited = self.limits_unavailable = 0
         self._ok_high = 0  # the most ok checks outcomes() has reported
 
     def refused(self, error: AuthError) -> None:
@@ -152,7 +157,8 @@ class VerifierStats:
         highest value seen keeps it a counter (a drop would read as a reset); the extra one is
         absorbed by the next ok check.
         """
-        ok = self.hits + self.cold_answers - self.forbidden
+        refused = self.forbidden + self.limited + self.limits_unavailable
+        ok = self.hits + self.cold_answers - refused
         if ok > self._ok_high:
             self._ok_high = ok
         return {
@@ -161,7 +167,8 @@ class VerifierStats:
             "malformed": self.malformed,
             "invalid": self.invalid,
             "forbidden": self.forbidden,
-            "unavailable": self.unavailable,
+            "limited": self.limited,
+            "unavailable": self.unavailable + self.limits_unavailable,
         }
 
     def snapshot(self) -> dict[str, int]:

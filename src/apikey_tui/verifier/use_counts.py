@@ -33,6 +33,7 @@ from apikey_tui.db.models import (
     MINUTE,
     USAGE_ALLOWED,
     USAGE_FORBIDDEN,
+    USAGE_LIMITED,
     USAGE_WRONG_SECRET,
     usage_minute,
 )
@@ -158,6 +159,10 @@ class UseCounts:
     def wrong_secret(self, public_id: str) -> None:
         """One request presented this (known) public id with a wrong secret."""
         self._refusal(public_id, USAGE_WRONG_SECRET, "")
+
+    def limited(self, public_id: str, policy: str) -> None:
+        """One request refused with 429: the limit named by policy ('key:600/m') was spent."""
+        self._refusal(public_id, USAGE_LIMITED, policy)
 
     def _refusal(self, public_id: str, kind: int, scope: str) -> None:
         if len(self._noted) < self._backlog:

@@ -1,0 +1,119 @@
+"""Every restriction on a key's use beyond its scopes, decided in one place: today, its limits."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+
+from sqlalchemy import Engine
+
+from apikey_tui.clock import Clock, system_clock
+from apikey_tui.config import (
+    LIMITS_FAIL_ENV,
+    LIMITS_PROCESSES_ENV,
+    resolve_limits_url,
+)
+from apikey_tui.errors import InvalidInputError, LimitsUnavailableError, RateLimitedError
+from apikey_tui.limits import (
+    LEASE_DEFAULT,
+    Admitted,
+    AppliedLimit,
+    Decision,
+    FailMode,
+    Limiter,
+    Outage,
+    Refused,
+    parse_fail_mode,
+)
+from apikey_tui.limits.model import key_subject, owner_subject
+from apikey_tui.limits.where import open_store
+from apikey_tui.store.credentials import Credential
+
+Applied = tuple[AppliedLimit, ...]
+
+
+def applied_limits(stored: Credential) -> Applied:
+    """The limits a key's request must have room in: the key's own, then its owner's pool.
+
+    Both secrets of a rotation count as one key (`key_subject`); every key of an owner draws
+    from one pool (`owner_subject`).
+    """
+    info = stored.info
+    key = key_subject(info.owner, info.name)
+    own = tuple(AppliedLimit(key, limit) for limit in info.limits)
+    owner = owner_subject(info.owner)
+    return own + tuple(AppliedLimit(owner, limit) for limit in stored.owner_limits)
+
+
+def refusal(decision: Decision) -> RateLimitedError | LimitsUnavailableError | None:
+    """The answer to a limiter's decision: None to pass, else the error to raise."""
+    if isinstance(decision, Admitted):
+        return None
+    if isinstance(decision, Refused):
+        applied = decision.limit
+        of = applied.subject.partition(":")[0]
+        limit = applied.limit
+        return RateLimitedError(of, str(limit), limit.count, limit.seconds, decision.retry_after)
+    return LimitsUnavailableError(decision.retry_after)
+
+
+class Restrictions:
+    """Decides whether a key, already known good and holding its scopes, may make a request now.
+
+    Judged after the key and its scopes (a wrong key learns nothing of limits, a 401 or 403
+    consumes nothing). Limits come with the key's cached record (`Caller.limits`); an unlimited
+    key costs nothing here. The limiter leases tokens from the store of counts: a Redis-protocol
+    server (`limits_url`, `APIKEY_TUI_LIMITS_URL`) or else the key database.
+    """
+
+    def __init__(self, limiter: Limiter, where: str) -> None:
+        self.limiter = limiter
+        self.where = where  # the store of counts, password masked (for logs and errors)
+
+    @classmethod
+    def build(
+        cls,
+        engine: Engine,
+        *,
+        limits_url: str | None = None,
+        fail: FailMode | str | None = None,
+        processes: int | None = None,
+        lease: int = LEASE_DEFAULT,
+        clock: Clock = system_clock,
+    ) -> Restrictions:
+        """The restrictions of a verifier on `engine`: arguments first, then the environment
+        (APIKEY_TUI_LIMITS_URL, APIKEY_TUI_LIMITS_FAIL, APIKEY_TUI_LIMITS_PROCESSES). No
+        connection is made here."""
+        url = resolve_limits_url(limits_url)
+        if fail is None:
+            fail = os.environ.get(LIMITS_FAIL_ENV) or FailMode.CLOSED
+        mode = fail if isinstance(fail, FailMode) else parse_fail_mode(fail)
+        if processes is None:
+            text = os.environ.get(LIMITS_PROCESSES_ENV) or "1"
+            if not text.strip().isdigit():
+                raise InvalidInputError(
+                    f"{LIMITS_PROCESSES_ENV}={text[:20]!a} is not allowed: write a whole number"
+                )
+            processes = int(text)
+        store, where = open_store(engine, url, clock=clock)
+        outage = Outage(mode, processes)
+        return cls(Limiter(store, lease=lease, outage=outage, clock=clock), where)
+
+    def admit(self, limits: Sequence[AppliedLimit]) -> None:
+        """Pass, or raise RateLimitedError (429) or LimitsUnavailableError (503). Blocking: may
+        take a lease from the store (one round trip per lease, none while a window is spent)."""
+        error = refusal(self.limiter.admit(limits, time.monotonic()))
+        if error is not None:
+            raise error
+
+    def admit_local(self, limits: Sequence[AppliedLimit]) -> bool:
+        """admit without a store call: True if it passed, False if only the store can say
+        (an event loop then runs `admit` in a thread); raises like admit."""
+        decision = self.limiter.admit_local(limits, time.monotonic())
+        if decision is None:
+            return False
+        error = refusal(decision)
+        if error is not None:
+            raise error
+        return True
