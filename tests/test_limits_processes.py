@@ -110,7 +110,11 @@ def test_processes_sharing_a_store_never_admit_more_than_n_in_a_window(
     calls = sum(int(str(r["store_calls"])) for r in results)
     assert calls <= total * (1 / LEASE + 0.01), (calls, total)
     for result in results:
-        assert int(str(result["refused_with_a_call"])) <= 4
+        # Two per window the process saw (a loaded machine may stretch the run into a third).
+        seen = result["admitted"]
+        assert isinstance(seen, dict)
+        windows = max(2, len(seen) + len(result["straddling"]))  # type: ignore[arg-type]
+        assert int(str(result["refused_with_a_call"])) <= 2 * windows, (result, windows)
 
 
 @pytest.mark.slow

@@ -60,6 +60,17 @@ class Unbuilt:
     """
 
 
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Help lines wrapped at spaces only: a command's name is never cut at its hyphen
+    ('set-\nlimits'). argparse offers no option for it; _split_lines is its one hook, and
+    tests/test_cli_terminal.py (every keys action on the keys line) fails if it goes."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        import textwrap  # only when a help is shown
+
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+
 def build(
     root: Command, words: Collection[str] | None = None, *, width: int | None = None
 ) -> argparse.ArgumentParser:
@@ -74,7 +85,7 @@ def build(
 
     def formatter(prog: str) -> argparse.HelpFormatter:
         # Raw: the examples keep their layout; descriptions are wrapped below, at this width.
-        return argparse.RawDescriptionHelpFormatter(prog, width=room)
+        return _Formatter(prog, width=room)
 
     def make(record: Command, **kwargs: Any) -> Parser:
         examples = "\n".join(f"  {line}" for line in record.examples)
