@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import socket
@@ -11,6 +12,11 @@ import time
 from pathlib import Path
 
 from tests.throwaway_postgres import free_port
+
+# This process's environment without libfaketime (CI's time-dependent rerun preloads it).
+REAL_TIME_ENV = {
+    k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("FAKETIME")
+}
 
 
 class RedisServer:
@@ -40,6 +46,9 @@ class RedisServer:
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            # Real time for the server (its TIME decides windows), also when CI runs the
+            # suite under faketime: redis-server never came up with libfaketime preloaded.
+            env=REAL_TIME_ENV,
         )  # fmt: skip
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
@@ -50,6 +59,7 @@ class RedisServer:
                         return
             except OSError:
                 time.sleep(0.02)
+        self.kill()  # never leave a half-started server (or its Popen) behind
         raise RuntimeError("redis-server did not start")
 
     def kill(self) -> None:
