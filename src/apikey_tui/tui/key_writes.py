@@ -147,7 +147,9 @@ class KeyWrites:
             owner, name = request.owner, request.name
 
             def create(store: KeyStore) -> KeyCreated:
-                created = store.create_key(owner, name, request.scopes, expires=request.expires)
+                created = store.create_key(
+                    owner, name, request.scopes, expires=request.expires, limits=request.limits
+                )
                 return KeyCreated(created)
 
             self._run(
