@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import pytest
 from textual.widgets import Button, Input, Static
 
-from apikey_tui.limits import parse_limit
+from apikey_tui.limits import AppliedLimit, parse_limit
+from apikey_tui.limits.model import key_subject
+from apikey_tui.limits.where import open_store
 from apikey_tui.store import KeyStore
+from apikey_tui.tui.dialogs.ask_value import AskValueDialog
+from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.create_key import CreateKeyDialog
-from tests.tui.conftest import make_app
+from apikey_tui.tui.screens.key_detail import KeyDetailScreen
+from tests.tui.conftest import Toasts, make_app
 from tests.tui.test_app import SIZE, open_create, settle
+from tests.tui.test_views import open_detail, shown
 
 
 def text_of(widget: Static) -> str:
@@ -71,3 +78,104 @@ async def test_limits_the_store_refuses_reopen_the_dialog_with_the_form(
         await pilot.click("#create")
         await settle(pilot)
     assert tui_store.get_key("alice", "metered").limits == (parse_limit("10/m"),)
+
+
+# --- the key's detail ---------------------------------------------------------------------------
+
+
+def spend(store: KeyStore, subject: str, text: str, tokens: int) -> None:
+    """Grant `tokens` of a limit's current window, as verifiers' leases do."""
+    limit = parse_limit(text)
+    counts, _ = open_store(store.engine, None, clock=store.clock)
+    counts.take(AppliedLimit(subject, limit).key, limit.count, limit.seconds, tokens, "")
+
+
+async def test_the_detail_shows_each_limit_with_its_use_now(tui_store: KeyStore) -> None:
+    """The key's limits and its owner's pool each show the current window's use."""
+    tui_store.create_key("alice", "metered", ["project"], limits=[parse_limit("10/30d")])
+    tui_store.set_owner_limits("alice", [parse_limit("100/30d")])
+    spend(tui_store, key_subject("alice", "metered"), "10/30d", 9)
+    app = make_app(tui_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await open_detail(pilot)
+        fields = shown(app, "#detail-fields")
+        assert "Limits       10/30d (key) · 9 used (90 %) ⚠, window ends in" in fields
+        assert "             100/30d (owner's pool) · 0 used (0 %), window ends in" in fields
+
+
+async def test_an_unreachable_store_of_counts_says_use_unknown_in_one_line(
+    tui_store: KeyStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the counts' Redis down the detail opens, and one line says the use is unknown."""
+    monkeypatch.setenv("APIKEY_TUI_LIMITS_URL", "redis://127.0.0.1:1/0")
+    tui_store.create_key("alice", "metered", ["project"], limits=[parse_limit("10/s")])
+    tui_store.set_owner_limits("alice", [parse_limit("100/d")])
+    app = make_app(tui_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await open_detail(pilot)
+        lines = [x for x in shown(app, "#detail-fields").splitlines() if "10/s" in x]
+        assert len(lines) == 1
+        assert lines[0].startswith("Limits       10/s · owner's pool 100/d · use unknown: ")
+        assert isinstance(app.screen, KeyDetailScreen)
+
+
+async def test_l_edits_the_limits_audited_and_u_undoes_it(tui_store: KeyStore) -> None:
+    """L asks with the limits as they are; Set limits writes them (a key.limits event), and u
+    puts back exactly what the key had."""
+    tui_store.create_key("alice", "metered", ["project"], limits=[parse_limit("10/s")])
+    app = make_app(tui_store)
+    toasts = Toasts()
+    async with app.run_test(size=SIZE, message_hook=toasts.hook) as pilot:
+        await open_detail(pilot)
+        await pilot.press("L")
+        await pilot.pause()
+        dialog = app.screen
+        assert isinstance(dialog, AskValueDialog)
+        field = dialog.query_one(Input)
+        assert field.value == "10/s"
+        field.value = "600/m 10000/d"
+        await pilot.press("enter")
+        await settle(pilot)
+        assert [str(x) for x in tui_store.get_key("alice", "metered").limits] == [
+            "600/m",
+            "10000/d",
+        ]
+        assert tui_store.events(1)[0].action == "key.limits"
+        assert toasts.messages[-1] == (
+            "Key 'metered' of alice now has the limits 600/m 10000/d. Press u to undo."
+        )
+        assert isinstance(app.screen, KeyDetailScreen)
+        assert "600/m (key)" in shown(app, "#detail-fields")
+        assert shown(app, "#status").startswith("u undo limits change of metered of alice · ")
+        await pilot.press("u")
+        assert isinstance(app.screen, ConfirmDialog)
+        body = str(app.screen.query_one(".dialog-body", Static).render())
+        assert "its limits go back to 10/s (now 600/m 10000/d)" in body
+        await pilot.press("y")
+        await settle(pilot)
+    assert tui_store.get_key("alice", "metered").limits == (parse_limit("10/s"),)
+
+
+async def test_limits_the_store_refuses_in_the_detail_ask_again_as_typed(
+    tui_store: KeyStore,
+) -> None:
+    """Two limits of one window: the store refuses, and the dialog comes back with the text
+    and the reason; 'none' then lifts every limit."""
+    tui_store.create_key("alice", "metered", ["project"], limits=[parse_limit("10/s")])
+    app = make_app(tui_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await open_detail(pilot)
+        await pilot.press("L")
+        await pilot.pause()
+        app.screen.query_one(Input).value = "10/m 20/60s"
+        await pilot.press("enter")
+        await settle(pilot)
+        again = app.screen
+        assert isinstance(again, AskValueDialog), "the refused text is lost"
+        assert again.query_one(Input).value == "10/m 20/60s"
+        assert "same window" in " ".join(str(s.render()) for s in again.query(Static))
+        assert tui_store.get_key("alice", "metered").limits == (parse_limit("10/s"),)
+        again.query_one(Input).value = "none"
+        await pilot.press("enter")
+        await settle(pilot)
+    assert tui_store.get_key("alice", "metered").limits == ()

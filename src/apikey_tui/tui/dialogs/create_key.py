@@ -44,12 +44,22 @@ class NewKeyRequest:
     limits_text: str = ""  # what was typed for them, as expires_text
 
 
+def parse_limits(text: str) -> tuple[Limit, ...]:
+    """The limits typed for a key: N/DURATION words as `--limit` reads each, or none (or
+    blank) for none. The rules of a key's set of limits (one per window, at most 8) are the
+    store's: it refuses, and the dialog that asked comes back saying why."""
+    words = text.split()
+    if [word.lower() for word in words] == ["none"]:
+        return ()
+    if any(word.lower() == "none" for word in words):
+        raise InvalidInputError("give limits, or none alone")
+    return tuple(parse_limit(word) for word in words)
+
+
 def read_limits(text: str) -> tuple[tuple[Limit, ...], str | None]:
-    """(the limits text asks for, None) or ((), why not): blank is none; each word one
-    N/DURATION as `keys create --limit` reads it. The rules of a key's set of limits (one per
-    window, at most 8) are the store's: it refuses, and the dialog shows why under the field."""
+    """(the limits text asks for, None) or ((), why not): `parse_limits`, as the form checks."""
     try:
-        return tuple(parse_limit(word) for word in text.split()), None
+        return parse_limits(text), None
     except InvalidInputError as exc:
         return (), str(exc)
 
