@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from textual.widgets import Button, Input, Static
 
+from apikey_tui.db.models import MINUTE, USAGE_LIMITED, usage_minute
 from apikey_tui.limits import AppliedLimit, parse_limit
 from apikey_tui.limits.model import key_subject
 from apikey_tui.limits.where import open_store
@@ -13,8 +14,10 @@ from apikey_tui.tui.dialogs.ask_value import AskValueDialog
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.create_key import CreateKeyDialog
 from apikey_tui.tui.screens.key_detail import KeyDetailScreen
+from apikey_tui.tui.screens.usage import UsageScreen
 from tests.tui.conftest import Toasts, make_app
 from tests.tui.test_app import SIZE, open_create, settle
+from tests.tui.test_usage_app import record
 from tests.tui.test_views import open_detail, shown
 
 
@@ -99,8 +102,8 @@ async def test_the_detail_shows_each_limit_with_its_use_now(tui_store: KeyStore)
     async with app.run_test(size=SIZE) as pilot:
         await open_detail(pilot)
         fields = shown(app, "#detail-fields")
-        assert "Limits       10/30d (key) · 9 used (90 %) ⚠, window ends in" in fields
-        assert "             100/30d (owner's pool) · 0 used (0 %), window ends in" in fields
+        assert "Limits       10/30d (key) · 9 used (90 %) ⚠ · ends in" in fields
+        assert "             100/30d (owner's pool) · 0 used (0 %) · ends in" in fields
 
 
 async def test_an_unreachable_store_of_counts_says_use_unknown_in_one_line(
@@ -179,3 +182,46 @@ async def test_limits_the_store_refuses_in_the_detail_ask_again_as_typed(
         await pilot.press("enter")
         await settle(pilot)
     assert tui_store.get_key("alice", "metered").limits == ()
+
+
+# --- the Usage view -----------------------------------------------------------------------------
+
+
+async def test_usage_lists_keys_refused_with_429_and_keys_near_a_limit(
+    tui_store: KeyStore,
+) -> None:
+    """U lists the key refused with 429 (its count) and the keys and pools at 80 % or more of a
+    limit now, fullest first; a key at 70 % is not listed."""
+    metered = tui_store.create_key("alice", "metered", ["project"], limits=[parse_limit("5/30d")])
+    for name, used in (("busy", 9), ("calm", 7)):
+        tui_store.create_key("alice", name, ["project"], limits=[parse_limit("10/30d")])
+        spend(tui_store, key_subject("alice", name), "10/30d", used)
+    spend(tui_store, key_subject("alice", "metered"), "5/30d", 5)
+    now = usage_minute(tui_store.clock())
+    record(tui_store, [(metered.info.public_id, now, MINUTE, USAGE_LIMITED, "key:5/30d", 4)])
+    app = make_app(tui_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("U")
+        await settle(pilot)
+        assert isinstance(app.screen, UsageScreen)
+        assert shown(app, "#usage-limited") == "metered  4 refused (429)"
+        assert shown(app, "#usage-near").splitlines() == [
+            "metered  5/30d: 5 used (100 %)",
+            "busy     10/30d: 9 used (90 %)",
+        ]
+
+
+async def test_usage_says_use_unknown_when_the_store_of_counts_is_down(
+    tui_store: KeyStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the counts' Redis down the Usage view still opens; the near list says why not."""
+    monkeypatch.setenv("APIKEY_TUI_LIMITS_URL", "redis://127.0.0.1:1/0")
+    tui_store.create_key("alice", "metered", ["project"], limits=[parse_limit("5/30d")])
+    app = make_app(tui_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("U")
+        await settle(pilot)
+        assert shown(app, "#usage-near").startswith("use unknown: ")
+        assert shown(app, "#usage-busiest") != "Loading…"

@@ -123,7 +123,7 @@ ACTIONS: tuple[KeyAction, ...] = (
     ),
     KeyAction(
         "undo", "u", "Undo", "Undo",
-        "undo the last disable, enable, expiry, scopes or limits change", _BOTH,
+        "undo the last change of state, expiry, scopes or limits", _BOTH,
         footer=False,
     ),
     KeyAction(

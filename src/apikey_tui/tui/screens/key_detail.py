@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from rich.text import Text
@@ -112,19 +112,23 @@ def leak_rows(info: KeyInfo, leaks: list[Leak], now: datetime) -> list[tuple[str
 
 
 def limit_use_text(use: LimitUse, now: datetime) -> str:
-    """'600/m (key) · 12 used (2 %), window ends in 40 s'; the pool's as 'owner's pool'."""
+    """'600/m (key) · 12 used (2 %) · ends in 40 s' (its window); the pool's as 'owner's pool'; ⚠ at
+    80 % or more."""
     whose = "key" if use.of == "key" else "owner's pool"
     if use.used is None:
         return f"{use.limit} ({whose}) · use unknown"
     share = 100 * use.used // use.limit.count
     near = " ⚠" if use.near else ""
-    ends = f", window ends {relative(use.window_ends, now)}" if use.window_ends else ""
+    # A window ending within the minute has turned before anyone reads when it ends.
+    ends = ""
+    if use.window_ends is not None and use.window_ends - now >= timedelta(minutes=1):
+        ends = f" · ends {relative(use.window_ends, now)}"
     return f"{use.limit} ({whose}) · {use.used:,} used ({share} %){near}{ends}"
 
 
 def limit_rows(read: LimitUses, now: datetime, width: int = 200) -> list[tuple[str, str]]:
-    """One row per limit with its use now; when the store of counts cannot be asked, one row:
-    the limits, 'use unknown' and why (cut to width)."""
+    """One row per limit with its use now (each cut to width); when the store of counts cannot
+    be asked, one row: the limits, 'use unknown' and why."""
     if not read.uses:
         return [("Limits", "none · L sets them")]
     if read.unknown:
@@ -133,7 +137,8 @@ def limit_rows(read: LimitUses, now: datetime, width: int = 200) -> list[tuple[s
         limits = keys + (f" · owner's pool {pool}" if pool else "")
         return [("Limits", clip(f"{limits} · use unknown: {read.unknown}", width))]
     return [
-        ("Limits" if i == 0 else "", limit_use_text(use, now)) for i, use in enumerate(read.uses)
+        ("Limits" if i == 0 else "", clip(limit_use_text(use, now), width))
+        for i, use in enumerate(read.uses)
     ]
 
 
