@@ -17,8 +17,8 @@ if TYPE_CHECKING:
     from typing import Any, TextIO
 
     from apikey_tui.cli.records import Call
-    from apikey_tui.limits.model import Limit
-    from apikey_tui.store import KeyInfo, KeyStore
+    from apikey_tui.store import KeyInfo
+    from apikey_tui.store.limit_use import LimitUses
 
 
 EMPTY_HINT = "No keys. Create one with: apikey-tui keys create NAME --scope SCOPE"
@@ -60,26 +60,19 @@ def show(call: Call) -> int:
     store, args, owner = call.store(), call.args, call.owner
     info = store.get_key(owner, args.name)
     now = store.clock()
-    from apikey_tui.limits.model import key_subject, owner_subject
-
     pool = store.owner_limits(info.owner)
-    uses = limit_use(
-        store,
-        [("key", key_subject(info.owner, info.name), x) for x in info.limits]
-        + [("owner", owner_subject(info.owner), x) for x in pool],
-    )
+    uses = limit_use(store.limit_use(info))
     data = {**key_json(info, now), "owner_limits": [str(x) for x in pool], "limit_use": uses}
     return emit(args, data, lambda out: _print_key(info, out, now=now, uses=uses))
 
 
 def owner_show(call: Call) -> int:
     store, args = call.store(), call.args
-    from apikey_tui.limits.model import owner_subject
     from apikey_tui.names import check_owner
 
     owner = check_owner(args.owner_name)
     pool = store.owner_limits(owner)
-    uses = limit_use(store, [("owner", owner_subject(owner), x) for x in pool])
+    uses = limit_use(store.owner_limit_use(owner))
     keys = store.list_keys(owner)
     data = {"owner": owner, "limits": [str(x) for x in pool], "limit_use": uses,
             "keys": len(keys)}  # fmt: skip
@@ -92,44 +85,22 @@ def owner_show(call: Call) -> int:
     return emit(args, data, human)
 
 
-def limit_use(store: KeyStore, limits: list[tuple[str, str, Limit]]) -> list[dict[str, Any]]:
-    """Each limit with its use in the current window, read from the store of counts
-    ($APIKEY_TUI_LIMITS_URL, else the key database). Use counts the requests verifiers took
-    leases for (at most a lease per verifier process more than those admitted); None when
-    the store cannot say (one line on stderr: the rest is still shown)."""
-    if not limits:
-        return []
-    from datetime import UTC, datetime
-
-    from apikey_tui.config import resolve_limits_url
-    from apikey_tui.errors import StoreUnavailableError
-    from apikey_tui.limits.model import AppliedLimit
-    from apikey_tui.limits.where import open_store
-
-    counts, _ = open_store(store.engine, resolve_limits_url(None), clock=store.clock)
-    found: list[dict[str, Any]] = []
-    failed = False
-    for of, subject, limit in limits:
-        used: int | None = None
-        ends: str | None = None
-        if not failed:
-            try:
-                used, end = counts.window_use(AppliedLimit(subject, limit).key, limit.seconds)
-                ends = datetime.fromtimestamp(end, UTC).isoformat()
-            except StoreUnavailableError as exc:
-                print(f"apikey-tui: limits' use unknown: {exc}", file=sys.stderr)
-                failed = True
-        found.append(
-            {
-                "limit": str(limit),
-                "of": of,
-                "count": limit.count,
-                "window_seconds": limit.seconds,
-                "used": used,
-                "window_ends": ends,
-            }
-        )
-    return found
+def limit_use(read: LimitUses) -> list[dict[str, Any]]:
+    """Each limit with its use in the current window (`KeyStore.limit_use`) as JSON; used is
+    None when the store of counts cannot say (one line on stderr: the rest is still shown)."""
+    if read.unknown:
+        print(f"apikey-tui: limits' use unknown: {read.unknown}", file=sys.stderr)
+    return [
+        {
+            "limit": str(use.limit),
+            "of": use.of,
+            "count": use.limit.count,
+            "window_seconds": use.limit.seconds,
+            "used": use.used,
+            "window_ends": None if use.window_ends is None else use.window_ends.isoformat(),
+        }
+        for use in read.uses
+    ]
 
 
 def _use_lines(uses: list[dict[str, Any]]) -> list[str]:

@@ -21,6 +21,7 @@ from apikey_tui.store import (
     catalog,
     leaks,
     lifecycle,
+    limit_use,
     owner_limits,
     policy,
     queries,
@@ -31,6 +32,7 @@ from apikey_tui.store import (
 from apikey_tui.store.bulk import Batch
 from apikey_tui.store.credentials import Credential, CredentialReads
 from apikey_tui.store.lifecycle import Deliver
+from apikey_tui.store.limit_use import LimitUses, NearLimits
 from apikey_tui.store.owner_limits import OwnerLimits
 from apikey_tui.store.queries import Cancel
 from apikey_tui.store.rightsizing import Proposal, Rightsizing
@@ -242,6 +244,19 @@ class KeyStore(CredentialReads):
     def owners_with_limits(self) -> dict[str, tuple[Limit, ...]]:
         """Every owner that has limits, with them."""
         return owner_limits.owners_with_limits(self)
+
+    def limit_use(self, info: KeyInfo) -> LimitUses:
+        """The key's limits, then its owner's, each with its use in the current window (unknown,
+        with why, when the store of counts cannot be asked)."""
+        return limit_use.key_limit_use(self, info)
+
+    def owner_limit_use(self, owner: str) -> LimitUses:
+        """The owner's limits, each with its use in the current window."""
+        return limit_use.owner_limit_use(self, owner)
+
+    def near_limits(self, *, owner: str | None = None) -> NearLimits:
+        """Keys and owners' pools at 80 % of a limit or more in its current window."""
+        return limit_use.near_limits(self, owner=owner)
 
     def end_grace_of_keys(self, keys: Sequence[KeyInfo]) -> Batch:
         """End every key's grace; refused whole if one has no previous secret in grace."""

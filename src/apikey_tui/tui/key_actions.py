@@ -123,7 +123,7 @@ ACTIONS: tuple[KeyAction, ...] = (
     ),
     KeyAction(
         "undo", "u", "Undo", "Undo",
-        "undo the last disable, enable, expiry or scopes change", _BOTH,
+        "undo the last change of state, expiry, scopes or limits", _BOTH,
         footer=False,
     ),
     KeyAction(
@@ -152,6 +152,12 @@ ACTIONS: tuple[KeyAction, ...] = (
         "app.usage", "U", "Usage", "Usage",
         "usage: busiest keys, 403s, wrong secrets, right-size proposals", _BOTH, footer=False,
         view="usage",
+    ),
+    # Limits (issue 28): after Usage, so help's first page at 80x24 is as it was.
+    KeyAction(
+        "edit_limits", "L", "Limits", "Edit limits",
+        "set the key's limits: 600/m 10000/d or none (asks first, audited)", _DETAIL,
+        footer=False, at_once=True,
     ),
     KeyAction(
         "apply_rightsize", "p", "Right-size", "Apply right-size proposal",

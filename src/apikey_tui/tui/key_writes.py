@@ -24,7 +24,7 @@ from apikey_tui.store.rightsizing import Proposal
 from apikey_tui.store.usage import DEFAULT_WINDOW
 from apikey_tui.tui.dialogs.ask_value import Answer, AskValueDialog
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
-from apikey_tui.tui.dialogs.create_key import CreateKeyDialog, NewKeyRequest
+from apikey_tui.tui.dialogs.create_key import CreateKeyDialog, NewKeyRequest, parse_limits
 from apikey_tui.tui.dialogs.edit_scopes import EditScopesDialog, ScopeChange
 from apikey_tui.tui.dialogs.reveal_secret import RevealSecretDialog, copy_note
 from apikey_tui.tui.key_table import Identity
@@ -32,7 +32,7 @@ from apikey_tui.tui.messages import BatchDone, KeyCreated, KeyDeleted, KeyLifecy
 from apikey_tui.tui.session import Session
 from apikey_tui.tui.textual_private import forget_clipboard
 from apikey_tui.tui.times import WINDOW, absolute
-from apikey_tui.tui.undo_words import change_of, comes_back
+from apikey_tui.tui.undo_words import change_of, comes_back, limits_words
 from apikey_tui.tui.workers import Failure, StoreRunner
 
 if TYPE_CHECKING:
@@ -147,7 +147,9 @@ class KeyWrites:
             owner, name = request.owner, request.name
 
             def create(store: KeyStore) -> KeyCreated:
-                created = store.create_key(owner, name, request.scopes, expires=request.expires)
+                created = store.create_key(
+                    owner, name, request.scopes, expires=request.expires, limits=request.limits
+                )
                 return KeyCreated(created)
 
             self._run(
@@ -325,7 +327,8 @@ class KeyWrites:
         batch = self.session.undoable
         if batch is None:
             self._notify(
-                "Nothing to undo: only the last disable, enable, expiry or scopes change can be."
+                "Nothing to undo: only the last disable, enable, expiry, scopes or limits change "
+                "can be."
             )
             return
         keys = batch.before
@@ -336,7 +339,7 @@ class KeyWrites:
         else:
             body = (
                 f"{named(keys, owners=True)} each get back exactly what they had before: "
-                "disabled or not (with the same time and reason), expiry and scopes."
+                "disabled or not (with the same time and reason), expiry, scopes and limits."
             )
         change = change_of(batch)
         dialog = ConfirmDialog(
@@ -376,6 +379,33 @@ class KeyWrites:
             return BatchDone(batch, f"Key {key.name!r} of {key.owner} now has: {scopes}.")
 
         self._ask(dialog, operation, f"key {key.name!r} of {key.owner}")
+
+    # --- limits -------------------------------------------------------------------------------
+
+    def edit_limits(self, key: KeyInfo) -> None:
+        """Replace one key's limits (the detail's L): typed as `keys set-limits` takes them;
+        one audited batch that u undoes. A set the store refuses reopens the dialog as typed."""
+
+        def ask(key: KeyInfo) -> AskValueDialog[Any]:
+            return AskValueDialog(
+                f"Set the limits of key {key.name!r} of {key.owner}?",
+                f"Now: {limits_words(key.limits)}. Each limit is N requests per window "
+                "(600/m, 10000/d), at most one per window length; none (or blank) lifts them. "
+                "Services apply the new limits at their next check; a window's use so far "
+                "counts against a limit of the same window. u undoes it, until the next change.",
+                prompt="Limits (N/DURATION each, or none):",
+                parse=parse_limits,
+                confirm_label="Set limits",
+                value=" ".join(map(str, key.limits)),
+                placeholder="600/m 10000/d, or none",
+            )
+
+        def set_limits(store: KeyStore, key: KeyInfo, limits: Answer[Any]) -> Written:
+            batch = store.set_limits_of_keys([key], limits.value)
+            now = limits_words(batch.after[0].limits)
+            return BatchDone(batch, f"Key {key.name!r} of {key.owner} now has the limits {now}.")
+
+        self._ask_then(ask, set_limits, key)
 
     def apply_rightsize(self, proposal: Proposal) -> None:
         """Ask, naming the key and the scopes to drop; then the CLI's `rightsize --apply` path."""

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
+from apikey_tui.limits.model import Limit
 from apikey_tui.names import counted
 from apikey_tui.store import Batch, KeyInfo
 from apikey_tui.tui.times import absolute
 
 # A batch's action as the change it made ('the expiry change of …', not 'the set expiry of …').
-_CHANGE = {"set expiry": "expiry change", "set scopes": "scopes change"}
+_CHANGE = {
+    "set expiry": "expiry change",
+    "set scopes": "scopes change",
+    "set limits": "limits change",
+}
 
 
 def change_of(batch: Batch) -> str:
@@ -18,6 +24,11 @@ def change_of(batch: Batch) -> str:
     keys = batch.before
     whom = f"{keys[0].name} of {keys[0].owner}" if len(keys) == 1 else counted(len(keys))
     return f"{what} of {whom}"
+
+
+def limits_words(limits: Sequence[Limit]) -> str:
+    """'600/m 10000/d', or 'none'."""
+    return " ".join(map(str, limits)) or "none"
 
 
 def _expiry(moment: datetime | None) -> str:
@@ -40,5 +51,9 @@ def comes_back(before: KeyInfo, now: KeyInfo) -> str:
     if before.scopes != now.scopes:
         parts.append(
             f"its scopes go back to {' '.join(before.scopes)} (now {' '.join(now.scopes)})"
+        )
+    if before.limits != now.limits:
+        parts.append(
+            f"its limits go back to {limits_words(before.limits)} (now {limits_words(now.limits)})"
         )
     return "; ".join(parts) or "it gets back what it had (nothing differs)"

@@ -1,4 +1,5 @@
-"""The create-key dialog: owner (in all-owners mode), a validated name, scopes and an expiry."""
+"""The create-key dialog: owner (in all-owners mode), a validated name, scopes, an expiry and
+limits."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from apikey_tui.errors import (
     LifetimePolicyError,
     UnknownScopeError,
 )
+from apikey_tui.limits.model import Limit, check_limits, parse_limit
 from apikey_tui.names import check_owner, key_name_problem, read_expiry
 from apikey_tui.store import ScopeInfo
 from apikey_tui.tui.dialogs.type_ahead import TypeAheadDialog
@@ -38,6 +40,37 @@ class NewKeyRequest:
     scopes: tuple[str, ...]
     expires: Expiry | None = None  # None: the default (none, or the lifetime policy's maximum)
     expires_text: str = ""  # what was typed for it, to ask again should the store refuse it
+    limits: tuple[Limit, ...] = ()  # none by default
+    limits_text: str = ""  # what was typed for them, as expires_text
+
+
+def parse_limits(text: str) -> tuple[Limit, ...]:
+    """The limits typed for a key: N/DURATION words as `--limit` reads each, or none (or
+    blank) for none. The rules of a key's set of limits (one per window, at most 8) are the
+    store's: it refuses, and the dialog that asked comes back saying why."""
+    words = text.split()
+    if [word.lower() for word in words] == ["none"]:
+        return ()
+    if any(word.lower() == "none" for word in words):
+        raise InvalidInputError("give limits, or none alone")
+    return tuple(parse_limit(word) for word in words)
+
+
+def read_limits(text: str) -> tuple[tuple[Limit, ...], str | None]:
+    """(the limits text asks for, None) or ((), why not): `parse_limits`, as the form checks."""
+    try:
+        return parse_limits(text), None
+    except InvalidInputError as exc:
+        return (), str(exc)
+
+
+def limits_refused(request: NewKeyRequest) -> bool:
+    """Whether the store's refusal of request was of its limits (their set breaks a rule)."""
+    try:
+        check_limits(request.limits)
+    except InvalidInputError:
+        return True
+    return False
 
 
 def expiry_problem(text: str, now: datetime) -> tuple[Expiry | None, str | None]:
@@ -77,13 +110,14 @@ class CreateKeyDialog(TypeAheadDialog[NewKeyRequest | None]):
 
     def again(self, request: NewKeyRequest, error: ApiKeyError) -> CreateKeyDialog:
         """This dialog once more, filled in as request, saying why the store refused it."""
-        field = (
-            "expires"
-            if isinstance(error, LifetimePolicyError)
-            else "scopes"
-            if isinstance(error, UnknownScopeError)
-            else "name"
-        )
+        if isinstance(error, LifetimePolicyError):
+            field = "expires"
+        elif isinstance(error, UnknownScopeError):
+            field = "scopes"
+        elif isinstance(error, InvalidInputError) and limits_refused(request):
+            field = "limits"
+        else:
+            field = "name"
         return CreateKeyDialog(
             self._scopes,
             owner=request.owner,
@@ -102,6 +136,7 @@ class CreateKeyDialog(TypeAheadDialog[NewKeyRequest | None]):
             "name": (self._typed.owner, self._typed.name),
             "expires": self._typed.expires_text,
             "scopes": self._typed.scopes,
+            "limits": self._typed.limits_text,
         }[field]
         return self._refused[1] if value == was else None
 
@@ -155,6 +190,17 @@ class CreateKeyDialog(TypeAheadDialog[NewKeyRequest | None]):
                 expires_error = Static("", id="expires-error", classes="error")
                 expires_error.display = False
                 yield expires_error
+                with Horizontal(classes="field"):
+                    yield Static("Limits:", classes="field-label")
+                    yield Input(
+                        typed.limits_text if typed else "",
+                        placeholder="blank: none; e.g. 600/m 10000/d",
+                        id="limits",
+                        compact=True,
+                    )
+                limits_error = Static("", id="limits-error", classes="error")
+                limits_error.display = False
+                yield limits_error
             with Horizontal(classes="buttons"):
                 yield Button("Create", variant="primary", id="create", disabled=True)
                 # Tab never lands on Cancel, so Enter cannot throw the input away by accident:
@@ -177,9 +223,9 @@ class CreateKeyDialog(TypeAheadDialog[NewKeyRequest | None]):
 
     def on_resize(self) -> None:
         # Border 2, title 2, owner 2 (4 as a bordered input), name 1, its error 1, label 1,
-        # scope error 1, expires 1, buttons 3 (the expiry's error shows only when there is
-        # one: the middle scrolls then).
-        around = 16 if self._ask_owner else 14
+        # scope error 1, expires 1, limits 1, buttons 3 (the expiry's and the limits' errors
+        # show only when there is one: the middle scrolls then).
+        around = 17 if self._ask_owner else 15
         self.query_one("#scopes", ScopePicker).fit_to(self.app.size.height, around)
 
     def _owner_value(self) -> str:
@@ -189,6 +235,11 @@ class CreateKeyDialog(TypeAheadDialog[NewKeyRequest | None]):
         text = self.query_one("#expires", Input).value
         expires, problem = expiry_problem(text, self._clock())
         return expires, problem or self._refusal("expires", text)
+
+    def _limits(self) -> tuple[tuple[Limit, ...], str | None]:
+        text = self.query_one("#limits", Input).value
+        limits, problem = read_limits(text)
+        return limits, problem or self._refusal("limits", text)
 
     def _problems(self) -> tuple[str | None, str | None]:
         """(name problem, scope problem), each None when fine."""
@@ -219,7 +270,11 @@ class CreateKeyDialog(TypeAheadDialog[NewKeyRequest | None]):
         _, expires_problem = self._expiry()
         expiry_error.update(literal(expires_problem or ""))
         expiry_error.display = expires_problem is not None
-        problems = (name_problem, scope_problem, expires_problem)
+        limits_error = self.query_one("#limits-error", Static)
+        _, limits_problem = self._limits()
+        limits_error.update(literal(limits_problem or ""))
+        limits_error.display = limits_problem is not None
+        problems = (name_problem, scope_problem, expires_problem, limits_problem)
         self.query_one("#create", Button).disabled = any(problems)
 
     @on(Input.Submitted)
@@ -227,14 +282,18 @@ class CreateKeyDialog(TypeAheadDialog[NewKeyRequest | None]):
     def _create(self) -> None:
         name_problem, scope_problem = self._problems()
         expires, expires_problem = self._expiry()
-        if name_problem or scope_problem or expires_problem:
+        limits, limits_problem = self._limits()
+        if name_problem or scope_problem or expires_problem or limits_problem:
             self._revalidate()
             self.query_one("#name-error", Static).update(literal(name_problem or ""))
             return
         scopes = self.query_one("#scopes", ScopePicker).selected
         name = self.query_one("#name", Input).value
         text = self.query_one("#expires", Input).value
-        self.dismiss(NewKeyRequest(self._owner_value(), name, scopes, expires, text))
+        limits_text = self.query_one("#limits", Input).value
+        self.dismiss(
+            NewKeyRequest(self._owner_value(), name, scopes, expires, text, limits, limits_text)
+        )
 
     @on(Button.Pressed, "#cancel")
     def action_cancel(self) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from rich.text import Text
@@ -15,6 +15,7 @@ from textual.widgets import DataTable, Sparkline, Static
 from apikey_tui.errors import KeyNotFoundError
 from apikey_tui.names import counted, printable
 from apikey_tui.store import Event, KeyDetail, KeyInfo, KeyStore, Leak, ScopeInfo, states
+from apikey_tui.store.limit_use import LimitUse, LimitUses
 from apikey_tui.store.rightsizing import Proposal
 from apikey_tui.store.usage import DEFAULT_WINDOW, KeyUsage
 from apikey_tui.tui.fitting_footer import FittingFooter
@@ -22,7 +23,7 @@ from apikey_tui.tui.key_actions import DETAIL, bindings
 from apikey_tui.tui.messages import KeyVanished
 from apikey_tui.tui.screens.live import LiveScreen
 from apikey_tui.tui.session import Session
-from apikey_tui.tui.text import actor_text, literal
+from apikey_tui.tui.text import actor_text, clip, literal
 from apikey_tui.tui.times import WINDOW, absolute, minute, relative, relative_and_absolute
 from apikey_tui.tui.undo_words import change_of
 from apikey_tui.tui.workers import Failure
@@ -41,6 +42,7 @@ class KeyRequests(Protocol):
     def toggle_disabled(self, key: KeyInfo) -> None: ...
     def set_expiry(self, key: KeyInfo) -> None: ...
     def edit_scopes(self, key: KeyInfo, catalog: list[ScopeInfo]) -> None: ...
+    def edit_limits(self, key: KeyInfo) -> None: ...
     def apply_rightsize(self, proposal: Proposal) -> None: ...
     def undo(self) -> None: ...
     def copy_name(self, key: KeyInfo) -> None: ...
@@ -109,6 +111,37 @@ def leak_rows(info: KeyInfo, leaks: list[Leak], now: datetime) -> list[tuple[str
     return rows
 
 
+def limit_use_text(use: LimitUse, now: datetime) -> str:
+    """'600/m (key) · 12 used (2 %) · ends in 40 s' (its window); the pool's as 'owner's pool'; ⚠ at
+    80 % or more."""
+    whose = "key" if use.of == "key" else "owner's pool"
+    if use.used is None:
+        return f"{use.limit} ({whose}) · use unknown"
+    share = 100 * use.used // use.limit.count
+    near = " ⚠" if use.near else ""
+    # A window ending within the minute has turned before anyone reads when it ends.
+    ends = ""
+    if use.window_ends is not None and use.window_ends - now >= timedelta(minutes=1):
+        ends = f" · ends {relative(use.window_ends, now)}"
+    return f"{use.limit} ({whose}) · {use.used:,} used ({share} %){near}{ends}"
+
+
+def limit_rows(read: LimitUses, now: datetime, width: int = 200) -> list[tuple[str, str]]:
+    """One row per limit with its use now (each cut to width); when the store of counts cannot
+    be asked, one row: the limits, 'use unknown' and why."""
+    if not read.uses:
+        return [("Limits", "none · L sets them")]
+    if read.unknown:
+        keys = " ".join(str(u.limit) for u in read.uses if u.of == "key") or "none"
+        pool = " ".join(str(u.limit) for u in read.uses if u.of == "owner")
+        limits = keys + (f" · owner's pool {pool}" if pool else "")
+        return [("Limits", clip(f"{limits} · use unknown: {read.unknown}", width))]
+    return [
+        ("Limits" if i == 0 else "", clip(limit_use_text(use, now), width))
+        for i, use in enumerate(read.uses)
+    ]
+
+
 def graph_note(report: KeyUsage) -> str:
     """The line under the hourly graph: its peak, its total, and the refusals of the window."""
     hourly = report.hourly
@@ -160,7 +193,7 @@ def proposal_text(proposal: Proposal | None, report: KeyUsage, now: datetime) ->
     return f"no proposal: every scope was used in the last {WINDOW}"
 
 
-DetailData = tuple[KeyDetail, list[ScopeInfo], list[Leak], KeyUsage, Proposal | None]
+DetailData = tuple[KeyDetail, list[ScopeInfo], list[Leak], KeyUsage, Proposal | None, LimitUses]
 
 
 class KeyDetailScreen(LiveScreen[DetailData]):
@@ -177,6 +210,7 @@ class KeyDetailScreen(LiveScreen[DetailData]):
         self.leaks: list[Leak] = []
         self.usage: KeyUsage | None = None
         self.proposal: Proposal | None = None
+        self.limit_uses = LimitUses(())
         self.writes = writes
         self._asked_delete = False  # the admin pressed d here: the table reports the deletion
         self._gone = False
@@ -210,7 +244,9 @@ class KeyDetailScreen(LiveScreen[DetailData]):
         # The CLI's `keys rightsize NAME` read: the same proposal, and the same apply path.
         proposals = store.rightsize(DEFAULT_WINDOW, owner=owner, name=name).proposals
         proposal = proposals[0] if proposals else None
-        return detail, store.list_scopes(), store.leaks(owner, name), report, proposal
+        # Never fails: a store of counts that cannot be asked makes the use unknown.
+        uses = store.limit_use(detail.info)
+        return detail, store.list_scopes(), store.leaks(owner, name), report, proposal, uses
 
     def read_failed(self, failure: Failure) -> Message:
         if isinstance(failure.error, KeyNotFoundError):
@@ -218,7 +254,8 @@ class KeyDetailScreen(LiveScreen[DetailData]):
         return super().read_failed(failure)
 
     def show(self, data: DetailData) -> None:
-        self.detail, self.catalog, self.leaks, self.usage, self.proposal = data
+        self.detail, self.catalog, self.leaks, self.usage, self.proposal, uses = data
+        self.limit_uses = uses
         info, now = self.detail.info, self.session.store.clock()
         origin = self.detail.origin
         if origin is None:
@@ -239,6 +276,7 @@ class KeyDetailScreen(LiveScreen[DetailData]):
             ("Rotated" if rotated else "Created", absolute(info.created_at, seconds=True)),
             ("Last used", relative_and_absolute(info.last_used_at, now)),
             made,
+            *limit_rows(uses, now, max(self.size.width - _LABEL - 2, 20)),
         ]
         fields = Content("\n").join(
             Content.assemble((label.ljust(_LABEL), "bold"), printable(value))
@@ -304,7 +342,7 @@ class KeyDetailScreen(LiveScreen[DetailData]):
         # The undo first, naming its key: it may be another key's change (the last one made).
         undoable = self.session.undoable
         undo = f"u undo {change_of(undoable)} · " if undoable is not None else ""
-        keys = f"R rotate{grace} · x {toggle} · E expiry{rightsize}"
+        keys = f"R rotate{grace} · x {toggle} · E expiry · L limits{rightsize}"
         return f"{undo}{counted(count, 'event')} of this key · {keys}"
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool:
@@ -349,6 +387,10 @@ class KeyDetailScreen(LiveScreen[DetailData]):
         key = self._current()
         if key is not None:
             self.writes.edit_scopes(key, self.catalog)
+
+    def action_edit_limits(self) -> None:
+        if (key := self._current()) is not None:
+            self.writes.edit_limits(key)
 
     def action_apply_rightsize(self) -> None:
         """Ask, naming the key and the scopes to drop; then the CLI's `rightsize --apply` path."""

@@ -1,4 +1,5 @@
-"""The Usage view: the busiest keys, 403s, wrong secrets and open right-size proposals, live."""
+"""The Usage view: the busiest keys, 403s, 429s, wrong secrets, keys near a limit and open
+right-size proposals, live."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from textual.widgets import Static
 
 from apikey_tui.names import format_duration, printable
 from apikey_tui.store import KeyStore
+from apikey_tui.store.limit_use import NEAR_CHECK_MAX, NEAR_SHARE, NearLimit, NearLimits
 from apikey_tui.store.rightsizing import Proposal
 from apikey_tui.store.usage import DEFAULT_WINDOW, KeyActivity, UsageOverview
 from apikey_tui.tui.fitting_footer import FittingFooter
@@ -78,6 +80,40 @@ def wrong_secret_text(key: KeyActivity) -> str:
     return f"{wrong} · public id {key.public_id}"
 
 
+def limited_text(key: KeyActivity) -> str:
+    """Requests refused with 429: one of the key's limits (or its owner's pool) was spent."""
+    return f"{key.limited:,} refused (429)"
+
+
+def near_lines(read: NearLimits, *, with_owner: bool) -> list[str]:
+    """One line per key or owner's pool at NEAR_SHARE of a limit or more now (at most LIMIT),
+    fullest first; why the use is unknown; and whether more keys had limits than were read."""
+    if read.unknown:
+        return [f"use unknown: {read.unknown}"]
+    shown = read.near[:LIMIT]
+    names = [
+        printable(f"{n.owner}/{n.name}" if with_owner else n.name)
+        if n.name is not None
+        else printable(f"pool of {n.owner}")
+        for n in shown
+    ]
+    width = min(max((len(n) for n in names), default=0), _WHO_WIDTH)
+    lines = [
+        f"{fit_middle(who, width)}  {_near_text(n)}" for who, n in zip(names, shown, strict=True)
+    ]
+    if len(read.near) > LIMIT:
+        lines.append(f"… and {len(read.near) - LIMIT:,} more")
+    if read.more:
+        lines.append(f"(only the first {NEAR_CHECK_MAX} limited keys and pools were read)")
+    return lines or ["none"]
+
+
+def _near_text(near: NearLimit) -> str:
+    use = near.use
+    share = 100 * (use.used or 0) // use.limit.count
+    return f"{use.limit}: {use.used or 0:,} used ({share} %)"
+
+
 def proposal_lines(
     proposals: Sequence[Proposal], *, with_owner: bool, total: int | None
 ) -> list[str]:
@@ -105,7 +141,10 @@ def proposal_lines(
 PROPOSALS = "proposals"  # the worker group of the proposals' read
 
 
-class UsageScreen(LiveScreen[UsageOverview]):
+UsageData = tuple[UsageOverview, NearLimits]
+
+
+class UsageScreen(LiveScreen[UsageData]):
     """U (or `:usage`) opens this from the key table or a key; Escape goes back.
 
     The three lists are read first (they follow the week's traffic), the proposals after in
@@ -118,6 +157,7 @@ class UsageScreen(LiveScreen[UsageOverview]):
     def __init__(self, session: Session) -> None:
         super().__init__(session)
         self.overview: UsageOverview | None = None
+        self.near: NearLimits | None = None
         self.proposals: tuple[Proposal, ...] | None = None  # the first LIMIT + 1
         self.proposal_count: int | None = None  # None while counting
         self._reading = self._proposing = False
@@ -132,6 +172,11 @@ class UsageScreen(LiveScreen[UsageOverview]):
             for list_id, title in (
                 ("busiest", f"Busiest keys (requests in {week})"),
                 ("forbidden", f"Refused with 403 in {week}: a scope they need but lack"),
+                ("limited", f"Refused with 429 in {week}: a limit was spent"),
+                (
+                    "near",
+                    f"Near a limit now ({int(NEAR_SHARE * 100)} % or more of its current window)",
+                ),
                 ("wrong-secret", f"Wrong secrets in {week} (a leak or attack signal)"),
                 (
                     "proposals",
@@ -160,20 +205,28 @@ class UsageScreen(LiveScreen[UsageOverview]):
             self._read_again = False
             self.reload()
 
-    def read_store(self, store: KeyStore) -> UsageOverview:
-        return store.usage_overview(OVERVIEW_WINDOW, limit=LIMIT, owner=self.session.owner)
+    def read_store(self, store: KeyStore) -> UsageData:
+        owner = self.session.owner
+        # near_limits never fails on the store of counts: it says the use is unknown instead.
+        return (
+            store.usage_overview(OVERVIEW_WINDOW, limit=LIMIT, owner=owner),
+            store.near_limits(owner=owner),
+        )
 
     def on_store_failed(self, message: StoreFailed) -> None:
         super().on_store_failed(message)
         if message.while_loading:  # the lists' read ended: the next change may read again
             self._read_done()
 
-    def show(self, data: UsageOverview) -> None:
+    def show(self, read: UsageData) -> None:
+        data, self.near = read
         self.overview = data
         with_owner = self.session.owner is None
         lists = {
             "busiest": activity_lines(data.busiest, busiest_text, with_owner=with_owner),
             "forbidden": activity_lines(data.forbidden, forbidden_text, with_owner=with_owner),
+            "limited": activity_lines(data.limited, limited_text, with_owner=with_owner),
+            "near": near_lines(self.near, with_owner=with_owner),
             "wrong-secret": activity_lines(
                 data.wrong_secret, wrong_secret_text, with_owner=with_owner
             ),
