@@ -97,6 +97,7 @@ def test_wrong_secrets_and_unknown_ids_cost_no_argon2_and_bounded_queries(
     # Under xdist the limits and usage tests commit often on the same server: allow a handful
     # of woken reads for 500 requests, still far from one a request.
     assert per_request == [] and len(queries) <= 10, queries
+    queries.clear()  # the forged-id half below has budgets of its own
     start = time.monotonic()
     answers: Counter[int] = Counter()
     for _ in range(500):
@@ -111,9 +112,14 @@ def test_wrong_secrets_and_unknown_ids_cost_no_argon2_and_bounded_queries(
         assert (queries, answers) == ([], {401: 500})  # every commit is seen: the index is exact
         return
     # PostgreSQL: a push may lag a commit, so an unknown id reads the log again (3, then 1 a
-    # second), then is looked up by itself (here 20, then 1 a second), then answers 503.
-    budget = RECHECK_BURST + 20 + 2 * (int(elapsed) + 1)
-    assert len(queries) <= 2 * (int(elapsed) + 1) + budget
+    # second), then is looked up by itself (here 20, then 1 a second), then answers 503. Other
+    # tests' commits on the same server (xdist) may wake a handful more log reads, as above.
+    seconds = int(elapsed) + 1
+    lookups = [q for q in queries if "apikey_tui_change" not in q]
+    log_reads = len(queries) - len(lookups)
+    assert len(lookups) <= 20 + seconds, lookups
+    assert log_reads <= RECHECK_BURST + seconds + 10, queries
+    budget = RECHECK_BURST + 20 + 2 * seconds
     assert answers[503] >= 500 - budget and set(answers) <= {401, 503}
 
 
