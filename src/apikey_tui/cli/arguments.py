@@ -11,6 +11,7 @@ from apikey_tui.cli.output import write_help
 from apikey_tui.cli.records import Arg, Group
 from apikey_tui.clock import system_clock
 from apikey_tui.errors import InvalidInputError
+from apikey_tui.integrations import HTTP_PARSERS
 from apikey_tui.names import check_expiry, check_owner, parse_duration, parse_expiry
 
 TYPE_CHECKING = False  # typing costs the CLI's `--help` 3 ms: see cli/entry.py
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
     from apikey_tui.names import Expiry
 
 LIMIT_MAX = 10_000
-PARSERS = ("auto", "httptools", "h11")  # auth_server.PARSERS, without importing uvicorn
 
 
 def owner(text: str) -> str:
@@ -213,7 +213,7 @@ def server(*, port: int) -> tuple[Arg | Group, ...]:
             ),
             Arg(
                 "--http",
-                choices=PARSERS,
+                choices=HTTP_PARSERS,
                 default="auto",
                 help="the HTTP parser (default auto: httptools when installed, as [serve] does, "
                 "else h11)",

@@ -40,7 +40,7 @@ from apikey_tui.integrations.routes import RouteScopes
 from apikey_tui.integrations.rules_file import load_rules
 from apikey_tui.names import parse_scopes
 from apikey_tui.verifier import Caller, Verifier
-from apikey_tui.verifier.guard import OutageLog
+from apikey_tui.verifier.gate import OutageLog
 
 logger = logging.getLogger(__name__)
 

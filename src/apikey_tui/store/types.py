@@ -79,12 +79,6 @@ class KeyInfo:
         """Whether the key stopped working at its expiry (from that very second on)."""
         return self.expires_at is not None and now >= self.expires_at
 
-    def state(self, now: datetime) -> str:
-        """'disabled', 'expired' or 'active': what a service answers is 401 for the first two."""
-        if self.disabled:
-            return "disabled"
-        return "expired" if self.expired(now) else "active"
-
     def to_json(self) -> dict[str, Any]:
         """Return the key as a JSON-ready dict."""
         return {

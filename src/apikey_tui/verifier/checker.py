@@ -42,7 +42,7 @@ from apikey_tui.verifier.freshness import (
     PushFreshness,
     freshness_for,
 )
-from apikey_tui.verifier.guard import CheckGate, FailureBudget, OutageLog, TokenBucket
+from apikey_tui.verifier.gate import CheckGate, FailureBudget, OutageLog, TokenBucket
 from apikey_tui.verifier.key_index import KeyIndex, Verdict
 from apikey_tui.verifier.last_used import LastUsedWriter
 from apikey_tui.verifier.metrics import VerifierStats
