@@ -212,13 +212,14 @@ class ApiKeyAuth:
         return api_key
 
 
+_LIMITED = RateLimitedError("key", "600/m", 600, 60, 37)  # its headers are documented too
 # What each refusal looks like, for the documented examples (one per status: a schema's own
 # example would show a 401 under every status).
 _EXAMPLES: dict[str, AuthError] = {
     "400": MalformedHeaderError(),
     "401": InvalidKeyError(),
     "403": InsufficientScopeError(["serving"]),
-    "429": RateLimitedError("key", "600/m", 600, 60, 37),
+    "429": _LIMITED,
     "503": VerifierUnavailableError(),
 }
 _SCOPES_NOTE = "API key scopes required (all of them): "
@@ -243,7 +244,7 @@ def add_problem_responses(document: dict[str, Any], scheme_name: str = SCHEME_NA
             "schema": {"type": "string"},
         }
     }
-    limited = _limited_headers(_EXAMPLES["429"])
+    limited = _limited_headers(_LIMITED)
     used = False
     for item in document.get("paths", {}).values():
         for operation in item.values():
@@ -298,7 +299,6 @@ def add_problem_responses(document: dict[str, Any], scheme_name: str = SCHEME_NA
     if used:
         schemas = document.setdefault("components", {}).setdefault("schemas", {})
         schemas.setdefault(PROBLEM_SCHEMA, _PROBLEM_SCHEMA)
-
 
 
 # The 429's headers (each with the example's value) and what they say.
