@@ -125,7 +125,11 @@ def markdown(r: Any) -> list[str]:
         "Forward auth is a second HTTP request per request: serve-auth's CPU is that of a whole"
         " small Python server, not of the 2 µs check inside it, and on this 2-core machine wrk,"
         " nginx and two Python processes share the cores. A Python service does better with the"
-        " in-process middleware; behind a proxy, give serve-auth `--workers N` on more cores.",
+        " in-process middleware; behind a proxy, give serve-auth `--workers N` on more cores."
+        " Profiled (cProfile in serve-auth, and the app called in a loop): serve-auth's own code"
+        " takes about 5 µs of an allowed request (headers read, rules and cache lookups, the"
+        " cached 200); the rest is uvicorn, httptools and the event loop, so no change in"
+        " `forward_auth.py` can move this ratio by more than a few per cent.",
         "",
         *refusals_markdown(r.get("refusals")),
     ]
@@ -278,7 +282,11 @@ def refusals_markdown(r: dict[str, Any] | None) -> list[str]:
         "",
         f"Target (issue 28): a 429 costs no more than a 401 ({met}: CPU per request, median of"
         " the pairs). A refused request of a spent window asks no store (the limiter remembers"
-        " the window is spent until it turns).",
+        " the window is spent until it turns). Before (2026-11-27, 8 pairs): CPU 1.10 (1.03 to"
+        " 1.17), 52 µs against 48 µs: each 429 built its problem JSON and its five headers anew"
+        " (8.5 µs against a 401's 4.2 µs); `RateLimitedError` now keeps its answer per limit and"
+        " Retry-After. The auth URL's `scope=` query is parsed once per query too (it was 5 µs"
+        " a request), which both rows gain.",
         "",
     ]
 
