@@ -26,6 +26,7 @@ MUST_EXIST = {
     "keys enable": ["keys", "enable", "ci"],
     "keys usage": ["keys", "usage", "ci"],
     "keys rightsize": ["keys", "rightsize", "--all"],
+    "keys near-limits": ["keys", "near-limits", "--all"],
     "policy show": ["policy", "show"],
     "policy set": ["policy", "set", "max-lifetime", "365d"],
     "scopes list": ["scopes", "list"],
@@ -49,7 +50,8 @@ def test_a_mistyped_path_never_becomes_a_database(
     code = main(["--database-url", f"sqlite:///{missing}", *MUST_EXIST[words]])
     out, err = capsys.readouterr()
     assert not missing.exists()
-    assert (code, out) == (2 if words == "scan" else 1, "")  # scan's exit 1 means 'found'
+    # scan's exit 1 means 'found', near-limits' 'one is near': their refusals say 2
+    assert (code, out) == (2 if words in ("scan", "keys near-limits") else 1, "")
     assert err == (
         f"apikey-tui: no database at {missing}; check the path, or create it with "
         "'apikey-tui keys create NAME --scope SCOPE' or 'apikey-tui db upgrade'\n"

@@ -256,6 +256,25 @@ class RateLimitedError(AuthError):
             ("ratelimit", f"{name};r=0;t={self.retry_after}"),
         ]
 
+    def response(self, realm: str) -> tuple[int, list[tuple[str, str]], bytes]:
+        """As AuthError's, kept per everything it says: a spent window answers every caller
+        alike for a second of Retry-After at a time, and building it (JSON, the fields) cost a
+        429 twice a 401's. The headers are a new list each time (a WSGI server may add to it)."""
+        key = (self.of, self.limit, self.quota, self.window, self.retry_after, realm)
+        found = _LIMITED_ANSWERS.get(key)
+        if found is None:
+            if len(_LIMITED_ANSWERS) >= _LIMITED_ANSWERS_MAX:
+                _LIMITED_ANSWERS.clear()  # the hot limits' answers come straight back
+            found = _LIMITED_ANSWERS[key] = super().response(realm)
+        status, headers, body = found
+        return status, list(headers), body
+
+
+_Answer = tuple[int, list[tuple[str, str]], bytes]
+# RateLimitedError's answers by (of, limit, quota, window, retry_after, realm): bounded.
+_LIMITED_ANSWERS: dict[tuple[str, str, int, int, int, str], _Answer] = {}
+_LIMITED_ANSWERS_MAX = 1024
+
 
 class LimitsUnavailableError(VerifierUnavailableError):
     """The store of limits' counts cannot be reached and limits fail closed: 503 + Retry-After

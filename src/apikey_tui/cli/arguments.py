@@ -78,6 +78,14 @@ def limit(text: str) -> int:
     return value
 
 
+def percent(text: str) -> int:
+    """A whole percentage from 1 to 100."""
+    value = int(text) if text.strip().isdigit() else 0
+    if not 1 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"expected a percentage from 1 to 100, got {text[:30]!a}")
+    return value
+
+
 def rate_limit(text: str) -> Limit:
     """A limit N/DURATION (10/s, 600/1m, 100000/30d): a malformed one is a usage error (2)."""
     from apikey_tui.limits.model import parse_limit  # the limits package only when used

@@ -50,6 +50,7 @@ KEYS = (
     change.ENABLE,
     usage.USAGE,
     usage.RIGHTSIZE,
+    usage.NEAR_LIMITS,
 )
 
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
     from apikey_tui.cli.records import Call
     from apikey_tui.store import KeyInfo
-    from apikey_tui.store.limit_use import LimitUses
+    from apikey_tui.store.limit_use import LimitUse, LimitUses
 
 
 EMPTY_HINT = "No keys. Create one with: apikey-tui keys create NAME --scope SCOPE"
@@ -90,29 +90,36 @@ def limit_use(read: LimitUses) -> list[dict[str, Any]]:
     None when the store of counts cannot say (one line on stderr: the rest is still shown)."""
     if read.unknown:
         print(f"apikey-tui: limits' use unknown: {read.unknown}", file=sys.stderr)
-    return [
-        {
-            "limit": str(use.limit),
-            "of": use.of,
-            "count": use.limit.count,
-            "window_seconds": use.limit.seconds,
-            "used": use.used,
-            "window_ends": None if use.window_ends is None else use.window_ends.isoformat(),
-        }
-        for use in read.uses
-    ]
+    return [use_json(use) for use in read.uses]
+
+
+def use_json(use: LimitUse) -> dict[str, Any]:
+    """One limit and its use in the current window, as `keys show --json` gives it."""
+    return {
+        "limit": str(use.limit),
+        "of": use.of,
+        "count": use.limit.count,
+        "window_seconds": use.limit.seconds,
+        "used": use.used,
+        "window_ends": None if use.window_ends is None else use.window_ends.isoformat(),
+    }
 
 
 def _use_lines(uses: list[dict[str, Any]]) -> list[str]:
     """'600/m (key): 12 used, window ends 2030-01-01 12:01 UTC' per limit."""
-    lines = []
-    for use in uses:
-        whose = "key" if use["of"] == "key" else "owner's pool"
-        used = "use unknown" if use["used"] is None else f"{use['used']} used"
-        end = use["window_ends"]
-        ends = f", window ends {end[:19].replace('T', ' ')} UTC" if end else ""
-        lines.append(f"{use['limit']} ({whose}): {used}{ends}")
-    return lines
+    return [use_line(use) for use in uses]
+
+
+def use_line(use: dict[str, Any], *, share: bool = False) -> str:
+    """'600/m (key): 12 used, window ends 2030-01-01 12:01 UTC' of one `use_json`; with
+    share, the share of the limit too, rounded down: '512 used (85 %)'."""
+    whose = "key" if use["of"] == "key" else "owner's pool"
+    used = "use unknown" if use["used"] is None else f"{use['used']} used"
+    if share and use["used"] is not None:
+        used += f" ({use['used'] * 100 // use['count']} %)"
+    end = use["window_ends"]
+    ends = f", window ends {end[:19].replace('T', ' ')} UTC" if end else ""
+    return f"{use['limit']} ({whose}): {used}{ends}"
 
 
 def _print_key(

@@ -26,6 +26,7 @@ from apikey_tui.errors import (
     InsufficientScopeError,
     InvalidKeyError,
     MalformedHeaderError,
+    RateLimitedError,
     VerifierUnavailableError,
 )
 from apikey_tui.integrations.asgi_messages import (
@@ -64,6 +65,16 @@ _PROBLEM_SCHEMA: dict[str, Any] = {
             "type": "array",
             "items": {"type": "string"},
             "description": "403 only: the scopes the key lacks",
+        },
+        "limit": {"type": "string", "description": "429 only: the spent limit, N/DURATION"},
+        "limit_of": {
+            "type": "string",
+            "enum": ["key", "owner"],
+            "description": "429 only: the key's own limit, or its owner's shared pool",
+        },
+        "retry_after": {
+            "type": "integer",
+            "description": "429 only: whole seconds until the limit's window turns",
         },
     },
 }
@@ -128,7 +139,7 @@ class ApiKeyAuth:
     OpenAPI: `components.securitySchemes.ApiKey` is `{"type": "apiKey", "in": "header",
     "name": "Authorization"}`; each route that requires a key has `security: [{"ApiKey":
     [scopes]}]` (OpenAPI 3.1 allows role names there for non-OAuth schemes); install() adds the
-    400/401/403/503 problem+json responses to those routes.
+    400/401/403/429/503 problem+json responses to those routes.
     """
 
     def __init__(
@@ -201,22 +212,27 @@ class ApiKeyAuth:
         return api_key
 
 
+_LIMITED = RateLimitedError("key", "600/m", 600, 60, 37)  # its headers are documented too
 # What each refusal looks like, for the documented examples (one per status: a schema's own
 # example would show a 401 under every status).
 _EXAMPLES: dict[str, AuthError] = {
     "400": MalformedHeaderError(),
     "401": InvalidKeyError(),
     "403": InsufficientScopeError(["serving"]),
+    "429": _LIMITED,
     "503": VerifierUnavailableError(),
 }
 _SCOPES_NOTE = "API key scopes required (all of them): "
 
 
 def add_problem_responses(document: dict[str, Any], scheme_name: str = SCHEME_NAME) -> None:
-    """Add the refusals to every operation that requires the scheme (400, 401, 503; and 403
-    where scopes are required), each an `application/problem+json` ApiKeyProblem with an
+    """Add the refusals to every operation that requires the scheme (400, 401, 429, 503; and
+    403 where scopes are required), each an `application/problem+json` ApiKeyProblem with an
     example of its own status, and say the route's scopes in its description: Swagger UI shows
-    an apiKey requirement's scopes nowhere."""
+    an apiKey requirement's scopes nowhere.
+
+    429 is on every such route: any key may be given limits (or its owner a pool) at any time,
+    by the admins, without the service changing."""
     ref = {"$ref": f"#/components/schemas/{PROBLEM_SCHEMA}"}
 
     def content(status: str) -> dict[str, Any]:
@@ -228,6 +244,7 @@ def add_problem_responses(document: dict[str, Any], scheme_name: str = SCHEME_NA
             "schema": {"type": "string"},
         }
     }
+    limited = _limited_headers(_LIMITED)
     used = False
     for item in document.get("paths", {}).values():
         for operation in item.values():
@@ -264,6 +281,14 @@ def add_problem_responses(document: dict[str, Any], scheme_name: str = SCHEME_NA
                     },
                 )
             responses.setdefault(
+                "429",
+                {
+                    "description": "A limit of the key (or its owner's pool) is spent for now",
+                    "headers": limited,
+                    "content": content("429"),
+                },
+            )
+            responses.setdefault(
                 "503",
                 {
                     "description": "API keys cannot be checked right now",
@@ -274,3 +299,34 @@ def add_problem_responses(document: dict[str, Any], scheme_name: str = SCHEME_NA
     if used:
         schemas = document.setdefault("components", {}).setdefault("schemas", {})
         schemas.setdefault(PROBLEM_SCHEMA, _PROBLEM_SCHEMA)
+
+
+# The 429's headers (each with the example's value) and what they say.
+_LIMITED_HEADERS = (
+    ("Retry-After", "integer", "Whole seconds until the spent limit's window turns"),
+    (
+        "RateLimit-Policy",
+        "string",
+        "The spent limit as a policy of draft-ietf-httpapi-ratelimit-headers (a structured "
+        "field): named `key:N/DURATION` or `owner:N/DURATION`, q = N, w = the window in seconds",
+    ),
+    (
+        "RateLimit",
+        "string",
+        "That policy's state (draft-ietf-httpapi-ratelimit-headers): r = 0 left, t = seconds "
+        "until the window turns",
+    ),
+)
+
+
+def _limited_headers(example: RateLimitedError) -> dict[str, Any]:
+    """The 429's header objects, each example taken from what `example` really sends."""
+    sent = dict(example.http_headers("api"))
+    return {
+        name: {
+            "description": description,
+            "schema": {"type": kind},
+            "example": int(sent[name.lower()]) if kind == "integer" else sent[name.lower()],
+        }
+        for name, kind, description in _LIMITED_HEADERS
+    }

@@ -72,6 +72,7 @@ _FORWARDED = {
 _CACHED_URIS = 2048
 _CACHED_URI_LENGTH = 256
 _CACHED_ANSWERS = 4096
+_CACHED_QUERIES = 256  # auth URLs' queries: one per proxy location
 
 
 # serve-auth without a rules file: every path is one no rule covers.
@@ -249,16 +250,28 @@ class ForwardAuthApp(HTTPApp):
         """The scopes named on the auth URL, or None when it names none."""
         if not query:
             return None
-        values: list[str] = []
-        for name, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
-            if name != "scope":
-                # A typo like ?scopes= must not silently mean "any key".
-                raise ForwardedRequestError(f"the auth URL has an unknown parameter {name[:40]!r}")
-            values.append(value)
-        try:
-            return parse_scopes(values)
-        except InvalidInputError as exc:
-            raise ForwardedRequestError(f"the auth URL names a bad scope: {exc}") from None
+        # A proxy location asks with one fixed query: parsed once (a refusal, an exception,
+        # is never kept), as original paths are.
+        if len(query) <= _CACHED_URI_LENGTH:
+            return _cached_scopes(query)
+        return _scopes_of_query(query)
+
+
+def _scopes_of_query(query: bytes) -> tuple[str, ...]:
+    """The scopes a non-empty auth URL query names (only `scope=` parameters)."""
+    values: list[str] = []
+    for name, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
+        if name != "scope":
+            # A typo like ?scopes= must not silently mean "any key".
+            raise ForwardedRequestError(f"the auth URL has an unknown parameter {name[:40]!r}")
+        values.append(value)
+    try:
+        return parse_scopes(values)
+    except InvalidInputError as exc:
+        raise ForwardedRequestError(f"the auth URL names a bad scope: {exc}") from None
+
+
+_cached_scopes = functools.lru_cache(maxsize=_CACHED_QUERIES)(_scopes_of_query)
 
 
 def _method(value: str | None) -> str | None:

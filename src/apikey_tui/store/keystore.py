@@ -32,7 +32,7 @@ from apikey_tui.store import (
 from apikey_tui.store.bulk import Batch
 from apikey_tui.store.credentials import Credential, CredentialReads
 from apikey_tui.store.lifecycle import Deliver
-from apikey_tui.store.limit_use import LimitUses, NearLimits
+from apikey_tui.store.limit_use import NEAR_CHECK_MAX, NEAR_SHARE, LimitUses, NearLimits
 from apikey_tui.store.owner_limits import OwnerLimits
 from apikey_tui.store.queries import Cancel
 from apikey_tui.store.rightsizing import Proposal, Rightsizing
@@ -254,9 +254,16 @@ class KeyStore(CredentialReads):
         """The owner's limits, each with its use in the current window."""
         return limit_use.owner_limit_use(self, owner)
 
-    def near_limits(self, *, owner: str | None = None) -> NearLimits:
-        """Keys and owners' pools at 80 % of a limit or more in its current window."""
-        return limit_use.near_limits(self, owner=owner)
+    def near_limits(
+        self,
+        *,
+        owner: str | None = None,
+        share: float = NEAR_SHARE,
+        most: int | None = NEAR_CHECK_MAX,
+    ) -> NearLimits:
+        """Keys and owners' pools at `share` (80 %) of a limit or more in its current window;
+        the first `most` limited keys and pools are read (None: all)."""
+        return limit_use.near_limits(self, owner=owner, share=share, most=most)
 
     def end_grace_of_keys(self, keys: Sequence[KeyInfo]) -> Batch:
         """End every key's grace; refused whole if one has no previous secret in grace."""
