@@ -287,7 +287,7 @@ def test_a_services_own_alembic_history_is_never_touched(
     assert _cli(capsys, old_database.url, "db", "upgrade")[0] == 0
     assert _rows(old_database.url, "SELECT * FROM alembic_version") == [("svc_0042",)]
     assert _rows(old_database.url, "SELECT * FROM orders") == [(1, "tea")]
-    assert _rows(old_database.url, "SELECT * FROM apikey_tui_alembic_version") == [("0009",)]
+    assert _rows(old_database.url, "SELECT * FROM apikey_tui_alembic_version") == [("0010",)]
 
 
 def test_upgrade_refuses_a_database_from_a_newer_release(
@@ -392,7 +392,7 @@ def test_downgrade_0003_to_0002_refuses_while_a_key_is_disabled_then_works(
         with pytest.raises(RuntimeError, match="disabled or expire"), engine.begin() as conn:
             command.downgrade(alembic_config(conn), "0002")
         assert _rows(old_database.url, "SELECT value FROM apikey_tui_meta WHERE key = "
-                     "'schema_version'") == [("9",)]  # fmt: skip
+                     "'schema_version'") == [("10",)]  # fmt: skip
         store.enable_key("ci-bot", "deploy")
         with engine.begin() as conn:
             command.downgrade(alembic_config(conn), "0002")
