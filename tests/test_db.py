@@ -83,7 +83,7 @@ def test_migrations_build_exactly_the_models(database_url: str) -> None:
 @pytest.mark.parametrize(
     ("revision", "message"),
     [
-        ("0010", r"schema version 10, newer than this release .*\(9\): upgrade apikey-tui"),
+        ("0011", r"schema version 11, newer than this release .*\(10\): upgrade apikey-tui"),
         ("f00dcafe", r"revision 'f00dcafe', which this release .* does not know"),
     ],
 )

@@ -12,7 +12,6 @@ from apikey_tui.networks import (
     ENFORCE,
     SHADOW,
     UNREADABLE,
-    NetworkRules,
     TrustedProxies,
     address_of,
     aggregate,
@@ -31,7 +30,7 @@ def test_addresses_are_integers_of_one_space_with_ipv4_mapped() -> None:
     assert parse_address("::1") == 1
     assert parse_address("2001:db8::1") == int(ipaddress.IPv6Address("2001:db8::1"))
     for junk in ("", "1.2.3", "1.2.3.4.5", "01.2.3.4", "256.1.1.1", "1.2.3.4:80", "[::1]",
-                 "fe80::1%eth0", "unknown", "_hidden", "١.٢.٣.٤", " 1.2.3.4", "::g"):  # fmt: skip
+                 "fe80::1%eth0", "unknown", "_hidden", "\u0661.\u0662.\u0663.\u0664", " 1.2.3.4", "::g"):  # fmt: skip
         assert parse_address(junk) is None, junk
 
 

@@ -220,7 +220,11 @@ def test_the_proposal_covers_every_recorded_network_and_nothing_wider(
     proposal = [ipaddress.ip_network(str(c)) for c in use.proposal]
     assert not use.more
     for network in expected:  # 100 % of the recorded addresses are covered
-        assert any(network.subnet_of(p) for p in proposal if p.version == network.version)
+        assert any(
+            network.subnet_of(p)  # type: ignore[arg-type]  # same version: checked first
+            for p in proposal
+            if p.version == network.version
+        )
     covered = sum(p.num_addresses for p in proposal)
     assert covered == sum(n.num_addresses for n in expected)  # and nothing wider
     assert str(use.proposal[0]) == "10.0.0.0/22"
