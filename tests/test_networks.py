@@ -29,8 +29,10 @@ def test_addresses_are_integers_of_one_space_with_ipv4_mapped() -> None:
     assert parse_address("::ffff:127.0.0.2") == parse_address("127.0.0.2")
     assert parse_address("::1") == 1
     assert parse_address("2001:db8::1") == int(ipaddress.IPv6Address("2001:db8::1"))
-    for junk in ("", "1.2.3", "1.2.3.4.5", "01.2.3.4", "256.1.1.1", "1.2.3.4:80", "[::1]",
-                 "fe80::1%eth0", "unknown", "_hidden", "\u0661.\u0662.\u0663.\u0664", " 1.2.3.4", "::g"):  # fmt: skip
+    arabic = "\u0661.\u0662.\u0663.\u0664"  # digits, but not ASCII ones
+    junks = ["", "1.2.3", "1.2.3.4.5", "01.2.3.4", "256.1.1.1", "1.2.3.4:80", "[::1]"]
+    junks += ["fe80::1%eth0", "unknown", "_hidden", arabic, " 1.2.3.4", "::g"]
+    for junk in junks:
         assert parse_address(junk) is None, junk
 
 
