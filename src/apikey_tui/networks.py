@@ -24,7 +24,9 @@ XFF, FORWARDED = "x-forwarded-for", "forwarded"
 CLIENT_HEADERS = (XFF, FORWARDED)
 NOTE_MAX = 320  # characters of an audit detail about rules (the column holds 400, a batch id too)
 _ADDRESS_CACHE = 4096  # parsed peers kept: a service sees the same few clients again and again
-_addresses: dict[str, int | None] = {}
+# Address text -> its integer (None: not an address), filled by address_of: the request path
+# looks a peer up here first (`restrictions.Placement.judge`).
+ADDRESSES: dict[str | None, int | None] = {None: None}
 
 
 def parse_address(text: str) -> int | None:
@@ -56,13 +58,14 @@ def address_of(text: str | None) -> int | None:
     if text is None:
         return None
     try:
-        return _addresses[text]
+        return ADDRESSES[text]
     except KeyError:
         pass
     value = parse_address(text)
-    if len(_addresses) >= _ADDRESS_CACHE:
-        _addresses.clear()  # a flood of distinct addresses: start again, bounded
-    _addresses[text] = value
+    if len(ADDRESSES) >= _ADDRESS_CACHE:
+        ADDRESSES.clear()  # a flood of distinct addresses: start again, bounded
+        ADDRESSES[None] = None
+    ADDRESSES[text] = value
     return value
 
 

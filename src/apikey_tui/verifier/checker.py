@@ -473,7 +473,16 @@ class Verifier:
         _spent: internal, for cached and verify_async, which judged the network and spent the
         limits already.
         """
-        if caller.networks is not None and not _spent:
+        networks = caller.networks
+        if (
+            networks is not None
+            and not _spent
+            and (
+                # A pass of a key whose use was noted this epoch costs no call of _placed.
+                networks.judge(client)
+                or self._placed_noted.get(caller.public_id) is not self._last_used.epoch
+            )
+        ):
             self._placed(caller, client, route)
         if required and not caller.scopes.issuperset(required):
             self._scoped(caller, required)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from bisect import bisect_right
 from collections.abc import Sequence
 
 from sqlalchemy import Engine
@@ -29,7 +30,7 @@ from apikey_tui.limits import (
 )
 from apikey_tui.limits.model import key_subject, owner_subject
 from apikey_tui.limits.where import open_store
-from apikey_tui.networks import Fence, address_of
+from apikey_tui.networks import ADDRESSES, Fence, address_of
 from apikey_tui.store.credentials import Credential
 
 Applied = tuple[AppliedLimit, ...]
@@ -46,19 +47,40 @@ class Placement:
     scopes, and its refusal consumes no limit and no last-used time.
     """
 
-    __slots__ = ("fences",)
+    __slots__ = ("fences", "ranges")
 
     def __init__(self, fences: tuple[Fence, ...]) -> None:
         self.fences = fences
+        # Each fence as plain lists, for judge's inlined test (`Fence.admits`, without a call).
+        self.ranges = tuple(
+            (f.enforce, f.readable, f.deny_starts, f.deny_ends, f.allow_starts, f.allow_ends)
+            for f in fences
+        )
 
     def judge(self, client: str | None) -> int:
         """PASS, WOULD_REFUSE or REFUSE for a request from this address (None: unknown, which
-        no rule admits). The address is parsed once per process (`networks.address_of`)."""
-        address = address_of(client)
+        no rule admits). The address is parsed once per process (`networks.address_of`); then
+        `Fence.admits`, inlined: two bisects over integers."""
+        address = ADDRESSES.get(client)
+        if address is None:
+            address = address_of(client)
         verdict = PASS
-        for fence in self.fences:
-            if not fence.admits(address):
-                if fence.enforce:
+        for enforce, readable, deny_starts, deny_ends, allow_starts, allow_ends in self.ranges:
+            if address is None or not readable:
+                admitted = False
+            elif (
+                deny_starts
+                and (i := bisect_right(deny_starts, address))
+                and (address <= deny_ends[i - 1])
+            ):
+                admitted = False
+            elif allow_starts:
+                i = bisect_right(allow_starts, address)
+                admitted = i > 0 and address <= allow_ends[i - 1]
+            else:
+                admitted = True
+            if not admitted:
+                if enforce:
                     return REFUSE
                 verdict = WOULD_REFUSE
         return verdict
