@@ -49,7 +49,7 @@ def verify_cost() -> dict[str, float]:
             extra = []
             for pair in range(PAIRS):
                 calls = [
-                    lambda: verifier.verify(placed, scopes, CLIENT),
+                    lambda placed=placed: verifier.verify(placed, scopes, CLIENT),
                     lambda: verifier.verify(free, scopes, CLIENT),
                 ]
                 if pair % 2:
