@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import statistics
 import tempfile
+from collections.abc import Callable
 
 from benchmarks.bench_limits import PAIRS, per_call_us
 
@@ -44,23 +45,22 @@ def verify_cost() -> dict[str, float]:
         for header in headers.values():  # warm: cached, and the client's address parsed
             verifier.verify(header, scopes, CLIENT)
         free = headers["free"]
+
+        def check(header: str) -> Callable[[], object]:
+            return lambda: verifier.verify(header, scopes, CLIENT)
+
         for name in ("10", "1000"):
             placed = headers[name]
             extra = []
             for pair in range(PAIRS):
-                calls = [
-                    lambda placed=placed: verifier.verify(placed, scopes, CLIENT),
-                    lambda: verifier.verify(free, scopes, CLIENT),
-                ]
+                calls = [check(placed), check(free)]
                 if pair % 2:
                     calls.reverse()
                 first, second = (per_call_us(call) for call in calls)
                 with_rules, without = (first, second) if pair % 2 == 0 else (second, first)
                 extra.append(with_rules - without)
             found[f"extra_{name}_us_median"] = statistics.median(extra)
-            found[f"verify_{name}_us"] = per_call_us(
-                lambda: verifier.verify(placed, scopes, CLIENT)
-            )
+            found[f"verify_{name}_us"] = per_call_us(check(placed))
         found["verify_free_us"] = per_call_us(lambda: verifier.verify(free, scopes, CLIENT))
         found["verify_free_no_client_us"] = per_call_us(lambda: verifier.verify(free, scopes))
         verifier.close()
