@@ -230,3 +230,41 @@ def test_the_proposal_covers_every_recorded_network_and_nothing_wider(
     assert str(use.proposal[0]) == "10.0.0.0/22"
     rules = network_rules(use.proposal, mode=SHADOW)
     assert all(rules.fence.admits(parse_cidr(a).start) for a in addresses)
+
+
+def test_shadow_recording_and_enforce_refusals_make_no_query_on_the_request_path(
+    store: KeyStore, database_url: str
+) -> None:
+    """Once the key is warm, 200 would-be refusals and 200 refusals run no SQL statement: both
+    ride the usage writer, which writes them at its flush."""
+    from sqlalchemy import event
+
+    shadowed = store.create_key(
+        "hal", "s", ["project"], networks=network_rules(["10.0.0.0/8"], mode=SHADOW)
+    )
+    enforced = store.create_key("hal", "e", ["project"], networks=network_rules(["10.0.0.0/8"]))
+    engine = make_engine(database_url, create=False)
+    verifier = Verifier(engine, hasher=CHEAP)
+    statements: list[str] = []
+
+    def count(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+        statements.append(statement)
+
+    try:
+        assert outcome(verifier, shadowed.plaintext, INSIDE) == "ok"
+        assert outcome(verifier, enforced.plaintext, INSIDE) == "ok"
+        verifier.flush()
+        event.listen(engine, "before_cursor_execute", count)
+        for _ in range(200):
+            assert outcome(verifier, shadowed.plaintext, OUTSIDE) == "ok"
+            assert outcome(verifier, enforced.plaintext, OUTSIDE) == "network"
+        event.remove(engine, "before_cursor_execute", count)
+        # Reads of the change log woken by other tests' commits (xdist) are not ours to count.
+        assert [s for s in statements if "apikey_tui_change" not in s] == []
+        verifier.flush()
+    finally:
+        verifier.close()
+    kinds = {(r.network, r.shadow, r.requests) for r in store.network_use("hal", "s").refusals}
+    assert kinds == {("203.0.113.0/24", True, 200)}
+    refused = {(r.network, r.shadow, r.requests) for r in store.network_use("hal", "e").refusals}
+    assert refused == {("203.0.113.0/24", False, 200)}
