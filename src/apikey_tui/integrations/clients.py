@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-from operator import methodcaller
 from collections.abc import Callable, Iterable, Mapping
+from operator import methodcaller
 from typing import Any
 
 from apikey_tui.config import CLIENT_HEADER_ENV, TRUSTED_PROXIES_ENV

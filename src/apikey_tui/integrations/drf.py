@@ -35,6 +35,7 @@ from apikey_tui.errors import (
 )
 from apikey_tui.integrations.clients import ClientReader
 from apikey_tui.integrations.django import (
+    config,
     get_verifier,
     problem_response,
     request_authorization,
@@ -44,14 +45,21 @@ from apikey_tui.names import parse_scopes
 from apikey_tui.verifier import Caller, Verifier
 
 _ERROR = "_apikey_error"  # where authenticate() leaves its refusal for authenticate_header()
-_CLIENT: list[ClientReader] = []  # the settings' client reader, built at first use
+# The client reader of the settings' trusted proxies and header (settings may change under a
+# test's override_settings), built at its first use.
+_CLIENT: dict[str, ClientReader] = {}
 
 
 def _client(request: Request) -> str | None:
-    """The request's client address (`django.request_client`, built once from the settings)."""
-    if not _CLIENT:
-        _CLIENT.append(request_client())
-    return _CLIENT[0](request)
+    """The request's client address (`django.request_client` of the settings in force)."""
+    configured = config()
+    key = repr((configured.get("TRUSTED_PROXIES"), configured.get("CLIENT_HEADER")))
+    reader = _CLIENT.get(key)
+    if reader is None:
+        if len(_CLIENT) >= 8:
+            _CLIENT.clear()
+        reader = _CLIENT[key] = request_client()
+    return reader(request)
 
 
 _ASKING = "_apikey_asking"  # set while authenticate() reads the view's permissions
