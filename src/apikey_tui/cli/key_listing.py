@@ -85,13 +85,15 @@ def owner_show(call: Call) -> int:
     pool = store.owner_limits(owner)
     uses = limit_use(store.owner_limit_use(owner))
     keys = store.list_keys(owner)
+    fence = store.owner_networks(owner)
     data = {"owner": owner, "limits": [str(x) for x in pool], "limit_use": uses,
-            "keys": len(keys)}  # fmt: skip
+            "keys": len(keys), "networks": None if fence is None else fence.to_json()}  # fmt: skip
 
     def human(out: TextIO) -> None:
-        print(f"owner:   {printable(owner)} ({counted(len(keys), 'key')})", file=out)
+        print(f"owner:    {printable(owner)} ({counted(len(keys), 'key')})", file=out)
         for line in _use_lines(uses) or ["none"]:
-            print(f"limits:  {line}", file=out)
+            print(f"limits:   {line}", file=out)
+        print(f"networks: {fence.summary() if fence is not None else 'anywhere'}", file=out)
 
     return emit(args, data, human)
 
