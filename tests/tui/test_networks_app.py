@@ -43,6 +43,8 @@ async def test_the_detail_shows_rules_refusals_and_the_proposal(tui_store: KeySt
         assert "would refuse 7 from 203.0.113.0/24 /orders" in fields
         assert "proposal (30 d): 10.1.2.0/23 · N applies it (shadow)" in fields
         assert "N networks" in shown(app, "#status")
+        offered = {c.title for c in app.get_system_commands(app.screen)}
+        assert "Apply networks proposal" in offered
 
 
 async def test_n_applies_the_proposal_in_shadow_audited_and_u_undoes_it(
