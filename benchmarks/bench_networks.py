@@ -93,7 +93,36 @@ def markdown(found: dict[str, float]) -> str:
     )
 
 
+def loop(rules_count: int, checks: int) -> None:
+    """Whole-process A/B timing: set up as verify_cost does, then `checks` warm checks of a key
+    with rules_count allow networks (0: none), from one client. Setup is the same for every
+    count, so two runs' difference over `checks` is what the rules add per check."""
+    from apikey_tui.hashing import SecretHasher
+    from apikey_tui.networks import network_rules
+    from apikey_tui.store import KeyStore
+    from apikey_tui.verifier import Verifier
+
+    cheap = SecretHasher("cheapest")
+    with tempfile.TemporaryDirectory() as folder:
+        url = f"sqlite:///{folder}/keys.db"
+        store = KeyStore.open(url, hasher=cheap)
+        networks = network_rules(rules(rules_count)) if rules_count else None
+        key = store.create_key("b", "k", ["project"], networks=networks)
+        store.close()
+        verifier = Verifier.from_url(url, hasher=cheap)
+        header, scopes, verify = "ApiKey " + key.plaintext, ("project",), verifier.verify
+        verify(header, scopes, CLIENT)
+        for _ in range(checks):
+            verify(header, scopes, CLIENT)
+        verifier.close()
+
+
 if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) == 4 and sys.argv[1] == "loop":  # farm-bench --vs: loop 10 N vs loop 0 N
+        loop(int(sys.argv[2]), int(sys.argv[3]))
+        sys.exit(0)
     result = verify_cost()
     print(json.dumps(result))
     print(markdown(result))

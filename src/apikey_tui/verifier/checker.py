@@ -194,7 +194,6 @@ class Verifier:
         self._record = record_usage
         self._tallies = self._uses.tallies
         self._sources = self._uses.sources  # the last client address noted per key
-        self._placed_noted: dict[str, object] = {}  # a key with network rules: its noted epoch
         self.stats = VerifierStats(self._gate, self._freshness, revocation_bound, self._uses)
         event.listen(self._engine, "handle_error", self.stats.database_error)
         self._salted = hashlib.sha256(secrets.token_bytes(32))  # per-process salt
@@ -479,8 +478,7 @@ class Verifier:
             and not _spent
             and (
                 # A pass of a key whose use was noted this epoch costs no call of _placed.
-                networks.judge(client)
-                or self._placed_noted.get(caller.public_id) is not self._last_used.epoch
+                networks.judge(client) or networks.noted is not self._last_used.epoch
             )
         ):
             self._placed(caller, client, route)
@@ -526,8 +524,8 @@ class Verifier:
                 if self._record:
                     self._uses.network(public_id, client, route, refused=False)
         epoch = self._last_used.epoch
-        if self._placed_noted.get(public_id) is not epoch:
-            self._placed_noted[public_id] = epoch
+        if caller.networks.noted is not epoch:  # noted once per epoch, on its Placement
+            caller.networks.noted = epoch
             self._last_used.note(public_id)
 
     def _scoped(self, caller: Caller, required: Collection[str]) -> None:
@@ -754,7 +752,6 @@ class Verifier:
         self._lookups.reset()
         self._rechecks.reset()
         self._entries, self._stale, self._by_id = {}, {}, {}
-        self._placed_noted = {}
         # Inherited connections are parked, never closed or used (see forksafety._parked).
         forksafety.park(list(self._connections.values()))
         self._connections = {}

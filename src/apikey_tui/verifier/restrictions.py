@@ -47,7 +47,7 @@ class Placement:
     scopes, and its refusal consumes no limit and no last-used time.
     """
 
-    __slots__ = ("fences", "ranges")
+    __slots__ = ("allowed", "fences", "noted", "ranges")
 
     def __init__(self, fences: tuple[Fence, ...]) -> None:
         self.fences = fences
@@ -56,6 +56,14 @@ class Placement:
             (f.enforce, f.readable, f.deny_starts, f.deny_ends, f.allow_starts, f.allow_ends)
             for f in fences
         )
+        # The usual case, one readable allow list enforced and no deny: its ranges alone.
+        self.allowed: tuple[list[int], list[int]] | None = None
+        if len(fences) == 1:
+            one = fences[0]
+            if one.enforce and one.readable and not one.deny_starts and one.allow_starts:
+                self.allowed = (one.allow_starts, one.allow_ends)
+        # The last-used writer's epoch in which this key's use was noted (the verifier's).
+        self.noted: object = None
 
     def judge(self, client: str | None) -> int:
         """PASS, WOULD_REFUSE or REFUSE for a request from this address (None: unknown, which
@@ -64,6 +72,10 @@ class Placement:
         address = ADDRESSES.get(client)
         if address is None:
             address = address_of(client)
+        allowed = self.allowed
+        if allowed is not None and address is not None:
+            i = bisect_right(allowed[0], address)
+            return PASS if i and address <= allowed[1][i - 1] else REFUSE
         verdict = PASS
         for enforce, readable, deny_starts, deny_ends, allow_starts, allow_ends in self.ranges:
             if address is None or not readable:
