@@ -193,7 +193,7 @@ def test_upgrade_keeps_every_key_working_and_every_old_key_refused(
             verifier.verify("ApiKey " + key["key"])
     assert _rows(
         old_database.url, "SELECT value FROM apikey_tui_meta WHERE key = 'schema_version'"
-    ) == [("9",)]
+    ) == [("10",)]
 
 
 def test_upgrade_keeps_events_and_usage_and_fingerprints_only_new_keys(
@@ -287,7 +287,7 @@ def test_a_services_own_alembic_history_is_never_touched(
     assert _cli(capsys, old_database.url, "db", "upgrade")[0] == 0
     assert _rows(old_database.url, "SELECT * FROM alembic_version") == [("svc_0042",)]
     assert _rows(old_database.url, "SELECT * FROM orders") == [(1, "tea")]
-    assert _rows(old_database.url, "SELECT * FROM apikey_tui_alembic_version") == [("0009",)]
+    assert _rows(old_database.url, "SELECT * FROM apikey_tui_alembic_version") == [("0010",)]
 
 
 def test_upgrade_refuses_a_database_from_a_newer_release(
@@ -297,12 +297,12 @@ def test_upgrade_refuses_a_database_from_a_newer_release(
     assert main(["--database-url", old_database.url, "db", "upgrade"]) == 0
     engine = make_engine(old_database.url)
     with engine.begin() as conn:
-        conn.execute(text("UPDATE apikey_tui_alembic_version SET version_num = '0010'"))
+        conn.execute(text("UPDATE apikey_tui_alembic_version SET version_num = '0011'"))
     engine.dispose()
     capsys.readouterr()
     code, _, err = _cli(capsys, old_database.url, "db", "upgrade")
     assert code == 1 and "newer than this release" in err and err.count("\n") == 1
-    assert _rows(old_database.url, "SELECT * FROM apikey_tui_alembic_version") == [("0010",)]
+    assert _rows(old_database.url, "SELECT * FROM apikey_tui_alembic_version") == [("0011",)]
 
 
 def test_downgrade_to_0001_gives_back_the_0_1_0_schema(old_database: OldDatabase) -> None:
@@ -392,7 +392,7 @@ def test_downgrade_0003_to_0002_refuses_while_a_key_is_disabled_then_works(
         with pytest.raises(RuntimeError, match="disabled or expire"), engine.begin() as conn:
             command.downgrade(alembic_config(conn), "0002")
         assert _rows(old_database.url, "SELECT value FROM apikey_tui_meta WHERE key = "
-                     "'schema_version'") == [("9",)]  # fmt: skip
+                     "'schema_version'") == [("10",)]  # fmt: skip
         store.enable_key("ci-bot", "deploy")
         with engine.begin() as conn:
             command.downgrade(alembic_config(conn), "0002")
@@ -496,6 +496,61 @@ def test_0007_gives_each_key_the_ids_it_had_so_its_usage_survives(
         assert [(s.public_id, s.old, s.requests, s.forbidden) for s in report.old_secrets] == [
             (old_id, True, 20, 5)
         ]
+    finally:
+        if store is not None:
+            store.close()
+        engine.dispose()
+
+
+def test_0010_adds_network_rules_that_verifiers_enforce_and_downgrade_drops(
+    old_database: OldDatabase,
+) -> None:
+    """From schema 9, 0010 adds the key's networks column and the owners' table; rules set then
+    are enforced by a verifier; down to 0009 drops them (and usage by network), up again works."""
+    from apikey_tui.errors import NetworkNotAllowedError
+    from apikey_tui.networks import network_rules
+
+    engine = make_engine(old_database.url)
+    store = None
+    [live] = old_database.keys("live")[:1]
+    try:
+        upgrade_schema(engine)
+        with engine.begin() as conn:
+            command.downgrade(alembic_config(conn), "0009")
+        with engine.connect() as conn:
+            assert "networks" not in {
+                c["name"] for c in inspect(conn).get_columns("apikey_tui_key")
+            }
+            assert not inspect(conn).has_table("apikey_tui_owner_network")
+        assert upgrade_schema(engine)[:2] == (9, SCHEMA_VERSION)
+        store = KeyStore.open(old_database.url, hasher=CHEAP, actor=ACTOR, create=False)
+        info = store.get_key(live["owner"], live["name"])
+        assert info.networks is None
+        store.set_networks_of_keys([info], network_rules(["10.0.0.0/8"]))
+        store.set_owner_networks(live["owner"], network_rules(["10.1.0.0/16"]))
+        verifier = Verifier.from_url(old_database.url, hasher=CHEAP)
+        try:
+            assert verifier.verify(f"ApiKey {live['key']}", (), "10.1.2.3").owner == live["owner"]
+            with pytest.raises(NetworkNotAllowedError):
+                verifier.verify(f"ApiKey {live['key']}", (), "10.2.0.1")
+        finally:
+            verifier.close()
+        minute = int(store.clock().timestamp()) // 60
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO apikey_tui_usage (public_id, minute, span, kind, scope, requests)"
+                    " VALUES ('akx', :m, 1, 0, '', 3), ('akx', :m, 1, 6, '10.1.2.0/24', 1)"
+                ),
+                {"m": minute},
+            )
+            command.downgrade(alembic_config(conn), "0009")
+        with engine.connect() as conn:
+            kinds = conn.execute(text("SELECT kind FROM apikey_tui_usage WHERE public_id = 'akx'"))
+            assert [k for (k,) in kinds] == [0]
+        assert upgrade_schema(engine)[:2] == (9, SCHEMA_VERSION)
+        assert store.get_key(live["owner"], live["name"]).networks is None
+        assert store.owner_networks(live["owner"]) is None
     finally:
         if store is not None:
             store.close()

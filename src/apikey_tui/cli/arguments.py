@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from apikey_tui.limits.model import Limit
     from apikey_tui.names import Expiry
+    from apikey_tui.networks import Cidr
 
 LIMIT_MAX = 10_000
 
@@ -116,6 +117,43 @@ LIMITS = Arg(
     metavar="N/DURATION",
     help="the limits, each N/DURATION (10/s, 600/1m, 100000/30d), or none to lift them all",
 )
+
+
+def network(text: str) -> Cidr:
+    """A network 10.0.0.0/8, 2001:db8::/32 or an address: a malformed one is a usage error."""
+    from apikey_tui.networks import parse_cidr
+
+    try:
+        return parse_cidr(text)
+    except InvalidInputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+ALLOW_FROM = Arg(
+    "--allow-from",
+    action="append",
+    type=network,
+    default=[],
+    metavar="CIDR",
+    help="only from this network (10.0.0.0/8, 2001:db8::/32, an address); repeat it for several",
+)
+DENY_FROM = Arg(
+    "--deny-from",
+    action="append",
+    type=network,
+    default=[],
+    metavar="CIDR",
+    help="never from this network, even inside an allowed one; repeatable",
+)
+
+
+def networks_mode(flag: str) -> Arg:
+    """--networks-mode (keys create) or --mode (set-networks): enforce or shadow."""
+    return Arg(
+        flag,
+        choices=("enforce", "shadow"),
+        help="enforce refuses (403, the default); shadow admits and records what it would refuse",
+    )
 
 
 def count(text: str) -> int:

@@ -13,6 +13,7 @@ from apikey_tui import SCHEMA_VERSION, __version__
 from apikey_tui.cli import arguments as a
 from apikey_tui.cli import key_commands as change
 from apikey_tui.cli import key_listing as listing
+from apikey_tui.cli import network_commands as networking
 from apikey_tui.cli import usage_commands as usage
 from apikey_tui.cli.admin_commands import (
     DB_GRANT_VERIFIER,
@@ -44,6 +45,8 @@ KEYS = (
     change.RECREATE,
     change.SET_SCOPES,
     change.SET_LIMITS,
+    networking.SET_NETWORKS,
+    networking.NETWORKS,
     change.ROTATE,
     change.SET_EXPIRY,
     change.DISABLE,
@@ -135,8 +138,8 @@ ROOT = Command(
         ),
         Command(
             "owners",
-            help="owners' limits, shared by all of an owner's keys",
-            children=(change.OWNER_SET_LIMITS, listing.OWNER_SHOW),
+            help="owners' limits and networks, shared by all of an owner's keys",
+            children=(change.OWNER_SET_LIMITS, networking.OWNER_SET_NETWORKS, listing.OWNER_SHOW),
             examples=("apikey-tui owners set-limits svc-batch 100/s 1000000/30d",),
         ),
         Command(

@@ -17,8 +17,10 @@ if TYPE_CHECKING:
     from typing import Any, TextIO
 
     from apikey_tui.cli.records import Call
+    from apikey_tui.networks import NetworkRules
     from apikey_tui.store import KeyInfo
     from apikey_tui.store.limit_use import LimitUse, LimitUses
+    from apikey_tui.store.network_use import NetworkUse
 
 
 EMPTY_HINT = "No keys. Create one with: apikey-tui keys create NAME --scope SCOPE"
@@ -62,8 +64,17 @@ def show(call: Call) -> int:
     now = store.clock()
     pool = store.owner_limits(info.owner)
     uses = limit_use(store.limit_use(info))
-    data = {**key_json(info, now), "owner_limits": [str(x) for x in pool], "limit_use": uses}
-    return emit(args, data, lambda out: _print_key(info, out, now=now, uses=uses))
+    fence = store.owner_networks(info.owner)
+    seen = store.network_use(info.owner, info.name)  # recent refusals, and would-be ones
+    data = {
+        **key_json(info, now),
+        "owner_limits": [str(x) for x in pool],
+        "limit_use": uses,
+        "owner_networks": None if fence is None else fence.to_json(),
+        "network_refusals": [r.to_json() for r in seen.refusals],
+    }
+    lines = network_lines(info.networks, seen, fence)
+    return emit(args, data, lambda out: _print_key(info, out, now=now, uses=uses, nets=lines))
 
 
 def owner_show(call: Call) -> int:
@@ -74,13 +85,15 @@ def owner_show(call: Call) -> int:
     pool = store.owner_limits(owner)
     uses = limit_use(store.owner_limit_use(owner))
     keys = store.list_keys(owner)
+    fence = store.owner_networks(owner)
     data = {"owner": owner, "limits": [str(x) for x in pool], "limit_use": uses,
-            "keys": len(keys)}  # fmt: skip
+            "keys": len(keys), "networks": None if fence is None else fence.to_json()}  # fmt: skip
 
     def human(out: TextIO) -> None:
-        print(f"owner:   {printable(owner)} ({counted(len(keys), 'key')})", file=out)
+        print(f"owner:    {printable(owner)} ({counted(len(keys), 'key')})", file=out)
         for line in _use_lines(uses) or ["none"]:
-            print(f"limits:  {line}", file=out)
+            print(f"limits:   {line}", file=out)
+        print(f"networks: {fence.summary() if fence is not None else 'anywhere'}", file=out)
 
     return emit(args, data, human)
 
@@ -105,6 +118,22 @@ def use_json(use: LimitUse) -> dict[str, Any]:
     }
 
 
+def network_lines(
+    rules: NetworkRules | None, use: NetworkUse, owner: NetworkRules | None = None
+) -> list[str]:
+    """The key's rules, its owner's, and its recent refusals (and would-be ones), a line each."""
+    lines = [rules.summary() if rules is not None else "anywhere"]
+    if owner is not None:
+        lines.append(f"and the owner's: {owner.summary()}")
+    for refusal in use.refusals:
+        what = "would refuse" if refusal.shadow else "refused"
+        lines.append(
+            f"{what} {refusal.requests} from {refusal.network} to {refusal.route or '-'}, "
+            f"last {when(refusal.last)}"
+        )
+    return lines
+
+
 def _use_lines(uses: list[dict[str, Any]]) -> list[str]:
     """'600/m (key): 12 used, window ends 2030-01-01 12:01 UTC' per limit."""
     return [use_line(use) for use in uses]
@@ -123,7 +152,12 @@ def use_line(use: dict[str, Any], *, share: bool = False) -> str:
 
 
 def _print_key(
-    info: KeyInfo, out: TextIO, *, now: datetime, uses: list[dict[str, Any]] | None = None
+    info: KeyInfo,
+    out: TextIO,
+    *,
+    now: datetime,
+    uses: list[dict[str, Any]] | None = None,
+    nets: list[str] | None = None,
 ) -> None:
     from apikey_tui.store.states import marker
 
@@ -146,6 +180,8 @@ def _print_key(
     if uses is not None:
         rows.extend(["limits" if i == 0 else "", line] for i, line in
                     enumerate(_use_lines(uses) or ["none"]))  # fmt: skip
+    if nets is not None:
+        rows.extend(["networks" if i == 0 else "", line] for i, line in enumerate(nets))
     rows = [[f"{label}:" if label else "", printable(value)] for label, value in rows]
     width = max(len(label) for label, _ in rows)
     for label, value in rows:

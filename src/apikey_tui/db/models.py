@@ -117,6 +117,10 @@ class KeyRow(Base, table=True):
     # `apikey_tui.limits.format_limit`), None for none. A column, not rows of their own: the
     # verifier's one credential read, the key's record and an undo carry them with no join.
     limits: str | None = Field(default=None, max_length=LIMITS_MAX)
+    # Networks (schema version 10): where the key may be used from, `NetworkRules.text()`
+    # ('shadow +10.0.0.0/8 -10.9.0.0/16'), None for anywhere. Unbounded text: up to
+    # `networks.RULES_MAX` entries. A column for the same reason as limits: no join, no query.
+    networks: str | None = Field(default=None, sa_type=Text)
 
 
 class OwnerLimitRow(Base, table=True):
@@ -129,6 +133,18 @@ class OwnerLimitRow(Base, table=True):
     __tablename__ = "apikey_tui_owner_limit"
     owner: str = Field(primary_key=True, max_length=64)
     limits: str = Field(max_length=LIMITS_MAX)
+
+
+class OwnerNetworkRow(Base, table=True):
+    """An owner's network rules (schema version 10): every key of the owner must pass them too.
+
+    A row only for an owner that has rules, written as KeyRow.networks; like OwnerLimitRow it
+    is not tied to a key row.
+    """
+
+    __tablename__ = "apikey_tui_owner_network"
+    owner: str = Field(primary_key=True, max_length=64)
+    networks: str = Field(sa_type=Text)
 
 
 class PreviousIdRow(Base, table=True):
@@ -203,6 +219,14 @@ USAGE_ALLOWED, USAGE_FORBIDDEN, USAGE_WRONG_SECRET = 0, 1, 2  # UsageTable.c.kin
 # (429); its scope text is the limit ('key 600/m', 'owner 100000/30d'). Nothing is consumed.
 USAGE_LIMITED = 3
 USAGE_KINDS = (USAGE_ALLOWED, USAGE_FORBIDDEN, USAGE_WRONG_SECRET, USAGE_LIMITED)
+# Schema version 10, where requests come from (`apikey_tui.networks`); the scope text is the
+# client's network, cut to its /24 or /56, never a whole address. NETWORK: refused (403) by the
+# key's or owner's network rules, text "NETWORK ROUTE"; SHADOW: admitted, but rules in shadow
+# mode would have refused it, likewise; FROM: a key was admitted from NETWORK in that minute
+# (requests: how often it was noted, not how many requests; "*" when more networks than a
+# verifier records per key were seen). Apart from USAGE_KINDS: the request counts never see them.
+USAGE_NETWORK, USAGE_SHADOW, USAGE_FROM = 4, 5, 6
+NETWORK_KINDS = (USAGE_NETWORK, USAGE_SHADOW, USAGE_FROM)
 MINUTE, HOUR, DAY = 1, 60, 1440  # UsageTable.c.span, in minutes
 USAGE_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 

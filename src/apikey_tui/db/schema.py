@@ -174,6 +174,7 @@ VERIFIER_READS = (
     "apikey_tui_key",
     "apikey_tui_key_scope",
     "apikey_tui_owner_limit",  # owners' limits (schema version 9); keys' are a key column
+    "apikey_tui_owner_network",  # owners' network rules (schema version 10), likewise
     "apikey_tui_change",
     _META,
     VERSION_TABLE,

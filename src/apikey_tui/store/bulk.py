@@ -18,6 +18,7 @@ from sqlmodel import Session
 from apikey_tui.errors import InvalidInputError, KeyStateError
 from apikey_tui.limits.model import Limit, check_limits, limits_text
 from apikey_tui.names import check_reason
+from apikey_tui.networks import NetworkRules, rules_text
 from apikey_tui.store import audit, catalog, lifecycle
 from apikey_tui.store.context import StoreContext
 from apikey_tui.store.records import key_row, read_info
@@ -29,7 +30,9 @@ if TYPE_CHECKING:
 
 # What an undo restores exactly (expiry, disabled state, scopes): a deletion, a rotation or an
 # ended grace changed what it cannot put back. The app offers undo for these alone.
-UNDOABLE = frozenset({"disable", "enable", "set expiry", "set scopes", "set limits"})
+UNDOABLE = frozenset(
+    {"disable", "enable", "set expiry", "set scopes", "set limits", "set networks"}
+)
 BULK_MAX = 1000  # keys one batch may touch: one transaction holds every row's lock
 
 
@@ -137,6 +140,20 @@ def set_limits(ctx: StoreContext, keys: Sequence[KeyInfo], limits: Iterable[Limi
     )
 
 
+def set_networks(
+    ctx: StoreContext, keys: Sequence[KeyInfo], networks: NetworkRules | None
+) -> Batch:
+    """Give every key exactly these network rules (None: from anywhere)."""
+    return _run(
+        ctx,
+        "set networks",
+        keys,
+        lambda s, k, b: lifecycle.set_networks_in(
+            ctx, s, k.owner, k.name, networks, k.public_id, b
+        ),
+    )
+
+
 def end_grace(ctx: StoreContext, keys: Sequence[KeyInfo]) -> Batch:
     """End every key's grace (refused whole if one has no previous secret in grace)."""
     return _run(
@@ -195,11 +212,13 @@ def _same(now: KeyInfo, then: KeyInfo) -> bool:
         and now.disabled_at == then.disabled_at
         and now.disabled_reason == then.disabled_reason
         and now.limits == then.limits
+        and now.networks == then.networks
     )
 
 
 def restore(ctx: StoreContext, done: Batch) -> Batch:
-    """Undo a batch: put back each key's expiry, disabled state, scopes and limits as before.
+    """Undo a batch: put back each key's expiry, disabled state, scopes, limits and network
+    rules as before.
 
     One transaction, one new batch id; each key gets a key.restore event naming the batch it
     undoes. Refused whole (KeyStateError) if a key changed since the batch: an undo must
@@ -222,6 +241,7 @@ def restore(ctx: StoreContext, done: Batch) -> Batch:
         row.expires_at = key.expires_at
         row.disabled_at, row.disabled_reason = key.disabled_at, key.disabled_reason
         row.limits = limits_text(key.limits)
+        row.networks = rules_text(key.networks)
         session.add(row)
         if now.scopes != key.scopes:  # a disable, enable or expiry left them as they were
             gone = set(key.scopes) - set(catalog.names_in(session))

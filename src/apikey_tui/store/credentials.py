@@ -20,12 +20,14 @@ from apikey_tui.db import WRITE, database_errors
 from apikey_tui.db.models import (
     KeyRow,
     OwnerLimitRow,
+    OwnerNetworkRow,
     UsageBatchTable,
     UsageTable,
     usage_minute,
 )
 from apikey_tui.hashing import SecretHasher
 from apikey_tui.limits.model import Limit, limits_of_text
+from apikey_tui.networks import NetworkRules, rules_of_text
 from apikey_tui.store import change_log
 from apikey_tui.store.change_log import Change as Change  # the verifier's view of a change
 from apikey_tui.store.context import StoreContext
@@ -82,6 +84,8 @@ class Credential:
     disabled: bool = False
     # Limits (schema version 9): the key's own are info.limits; its owner's pool is here.
     owner_limits: tuple[Limit, ...] = ()
+    # Networks (schema version 10): the key's own are info.networks; its owner's are here.
+    owner_networks: NetworkRules | None = None
 
     def works(self, now: datetime) -> bool:
         """Whether this secret works at now (`records.secret_works`)."""
@@ -89,6 +93,7 @@ class Credential:
 
 
 OWNER_LIMIT_TABLE: Table = OwnerLimitRow.__table__  # type: ignore[attr-defined]
+OWNER_NETWORK_TABLE: Table = OwnerNetworkRow.__table__  # type: ignore[attr-defined]
 
 # Built once: on SQLite, building a select() costs more than running it.
 _CREDENTIAL = (
@@ -100,11 +105,12 @@ _CREDENTIAL = (
         KEY_TABLE.c.old_fingerprint,
         SCOPE_TABLE.c.scope,
         OWNER_LIMIT_TABLE.c.limits.label("owner_limits"),
+        OWNER_NETWORK_TABLE.c.networks.label("owner_networks"),
     )
     .select_from(
-        KEY_TABLE.outerjoin(SCOPE_TABLE, SCOPE_TABLE.c.key_id == KEY_TABLE.c.id).outerjoin(
-            OWNER_LIMIT_TABLE, OWNER_LIMIT_TABLE.c.owner == KEY_TABLE.c.owner
-        )
+        KEY_TABLE.outerjoin(SCOPE_TABLE, SCOPE_TABLE.c.key_id == KEY_TABLE.c.id)
+        .outerjoin(OWNER_LIMIT_TABLE, OWNER_LIMIT_TABLE.c.owner == KEY_TABLE.c.owner)
+        .outerjoin(OWNER_NETWORK_TABLE, OWNER_NETWORK_TABLE.c.owner == KEY_TABLE.c.owner)
     )
     .where(
         or_(
@@ -154,13 +160,16 @@ class CredentialReads(StoreContext):
         info = key_info(r, scopes, now, public_id=public_id)
         disabled = r.disabled_at is not None
         pool = limits_of_text(r.owner_limits)
+        fence = rules_of_text(r.owner_networks)
         if r.public_id == public_id:
-            return Credential(info, r.secret_hash, r.fingerprint, r.expires_at, disabled, pool)
+            return Credential(
+                info, r.secret_hash, r.fingerprint, r.expires_at, disabled, pool, fence
+            )
         if not in_grace(r.old_public_id, r.grace_until, now) or r.old_secret_hash is None:
             return None  # the previous secret's grace has ended
         assert r.grace_until is not None
         until = previous_until(r.expires_at, r.grace_until)
-        return Credential(info, r.old_secret_hash, r.old_fingerprint, until, disabled, pool)
+        return Credential(info, r.old_secret_hash, r.old_fingerprint, until, disabled, pool, fence)
 
     def key_count(self) -> int:
         """How many keys there are (to size the verifier's key index)."""

@@ -164,6 +164,12 @@ ACTIONS: tuple[KeyAction, ...] = (
         "drop the scopes the key never used in 30 days (asks first, audited)", _DETAIL,
         footer=False,
     ),
+    # Networks (issue 29): last, so help's earlier pages are as they were.
+    KeyAction(
+        "apply_networks", "N", "Networks", "Apply networks proposal",
+        "allow only the networks the key was used from in 30 days, in shadow mode (asks "
+        "first, audited)", _DETAIL, footer=False,
+    ),
 )
 # fmt: on
 
