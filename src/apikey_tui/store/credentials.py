@@ -55,6 +55,8 @@ _MARK_BATCH = (
 
 # PostgreSQL: every recorded change also NOTIFYs this channel in its own transaction, so
 # verifiers on every host hear of it at commit (and never before: a rolled-back change is silent).
+# The notice names the schema the change was made in: one channel serves a whole database, and a
+# deployment in another schema must not wake this one's verifiers (a read of the log per notice).
 CHANGE_CHANNEL = "apikey_tui_changes"
 
 
@@ -63,7 +65,8 @@ def announce(session: Session, public_ids: Iterable[str | None], now: datetime) 
     change_log.append(session, public_ids, now)
     if session.get_bind().dialect.name == "postgresql":
         with session.no_autoflush:  # pending rows flush at commit, where callers expect it
-            session.execute(sa_select(func.pg_notify(CHANGE_CHANNEL, "")))
+            schema = func.coalesce(func.current_schema(), "")
+            session.execute(sa_select(func.pg_notify(CHANGE_CHANNEL, schema)))
 
 
 @dataclass(frozen=True)
