@@ -106,6 +106,42 @@ def verify_cost() -> dict[str, float]:
     return found
 
 
+def in_server(pairs: int = 8, seconds: float = 5) -> dict[str, float]:
+    """Inside uvicorn (`apps.starlette_checked`, SQLite, the key database's store): wrk with a
+    limited key against the same server with an unlimited one, in adjacent order-alternating
+    pairs; with a lease always in hand (1,000,000 tokens) and with the default lease of 16."""
+    from apikey_tui.store import KeyStore
+    from benchmarks.servers import Server, database, wrk
+
+    found: dict[str, float] = {}
+    with database("sqlite") as url:
+        store = KeyStore.open(url)
+        day = Limit(999_999_999, 86_400)
+        metered = store.create_key("b", "metered", ["project"], limits=[day]).plaintext
+        free = store.create_key("b", "free", ["project"]).plaintext
+        store.close()
+        for name, lease in (("in_hand", 1_000_000), ("lease16", 16)):
+            env = {"BENCH_DATABASE_URL": url, "BENCH_LIMITS_LEASE": str(lease)}
+            with Server("starlette_checked", env) as server:
+                scripts = [
+                    f'wrk.headers["Authorization"] = "ApiKey {key}"\n' for key in (metered, free)
+                ]
+                for lua in scripts:  # warm: cached, the lease taken
+                    wrk(server, "/", 2, lua=lua)
+                rps, cpu = [], []
+                for pair in range(pairs):
+                    order = scripts if pair % 2 == 0 else scripts[::-1]
+                    first, second = (wrk(server, "/", seconds, lua=lua) for lua in order)
+                    limited, unlimited = (first, second) if pair % 2 == 0 else (second, first)
+                    rps.append(unlimited.rps / limited.rps)
+                    cpu.append(limited.cpu_ms_per_request / unlimited.cpu_ms_per_request)
+                found[f"{name}_rps_ratio"] = statistics.median(rps)
+                found[f"{name}_rps_min"], found[f"{name}_rps_max"] = min(rps), max(rps)
+                found[f"{name}_cpu_ratio"] = statistics.median(cpu)
+                found[f"{name}_cpu_min"], found[f"{name}_cpu_max"] = min(cpu), max(cpu)
+    return found
+
+
 def markdown(found: dict[str, float]) -> str:
     """The RESULTS.md section."""
     return "\n".join(
@@ -142,6 +178,6 @@ def markdown(found: dict[str, float]) -> str:
 
 
 if __name__ == "__main__":
-    result = {**admit_cost(), **verify_cost()}
+    result = {**admit_cost(), **verify_cost(), **in_server()}
     print(json.dumps(result))
     print(markdown(result))
