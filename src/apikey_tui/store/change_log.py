@@ -144,7 +144,7 @@ class _Raw(NamedTuple):
     sql: str
     names: tuple[str, ...]
     defaults: dict[str, Any]
-    processors: tuple[Callable[[Any], Any] | None, ...]
+    processors: tuple[tuple[int, Callable[[Any], Any]], ...]  # (column, its type's reader)
     row: Callable[[Iterable[Any]], Any]  # a named tuple: row.seq, as SQLAlchemy's rows
 
 
@@ -174,25 +174,30 @@ def fetch(connection: Connection, statement: Select[Any], params: dict[str, Any]
     sql = raw.sql
     try:
         cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
-        dispatch = connection.dispatch
-        for before in dispatch.before_cursor_execute:
-            sql, values = before(connection, cursor, sql, values, None, False)
+        # SQLAlchemy's own test before it calls listeners (iterating none costs more).
+        listened = connection._has_events or connection.engine._has_events
+        if listened:
+            for before in connection.dispatch.before_cursor_execute:
+                sql, values = before(connection, cursor, sql, values, None, False)
         cursor.execute(sql, values)
-        dispatch.after_cursor_execute(connection, cursor, sql, values, None, False)
+        if listened:
+            connection.dispatch.after_cursor_execute(connection, cursor, sql, values, None, False)
         found = cursor.fetchall()
         cursor.close()
     except Exception:  # sqlite3.Error: once more the ordinary way (listeners, metric, mapper)
         return connection.execute(statement, params).all()
     make, processors = raw.row, raw.processors
-    return [
-        make(
-            [
-                value if read is None else read(value)
-                for read, value in zip(processors, found_row, strict=True)
-            ]
-        )
-        for found_row in found
-    ]
+    if not processors:
+        return [make(found_row) for found_row in found]
+    rows = []
+    for found_row in found:
+        row = list(found_row)
+        for i, read in processors:  # a datetime parse costs more than a whole row's copy
+            value = row[i]
+            if value is not None:
+                row[i] = read(value)
+        rows.append(make(row))
+    return rows
 
 
 def _compile(statement: Select[Any], dialect: Dialect) -> _Raw | None:
@@ -211,10 +216,8 @@ def _compile(statement: Select[Any], dialect: Dialect) -> _Raw | None:
         compiled.binds[name].type.dialect_impl(dialect).bind_processor(dialect) for name in names
     ):
         return None  # every parameter of ours is a str or an int: passed as it is
-    processors = tuple(
-        column.type.dialect_impl(dialect).result_processor(dialect, None)
-        for column in statement.selected_columns
-    )
+    read = (column.type.dialect_impl(dialect).result_processor(dialect, None) for column in columns)
+    processors = tuple((i, process) for i, process in enumerate(read) if process is not None)
     defaults = {name: bind.effective_value for name, bind in compiled.binds.items()}
     row = namedtuple("Row", keys)  # type: ignore[misc]
     return _Raw(str(compiled), names, defaults, processors, row._make)

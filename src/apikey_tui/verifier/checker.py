@@ -584,7 +584,7 @@ class Verifier:
                 self._drop(parsed.public_id)
                 self._entries[digest] = entry
                 self._by_id[entry.caller.public_id] = digest  # the caller's string: one a key
-        self._last_used.note(parsed.public_id)
+        self._last_used.note(entry.caller.public_id)  # the cached string, not a second copy
         if self._record:
             self._uses.start()  # warm hits append to it from now on
         return entry.caller
