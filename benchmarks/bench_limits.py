@@ -172,6 +172,23 @@ def markdown(found: dict[str, float]) -> str:
             f"| store round trips over the whole run (lease of 1,000,000) | "
             f"{found['store_calls']:.0f} |",
             "",
+            "Inside uvicorn (`apps.starlette_checked`, SQLite, wrk 1 thread 16 connections, 8 "
+            "adjacent order-alternating pairs of 5 s on one server, a limited key against an "
+            "unlimited one; median ratio, lowest and highest pair in brackets; target ≤ 1.1x):",
+            "",
+            "| lease | unlimited / limited requests/s | limited / unlimited CPU per request |",
+            "|---|---|---|",
+            *(
+                f"| {label} | {found[f'{name}_rps_ratio']:.2f} ({found[f'{name}_rps_min']:.2f} "
+                f"to {found[f'{name}_rps_max']:.2f}) | {found[f'{name}_cpu_ratio']:.2f} "
+                f"({found[f'{name}_cpu_min']:.2f} to {found[f'{name}_cpu_max']:.2f}) |"
+                for name, label in (
+                    ("in_hand", "always in hand (1,000,000 tokens)"),
+                    ("lease16", "the default, 16 tokens (a store take every 16 requests)"),
+                )
+                if f"{name}_rps_ratio" in found
+            ),
+            "",
             "",
         ]
     )
