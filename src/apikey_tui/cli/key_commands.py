@@ -107,7 +107,14 @@ def create(call: Call) -> int:
     store, args, owner = call.store(), call.args, call.owner
     created = _Delivery(args, "it was not created").run(
         lambda deliver: store.create_key(
-            owner, args.name, args.scope, expires=args.expires, deliver=deliver, limits=args.limit
+            owner,
+            args.name,
+            args.scope,
+            expires=args.expires,
+            deliver=deliver,
+            limits=args.limit,
+            meta=args.meta,
+            tags=args.tag,
         )
     )
     return _tell_created(created, "Created")
@@ -278,12 +285,13 @@ CREATE = Command(
     help="create a key; print it once",
     run=create,
     database=MAY_CREATE,
-    arguments=(*a.COMMON, a.NAME, a.SCOPE, a.expires(), a.LIMIT),
+    arguments=(*a.COMMON, a.NAME, a.SCOPE, a.expires(), a.LIMIT, a.META, a.TAG),
     examples=(
         "KEY=$(apikey-tui keys create ci --scope project)",
         "apikey-tui keys create partner --scope serving --limit 10/s --limit 100000/30d",
         "apikey-tui keys create model-client --scope serving,project --expires 90d",
         "apikey-tui keys create batch --scope project --owner svc-batch --json",
+        "apikey-tui keys create etl --scope project --owner data --meta plan=gold --tag env=prod",
     ),
 )
 

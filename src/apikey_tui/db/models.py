@@ -34,6 +34,15 @@ SCHEMA_VERSION = _SCHEMA_VERSION
 VERIFIERS_FROM = 4
 # Room for a subject's limits as text ('100000/30d' is 10 characters; at most 8 limits).
 LIMITS_MAX = 200
+# Owners' kinds (schema version 10): a person signs in; a team has members (people); a service
+# account has people responsible for it (its members). Every owner before schema 10 is a person.
+PERSON, TEAM, SERVICE = "person", "team", "service"
+OWNER_KINDS = (PERSON, TEAM, SERVICE)
+# Metadata (a key's or an owner's, schema version 10): a JSON object of short strings, at most
+# this many bytes as stored (compact UTF-8), checked by `apikey_tui.store.metadata`.
+META_MAX = 1024
+# A key's tags as stored: 'env=prod team=pay', sorted, space-separated (`metadata.tags_text`).
+TAGS_MAX = 400
 
 
 class Base(SQLModel, registry=registry()):
@@ -117,18 +126,52 @@ class KeyRow(Base, table=True):
     # `apikey_tui.limits.format_limit`), None for none. A column, not rows of their own: the
     # verifier's one credential read, the key's record and an undo carry them with no join.
     limits: str | None = Field(default=None, max_length=LIMITS_MAX)
+    # Schema version 10: who made the key (the actor's login name; None when the database
+    # never recorded it), its metadata (JSON, reaches services as caller.meta) and its tags
+    # ('env=prod', for admins' filters; services never see them).
+    created_by: str | None = Field(default=None, max_length=64, index=True)
+    meta: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    tags: str | None = Field(default=None, max_length=TAGS_MAX)
 
 
-class OwnerLimitRow(Base, table=True):
-    """An owner's limits (schema version 9): one pool that every key of the owner draws from.
+class OwnerRow(Base, table=True):
+    """An owner (schema version 10): a person, a team or a service account, with its
+    description, metadata and limits, one pool that every key of the owner draws from.
 
-    A row only for an owner that has limits; `limits` is written as KeyRow.limits. Not tied to
-    a key row: an owner exists only through its keys, and its pool outlives any one of them.
+    The table keeps the name it had in schema version 9, when it held owners' limits alone:
+    verifiers of 0.7.0 read it by that name and keep working beside schema 10. Not tied to
+    key rows: an owner's pool, members and metadata outlive any one of its keys. Every key's
+    owner has a row (a key made for a new owner makes it, a person).
     """
 
     __tablename__ = "apikey_tui_owner_limit"
     owner: str = Field(primary_key=True, max_length=64)
-    limits: str = Field(max_length=LIMITS_MAX)
+    limits: str | None = Field(default=None, max_length=LIMITS_MAX)  # as KeyRow.limits
+    kind: str = Field(default=PERSON, max_length=8)  # one of OWNER_KINDS
+    description: str = Field(default="", max_length=200)
+    meta: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+
+
+class OwnerMemberRow(Base, table=True):
+    """A team's member or a service account's responsible person (schema version 10): both
+    are people (owners of kind person), and go when either owner is removed."""
+
+    __tablename__ = "apikey_tui_owner_member"
+    owner: str = Field(
+        sa_column=Column(
+            String(64),
+            ForeignKey("apikey_tui_owner_limit.owner", ondelete="CASCADE"),
+            primary_key=True,
+        )
+    )
+    member: str = Field(
+        sa_column=Column(
+            String(64),
+            ForeignKey("apikey_tui_owner_limit.owner", ondelete="CASCADE"),
+            primary_key=True,
+            index=True,  # offboarding finds a person's teams by it
+        )
+    )
 
 
 class PreviousIdRow(Base, table=True):

@@ -173,7 +173,7 @@ def _scripts() -> ScriptDirectory:
 VERIFIER_READS = (
     "apikey_tui_key",
     "apikey_tui_key_scope",
-    "apikey_tui_owner_limit",  # owners' limits (schema version 9); keys' are a key column
+    "apikey_tui_owner_limit",  # owners (schema version 10; their limits since 9)
     "apikey_tui_change",
     _META,
     VERSION_TABLE,

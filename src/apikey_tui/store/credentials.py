@@ -19,7 +19,7 @@ from apikey_tui.clock import Clock, system_clock
 from apikey_tui.db import WRITE, database_errors
 from apikey_tui.db.models import (
     KeyRow,
-    OwnerLimitRow,
+    OwnerRow,
     UsageBatchTable,
     UsageTable,
     usage_minute,
@@ -29,6 +29,8 @@ from apikey_tui.limits.model import Limit, limits_of_text
 from apikey_tui.store import change_log
 from apikey_tui.store.change_log import Change as Change  # the verifier's view of a change
 from apikey_tui.store.context import StoreContext
+from apikey_tui.store.metadata import NO_META as NO_META  # the verifier's empty caller.meta
+from apikey_tui.store.metadata import caller_meta
 from apikey_tui.store.records import (
     INFO_COLUMNS,
     KEY_TABLE,
@@ -82,13 +84,16 @@ class Credential:
     disabled: bool = False
     # Limits (schema version 9): the key's own are info.limits; its owner's pool is here.
     owner_limits: tuple[Limit, ...] = ()
+    # Schema version 10: what services read as caller.meta, the owner's metadata with the
+    # key's on top, built once here so a request reads it with no query (`metadata.caller_meta`).
+    meta: Mapping[str, str] = field(default_factory=lambda: NO_META, compare=False)
 
     def works(self, now: datetime) -> bool:
         """Whether this secret works at now (`records.secret_works`)."""
         return secret_works(self.disabled, self.expires_at, now)
 
 
-OWNER_LIMIT_TABLE: Table = OwnerLimitRow.__table__  # type: ignore[attr-defined]
+OWNER_TABLE: Table = OwnerRow.__table__  # type: ignore[attr-defined]
 
 # Built once: on SQLite, building a select() costs more than running it.
 _CREDENTIAL = (
@@ -99,11 +104,12 @@ _CREDENTIAL = (
         KEY_TABLE.c.old_secret_hash,
         KEY_TABLE.c.old_fingerprint,
         SCOPE_TABLE.c.scope,
-        OWNER_LIMIT_TABLE.c.limits.label("owner_limits"),
+        OWNER_TABLE.c.limits.label("owner_limits"),
+        OWNER_TABLE.c.meta.label("owner_meta"),
     )
     .select_from(
         KEY_TABLE.outerjoin(SCOPE_TABLE, SCOPE_TABLE.c.key_id == KEY_TABLE.c.id).outerjoin(
-            OWNER_LIMIT_TABLE, OWNER_LIMIT_TABLE.c.owner == KEY_TABLE.c.owner
+            OWNER_TABLE, OWNER_TABLE.c.owner == KEY_TABLE.c.owner
         )
     )
     .where(
@@ -154,13 +160,16 @@ class CredentialReads(StoreContext):
         info = key_info(r, scopes, now, public_id=public_id)
         disabled = r.disabled_at is not None
         pool = limits_of_text(r.owner_limits)
+        meta = caller_meta(r.owner_meta, r.meta)
         if r.public_id == public_id:
-            return Credential(info, r.secret_hash, r.fingerprint, r.expires_at, disabled, pool)
+            return Credential(
+                info, r.secret_hash, r.fingerprint, r.expires_at, disabled, pool, meta
+            )
         if not in_grace(r.old_public_id, r.grace_until, now) or r.old_secret_hash is None:
             return None  # the previous secret's grace has ended
         assert r.grace_until is not None
         until = previous_until(r.expires_at, r.grace_until)
-        return Credential(info, r.old_secret_hash, r.old_fingerprint, until, disabled, pool)
+        return Credential(info, r.old_secret_hash, r.old_fingerprint, until, disabled, pool, meta)
 
     def key_count(self) -> int:
         """How many keys there are (to size the verifier's key index)."""

@@ -59,6 +59,12 @@ class KeyInfo:
     # Limits (schema version 9): the key's own, shortest window first. Its owner's pool, if
     # any, applies too (`KeyStore.owner_limits`).
     limits: tuple[Limit, ...] = ()
+    # Schema version 10: who made the key (None: not recorded), its metadata (services read
+    # it, with its owner's, as caller.meta) and its tags (admins filter by them); each sorted
+    # (name, value) pairs (`store.metadata`).
+    created_by: str | None = None
+    meta: tuple[tuple[str, str], ...] = ()
+    tags: tuple[tuple[str, str], ...] = ()
 
     @property
     def disabled(self) -> bool:
@@ -101,6 +107,9 @@ class KeyInfo:
             "old_public_id": self.old_public_id,
             "grace_until": _iso(self.grace_until),
             "limits": [str(limit) for limit in self.limits],
+            "created_by": self.created_by,
+            "meta": dict(self.meta),
+            "tags": dict(self.tags),
         }
 
 
