@@ -1,4 +1,4 @@
-"""Owners in the app at 70×24: the `:owners` view, its pool with undo, offboarding, and a
+"""Owners in the app at 70x24: the `:owners` view, its pool with undo, offboarding, and a
 key's transfer and tags from its detail."""
 
 from __future__ import annotations
