@@ -202,8 +202,8 @@ def offboard(call: Call) -> int:
     batch = store.offboard(seen, reason=args.reason, transfers=moves)
     print(
         f"Offboarded {printable(args.person)}: {counted(len(batch.after), 'key')} changed, "
-        f"{counted(len(batch.memberships), 'membership')} ended (batch {batch.id}; "
-        "the app's undo or enabling the keys reverses it).",
+        f"{counted(len(batch.memberships), 'membership')} ended (batch {batch.id} in the "
+        "audit trail; `keys enable`, `keys transfer` and `owners members --add` reverse it).",
         file=sys.stderr,
     )
     return emit(args, {**data, "applied": True, "batch": batch.id}, lambda out: None)

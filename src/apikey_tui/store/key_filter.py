@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Table, false, literal, or_
+from sqlalchemy import Table, false, literal, literal_column, or_
 from sqlalchemy import select as sa_select
 
 from apikey_tui.db.models import OWNER_KINDS, OwnerRow
@@ -52,10 +52,16 @@ def _escaped(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-def conditions(terms: Terms, now: datetime) -> list[Any]:
+def conditions(terms: Terms, now: datetime, *, sqlite: bool = False) -> list[Any]:
     """WHERE terms of the fields (free text is `queries.matching`'s); a value no key can have
-    (an unknown kind or state word) is a term no key meets."""
+    (an unknown kind or state word) is a term no key meets.
+
+    sqlite: a kind term reads the key's owner through a unary + there, which keeps SQLite off
+    the owner index (without statistics it would read every team's keys through it, then
+    sort: 1.2 s at a million keys, against 5 ms walking the table's order).
+    """
     key = KEY_TABLE.c
+    owner_column: Any = literal_column(f"+{KEY_TABLE.name}.owner") if sqlite else key.owner
     found: list[Any] = []
     for name, values in terms.values.items():
         alternatives: list[Any] = []
@@ -65,7 +71,7 @@ def conditions(terms: Terms, now: datetime) -> list[Any]:
             elif name == "kind":
                 if value in OWNER_KINDS:
                     alternatives.append(
-                        key.owner.in_(
+                        owner_column.in_(
                             sa_select(OWNER_TABLE.c.owner).where(OWNER_TABLE.c.kind == value)
                         )
                     )

@@ -220,7 +220,7 @@ def matching(
     terms: list[Any] = []
     read = key_filter.parse(query.text)
     if read:
-        terms += key_filter.conditions(read, ctx.clock() if now is None else now)
+        terms += key_filter.conditions(read, ctx.clock() if now is None else now, sqlite=sqlite)
     # SQLite keeps no statistics unless ANALYZE ran, so it takes any owner for a handful of
     # keys and reads through the owner index; a unary + keeps it off that index where a
     # better path exists (the order's own index, or the trigram candidates below).

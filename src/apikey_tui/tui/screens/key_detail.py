@@ -289,7 +289,12 @@ class KeyDetailScreen(LiveScreen[DetailData]):
             ("Rotated" if rotated else "Created", absolute(info.created_at, seconds=True)),
             ("Last used", relative_and_absolute(info.last_used_at, now)),
             made,
-            *([("Made by", info.created_by)] if info.created_by else []),
+            # The key's maker, when the row above names another act (a rotation) or nothing.
+            *(
+                [("Made by", info.created_by)]
+                if info.created_by and (rotated or not origin)
+                else []
+            ),
             *([("Tags", pairs_words(info.tags))] if info.tags else []),
             *([("Metadata", pairs_words(info.meta))] if info.meta else []),
             *limit_rows(uses, now, max(self.size.width - _LABEL - 2, 20)),
