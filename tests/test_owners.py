@@ -285,3 +285,50 @@ def test_filter_grammar_gives_the_cli_and_the_app_the_same_keys(
         app = {f"{k.owner}/{k.name}" for k in window}
         assert (code, cli, app) == (0, expected, expected), text
         assert store.count_keys(KeyQuery(text=text)) == len(expected)
+
+
+def test_cli_members_change_meta_and_tags(
+    database_url: str, store: KeyStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`owners members`, `owners change --meta`, `keys set-meta` and `keys set-tags` change
+    what they name; `none` clears; a malformed pair is one line, exit 1."""
+    url = database_url
+    _cli(capsys, url, "owners", "add", "svc", "--kind", "service", "--member", "alice")
+    code, out, _ = _cli(capsys, url, "owners", "members", "svc", "--add", "bob", "--remove",
+                        "alice", "--json")  # fmt: skip
+    assert code == 0 and json.loads(out)["members"] == ["bob"]
+    code, out, _ = _cli(capsys, url, "owners", "change", "svc", "--meta", "tier=gold", "--json")
+    assert code == 0 and json.loads(out)["meta"] == {"tier": "gold"}
+    store.create_key("svc", "k", ["project"])
+    code, out, _ = _cli(capsys, url, "keys", "set-meta", "k", "--owner", "svc", "plan=x",
+                        "--json")  # fmt: skip
+    assert code == 0 and json.loads(out)["meta"] == {"plan": "x"}
+    code, out, _ = _cli(capsys, url, "keys", "set-tags", "k", "--owner", "svc", "env=prod")
+    assert code == 0 and store.get_key("svc", "k").tags == (("env", "prod"),)
+    code, _, _ = _cli(capsys, url, "keys", "set-tags", "k", "--owner", "svc", "none")
+    assert code == 0 and store.get_key("svc", "k").tags == ()
+    code, _, err = _cli(capsys, url, "keys", "set-tags", "k", "--owner", "svc", "Env=prod")
+    assert code == 1 and err.count("\n") == 1 and "tag name" in err
+    code, out, _ = _cli(capsys, url, "owners", "show", "svc", "--json")
+    shown = json.loads(out)
+    assert (shown["kind"], shown["members"], shown["keys"]) == ("service", ["bob"], 1)
+
+
+def test_offboard_apply_asks_in_a_terminal_and_no_means_nothing(
+    database_url: str,
+    store: KeyStore,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In a terminal `offboard --apply` asks first (as keys delete does); Enter is no, and
+    nothing changes."""
+    import io
+
+    from apikey_tui.cli import prompts
+
+    store.create_key("alice", "laptop", ["project"])
+    monkeypatch.setattr(prompts, "_tty", lambda stream: True)
+    monkeypatch.setattr("sys.stdin", io.StringIO("\n"))
+    code, _, err = _cli(capsys, database_url, "offboard", "alice", "--apply")
+    assert code == 1 and "Offboard alice as listed? [y/N]" in err and "Cancelled" in err
+    assert not store.get_key("alice", "laptop").disabled
