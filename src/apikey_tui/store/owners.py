@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import func
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlmodel import Session, col, delete, select
 
 from apikey_tui.db.models import OWNER_KINDS, PERSON, KeyRow, OwnerMemberRow, OwnerRow
@@ -72,12 +74,21 @@ class OwnerNotFoundError(InvalidInputError):
 
 
 def ensure_person(session: Session, name: str) -> OwnerRow:
-    """The owner's row, made a person if it has none yet (a key made for a new owner)."""
+    """The owner's row, made a person if it has none yet (a key made for a new owner).
+
+    INSERT … ON CONFLICT DO NOTHING: two first keys of one new owner at once both succeed.
+    """
     row = session.get(OwnerRow, name)
     if row is None:
-        row = OwnerRow(owner=check_owner(name), kind=PERSON)
-        session.add(row)
-        session.flush()
+        table = OwnerRow.__table__  # type: ignore[attr-defined]
+        values = {"owner": check_owner(name), "kind": PERSON, "description": ""}
+        if session.get_bind().dialect.name == "postgresql":
+            statement: Any = postgresql_insert(table).values(values)
+        else:
+            statement = sqlite_insert(table).values(values)
+        session.execute(statement.on_conflict_do_nothing())
+        row = session.get(OwnerRow, name)
+        assert row is not None
     return row
 
 
