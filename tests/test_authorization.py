@@ -13,7 +13,7 @@ from apikey_tui.errors import (
     MalformedHeaderError,
     MissingKeyError,
 )
-from apikey_tui.verifier.authorization import parse_authorization
+from apikey_tui.verifier.authorization import parse_key, split_credentials
 
 _, KEY = keyformat.generate()
 BAD_CHECKSUM = KEY[:-1] + ("a" if KEY[-1] != "a" else "b")
@@ -68,6 +68,11 @@ def _case_id(header: str | None) -> str:
     for value, name in ((BAD_CHECKSUM, "BAD_CHECKSUM"), (KEY.upper(), "KEY.upper()"), (KEY, "KEY")):
         header = header.replace(value, name)
     return header.replace(KEY[:-3], "KEY[:-3]")
+
+
+def parse_authorization(value: str | None) -> keyformat.ParsedKey:
+    """A whole header value read as the verifier reads it: the credential, then the key."""
+    return parse_key(split_credentials(value))
 
 
 @pytest.mark.parametrize(

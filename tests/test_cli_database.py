@@ -29,12 +29,16 @@ MUST_EXIST = {
     "keys set-meta": ["keys", "set-meta", "ci", "plan=gold"],
     "keys set-tags": ["keys", "set-tags", "ci", "env=prod"],
     "offboard": ["offboard", "alice"],
+    "keys set-networks": ["keys", "set-networks", "ci", "--allow-from", "10.0.0.0/8"],
+    "keys networks": ["keys", "networks", "ci", "--propose"],
+    "owners set-networks": ["owners", "set-networks", "svc-batch", "none"],
     "keys rotate": ["keys", "rotate", "ci", "--grace", "1h", "--yes"],
     "keys set-expiry": ["keys", "set-expiry", "ci", "90d"],
     "keys disable": ["keys", "disable", "ci"],
     "keys enable": ["keys", "enable", "ci"],
     "keys usage": ["keys", "usage", "ci"],
     "keys rightsize": ["keys", "rightsize", "--all"],
+    "keys near-limits": ["keys", "near-limits", "--all"],
     "policy show": ["policy", "show"],
     "policy set": ["policy", "set", "max-lifetime", "365d"],
     "scopes list": ["scopes", "list"],
@@ -58,7 +62,8 @@ def test_a_mistyped_path_never_becomes_a_database(
     code = main(["--database-url", f"sqlite:///{missing}", *MUST_EXIST[words]])
     out, err = capsys.readouterr()
     assert not missing.exists()
-    assert (code, out) == (2 if words == "scan" else 1, "")  # scan's exit 1 means 'found'
+    # scan's exit 1 means 'found', near-limits' 'one is near': their refusals say 2
+    assert (code, out) == (2 if words in ("scan", "keys near-limits") else 1, "")
     assert err == (
         f"apikey-tui: no database at {missing}; check the path, or create it with "
         "'apikey-tui keys create NAME --scope SCOPE' or 'apikey-tui db upgrade'\n"

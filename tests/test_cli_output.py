@@ -141,6 +141,7 @@ def test_a_listing_that_cannot_be_written_is_one_line(
 OTHER_WRITERS = {
     "usage": ["keys", "usage", "ci"],
     "rightsize": ["keys", "rightsize", "--all", "--json"],
+    "near-limits": ["keys", "near-limits", "--all", "--json"],
     "compact": ["db", "compact", "--json"],
     "scan": ["scan", "--offline", "--json", os.devnull],
 }

@@ -386,3 +386,19 @@ def test_a_scope_refusal_inside_and_or_is_recorded_as_forbidden_not_allowed(keys
     usage = keys.store.key_usage("alice", "proj")
     assert usage.requests == 0  # three 403s: no allowed request
     assert sum(f.requests for f in usage.forbidden) == 3
+
+
+def test_a_key_from_outside_its_networks_is_403_with_the_network_problem(keys: Keys) -> None:
+    """DRF's authentication refuses a key used from outside its network rules (RequestFactory's
+    peer is 127.0.0.1) with the network problem, before the view's permissions run."""
+    from apikey_tui.errors import NETWORK_NOT_ALLOWED
+    from apikey_tui.networks import network_rules
+
+    header = {"Authorization": f"ApiKey {keys.project}"}
+    info = keys.store.get_key("alice", "proj")
+    keys.store.set_networks_of_keys([info], network_rules(["10.0.0.0/8"]))
+    response = call([scopes("project")], header)
+    assert response.status_code == 403 and str(response.data["type"]) == NETWORK_NOT_ALLOWED
+    info = keys.store.get_key("alice", "proj")
+    keys.store.set_networks_of_keys([info], network_rules(["127.0.0.1"]))
+    assert call([scopes("project")], header).status_code == 200

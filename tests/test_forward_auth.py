@@ -285,6 +285,23 @@ def test_fixed_scopes_from_the_auth_url(sqlite_url: str, keys: Keys) -> None:
         assert ask(c, "/x", keys.both, auth="/auth?scope=Bad!").status_code == 400
 
 
+def test_fixed_scopes_are_read_once_per_query_and_refusals_every_time(
+    sqlite_url: str, keys: Keys
+) -> None:
+    """An auth URL's query is parsed once and kept (the answers stay those of each query,
+    asked in turn); a bad query is refused each time it comes, never kept as a pass."""
+    with client(sqlite_url, rules=None) as c:
+        for _ in range(3):
+            for url, key, status in (
+                ("/auth?scope=project", keys.project, 200),
+                ("/auth?scope=serving", keys.project, 403),
+                ("/auth?scope=serving&scope=project", keys.both, 200),
+                ("/auth?scopes=project", keys.both, 400),
+                ("/auth?scope=Bad!", keys.both, 400),
+            ):
+                assert ask(c, "/x", key, auth=url).status_code == status, (url, status)
+
+
 def test_client_query_leaking_into_auth_url_is_refused(ruled: TestClient, keys: Keys) -> None:
     """A proxy appending the client's `?scope=project` to the auth URL cannot widen access."""
     answer = ask(ruled, "/models/x?scope=project", keys.project, auth="/auth?scope=project")

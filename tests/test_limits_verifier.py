@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from apikey_tui.errors import (
+    AuthError,
     InsufficientScopeError,
     InvalidKeyError,
     LimitsUnavailableError,
@@ -88,6 +89,31 @@ def test_a_limited_key_gets_n_then_429_and_other_refusals_consume_nothing(
         assert key.info.public_id not in body.decode() and "alice" not in body.decode()
     finally:
         verifier.close()
+
+
+def test_a_429_answer_kept_for_reuse_is_the_one_built_afresh() -> None:
+    """RateLimitedError keeps its answers: each equals one built anew by AuthError for the
+    same fields, any field changed gives another, and a caller changing the headers it got
+    changes nobody else's."""
+    cases = [
+        ("key", "3/30d", 3, 2592000, 37.0, "api"),
+        ("owner", "3/30d", 3, 2592000, 37.0, "api"),
+        ("key", "4/30d", 4, 2592000, 37.0, "api"),
+        ("key", "3/30d", 3, 2592000, 38.0, "api"),
+        ("key", "3/30d", 3, 2592000, 37.0, "other"),
+    ]
+    answers = []
+    for of, limit, quota, window, retry, realm in cases * 2:
+        error = RateLimitedError(of, limit, quota, window, retry)
+        fresh = AuthError.response(error, realm)
+        answer = error.response(realm)
+        assert answer == fresh, (of, limit, retry, realm)
+        answers.append(answer)
+        answer[1].append(("x-added", "by a server"))
+    # Each case its own answer, but the realm's: a 429 has no challenge to name it in.
+    assert len({(a[0], tuple(a[1][:-1]), a[2]) for a in answers}) == len(cases) - 1
+    again = RateLimitedError(*cases[0][:5]).response("api")
+    assert ("x-added", "by a server") not in again[1]
 
 
 def test_an_owners_pool_is_shared_and_a_change_reaches_a_running_verifier(

@@ -31,7 +31,7 @@ from apikey_tui.limits import parse_limit
 from apikey_tui.store import KeyStore
 from apikey_tui.verifier import Verifier
 from apikey_tui.verifier.freshness import PushFreshness
-from apikey_tui.verifier.guard import CheckGate
+from apikey_tui.verifier.gate import CheckGate
 from apikey_tui.verifier.metrics import OUTCOMES
 from tests.conftest import CHEAP
 from tests.test_gunicorn_load import Gunicorn, get
@@ -118,6 +118,7 @@ def test_checks_are_counted_by_outcome(store: KeyStore, database_url: str) -> No
             "malformed": 1,
             "invalid": 1,
             "forbidden": 1,
+            "network": 0,
             "limited": 1,
             "unavailable": 0,
         }

@@ -12,6 +12,7 @@ from fastapi.openapi.models import OpenAPI
 from fastapi.testclient import TestClient
 
 from apikey_tui.integrations.fastapi import PROBLEM_SCHEMA, SCHEME_NAME, ApiKeyAuth
+from apikey_tui.limits import parse_limit
 from apikey_tui.store import KeyStore
 from apikey_tui.verifier import Caller, Verifier
 from tests.conftest import CHEAP
@@ -108,11 +109,11 @@ def test_each_route_lists_the_scopes_it_requires(document: dict[str, Any]) -> No
 
 
 def test_refusals_are_documented_as_problem_json(document: dict[str, Any]) -> None:
-    """Routes needing a key document 400/401/503 (and 403 with scopes) as problem+json."""
+    """Routes needing a key document 400/401/429/503 (and 403 with scopes) as problem+json."""
     paths = document["paths"]
     ref = {"$ref": f"#/components/schemas/{PROBLEM_SCHEMA}"}
     predict = paths["/models/{model}/predict"]["post"]["responses"]
-    for status in ("400", "401", "403", "503"):
+    for status in ("400", "401", "403", "429", "503"):
         media = predict[status]["content"]["application/problem+json"]
         assert media["schema"] == ref
         assert media["example"]["status"] == int(status)  # not the 401 under every status
@@ -120,11 +121,70 @@ def test_refusals_are_documented_as_problem_json(document: dict[str, Any]) -> No
     assert "Retry-After" in predict["503"]["headers"]
     assert {"200", "422"} <= predict.keys()  # FastAPI's own answers stay
     any_key = paths["/whoami"]["get"]["responses"]
-    assert {"400", "401", "503"} <= any_key.keys() and "403" not in any_key
+    assert {"400", "401", "429", "503"} <= any_key.keys() and "403" not in any_key
     assert set(paths["/health"]["get"]["responses"]) == {"200"}
     problem = document["components"]["schemas"][PROBLEM_SCHEMA]
     assert problem["required"] == ["type", "title", "status", "detail"]
     assert problem["properties"]["missing_scopes"]["type"] == "array"
+
+
+def _structured_list(text: str) -> list[tuple[object, dict[str, object]]]:
+    """A structured-field List (RFC 9651) as (value, parameters) pairs, parsed by http-sfv."""
+    from http_sfv.list import List
+
+    parsed = List()
+    parsed.parse(text.encode())
+    return [(item.value, dict(item.params)) for item in parsed]
+
+
+def test_the_429_is_documented_with_its_headers_and_problem(document: dict[str, Any]) -> None:
+    """Each route needing a key documents 429 with Retry-After, RateLimit-Policy and RateLimit
+    (their examples valid structured fields that agree) and a problem naming the limit."""
+    problem = document["components"]["schemas"][PROBLEM_SCHEMA]["properties"]
+    for path, method in (("/models/{model}/predict", "post"), ("/whoami", "get")):
+        limited = document["paths"][path][method]["responses"]["429"]
+        headers = limited["headers"]
+        assert set(headers) == {"Retry-After", "RateLimit-Policy", "RateLimit"}
+        retry = headers["Retry-After"]["example"]
+        assert headers["Retry-After"]["schema"] == {"type": "integer"} and retry >= 1
+        policy = _structured_list(headers["RateLimit-Policy"]["example"])
+        state = _structured_list(headers["RateLimit"]["example"])
+        assert policy == [("key:600/m", {"q": 600, "w": 60})]
+        assert state == [("key:600/m", {"r": 0, "t": retry})]
+        example = limited["content"]["application/problem+json"]["example"]
+        assert example["status"] == 429 and example["retry_after"] == retry
+        assert (example["limit_of"], example["limit"]) == ("key", "600/m")
+        assert set(example) <= set(problem)  # the schema names every field the body has
+    assert problem["limit_of"]["enum"] == ["key", "owner"]
+
+
+def test_a_real_429_sends_what_the_document_says(database_url: str) -> None:
+    """A key limited to 2 per window gets two 200s, then a 429 carrying every header the
+    document lists for it and a body with the schema's required fields and no other."""
+    store = KeyStore.open(database_url, hasher=CHEAP)
+    key = store.create_key("alice", "metered", ["project"], limits=[parse_limit("2/30d")])
+    store.close()
+    verifier = Verifier.from_url(database_url, hasher=CHEAP)
+    try:
+        with TestClient(build_app(verifier)) as client:
+            document = client.get("/openapi.json").json()
+            documented = document["paths"]["/projects"]["get"]["responses"]["429"]
+            headers = {"Authorization": f"ApiKey {key.plaintext}"}
+            statuses = [client.get("/projects", headers=headers).status_code for _ in range(2)]
+            answer = client.get("/projects", headers=headers)
+    finally:
+        verifier.close()
+    assert statuses == [200, 200] and answer.status_code == 429
+    assert answer.headers["content-type"] == "application/problem+json"
+    for name in documented["headers"]:
+        assert name.lower() in answer.headers, name
+    assert _structured_list(answer.headers["ratelimit-policy"]) == [
+        ("key:2/30d", {"q": 2, "w": 30 * 86400})
+    ]
+    schema = document["components"]["schemas"][PROBLEM_SCHEMA]
+    body = answer.json()
+    assert set(schema["required"]) <= set(body) <= set(schema["properties"])
+    assert (body["status"], body["limit"], body["limit_of"]) == (429, "2/30d", "key")
 
 
 def test_each_route_says_its_scopes_where_swagger_ui_shows_them(document: dict[str, Any]) -> None:

@@ -27,7 +27,7 @@ from apikey_tui.store import KeyStore
 from apikey_tui.store.credentials import CredentialReads
 from apikey_tui.verifier import Verifier
 from apikey_tui.verifier.freshness import PushFreshness
-from tests.conftest import CHEAP, POSTGRES_URL
+from tests.conftest import CHEAP, POSTGRES_URL, fresh_schema
 from tests.test_verifier import header
 from tests.throwaway_postgres import ThrowawayPostgres, free_port
 
@@ -77,6 +77,31 @@ def test_delete_rescope_and_recreate_reach_a_verifier_by_push(postgres_url: str)
     assert checker.verify(header(new)).key_name == "demo"  # the new key is known at once
     store.delete_key("alice", "demo")
     assert eventually(lambda: refused(checker, new))
+    checker.close()
+    store.close()
+
+
+def test_changes_in_another_schema_of_the_database_wake_no_verifier(
+    postgres_server: str, postgres_url: str
+) -> None:
+    """20 commits of a deployment in another schema do not wake this verifier (each woke it, and
+    cost a read of the log, before); one commit of its own schema does."""
+    store = KeyStore.open(postgres_url, hasher=CHEAP)
+    checker = Verifier.from_url(postgres_url, hasher=CHEAP, revocation_bound=LONG_BOUND)
+    checker.verify(header(store.create_key("alice", "demo", ["project"]).plaintext))
+    assert eventually(lambda: listening(checker))
+    freshness = checker._freshness
+    assert isinstance(freshness, PushFreshness)
+    with fresh_schema(postgres_server) as neighbour_url:
+        neighbour = KeyStore.open(neighbour_url, hasher=CHEAP)
+        before = freshness.generation()
+        for i in range(20):
+            neighbour.create_key("bob", f"k{i}", ["project"])
+        store.create_key("alice", "marker", ["project"])  # ours, committed after theirs
+        assert eventually(lambda: freshness.generation() > before)
+        time.sleep(0.2)  # any notice of theirs arrived before ours: none may count
+        assert freshness.generation() == before + 1
+        neighbour.close()
     checker.close()
     store.close()
 

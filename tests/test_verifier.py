@@ -420,7 +420,7 @@ def test_closing_waits_for_a_check_still_running() -> None:
     """CheckGate.close() returns only once a running check has finished (up to the check
     timeout), so the connections it holds are back before Verifier.close() disposes of the
     engine; it returned at once, and a check still running leaked its connection."""
-    from apikey_tui.verifier.guard import CheckGate
+    from apikey_tui.verifier.gate import CheckGate
 
     gate = CheckGate(workers=2, timeout=30.0, max_pending=4)
     started, release, done, closed = (threading.Event() for _ in range(4))

@@ -27,7 +27,8 @@ from apikey_tui.errors import (
 )
 from apikey_tui.hashing import fingerprint
 from apikey_tui.store import KeyStore
-from apikey_tui.verifier import RECHECK_BURST, Verifier
+from apikey_tui.verifier import Verifier
+from apikey_tui.verifier.checker import RECHECK_BURST
 from apikey_tui.verifier.last_used import LastUsedWriter
 from tests.conftest import CHEAP, every_fingerprint
 from tests.test_verifier import CountingHasher, header

@@ -20,6 +20,10 @@ LIMITS_URL_ENV = "APIKEY_TUI_LIMITS_URL"
 LIMITS_FAIL_ENV = "APIKEY_TUI_LIMITS_FAIL"
 LIMITS_PROCESSES_ENV = "APIKEY_TUI_LIMITS_PROCESSES"
 LIMITS_SCHEMES = ("redis", "rediss", "unix")
+# Which peers are proxies whose forwarding header names the client (docs/reference/networks.md):
+# addresses or networks, comma- or space-separated; and which header they set.
+TRUSTED_PROXIES_ENV = "APIKEY_TUI_TRUSTED_PROXIES"
+CLIENT_HEADER_ENV = "APIKEY_TUI_CLIENT_HEADER"
 SUPPORTED_URLS = "sqlite:///PATH or postgresql://USER@HOST:PORT/DBNAME"
 # The schemes this package accepts, and the driver each one means (psycopg 3 for PostgreSQL).
 _DRIVERS = {

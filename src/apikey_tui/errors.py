@@ -192,6 +192,32 @@ class InsufficientScopeError(AuthError):
         return {**super().problem(), "missing_scopes": self.missing}
 
 
+class NetworkNotAllowedError(AuthError):
+    """A valid key used from an address its network rules (or its owner's) refuse: 403.
+
+    The problem `type` is stable (NETWORK_NOT_ALLOWED), so a client can tell it from a scope's
+    403; the challenge is the scope refusal's (RFC 6750 has no closer code), with a description.
+    The client's address is not echoed: behind proxies it may be a hop the client never saw.
+    """
+
+    status = 403
+    title = "Forbidden"
+    error_code = "insufficient_scope"
+    type = "urn:apikey-tui:problem:network-not-allowed"
+
+    def __init__(self) -> None:
+        super().__init__("the API key may not be used from this network")
+
+    def challenge(self, realm: str) -> str | None:
+        return f'{super().challenge(realm)}, error_description="network not allowed"'
+
+    def problem(self) -> dict[str, object]:
+        return {**super().problem(), "type": self.type}
+
+
+NETWORK_NOT_ALLOWED = NetworkNotAllowedError.type
+
+
 class VerifierUnavailableError(AuthError):
     """The key database cannot be reached, so no request may pass: 503."""
 
@@ -255,6 +281,25 @@ class RateLimitedError(AuthError):
             ("ratelimit-policy", f"{name};q={self.quota};w={self.window}"),
             ("ratelimit", f"{name};r=0;t={self.retry_after}"),
         ]
+
+    def response(self, realm: str) -> tuple[int, list[tuple[str, str]], bytes]:
+        """As AuthError's, kept per everything it says: a spent window answers every caller
+        alike for a second of Retry-After at a time, and building it (JSON, the fields) cost a
+        429 twice a 401's. The headers are a new list each time (a WSGI server may add to it)."""
+        key = (self.of, self.limit, self.quota, self.window, self.retry_after, realm)
+        found = _LIMITED_ANSWERS.get(key)
+        if found is None:
+            if len(_LIMITED_ANSWERS) >= _LIMITED_ANSWERS_MAX:
+                _LIMITED_ANSWERS.clear()  # the hot limits' answers come straight back
+            found = _LIMITED_ANSWERS[key] = super().response(realm)
+        status, headers, body = found
+        return status, list(headers), body
+
+
+_Answer = tuple[int, list[tuple[str, str]], bytes]
+# RateLimitedError's answers by (of, limit, quota, window, retry_after, realm): bounded.
+_LIMITED_ANSWERS: dict[tuple[str, str, int, int, int, str], _Answer] = {}
+_LIMITED_ANSWERS_MAX = 1024
 
 
 class LimitsUnavailableError(VerifierUnavailableError):

@@ -19,7 +19,6 @@ SEPARATOR = "."
 KEY_LENGTH = len(PREFIX) + ID_CHARS + len(SEPARATOR) + SECRET_CHARS + CHECK_CHARS
 
 _ID_SHAPE = rf"{PREFIX}[{ALPHABET}]{{{ID_CHARS}}}"
-_PUBLIC_ID = re.compile(_ID_SHAPE)
 _KEY = re.compile(
     rf"({_ID_SHAPE})\.([{ALPHABET}]{{{SECRET_CHARS}}})([{ALPHABET}]{{{CHECK_CHARS}}})"
 )
@@ -77,8 +76,3 @@ def parse(text: str) -> ParsedKey:
     if not hmac.compare_digest(check, checksum(f"{public_id}{SEPARATOR}{secret}")):
         raise MalformedKey("API key checksum does not match (mistyped or truncated?)")
     return ParsedKey(public_id, secret)
-
-
-def is_public_id(text: str) -> bool:
-    """Tell whether text has the shape of a public id."""
-    return _PUBLIC_ID.fullmatch(text) is not None

@@ -10,6 +10,7 @@ from textual.notifications import Notification, Notify
 
 from apikey_tui.store import KeyStore
 from apikey_tui.tui.app import ApiKeysApp
+from apikey_tui.tui.key_table import KeyTable, row_cells
 from tests.conftest import ACTOR, CHEAP, FakeClock
 
 
@@ -53,3 +54,10 @@ class Toasts:
         """Take the notifications off the app's screen and forget them here."""
         app.clear_notifications()
         self.shown.clear()
+
+
+def row_text(table: KeyTable, index: int) -> list[str]:
+    """The cells of the table's loaded row index as displayed, uncut, without the usage column."""
+    return row_cells(
+        table.rows[index], table.columns, table.clock(), absolute_times=table.absolute_times
+    )

@@ -32,7 +32,7 @@ from apikey_tui.tui.scope_picker import ScopePicker
 from apikey_tui.verifier import Verifier
 from tests.conftest import CHEAP
 from tests.throwaway_postgres import ThrowawayPostgres
-from tests.tui.conftest import Toasts, make_app
+from tests.tui.conftest import Toasts, make_app, row_text
 
 SIZE = (100, 30)
 
@@ -60,7 +60,7 @@ async def settle(pilot: Pilot[Any]) -> None:
 
 def table_rows(app: ApiKeysApp) -> list[list[str]]:
     table = app.screen.query_one(KeyTable)
-    return [table.row_text(i) for i in range(len(table.rows))] if table.display else []
+    return [row_text(table, i) for i in range(len(table.rows))] if table.display else []
 
 
 def keys_screen(app: ApiKeysApp) -> KeysScreen:

@@ -19,7 +19,7 @@ from apikey_tui.tui.key_table import KeyFilter, KeyTable
 from apikey_tui.tui.text import fit
 from apikey_tui.tui.times import relative
 from tests.conftest import FakeClock
-from tests.tui.conftest import make_app
+from tests.tui.conftest import make_app, row_text
 from tests.tui.test_app import settle
 
 NOW = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
@@ -152,7 +152,7 @@ async def test_long_names_that_differ_only_at_the_end_look_different(
         assert first != second and "…" in first
         assert first.startswith("a-very-long") and first.endswith("team-42")
         assert second.endswith("team-43")
-        assert table.row_text(0)[0] == LONG  # the value itself is whole
+        assert row_text(table, 0)[0] == LONG  # the value itself is whole
         assert name >= 24
         if width == 120:  # the free width goes to the name: the row fills the table
             assert table.virtual_size.width == table.scrollable_content_region.width
@@ -233,11 +233,11 @@ async def test_times_are_relative_and_t_shows_them_absolute(tui_store: KeyStore)
     async with app.run_test(size=(100, 30)) as pilot:
         table = await loaded(pilot)
         times = [table.columns.index(c) for c in ("expires", "last_used", "created")]
-        assert [table.row_text(0)[i] for i in times] == ["never", "3 min ago", "1 min ago"]
+        assert [row_text(table, 0)[i] for i in times] == ["never", "3 min ago", "1 min ago"]
         assert "t: absolute times" in status_line(app)
         await pilot.press("t")
         await settle(pilot)
-        assert [table.row_text(0)[i] for i in times] == [
+        assert [row_text(table, 0)[i] for i in times] == [
             "never",
             "2026-11-20 11:57",
             "2026-11-20 11:59",

@@ -24,7 +24,7 @@ from apikey_tui.tui.keys_screen import KeysScreen
 from apikey_tui.tui.screens.key_detail import KeyDetailScreen
 from apikey_tui.verifier import Verifier
 from tests.conftest import CHEAP, FakeClock
-from tests.tui.conftest import Toasts, make_app
+from tests.tui.conftest import Toasts, make_app, row_text
 from tests.tui.test_app import settle
 from tests.tui.test_snapshots import new_app, snapshot
 
@@ -63,7 +63,7 @@ def state_cells(app: ApiKeysApp) -> dict[str, str]:
     """Each loaded key's State cell, by name."""
     table = app.screen.query_one(KeyTable)
     column = table.columns.index("state")
-    return {k.name: table.row_text(i)[column] for i, k in enumerate(table.rows)}
+    return {k.name: row_text(table, i)[column] for i, k in enumerate(table.rows)}
 
 
 async def select(pilot: Pilot[Any], name: str) -> None:

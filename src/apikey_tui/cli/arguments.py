@@ -11,6 +11,7 @@ from apikey_tui.cli.output import write_help
 from apikey_tui.cli.records import Arg, Group
 from apikey_tui.clock import system_clock
 from apikey_tui.errors import InvalidInputError
+from apikey_tui.integrations import HTTP_PARSERS
 from apikey_tui.names import check_expiry, check_owner, parse_duration, parse_expiry
 
 TYPE_CHECKING = False  # typing costs the CLI's `--help` 3 ms: see cli/entry.py
@@ -20,9 +21,9 @@ if TYPE_CHECKING:
 
     from apikey_tui.limits.model import Limit
     from apikey_tui.names import Expiry
+    from apikey_tui.networks import Cidr
 
 LIMIT_MAX = 10_000
-PARSERS = ("auto", "httptools", "h11")  # auth_server.PARSERS, without importing uvicorn
 
 
 def owner(text: str) -> str:
@@ -75,6 +76,14 @@ def limit(text: str) -> int:
         raise argparse.ArgumentTypeError(
             f"expected a whole number from 1 to {LIMIT_MAX}, got {text[:30]!a}"
         )
+    return value
+
+
+def percent(text: str) -> int:
+    """A whole percentage from 1 to 100."""
+    value = int(text) if text.strip().isdigit() else 0
+    if not 1 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"expected a percentage from 1 to 100, got {text[:30]!a}")
     return value
 
 
@@ -139,6 +148,43 @@ TAG = Arg(
     metavar="KEY=VALUE",
     help="a tag for admins' filters (tag:env=prod); services never see it; repeat it",
 )
+
+
+def network(text: str) -> Cidr:
+    """A network 10.0.0.0/8, 2001:db8::/32 or an address: a malformed one is a usage error."""
+    from apikey_tui.networks import parse_cidr
+
+    try:
+        return parse_cidr(text)
+    except InvalidInputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+ALLOW_FROM = Arg(
+    "--allow-from",
+    action="append",
+    type=network,
+    default=[],
+    metavar="CIDR",
+    help="only from this network (10.0.0.0/8, 2001:db8::/32, an address); repeat it for several",
+)
+DENY_FROM = Arg(
+    "--deny-from",
+    action="append",
+    type=network,
+    default=[],
+    metavar="CIDR",
+    help="never from this network, even inside an allowed one; repeatable",
+)
+
+
+def networks_mode(flag: str) -> Arg:
+    """--networks-mode (keys create) or --mode (set-networks): enforce or shadow."""
+    return Arg(
+        flag,
+        choices=("enforce", "shadow"),
+        help="enforce refuses (403, the default); shadow admits and records what it would refuse",
+    )
 
 
 def count(text: str) -> int:
@@ -244,7 +290,7 @@ def server(*, port: int) -> tuple[Arg | Group, ...]:
             ),
             Arg(
                 "--http",
-                choices=PARSERS,
+                choices=HTTP_PARSERS,
                 default="auto",
                 help="the HTTP parser (default auto: httptools when installed, as [serve] does, "
                 "else h11)",

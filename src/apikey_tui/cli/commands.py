@@ -13,6 +13,7 @@ from apikey_tui import SCHEMA_VERSION, __version__
 from apikey_tui.cli import arguments as a
 from apikey_tui.cli import key_commands as change
 from apikey_tui.cli import key_listing as listing
+from apikey_tui.cli import network_commands as networking
 from apikey_tui.cli import owner_commands as owners
 from apikey_tui.cli import usage_commands as usage
 from apikey_tui.cli.admin_commands import (
@@ -48,12 +49,15 @@ KEYS = (
     owners.SET_META,
     owners.SET_TAGS,
     owners.TRANSFER,
+    networking.SET_NETWORKS,
+    networking.NETWORKS,
     change.ROTATE,
     change.SET_EXPIRY,
     change.DISABLE,
     change.ENABLE,
     usage.USAGE,
     usage.RIGHTSIZE,
+    usage.NEAR_LIMITS,
 )
 
 
@@ -138,7 +142,7 @@ ROOT = Command(
         ),
         Command(
             "owners",
-            help="people, teams and service accounts: members, metadata, shared limits",
+            help="people, teams and service accounts: members, metadata, shared limits, networks",
             children=(
                 owners.OWNERS_LIST,
                 listing.OWNER_SHOW,
@@ -147,6 +151,7 @@ ROOT = Command(
                 owners.OWNERS_MEMBERS,
                 owners.OWNERS_REMOVE,
                 change.OWNER_SET_LIMITS,
+                networking.OWNER_SET_NETWORKS,
             ),
             examples=(
                 "apikey-tui owners add payments --kind team --member alice",

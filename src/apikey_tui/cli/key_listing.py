@@ -17,8 +17,10 @@ if TYPE_CHECKING:
     from typing import Any, TextIO
 
     from apikey_tui.cli.records import Call
+    from apikey_tui.networks import NetworkRules
     from apikey_tui.store import KeyInfo
-    from apikey_tui.store.limit_use import LimitUses
+    from apikey_tui.store.limit_use import LimitUse, LimitUses
+    from apikey_tui.store.network_use import NetworkUse
 
 
 EMPTY_HINT = "No keys. Create one with: apikey-tui keys create NAME --scope SCOPE"
@@ -62,8 +64,17 @@ def show(call: Call) -> int:
     now = store.clock()
     pool = store.owner_limits(info.owner)
     uses = limit_use(store.limit_use(info))
-    data = {**key_json(info, now), "owner_limits": [str(x) for x in pool], "limit_use": uses}
-    return emit(args, data, lambda out: _print_key(info, out, now=now, uses=uses))
+    fence = store.owner_networks(info.owner)
+    seen = store.network_use(info.owner, info.name)  # recent refusals, and would-be ones
+    data = {
+        **key_json(info, now),
+        "owner_limits": [str(x) for x in pool],
+        "limit_use": uses,
+        "owner_networks": None if fence is None else fence.to_json(),
+        "network_refusals": [r.to_json() for r in seen.refusals],
+    }
+    lines = network_lines(info.networks, seen, fence)
+    return emit(args, data, lambda out: _print_key(info, out, now=now, uses=uses, nets=lines))
 
 
 def owner_show(call: Call) -> int:
@@ -73,23 +84,26 @@ def owner_show(call: Call) -> int:
     owner = check_owner(args.owner_name)
     info = store.get_owner(owner)
     uses = limit_use(store.owner_limit_use(owner))
-    data = {**info.to_json(), "owner": owner, "limit_use": uses}
-    words = {"team": "members:", "service": "people: "}
+    fence = store.owner_networks(owner)
+    data = {**info.to_json(), "owner": owner, "limit_use": uses,
+            "networks": None if fence is None else fence.to_json()}  # fmt: skip
+    words = {"team": "members: ", "service": "people:  "}
 
     def human(out: TextIO) -> None:
-        print(f"owner:   {printable(owner)} ({counted(info.keys, 'key')})", file=out)
-        print(f"kind:    {info.kind}", file=out)
+        print(f"owner:    {printable(owner)} ({counted(info.keys, 'key')})", file=out)
+        print(f"kind:     {info.kind}", file=out)
         if info.kind in words:
             print(f"{words[info.kind]} {' '.join(info.members) or 'nobody'}", file=out)
         if info.member_of:
-            print(f"in:      {' '.join(info.member_of)}", file=out)
+            print(f"in:       {' '.join(info.member_of)}", file=out)
         if info.description:
-            print(f"about:   {printable(info.description)}", file=out)
+            print(f"about:    {printable(info.description)}", file=out)
         if info.meta:
             meta = " ".join(f"{k}={v}" for k, v in info.meta)
-            print(f"meta:    {printable(meta)}", file=out)
+            print(f"meta:     {printable(meta)}", file=out)
         for line in _use_lines(uses) or ["none"]:
-            print(f"limits:  {line}", file=out)
+            print(f"limits:   {line}", file=out)
+        print(f"networks: {fence.summary() if fence is not None else 'anywhere'}", file=out)
 
     return emit(args, data, human)
 
@@ -99,33 +113,61 @@ def limit_use(read: LimitUses) -> list[dict[str, Any]]:
     None when the store of counts cannot say (one line on stderr: the rest is still shown)."""
     if read.unknown:
         print(f"apikey-tui: limits' use unknown: {read.unknown}", file=sys.stderr)
-    return [
-        {
-            "limit": str(use.limit),
-            "of": use.of,
-            "count": use.limit.count,
-            "window_seconds": use.limit.seconds,
-            "used": use.used,
-            "window_ends": None if use.window_ends is None else use.window_ends.isoformat(),
-        }
-        for use in read.uses
-    ]
+    return [use_json(use) for use in read.uses]
+
+
+def use_json(use: LimitUse) -> dict[str, Any]:
+    """One limit and its use in the current window, as `keys show --json` gives it."""
+    return {
+        "limit": str(use.limit),
+        "of": use.of,
+        "count": use.limit.count,
+        "window_seconds": use.limit.seconds,
+        "used": use.used,
+        "window_ends": None if use.window_ends is None else use.window_ends.isoformat(),
+    }
+
+
+def network_lines(
+    rules: NetworkRules | None, use: NetworkUse, owner: NetworkRules | None = None
+) -> list[str]:
+    """The key's rules, its owner's, and its recent refusals (and would-be ones), a line each."""
+    lines = [rules.summary() if rules is not None else "anywhere"]
+    if owner is not None:
+        lines.append(f"and the owner's: {owner.summary()}")
+    for refusal in use.refusals:
+        what = "would refuse" if refusal.shadow else "refused"
+        lines.append(
+            f"{what} {refusal.requests} from {refusal.network} to {refusal.route or '-'}, "
+            f"last {when(refusal.last)}"
+        )
+    return lines
 
 
 def _use_lines(uses: list[dict[str, Any]]) -> list[str]:
     """'600/m (key): 12 used, window ends 2030-01-01 12:01 UTC' per limit."""
-    lines = []
-    for use in uses:
-        whose = "key" if use["of"] == "key" else "owner's pool"
-        used = "use unknown" if use["used"] is None else f"{use['used']} used"
-        end = use["window_ends"]
-        ends = f", window ends {end[:19].replace('T', ' ')} UTC" if end else ""
-        lines.append(f"{use['limit']} ({whose}): {used}{ends}")
-    return lines
+    return [use_line(use) for use in uses]
+
+
+def use_line(use: dict[str, Any], *, share: bool = False) -> str:
+    """'600/m (key): 12 used, window ends 2030-01-01 12:01 UTC' of one `use_json`; with
+    share, the share of the limit too, rounded down: '512 used (85 %)'."""
+    whose = "key" if use["of"] == "key" else "owner's pool"
+    used = "use unknown" if use["used"] is None else f"{use['used']} used"
+    if share and use["used"] is not None:
+        used += f" ({use['used'] * 100 // use['count']} %)"
+    end = use["window_ends"]
+    ends = f", window ends {end[:19].replace('T', ' ')} UTC" if end else ""
+    return f"{use['limit']} ({whose}): {used}{ends}"
 
 
 def _print_key(
-    info: KeyInfo, out: TextIO, *, now: datetime, uses: list[dict[str, Any]] | None = None
+    info: KeyInfo,
+    out: TextIO,
+    *,
+    now: datetime,
+    uses: list[dict[str, Any]] | None = None,
+    nets: list[str] | None = None,
 ) -> None:
     from apikey_tui.store.states import marker
 
@@ -153,6 +195,8 @@ def _print_key(
     if uses is not None:
         rows.extend(["limits" if i == 0 else "", line] for i, line in
                     enumerate(_use_lines(uses) or ["none"]))  # fmt: skip
+    if nets is not None:
+        rows.extend(["networks" if i == 0 else "", line] for i, line in enumerate(nets))
     rows = [[f"{label}:" if label else "", printable(value)] for label, value in rows]
     width = max(len(label) for label, _ in rows)
     for label, value in rows:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from apikey_tui.cli.records import Call
     from apikey_tui.leaks.scan import Found, ScanError
-    from apikey_tui.leaks.verdicts import Verdict
+    from apikey_tui.leaks.verdicts import TokenVerdict
     from apikey_tui.store import KeyStore
 
 EXIT_FOUND = 1  # a live key was found (scan, like grep's 'matched')
@@ -66,7 +66,7 @@ def run_scan(call: Call) -> int:
 def _report(args: argparse.Namespace, found: list[Found], store: KeyStore | None) -> int:
     from apikey_tui.leaks.verdicts import judge, mask, token_sha256
 
-    verdicts: dict[str, Verdict] = {}
+    verdicts: dict[str, TokenVerdict] = {}
     outcomes: dict[str, str] = {}
     rows: list[dict[str, Any]] = []
     first: dict[str, Found] = {}  # where each distinct key was first seen
@@ -129,7 +129,7 @@ def _report(args: argparse.Namespace, found: list[Found], store: KeyStore | None
 
 
 def _disable_confirmed(
-    args: argparse.Namespace, genuine: dict[str, Verdict], first: dict[str, Found]
+    args: argparse.Namespace, genuine: dict[str, TokenVerdict], first: dict[str, Found]
 ) -> bool:
     """In a terminal, ask before marking the genuine keys found as leaked, first saying where
     each one was found, whose it is and its state (up to ten, then how many more): the findings

@@ -150,6 +150,8 @@ def _print_preview(
 ) -> None:
     from datetime import datetime
 
+    from apikey_tui.store.states import marker
+
     assert isinstance(now, datetime)
     keys = seen.keys
     print(f"{printable(seen.person)} holds {counted(len(keys), 'key')}.", file=out)
@@ -158,7 +160,7 @@ def _print_preview(
             [
                 h.key.owner,
                 h.key.name,
-                h.key.state(now),
+                marker(h.key, now)[0],
                 when(h.key.last_used_at) if h.key.last_used_at else "never",
                 ", ".join(f"{s or '(none)'} {n}" for s, n in h.busiest) or "-",
                 " ".join(h.why),

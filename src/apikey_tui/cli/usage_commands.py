@@ -1,4 +1,5 @@
-"""`keys usage`, `keys rightsize`, `db compact`: records and handlers (the store does the work)."""
+"""`keys usage`, `keys rightsize`, `keys near-limits`, `db compact`: records and handlers (the
+store does the work)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from datetime import timedelta
 
 # Standard library and the names module only at import time (the CLI builds every parser).
 from apikey_tui.cli import arguments as a
-from apikey_tui.cli.output import EXIT_REFUSED, emit
+from apikey_tui.cli.output import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, emit
 from apikey_tui.cli.prompts import confirmed
 from apikey_tui.cli.records import MUST_EXIST, Arg, Command
 from apikey_tui.errors import InvalidInputError
@@ -16,10 +17,11 @@ from apikey_tui.sparklines import sparkline
 
 TYPE_CHECKING = False  # typing costs the CLI's `--help` 3 ms: see cli/entry.py
 if TYPE_CHECKING:
-    from typing import TextIO
+    from typing import Any, TextIO
 
     from apikey_tui.cli.records import Call
     from apikey_tui.store import KeyInfo
+    from apikey_tui.store.limit_use import NearLimit
     from apikey_tui.store.rightsizing import Rightsizing
     from apikey_tui.store.usage import KeyUsage
 
@@ -110,6 +112,46 @@ def _print_rightsize(found: Rightsizing, window: timedelta, applied: bool, out: 
         print(f"{_who(r.info)}: refused for missing scopes: {printable(gaps)}", file=out)
 
 
+EXIT_NEAR = 1  # a key or pool is at the threshold or above (scan's 'found' is 1 too)
+
+
+def run_near_limits(call: Call) -> int:
+    """`keys near-limits`: keys and owners' pools at --threshold % of a limit or more now;
+    exit 1 when there is one, 2 when the store of counts could not say (fail closed)."""
+    args = call.args
+    who = None if args.all_owners else call.owner
+    store = call.store()
+    found = store.near_limits(owner=who, share=args.threshold / 100, most=None)
+    near = [_near_json(n) for n in found.near]
+    data = {"threshold": args.threshold, "near": near, "unknown": found.unknown or None}
+    if found.unknown:
+        print(f"apikey-tui: limits' use unknown: {found.unknown}", file=sys.stderr)
+
+    def human(out: TextIO) -> None:  # nothing when none is near: cron mails only output
+        from apikey_tui.cli.key_listing import use_line
+
+        for item, n in zip(near, found.near, strict=True):
+            print(f"{_near_who(n)}: {use_line(item, share=True)}", file=out)
+
+    emit(args, data, human)
+    if near:
+        return EXIT_NEAR
+    return EXIT_USAGE if found.unknown else EXIT_OK
+
+
+def _near_json(near: NearLimit) -> dict[str, Any]:
+    from apikey_tui.cli.key_listing import use_json
+
+    return {"owner": near.owner, "name": near.name, **use_json(near.use)}
+
+
+def _near_who(near: NearLimit) -> str:
+    """'owner/name', or 'owner (pool)' for an owner's shared limits, escaped for a terminal."""
+    if near.name is None:
+        return f"{printable(near.owner)} (pool)"
+    return f"{printable(near.owner)}/{printable(near.name)}"
+
+
 def run_compact(call: Call) -> int:
     """`db compact`: one compaction of the usage table (no store: it checks the schema only)."""
     url, args = call.url(), call.args
@@ -187,6 +229,35 @@ RIGHTSIZE = Command(
         "apikey-tui keys rightsize --all              # for cron: silent when none",
         "apikey-tui keys rightsize ci --window 90d --apply   # asks first in a terminal",
         "apikey-tui keys rightsize --all --apply --yes --json",
+    ),
+)
+NEAR_LIMITS = Command(
+    "keys near-limits",
+    help="keys and owners' pools near a limit now; exit 1 when any is (for cron, alerts)",
+    description="Keys and owners' pools that have used --threshold % (default 80) or more of "
+    "a limit in its current window, fullest first, read from the store of counts "
+    "($APIKEY_TUI_LIMITS_URL, else the key database) as `keys show` reads it. Prints nothing "
+    "when none is. Exit 0: none is near; 1: one or more are (listed); 2: usage error, a "
+    "database that cannot be asked, or a store of counts that could not say (one line on "
+    "stderr).",
+    run=run_near_limits,
+    database=MUST_EXIST,
+    refused_exit=EXIT_USAGE,  # exit 1 means "one is near": a refusal or a bug says 2
+    bug_exit=EXIT_USAGE,
+    arguments=(
+        *a.COMMON,
+        Arg("--all", action="store_true", dest="all_owners", help="every owner's keys and pools"),
+        Arg(
+            "--threshold",
+            type=a.percent,
+            default=80,
+            metavar="PERCENT",
+            help="the share of a limit that counts as near, 1 to 100 (default 80)",
+        ),
+    ),
+    examples=(
+        "apikey-tui keys near-limits --all                 # for cron: silent when none",
+        "apikey-tui keys near-limits --all --threshold 95 --json",
     ),
 )
 COMPACT = Command(

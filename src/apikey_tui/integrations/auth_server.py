@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import h11
 import uvicorn
@@ -14,14 +14,15 @@ from uvicorn.supervisors import Multiprocess
 
 from apikey_tui.integrations.asgi_messages import ASGIApp
 
+if TYPE_CHECKING:
+    from apikey_tui.integrations import HttpParser
+
 try:  # the [serve] extra installs uvicorn[standard]; plain uvicorn has h11 only
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 except ImportError:  # pragma: no cover - exercised on installs without httptools
     HttpToolsProtocol = None  # type: ignore[assignment, misc]
 
-Parser = Literal["auto", "httptools", "h11"]
 WORKER_HEALTHCHECK_SECONDS = 30
-PARSERS: tuple[Parser, ...] = ("auto", "httptools", "h11")
 # The h11 request states in which a request has not yet arrived whole (its head, then any body).
 _ARRIVING = (h11.IDLE, h11.SEND_BODY)
 
@@ -123,7 +124,7 @@ if HttpToolsProtocol is not None:
             super().handle_websocket_upgrade()
 
 
-def protocol(parser: Parser) -> type[asyncio.Protocol]:
+def protocol(parser: HttpParser) -> type[asyncio.Protocol]:
     """The protocol class for `parser`: "auto" is httptools when installed, else h11."""
     if parser == "h11" or (parser == "auto" and HttpToolsProtocol is None):
         return TimedH11Protocol
@@ -139,7 +140,7 @@ def serve(
     port: int,
     keep_alive_timeout: int,
     header_timeout: int,
-    http: Parser = "auto",
+    http: HttpParser = "auto",
     workers: int = 1,
 ) -> None:
     """Run the app until interrupted; the lifespan closes what it holds.

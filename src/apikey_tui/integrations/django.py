@@ -7,6 +7,8 @@
         "ROUTES": [route("/health", public=True), route("/models", "serving", "project")],
         "DEFAULT_SCOPES": [],                             # for paths no route covers
         "UNMATCHED": "key",                               # or "deny"
+        "TRUSTED_PROXIES": ["10.0.0.0/8"],                # whose X-Forwarded-For names the client
+        "CLIENT_HEADER": "x-forwarded-for",               # or "forwarded" (RFC 7239)
     }
 
 or, instead of ROUTES, DEFAULT_SCOPES and UNMATCHED, serve-auth's rules file (read at start-up):
@@ -29,7 +31,8 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 
-from apikey_tui.errors import AuthError
+from apikey_tui.errors import AuthError, InvalidInputError
+from apikey_tui.integrations.clients import ClientReader, environ_client, trusted_proxies
 from apikey_tui.integrations.guard import Guard
 from apikey_tui.integrations.routes import RouteScopes
 from apikey_tui.integrations.rules_file import load_rules
@@ -77,6 +80,20 @@ def request_authorization(request: HttpRequest) -> str | None:
     return header
 
 
+def request_client() -> ClientReader:
+    """How to read a Django (or DRF) request's client for network rules: REMOTE_ADDR, or what
+    a proxy in TRUSTED_PROXIES says (default: $APIKEY_TUI_TRUSTED_PROXIES, else none)."""
+    configured = config()
+    try:
+        proxies = trusted_proxies(
+            configured.get("TRUSTED_PROXIES"), configured.get("CLIENT_HEADER")
+        )
+    except InvalidInputError as exc:
+        raise ImproperlyConfigured(f"settings.{SETTING}: {exc}") from None
+    read = environ_client(proxies)
+    return lambda request: read(request.META)
+
+
 def route_rules() -> RouteScopes:
     """The route rules of the settings: ROUTES (with DEFAULT_SCOPES, UNMATCHED) or RULES_FILE."""
     configured = config()
@@ -119,7 +136,7 @@ class ApiKeyMiddleware:
 
     def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
         self.get_response = get_response
-        self.guard = Guard(get_verifier(), request_authorization, route_rules())
+        self.guard = Guard(get_verifier(), request_authorization, route_rules(), request_client())
         self.is_async = iscoroutinefunction(get_response)
         if self.is_async:
             markcoroutinefunction(self)

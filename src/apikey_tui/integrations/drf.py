@@ -29,14 +29,39 @@ from apikey_tui.errors import (
     InsufficientScopeError,
     InvalidInputError,
     MissingKeyError,
+    NetworkNotAllowedError,
     RateLimitedError,
     VerifierUnavailableError,
 )
-from apikey_tui.integrations.django import get_verifier, problem_response, request_authorization
+from apikey_tui.integrations.clients import ClientReader
+from apikey_tui.integrations.django import (
+    config,
+    get_verifier,
+    problem_response,
+    request_authorization,
+    request_client,
+)
 from apikey_tui.names import parse_scopes
 from apikey_tui.verifier import Caller, Verifier
 
 _ERROR = "_apikey_error"  # where authenticate() leaves its refusal for authenticate_header()
+# The client reader of the settings' trusted proxies and header (settings may change under a
+# test's override_settings), built at its first use.
+_CLIENT: dict[str, ClientReader] = {}
+
+
+def _client(request: Request) -> str | None:
+    """The request's client address (`django.request_client` of the settings in force)."""
+    configured = config()
+    key = repr((configured.get("TRUSTED_PROXIES"), configured.get("CLIENT_HEADER")))
+    reader = _CLIENT.get(key)
+    if reader is None:
+        if len(_CLIENT) >= 8:
+            _CLIENT.clear()
+        reader = _CLIENT[key] = request_client()
+    return reader(request)
+
+
 _ASKING = "_apikey_asking"  # set while authenticate() reads the view's permissions
 
 
@@ -104,6 +129,14 @@ class ApiKeyLimited(exceptions.Throttled):  # type: ignore[misc]
         self.error, self.realm = error, realm
 
 
+class ApiKeyForbidden(exceptions.PermissionDenied):  # type: ignore[misc]
+    """403: the key may not be used from the client's network (NetworkNotAllowedError)."""
+
+    def __init__(self, error: AuthError, realm: str) -> None:
+        super().__init__(str(error))
+        self.error, self.realm, self.detail = error, realm, error.problem()
+
+
 class ApiKeyUnavailable(exceptions.APIException):  # type: ignore[misc]
     """503: the key database cannot be asked (Retry-After: 5, no challenge)."""
 
@@ -151,9 +184,14 @@ class ApiKeyAuthentication(BaseAuthentication):  # type: ignore[misc]
         finally:
             setattr(request, _ASKING, False)
         try:
-            verifier.authorize(caller, asked)
+            verifier.authorize(caller, asked, _client(request), request.path)
         except InsufficientScopeError:
             pass  # recorded as a 403 for the missing scopes; the permissions answer it
+        except NetworkNotAllowedError as error:
+            # The key may not be used from here: refused before the view's permissions, as
+            # the verifier judges the network before the scopes.
+            setattr(request, _ERROR, error)
+            raise ApiKeyForbidden(error, verifier.realm) from None
         except RateLimitedError as error:
             # Limits are judged here, after the scopes (the verifier's one decision): a spent
             # limit refuses the request before the view's permissions and throttles run.
@@ -268,7 +306,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> HttpResponse |
     same as the middleware's, the 401 of a request with no key included (when the ApiKey
     challenge is the one DRF sends). Everything else goes to DRF's own handler.
     """
-    if isinstance(exc, ApiKeyRefused | ApiKeyUnavailable | ApiKeyLimited):
+    if isinstance(exc, ApiKeyRefused | ApiKeyUnavailable | ApiKeyLimited | ApiKeyForbidden):
         return problem_response(exc.error, exc.realm)
     if isinstance(exc, exceptions.NotAuthenticated) and str(
         getattr(exc, "auth_header", "")

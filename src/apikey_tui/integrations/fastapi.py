@@ -26,6 +26,7 @@ from apikey_tui.errors import (
     InsufficientScopeError,
     InvalidKeyError,
     MalformedHeaderError,
+    RateLimitedError,
     VerifierUnavailableError,
 )
 from apikey_tui.integrations.asgi_messages import (
@@ -34,7 +35,10 @@ from apikey_tui.integrations.asgi_messages import (
     Scope,
     scope_authorization,
 )
+from apikey_tui.integrations.clients import ClientReader, asgi_client
+from apikey_tui.integrations.clients import trusted_proxies as trusted_proxies_of
 from apikey_tui.integrations.guard import Guard
+from apikey_tui.networks import TrustedProxies
 from apikey_tui.verifier import Caller, Verifier
 
 SCHEME_NAME = "ApiKey"  # the key of components.securitySchemes
@@ -65,6 +69,16 @@ _PROBLEM_SCHEMA: dict[str, Any] = {
             "items": {"type": "string"},
             "description": "403 only: the scopes the key lacks",
         },
+        "limit": {"type": "string", "description": "429 only: the spent limit, N/DURATION"},
+        "limit_of": {
+            "type": "string",
+            "enum": ["key", "owner"],
+            "description": "429 only: the key's own limit, or its owner's shared pool",
+        },
+        "retry_after": {
+            "type": "integer",
+            "description": "429 only: whole seconds until the limit's window turns",
+        },
     },
 }
 
@@ -78,15 +92,18 @@ class ApiKeyScheme(SecurityBase):
     and the check cannot disagree. Being a SecurityBase is what puts the scheme in the document.
     """
 
-    def __init__(self, verifier: Verifier, model: APIKey, name: str):
+    def __init__(
+        self, verifier: Verifier, model: APIKey, name: str, client: ClientReader | None = None
+    ):
         self.model, self.scheme_name = model, name
         # The raw ASGI headers, as the middleware reads them: no Headers object, no list, and
         # the same rule for two Authorization headers.
-        self.guard = Guard(verifier, scope_authorization)
+        self.guard = Guard(verifier, scope_authorization, client=client)
 
     async def __call__(self, connection: HTTPConnection, security_scopes: SecurityScopes) -> Caller:
+        scope = connection.scope
         try:
-            return await self.guard.caller_async(connection.scope, security_scopes.scopes)
+            return await self.guard.caller_async(scope, security_scopes.scopes, scope["path"])
         except AuthError as error:
             if answered_by_app(connection.scope, error):
                 raise
@@ -128,11 +145,17 @@ class ApiKeyAuth:
     OpenAPI: `components.securitySchemes.ApiKey` is `{"type": "apiKey", "in": "header",
     "name": "Authorization"}`; each route that requires a key has `security: [{"ApiKey":
     [scopes]}]` (OpenAPI 3.1 allows role names there for non-OAuth schemes); install() adds the
-    400/401/403/503 problem+json responses to those routes.
+    400/401/403/429/503 problem+json responses to those routes.
     """
 
     def __init__(
-        self, verifier: Verifier, *, scheme_name: str = SCHEME_NAME, description: str | None = None
+        self,
+        verifier: Verifier,
+        *,
+        scheme_name: str = SCHEME_NAME,
+        description: str | None = None,
+        trusted_proxies: TrustedProxies | list[str] | tuple[str, ...] | None = None,
+        client_header: str | None = None,
     ) -> None:
         self.verifier = verifier
         self.scheme_name = scheme_name
@@ -144,7 +167,10 @@ class ApiKeyAuth:
                 "description": SCHEME_DESCRIPTION if description is None else description,
             }
         )
-        self.scheme = ApiKeyScheme(verifier, model, scheme_name)
+        # Where a request comes from, for network rules: the peer, or what a trusted proxy says
+        # (`trusted_proxies`, else $APIKEY_TUI_TRUSTED_PROXIES).
+        client = asgi_client(trusted_proxies_of(trusted_proxies, client_header))
+        self.scheme = ApiKeyScheme(verifier, model, scheme_name, client)
 
     def install(self, app: FastAPI) -> None:
         """Register the handler that turns a failed check into its RFC 9457 response, and add
@@ -201,22 +227,27 @@ class ApiKeyAuth:
         return api_key
 
 
+_LIMITED = RateLimitedError("key", "600/m", 600, 60, 37)  # its headers are documented too
 # What each refusal looks like, for the documented examples (one per status: a schema's own
 # example would show a 401 under every status).
 _EXAMPLES: dict[str, AuthError] = {
     "400": MalformedHeaderError(),
     "401": InvalidKeyError(),
     "403": InsufficientScopeError(["serving"]),
+    "429": _LIMITED,
     "503": VerifierUnavailableError(),
 }
 _SCOPES_NOTE = "API key scopes required (all of them): "
 
 
 def add_problem_responses(document: dict[str, Any], scheme_name: str = SCHEME_NAME) -> None:
-    """Add the refusals to every operation that requires the scheme (400, 401, 503; and 403
-    where scopes are required), each an `application/problem+json` ApiKeyProblem with an
+    """Add the refusals to every operation that requires the scheme (400, 401, 429, 503; and
+    403 where scopes are required), each an `application/problem+json` ApiKeyProblem with an
     example of its own status, and say the route's scopes in its description: Swagger UI shows
-    an apiKey requirement's scopes nowhere."""
+    an apiKey requirement's scopes nowhere.
+
+    429 is on every such route: any key may be given limits (or its owner a pool) at any time,
+    by the admins, without the service changing."""
     ref = {"$ref": f"#/components/schemas/{PROBLEM_SCHEMA}"}
 
     def content(status: str) -> dict[str, Any]:
@@ -228,6 +259,7 @@ def add_problem_responses(document: dict[str, Any], scheme_name: str = SCHEME_NA
             "schema": {"type": "string"},
         }
     }
+    limited = _limited_headers(_LIMITED)
     used = False
     for item in document.get("paths", {}).values():
         for operation in item.values():
@@ -264,6 +296,14 @@ def add_problem_responses(document: dict[str, Any], scheme_name: str = SCHEME_NA
                     },
                 )
             responses.setdefault(
+                "429",
+                {
+                    "description": "A limit of the key (or its owner's pool) is spent for now",
+                    "headers": limited,
+                    "content": content("429"),
+                },
+            )
+            responses.setdefault(
                 "503",
                 {
                     "description": "API keys cannot be checked right now",
@@ -274,3 +314,34 @@ def add_problem_responses(document: dict[str, Any], scheme_name: str = SCHEME_NA
     if used:
         schemas = document.setdefault("components", {}).setdefault("schemas", {})
         schemas.setdefault(PROBLEM_SCHEMA, _PROBLEM_SCHEMA)
+
+
+# The 429's headers (each with the example's value) and what they say.
+_LIMITED_HEADERS = (
+    ("Retry-After", "integer", "Whole seconds until the spent limit's window turns"),
+    (
+        "RateLimit-Policy",
+        "string",
+        "The spent limit as a policy of draft-ietf-httpapi-ratelimit-headers (a structured "
+        "field): named `key:N/DURATION` or `owner:N/DURATION`, q = N, w = the window in seconds",
+    ),
+    (
+        "RateLimit",
+        "string",
+        "That policy's state (draft-ietf-httpapi-ratelimit-headers): r = 0 left, t = seconds "
+        "until the window turns",
+    ),
+)
+
+
+def _limited_headers(example: RateLimitedError) -> dict[str, Any]:
+    """The 429's header objects, each example taken from what `example` really sends."""
+    sent = dict(example.http_headers("api"))
+    return {
+        name: {
+            "description": description,
+            "schema": {"type": kind},
+            "example": int(sent[name.lower()]) if kind == "integer" else sent[name.lower()],
+        }
+        for name, kind, description in _LIMITED_HEADERS
+    }

@@ -37,7 +37,7 @@ from apikey_tui.leaks.reports import (
 from apikey_tui.leaks.verdicts import judge, mask, token_sha256
 from apikey_tui.names import printable
 from apikey_tui.store import Actor, KeyStore, Leak
-from apikey_tui.verifier.guard import FailureBudget
+from apikey_tui.verifier.gate import FailureBudget
 
 logger = logging.getLogger("apikey_tui.leaks")
 

@@ -13,7 +13,7 @@ from apikey_tui.keyformat import ParsedKey
 
 if TYPE_CHECKING:  # `scan --offline` (a pre-commit hook) must import no database layer
     from apikey_tui.store import Credential, KeyStore
-    from apikey_tui.verifier.guard import FailureBudget
+    from apikey_tui.verifier.gate import FailureBudget
 
 # live: it works now. disabled, expired: ours, its secret right, but refused. deleted: an id this
 # database issued that is no longer a key (deleted, or replaced by recreate or rotate). forged:
@@ -43,7 +43,7 @@ def mask(public_id: str) -> str:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class TokenVerdict:
     """A key's state here; credential (never shown) is set when its secret was proven right."""
 
     state: str
@@ -57,7 +57,7 @@ class Verdict:
         return self.credential is not None
 
 
-def judge(store: KeyStore, key: ParsedKey, legacy: FailureBudget | None = None) -> Verdict:
+def judge(store: KeyStore, key: ParsedKey, legacy: FailureBudget | None = None) -> TokenVerdict:
     """Look the public id up and check the secret (fingerprint, then argon2).
 
     argon2 runs only for a secret whose fingerprint matches (the right one, bar a 2**-64
@@ -68,16 +68,16 @@ def judge(store: KeyStore, key: ParsedKey, legacy: FailureBudget | None = None) 
     """
     credential = store.credential(key.public_id)
     if credential is None:
-        return Verdict("deleted" if store.issued(key.public_id) else "unknown")
+        return TokenVerdict("deleted" if store.issued(key.public_id) else "unknown")
     info = credential.info
     presented = fingerprint(key.public_id, key.secret)
     if credential.fingerprint is None:
         if legacy is not None and not legacy.allows(key.public_id):
-            return Verdict("unchecked", info.owner, info.name)
+            return TokenVerdict("unchecked", info.owner, info.name)
         if not store.hasher.verify(credential.secret_hash, key.secret):
             if legacy is not None:
                 legacy.spend(key.public_id)
-            return Verdict("forged", info.owner, info.name)
+            return TokenVerdict("forged", info.owner, info.name)
         try:
             store.add_fingerprint(key.public_id, presented)
         except StoreUnavailableError:
@@ -86,9 +86,9 @@ def judge(store: KeyStore, key: ParsedKey, legacy: FailureBudget | None = None) 
         hmac.compare_digest(credential.fingerprint, presented)
         and store.hasher.verify(credential.secret_hash, key.secret)
     ):
-        return Verdict("forged", info.owner, info.name)
+        return TokenVerdict("forged", info.owner, info.name)
     if credential.works(store.clock()):
         state = "live"
     else:
         state = "disabled" if credential.disabled else "expired"
-    return Verdict(state, info.owner, info.name, credential)
+    return TokenVerdict(state, info.owner, info.name, credential)

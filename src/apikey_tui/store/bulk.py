@@ -19,6 +19,7 @@ from apikey_tui.db import UNIQUE
 from apikey_tui.errors import InvalidInputError, KeyStateError
 from apikey_tui.limits.model import Limit, check_limits, limits_text
 from apikey_tui.names import check_reason
+from apikey_tui.networks import NetworkRules, rules_text
 from apikey_tui.store import audit, catalog, lifecycle, owners
 from apikey_tui.store.context import StoreContext
 from apikey_tui.store.metadata import check_meta, check_tags, meta_text, tags_text
@@ -39,6 +40,7 @@ UNDOABLE = frozenset(
         "set expiry",
         "set scopes",
         "set limits",
+        "set networks",
         "set meta",
         "set tags",
         "transfer",
@@ -158,6 +160,20 @@ def set_limits(ctx: StoreContext, keys: Sequence[KeyInfo], limits: Iterable[Limi
     )
 
 
+def set_networks(
+    ctx: StoreContext, keys: Sequence[KeyInfo], networks: NetworkRules | None
+) -> Batch:
+    """Give every key exactly these network rules (None: from anywhere)."""
+    return run_batch(
+        ctx,
+        "set networks",
+        keys,
+        lambda s, k, b: lifecycle.set_networks_in(
+            ctx, s, k.owner, k.name, networks, k.public_id, b
+        ),
+    )
+
+
 def set_meta(ctx: StoreContext, keys: Sequence[KeyInfo], meta: Iterable[tuple[str, str]]) -> Batch:
     """Give every key exactly this metadata (none clears it); services read it as caller.meta."""
     wanted = check_meta(meta)
@@ -252,12 +268,13 @@ def _same(now: KeyInfo, then: KeyInfo) -> bool:
         and now.limits == then.limits
         and now.meta == then.meta
         and now.tags == then.tags
+        and now.networks == then.networks
     )
 
 
 def restore(ctx: StoreContext, done: Batch) -> Batch:
-    """Undo a batch: put back each key's owner, expiry, disabled state, scopes, limits,
-    metadata and tags as before, and the memberships it ended.
+    """Undo a batch: put back each key's owner, expiry, disabled state, scopes, limits, network
+    rules, metadata and tags as before, and the memberships it ended.
 
     One transaction, one new batch id; each key gets a key.restore event naming the batch it
     undoes. Refused whole (KeyStateError) if a key changed since the batch: an undo must
@@ -285,6 +302,7 @@ def restore(ctx: StoreContext, done: Batch) -> Batch:
         row.expires_at = target.expires_at
         row.disabled_at, row.disabled_reason = target.disabled_at, target.disabled_reason
         row.limits = limits_text(target.limits)
+        row.networks = rules_text(target.networks)
         row.meta, row.tags = meta_text(target.meta), tags_text(target.tags)
         session.add(row)
         if now.scopes != target.scopes:  # a disable, enable or expiry left them as they were

@@ -2,8 +2,9 @@
 and free text, one reading for the CLI's `--filter` and the app's filter (`queries.matching`).
 
 Words of the form FIELD:VALUE with a known FIELD are terms; every other word is free text,
-matched as before (owner, name, public id, a scope's name or a state's word). Terms of
-different fields must all hold; several of one field are alternatives (`owner:a owner:b`).
+matched as before (owner, name, public id, a scope's name, a state's word or a network mode).
+Terms of different fields must all hold; several of one field are alternatives (`owner:a
+owner:b`).
 """
 
 from __future__ import annotations

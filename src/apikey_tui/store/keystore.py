@@ -15,6 +15,7 @@ from apikey_tui.db import ensure_schema, make_engine
 from apikey_tui.hashing import SecretHasher
 from apikey_tui.limits.model import Limit
 from apikey_tui.names import format_duration
+from apikey_tui.networks import NetworkRules
 from apikey_tui.store import (
     audit,
     bulk,
@@ -22,8 +23,10 @@ from apikey_tui.store import (
     leaks,
     lifecycle,
     limit_use,
+    network_use,
     offboarding,
     owner_limits,
+    owner_networks,
     owners,
     policy,
     queries,
@@ -34,9 +37,11 @@ from apikey_tui.store import (
 from apikey_tui.store.bulk import Batch
 from apikey_tui.store.credentials import Credential, CredentialReads
 from apikey_tui.store.lifecycle import Deliver
-from apikey_tui.store.limit_use import LimitUses, NearLimits
+from apikey_tui.store.limit_use import NEAR_CHECK_MAX, NEAR_SHARE, LimitUses, NearLimits
+from apikey_tui.store.network_use import NetworkUse
 from apikey_tui.store.offboarding import Preview
 from apikey_tui.store.owner_limits import OwnerLimits
+from apikey_tui.store.owner_networks import OwnerNetworks
 from apikey_tui.store.owners import OwnerInfo
 from apikey_tui.store.queries import Cancel
 from apikey_tui.store.rightsizing import Proposal, Rightsizing
@@ -91,12 +96,14 @@ class KeyStore(CredentialReads):
         expires: Expiry | None = None,
         deliver: Deliver | None = None,
         limits: Iterable[Limit] = (),
+        networks: NetworkRules | None = None,
         meta: Iterable[tuple[str, str]] = (),
         tags: Iterable[tuple[str, str]] = (),
     ) -> CreatedKey:
         """Create a key; return it with its plaintext, shown once (`lifecycle.create_key`).
 
         limits: the key's own (N/DURATION each, one per window length; none by default).
+        networks: where it may be used from (None: anywhere).
         meta: reaches services as caller.meta; tags: for admins' filters (`store.metadata`).
         """
         return lifecycle.create_key(
@@ -107,6 +114,7 @@ class KeyStore(CredentialReads):
             expires=expires,
             deliver=deliver,
             limits=limits,
+            networks=networks,
             meta=meta,
             tags=tags,
         )
@@ -241,6 +249,33 @@ class KeyStore(CredentialReads):
         """Give every key exactly these limits (none lifts them); undone like scopes."""
         return bulk.set_limits(self, keys, limits)
 
+    def set_networks_of_keys(self, keys: Sequence[KeyInfo], networks: NetworkRules | None) -> Batch:
+        """Give every key exactly these network rules (None: from anywhere); undone like
+        scopes."""
+        return bulk.set_networks(self, keys, networks)
+
+    def network_use(
+        self, owner: str, name: str, days: int = network_use.DEFAULT_DAYS
+    ) -> NetworkUse:
+        """Where the key was used from in the last `days` days, the smallest list of networks
+        covering it (`proposal`), and its recent refusals for the network."""
+        return network_use.network_use(self, owner, name, days)
+
+    # --- owners' network rules: every key of the owner must pass them (`owner_networks`) -----
+
+    def owner_networks(self, owner: str) -> NetworkRules | None:
+        """The owner's network rules (None: none)."""
+        return owner_networks.owner_networks(self, owner)
+
+    def set_owner_networks(self, owner: str, networks: NetworkRules | None) -> OwnerNetworks:
+        """Give an owner exactly these rules (None lifts them); audited, undone by
+        `undo_owner_networks`."""
+        return owner_networks.set_owner_networks(self, owner, networks)
+
+    def undo_owner_networks(self, done: OwnerNetworks) -> OwnerNetworks:
+        """Put an owner's rules back as they were before `done` (refused if changed since)."""
+        return owner_networks.restore_owner_networks(self, done)
+
     def set_meta_of_keys(self, keys: Sequence[KeyInfo], meta: Iterable[tuple[str, str]]) -> Batch:
         """Give every key exactly this metadata (services read it as caller.meta); undoable."""
         return bulk.set_meta(self, keys, meta)
@@ -340,9 +375,16 @@ class KeyStore(CredentialReads):
         """The owner's limits, each with its use in the current window."""
         return limit_use.owner_limit_use(self, owner)
 
-    def near_limits(self, *, owner: str | None = None) -> NearLimits:
-        """Keys and owners' pools at 80 % of a limit or more in its current window."""
-        return limit_use.near_limits(self, owner=owner)
+    def near_limits(
+        self,
+        *,
+        owner: str | None = None,
+        share: float = NEAR_SHARE,
+        most: int | None = NEAR_CHECK_MAX,
+    ) -> NearLimits:
+        """Keys and owners' pools at `share` (80 %) of a limit or more in its current window;
+        the first `most` limited keys and pools are read (None: all)."""
+        return limit_use.near_limits(self, owner=owner, share=share, most=most)
 
     def end_grace_of_keys(self, keys: Sequence[KeyInfo]) -> Batch:
         """End every key's grace; refused whole if one has no previous secret in grace."""

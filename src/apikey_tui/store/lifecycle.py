@@ -27,6 +27,7 @@ from apikey_tui.names import (
     check_span,
     format_moment,
 )
+from apikey_tui.networks import NetworkRules, rules_note, rules_of_text, rules_text
 from apikey_tui.store import audit, catalog, owners, policy
 from apikey_tui.store.context import StoreContext
 from apikey_tui.store.metadata import (
@@ -69,6 +70,7 @@ def create_key(
     expires: Expiry | None = None,
     deliver: Deliver | None = None,
     limits: Iterable[Limit] = (),
+    networks: NetworkRules | None = None,
     meta: Iterable[tuple[str, str]] = (),
     tags: Iterable[tuple[str, str]] = (),
 ) -> CreatedKey:
@@ -100,6 +102,7 @@ def create_key(
         fingerprint=fingerprint(parts.public_id, parts.secret),
         created_at=now,
         limits=stored_limits,
+        networks=rules_text(networks),
         created_by=ctx.actor.user[:OWNER_MAX],
         meta=stored_meta,
         tags=stored_tags,
@@ -120,6 +123,8 @@ def create_key(
         detail = f"scopes: {' '.join(wanted)}" + policy.expiry_note(row.expires_at)
         if stored_limits:
             detail += f"; limits: {stored_limits}"
+        if networks is not None:
+            detail += "; " + rules_note(networks, None).partition(" (were")[0]
         if stored_tags:
             detail += f"; tags: {stored_tags}"
         if stored_meta:
@@ -474,6 +479,27 @@ def set_limits_in(
     info = read_info(session, row, ctx.clock())
     detail = f"limits: {row.limits or 'none'} (were {was or 'none'})"
     audit.record(ctx, session, "key.limits", info, detail=detail, batch=batch)
+    return info
+
+
+def set_networks_in(
+    ctx: StoreContext,
+    session: Session,
+    owner: str,
+    name: str,
+    networks: NetworkRules | None,
+    expected_public_id: str | None,
+    batch: str | None = None,
+) -> KeyInfo:
+    """Give a key exactly these network rules (None: usable from anywhere) inside session's
+    transaction; one key.networks event, which reaches the change log (the caller commits)."""
+    row = key_row(session, owner, name, lock=True, expected_public_id=expected_public_id)
+    was = rules_of_text(row.networks)
+    row.networks = rules_text(networks)
+    session.add(row)
+    session.flush()
+    info = read_info(session, row, ctx.clock())
+    audit.record(ctx, session, "key.networks", info, detail=rules_note(networks, was), batch=batch)
     return info
 
 

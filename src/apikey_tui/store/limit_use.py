@@ -45,7 +45,12 @@ class LimitUse:
     @property
     def near(self) -> bool:
         """Whether the window has used NEAR_SHARE of the limit or more."""
-        return self.used is not None and self.used >= NEAR_SHARE * self.limit.count
+        return self.reaches(NEAR_SHARE)
+
+    def reaches(self, share: float) -> bool:
+        """Whether the window has used `share` of the limit or more (the one rule of "near":
+        the app's NEAR_SHARE, or the share `keys near-limits --threshold` gives)."""
+        return self.used is not None and self.used >= share * self.limit.count
 
 
 @dataclass(frozen=True)
@@ -68,7 +73,8 @@ class NearLimit:
 @dataclass(frozen=True)
 class NearLimits:
     """The keys and pools near a limit, fullest first; `more`: there were more limited keys
-    or pools than NEAR_CHECK_MAX, and the rest were not read; `unknown`: why none could be."""
+    or pools than the read was bounded to, and the rest were not read; `unknown`: why none
+    could be."""
 
     near: tuple[NearLimit, ...]
     more: bool = False
@@ -121,17 +127,26 @@ def owner_limit_use(ctx: StoreContext, owner: str) -> LimitUses:
     return _read(ctx, [("owner", owner_subject(owner), x) for x in pool])
 
 
-def near_limits(ctx: StoreContext, *, owner: str | None = None) -> NearLimits:
-    """Keys and owners' pools (of one owner, or all) at NEAR_SHARE of a limit or more now.
+def near_limits(
+    ctx: StoreContext,
+    *,
+    owner: str | None = None,
+    share: float = NEAR_SHARE,
+    most: int | None = NEAR_CHECK_MAX,
+) -> NearLimits:
+    """Keys and owners' pools (of one owner, or all) at `share` of a limit or more now.
 
-    One database read lists the limited keys (the first NEAR_CHECK_MAX by owner and name) and
-    one the pools; then one store-of-counts read per limit (about 0.1 ms each).
+    One database read lists the limited keys (the first `most` by owner and name; None: all)
+    and one the pools; then one store-of-counts read per limit (about 0.1 ms each). The app
+    bounds the read (NEAR_CHECK_MAX); `keys near-limits` reads them all.
     """
     key = KEY_TABLE.c
     query = select(key.owner, key.name, key.limits).where(key.limits.is_not(None))
     if owner is not None:
         query = query.where(key.owner == owner)
-    query = query.order_by(key.owner, key.name).limit(NEAR_CHECK_MAX + 1)
+    query = query.order_by(key.owner, key.name)
+    if most is not None:
+        query = query.limit(most + 1)
     with ctx.session() as session:
         rows = session.execute(query).all()
     pools = owner_limits.owners_with_limits(ctx)
@@ -139,8 +154,8 @@ def near_limits(ctx: StoreContext, *, owner: str | None = None) -> NearLimits:
         pools = {owner: pools[owner]} if owner in pools else {}
     subjects: list[tuple[str, str | None]] = [(r.owner, r.name) for r in rows]
     subjects += [(o, None) for o in sorted(pools)]
-    more = len(subjects) > NEAR_CHECK_MAX
-    subjects = subjects[:NEAR_CHECK_MAX]
+    more = most is not None and len(subjects) > most
+    subjects = subjects if most is None else subjects[:most]
     by_row = {(r.owner, r.name): limits_of_text(r.limits) for r in rows}
     asked: list[tuple[Of, str, Limit]] = []
     whose: list[tuple[str, str | None]] = []
@@ -154,6 +169,10 @@ def near_limits(ctx: StoreContext, *, owner: str | None = None) -> NearLimits:
             asked.append((of, subject, limit))
             whose.append((who, name))
     read = _read(ctx, asked)
-    near = [NearLimit(o, n, use) for (o, n), use in zip(whose, read.uses, strict=True) if use.near]
+    near = [
+        NearLimit(o, n, use)
+        for (o, n), use in zip(whose, read.uses, strict=True)
+        if use.reaches(share)
+    ]
     near.sort(key=lambda x: (-(x.use.used or 0) / x.use.limit.count, x.owner, x.name or ""))
     return NearLimits(tuple(near), more, read.unknown)

@@ -20,7 +20,7 @@ from sqlmodel import Session, col, select
 from apikey_tui.db.models import SERVICE, OwnerMemberRow, OwnerRow
 from apikey_tui.errors import InvalidInputError
 from apikey_tui.names import check_owner, check_reason
-from apikey_tui.store import bulk, lifecycle, owners, usage
+from apikey_tui.store import bulk, lifecycle, owners, states, usage
 from apikey_tui.store.bulk import Batch
 from apikey_tui.store.context import StoreContext
 from apikey_tui.store.records import KEY_TABLE, key_info
@@ -44,7 +44,7 @@ class Holding:
         """The holding as a JSON-ready dict."""
         return {
             **self.key.to_json(),
-            "state": self.key.state(now),
+            "state": states.marker(self.key, now)[1],  # its kind, as `keys list --json`
             "why": list(self.why),
             "busiest_scopes": [{"scopes": s, "requests": n} for s, n in self.busiest],
         }

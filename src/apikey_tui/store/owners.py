@@ -16,7 +16,14 @@ from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlmodel import Session, col, delete, select
 
-from apikey_tui.db.models import OWNER_KINDS, PERSON, KeyRow, OwnerMemberRow, OwnerRow
+from apikey_tui.db.models import (
+    OWNER_KINDS,
+    PERSON,
+    KeyRow,
+    OwnerMemberRow,
+    OwnerNetworkRow,
+    OwnerRow,
+)
 from apikey_tui.errors import InvalidInputError, KeyStateError
 from apikey_tui.limits.model import Limit, limits_of_text
 from apikey_tui.names import check_description, check_owner
@@ -281,7 +288,8 @@ def change_members(
 
 
 def remove_owner(ctx: StoreContext, name: str) -> OwnerInfo:
-    """Remove an owner that owns no key (its memberships go with it); one owner.remove event.
+    """Remove an owner that owns no key (its memberships, limits and network rules go with it);
+    one owner.remove event.
 
     Keys it made for other owners keep working: a key's creator is history, not a tie.
     """
@@ -294,6 +302,9 @@ def remove_owner(ctx: StoreContext, name: str) -> OwnerInfo:
                 f"(`offboard {name}` lists them)"
             )
         session.delete(row)  # its member rows, either way, go with it (ON DELETE CASCADE)
+        fence = session.get(OwnerNetworkRow, name)
+        if fence is not None:  # its network rules too: an owner added again starts with none
+            session.delete(fence)
         audit.record(ctx, session, "owner.remove", detail=f"kind: {info.kind}", owner=name)
         session.commit()
     return info

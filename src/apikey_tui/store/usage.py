@@ -301,12 +301,16 @@ def key_usage(
                 func.sum(func.coalesce(_in_window(first), 0)),
                 func.max(U.minute),
             )
-            .where(U.public_id.in_(ids))
+            .where(U.public_id.in_(ids), U.kind.in_(USAGE_KINDS))
             .group_by(U.public_id, U.kind, U.scope)
         ).all()
         series = conn.execute(
             select(U.minute, U.kind, func.sum(U.requests))
-            .where(U.public_id.in_(ids), U.minute >= min(first, hour_start))
+            .where(
+                U.public_id.in_(ids),
+                U.minute >= min(first, hour_start),
+                U.kind.in_(USAGE_KINDS),
+            )
             .group_by(U.minute, U.kind)
         ).all()
     info = key_info(row, scopes, now)

@@ -165,7 +165,13 @@ ACTIONS: tuple[KeyAction, ...] = (
         "drop the scopes the key never used in 30 days (asks first, audited)", _DETAIL,
         footer=False,
     ),
-    # Owners (issue 30): last, so help's first page at 80x24 is as it was.
+    # Networks (issue 29): last, so help's earlier pages are as they were.
+    KeyAction(
+        "apply_networks", "N", "Networks", "Apply networks proposal",
+        "allow only the networks the key was used from in 30 days, in shadow mode (asks "
+        "first, audited)", _DETAIL, footer=False,
+    ),
+    # Owners (issue 30): after networks, so help's earlier pages are as they were.
     KeyAction(
         "app.owners", "", "Owners", "Owners",
         "owners: kinds, members, key counts; limit pools, offboarding", _BOTH, footer=False,

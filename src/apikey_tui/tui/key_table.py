@@ -330,13 +330,6 @@ class KeyTable(WorkerHost, ScrollView, can_focus=True):
         """Whether a loaded row has this (owner, name) (a quick check, not the last word)."""
         return any((k.owner, k.name) == identity for k in self._rows.values())
 
-    def row_text(self, index: int) -> list[str]:
-        """The cells of loaded row index as displayed, uncut (for tests and screen readers);
-        without the usage column (usage_text)."""
-        return row_cells(
-            self.rows[index], self.columns, self.clock(), absolute_times=self.absolute_times
-        )
-
     def usage_text(self, index: int) -> str:
         """The usage cell of loaded row index: its 7 days as a sparkline ('' until read)."""
         return usage_cell(self._usage.get(self.rows[index].public_id))

@@ -22,6 +22,7 @@ from apikey_tui.names import (
 )
 from apikey_tui.store import UNDOABLE, Batch, KeyInfo, KeyStore, ScopeInfo, states
 from apikey_tui.store.metadata import pairs_words
+from apikey_tui.store.network_use import NetworkUse, proposed_rules
 from apikey_tui.store.rightsizing import Proposal
 from apikey_tui.store.usage import DEFAULT_WINDOW
 from apikey_tui.tui.dialogs.ask_value import Answer, AskValueDialog
@@ -34,7 +35,13 @@ from apikey_tui.tui.messages import BatchDone, KeyCreated, KeyDeleted, KeyLifecy
 from apikey_tui.tui.session import Session
 from apikey_tui.tui.textual_private import forget_clipboard
 from apikey_tui.tui.times import WINDOW, absolute
-from apikey_tui.tui.undo_words import change_of, comes_back, limits_words, parse_tags
+from apikey_tui.tui.undo_words import (
+    change_of,
+    comes_back,
+    limits_words,
+    networks_words,
+    parse_tags,
+)
 from apikey_tui.tui.workers import Failure, StoreRunner
 
 if TYPE_CHECKING:
@@ -329,8 +336,8 @@ class KeyWrites:
         batch = self.session.undoable
         if batch is None:
             self._notify(
-                "Nothing to undo: only the last disable, enable, expiry, scopes or limits change "
-                "can be."
+                "Nothing to undo: only the last disable, enable, expiry, scopes, limits or "
+                "networks change can be."
             )
             return
         keys = batch.before
@@ -408,6 +415,31 @@ class KeyWrites:
             return BatchDone(batch, f"Key {key.name!r} of {key.owner} now has the limits {now}.")
 
         self._ask_then(ask, set_limits, key)
+
+    def apply_networks(self, key: KeyInfo, use: NetworkUse) -> None:
+        """Set the networks proposal in shadow mode (the detail's N): the CLI's `keys networks
+        --apply` path; one audited batch that u undoes."""
+        rules = proposed_rules(use)
+        more = (
+            " Verifiers saw more networks than they record: some would be refused."
+            if use.more
+            else ""
+        )
+        dialog = ConfirmDialog(
+            f"Allow key {key.name!r} of {key.owner} only from where it was used?",
+            f"{rules.summary(4)}: the smallest list covering the {len(use.came_from)} networks "
+            f"it was used from in the last {use.days} days.{more} In shadow mode: requests from "
+            "elsewhere still pass and are listed here as would-be refusals. Now: "
+            f"{networks_words(key)}. u undoes it, until the next change.",
+            "Apply networks",
+        )
+
+        def operation(store: KeyStore, _: object) -> Written:
+            batch = store.set_networks_of_keys([key], rules)
+            now = networks_words(batch.after[0])
+            return BatchDone(batch, f"Key {key.name!r} of {key.owner} may now be used from {now}.")
+
+        self._ask(dialog, operation, f"key {key.name!r} of {key.owner}")
 
     # --- owners and tags (issue 30) ---------------------------------------------------------
 

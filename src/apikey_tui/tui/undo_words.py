@@ -17,6 +17,7 @@ _CHANGE = {
     "set expiry": "expiry change",
     "set scopes": "scopes change",
     "set limits": "limits change",
+    "set networks": "networks change",
     "set tags": "tags change",
     "set meta": "metadata change",
 }
@@ -67,6 +68,10 @@ def comes_back(before: KeyInfo, now: KeyInfo) -> str:
         parts.append(
             f"its limits go back to {limits_words(before.limits)} (now {limits_words(now.limits)})"
         )
+    if before.networks != now.networks:
+        parts.append(
+            f"its networks go back to {networks_words(before)} (now {networks_words(now)})"
+        )
     return "; ".join(parts) or "it gets back what it had (nothing differs)"
 
 
@@ -82,3 +87,8 @@ def parse_tags(text: str) -> Pairs:
             raise InvalidInputError(f"{word!r} is not KEY=VALUE")
         pairs.append((name, value))
     return check_tags(pairs)
+
+
+def networks_words(key: KeyInfo) -> str:
+    """'shadow: allow 10.0.0.0/8', or 'anywhere'."""
+    return "anywhere" if key.networks is None else key.networks.summary(3)

@@ -3,6 +3,6 @@
 Only re-exports (httpx's habit): the check itself is in `checker`.
 """
 
-from apikey_tui.verifier.checker import RECHECK_BURST, Caller, Verifier
+from apikey_tui.verifier.checker import Caller, Verifier
 
-__all__ = ["RECHECK_BURST", "Caller", "Verifier"]
+__all__ = ["Caller", "Verifier"]

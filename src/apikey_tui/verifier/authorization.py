@@ -38,11 +38,6 @@ def split_credentials(value: str | None) -> str:
     return credential
 
 
-def parse_authorization(value: str | None) -> keyformat.ParsedKey:
-    """Parse a whole header value into key parts, or raise the AuthError that fits."""
-    return parse_key(split_credentials(value))
-
-
 def parse_key(credential: str) -> keyformat.ParsedKey:
     """Parse a credential; one that is well-formed but no key of ours is InvalidKeyError."""
     try:

@@ -1,15 +1,16 @@
-"""Schema version 10: owners of three kinds with members, metadata and tags; keys' creators.
+"""Schema version 11: owners of three kinds with members, metadata and tags; keys' creators.
 
 The owners' table of schema 9 (apikey_tui_owner_limit, kept by that name so verifiers of 0.7.0
-keep working beside it) gains kind ('person', 'team' or 'service'), description and meta, and
-its limits become optional; every owner of a key gets a row, a person. A new table
+and 0.8.0 keep working beside it) gains kind ('person', 'team' or 'service'), description and
+meta, and its limits become optional; every owner of a key or of network rules (schema 10's
+apikey_tui_owner_network) gets a row, a person. A new table
 apikey_tui_owner_member lists teams' members and service accounts' responsible people. Keys
 gain created_by (the actor of the key's newest key.create event, where the trail has one),
 meta (JSON, for services) and tags ('env=prod', for admins). Verifiers from schema version 4
 on keep working beside it: they read no new column.
 
-Revision ID: 0010
-Revises: 0009
+Revision ID: 0011
+Revises: 0010
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0010"
-down_revision: str | None = "0009"
+revision = "0011"
+down_revision: str | None = "0010"
 branch_labels: str | None = None
 depends_on: str | None = None
 
@@ -39,7 +40,9 @@ WHERE made.owner = apikey_tui_key.owner AND made.key_name = apikey_tui_key.name
 """
 _PEOPLE = """
 INSERT INTO apikey_tui_owner_limit (owner, kind, description)
-SELECT DISTINCT owner, 'person', '' FROM apikey_tui_key
+SELECT owner, 'person', '' FROM (
+  SELECT owner FROM apikey_tui_key UNION SELECT owner FROM apikey_tui_owner_network
+) AS named
 WHERE owner NOT IN (SELECT owner FROM apikey_tui_owner_limit)
 """
 
@@ -78,11 +81,11 @@ def upgrade() -> None:
     )
     op.create_index("ix_apikey_tui_owner_member_member", "apikey_tui_owner_member", ["member"])
     op.execute(_CREATORS)
-    _set_version("10")
+    _set_version("11")
 
 
 def downgrade() -> None:
-    """Back to schema version 9: kinds, members, metadata, tags and creators are forgotten."""
+    """Back to schema version 10: kinds, members, metadata, tags and creators are forgotten."""
     op.drop_index("ix_apikey_tui_owner_member_member", table_name="apikey_tui_owner_member")
     op.drop_table("apikey_tui_owner_member")
     op.execute("DELETE FROM apikey_tui_owner_limit WHERE limits IS NULL")
@@ -96,4 +99,4 @@ def downgrade() -> None:
     op.drop_column("apikey_tui_key", "tags")
     op.drop_column("apikey_tui_key", "meta")
     op.drop_column("apikey_tui_key", "created_by")
-    _set_version("9")
+    _set_version("10")
