@@ -376,6 +376,7 @@ def render(
     us: Any = None,
     ua: Any = None,
     rs: Any = None,
+    ow: Any = None,
 ) -> str:
     """The results page, every number with its baseline and target."""
     floor, peer = v["floor_us"], v["peer"]["is_valid_us"]
@@ -489,6 +490,9 @@ def render(
     from benchmarks.bench_usage_app import markdown as usage_app_section
 
     lines += usage_app_section(ua)
+    from benchmarks.bench_owners import markdown as owners_section
+
+    lines += owners_section(ow)
     lines += [
         *tui_first_rows_section(t.get("tmux_first_rows_10000")),
         "## Terminal app (`bench_tui.py`, headless, 120x40)",
@@ -626,6 +630,7 @@ MODULES = (
     "bench_usage",
     "bench_usage_app",
     "bench_restart",
+    "bench_owners",
 )
 
 

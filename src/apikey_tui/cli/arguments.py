@@ -119,6 +119,37 @@ LIMITS = Arg(
 )
 
 
+def pair(text: str) -> tuple[str, str]:
+    """KEY=VALUE (a value may be empty or hold '='); its rules are checked where it is used."""
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text[:40]!a}")
+    return name, value
+
+
+def pair_or_none(text: str) -> tuple[str, str] | None:
+    """KEY=VALUE, or the word none (`set-meta NAME none`)."""
+    return None if text.strip().lower() == "none" else pair(text)
+
+
+META = Arg(
+    "--meta",
+    action="append",
+    type=pair,
+    default=[],
+    metavar="KEY=VALUE",
+    help="metadata services read as caller.meta (≤ 16 entries, ≤ 1024 bytes as JSON); repeat it",
+)
+TAG = Arg(
+    "--tag",
+    action="append",
+    type=pair,
+    default=[],
+    metavar="KEY=VALUE",
+    help="a tag for admins' filters (tag:env=prod); services never see it; repeat it",
+)
+
+
 def network(text: str) -> Cidr:
     """A network 10.0.0.0/8, 2001:db8::/32 or an address: a malformed one is a usage error."""
     from apikey_tui.networks import parse_cidr

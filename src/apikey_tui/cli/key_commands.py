@@ -121,6 +121,8 @@ def create(call: Call) -> int:
             expires=args.expires,
             deliver=deliver,
             limits=args.limit,
+            meta=args.meta,
+            tags=args.tag,
             networks=networks,
         )
     )
@@ -301,6 +303,8 @@ CREATE = Command(
         a.ALLOW_FROM,
         a.DENY_FROM,
         a.networks_mode("--networks-mode"),
+        a.META,
+        a.TAG,
     ),
     examples=(
         "KEY=$(apikey-tui keys create ci --scope project)",
@@ -309,6 +313,7 @@ CREATE = Command(
         "--networks-mode shadow",
         "apikey-tui keys create model-client --scope serving,project --expires 90d",
         "apikey-tui keys create batch --scope project --owner svc-batch --json",
+        "apikey-tui keys create etl --scope project --owner data --meta plan=gold --tag env=prod",
     ),
 )
 

@@ -82,15 +82,25 @@ def owner_show(call: Call) -> int:
     from apikey_tui.names import check_owner
 
     owner = check_owner(args.owner_name)
-    pool = store.owner_limits(owner)
+    info = store.get_owner(owner)
     uses = limit_use(store.owner_limit_use(owner))
-    keys = store.list_keys(owner)
     fence = store.owner_networks(owner)
-    data = {"owner": owner, "limits": [str(x) for x in pool], "limit_use": uses,
-            "keys": len(keys), "networks": None if fence is None else fence.to_json()}  # fmt: skip
+    data = {**info.to_json(), "owner": owner, "limit_use": uses,
+            "networks": None if fence is None else fence.to_json()}  # fmt: skip
+    words = {"team": "members: ", "service": "people:  "}
 
     def human(out: TextIO) -> None:
-        print(f"owner:    {printable(owner)} ({counted(len(keys), 'key')})", file=out)
+        print(f"owner:    {printable(owner)} ({counted(info.keys, 'key')})", file=out)
+        print(f"kind:     {info.kind}", file=out)
+        if info.kind in words:
+            print(f"{words[info.kind]} {' '.join(info.members) or 'nobody'}", file=out)
+        if info.member_of:
+            print(f"in:       {' '.join(info.member_of)}", file=out)
+        if info.description:
+            print(f"about:    {printable(info.description)}", file=out)
+        if info.meta:
+            meta = " ".join(f"{k}={v}" for k, v in info.meta)
+            print(f"meta:     {printable(meta)}", file=out)
         for line in _use_lines(uses) or ["none"]:
             print(f"limits:   {line}", file=out)
         print(f"networks: {fence.summary() if fence is not None else 'anywhere'}", file=out)
@@ -174,7 +184,12 @@ def _print_key(
         ["expires", when(info.expires_at) if info.expires_at else "never"],
         ["created", when(info.created_at)],
         ["last used", when(info.last_used_at) if info.last_used_at else "never"],
+        ["made by", info.created_by or "unknown"],
     ]
+    if info.meta:
+        rows.append(["meta", " ".join(f"{k}={v}" for k, v in info.meta)])
+    if info.tags:
+        rows.append(["tags", " ".join(f"{k}={v}" for k, v in info.tags)])
     if info.grace_until is not None:
         rows.append(["old secret", f"{info.old_public_id} works until {when(info.grace_until)}"])
     if uses is not None:
@@ -339,7 +354,7 @@ SHOW = Command(
 
 OWNER_SHOW = Command(
     "owners show",
-    help="show an owner's limits and their use now",
+    help="show an owner: kind, members, metadata, limits and their use now",
     run=owner_show,
     database=MUST_EXIST,
     arguments=(

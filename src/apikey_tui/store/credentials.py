@@ -19,8 +19,8 @@ from apikey_tui.clock import Clock, system_clock
 from apikey_tui.db import WRITE, database_errors
 from apikey_tui.db.models import (
     KeyRow,
-    OwnerLimitRow,
     OwnerNetworkRow,
+    OwnerRow,
     UsageBatchTable,
     UsageTable,
     usage_minute,
@@ -31,6 +31,8 @@ from apikey_tui.networks import NetworkRules, rules_of_text
 from apikey_tui.store import change_log
 from apikey_tui.store.change_log import Change as Change  # the verifier's view of a change
 from apikey_tui.store.context import StoreContext
+from apikey_tui.store.metadata import NO_META as NO_META  # the verifier's empty caller.meta
+from apikey_tui.store.metadata import caller_meta
 from apikey_tui.store.records import (
     INFO_COLUMNS,
     KEY_TABLE,
@@ -89,13 +91,16 @@ class Credential:
     owner_limits: tuple[Limit, ...] = ()
     # Networks (schema version 10): the key's own are info.networks; its owner's are here.
     owner_networks: NetworkRules | None = None
+    # Schema version 11: what services read as caller.meta, the owner's metadata with the
+    # key's on top, built once here so a request reads it with no query (`metadata.caller_meta`).
+    meta: Mapping[str, str] = field(default_factory=lambda: NO_META, compare=False)
 
     def works(self, now: datetime) -> bool:
         """Whether this secret works at now (`records.secret_works`)."""
         return secret_works(self.disabled, self.expires_at, now)
 
 
-OWNER_LIMIT_TABLE: Table = OwnerLimitRow.__table__  # type: ignore[attr-defined]
+OWNER_TABLE: Table = OwnerRow.__table__  # type: ignore[attr-defined]
 OWNER_NETWORK_TABLE: Table = OwnerNetworkRow.__table__  # type: ignore[attr-defined]
 
 # Built once: on SQLite, building a select() costs more than running it.
@@ -107,12 +112,13 @@ _CREDENTIAL = (
         KEY_TABLE.c.old_secret_hash,
         KEY_TABLE.c.old_fingerprint,
         SCOPE_TABLE.c.scope,
-        OWNER_LIMIT_TABLE.c.limits.label("owner_limits"),
+        OWNER_TABLE.c.limits.label("owner_limits"),
+        OWNER_TABLE.c.meta.label("owner_meta"),
         OWNER_NETWORK_TABLE.c.networks.label("owner_networks"),
     )
     .select_from(
         KEY_TABLE.outerjoin(SCOPE_TABLE, SCOPE_TABLE.c.key_id == KEY_TABLE.c.id)
-        .outerjoin(OWNER_LIMIT_TABLE, OWNER_LIMIT_TABLE.c.owner == KEY_TABLE.c.owner)
+        .outerjoin(OWNER_TABLE, OWNER_TABLE.c.owner == KEY_TABLE.c.owner)
         .outerjoin(OWNER_NETWORK_TABLE, OWNER_NETWORK_TABLE.c.owner == KEY_TABLE.c.owner)
     )
     .where(
@@ -165,15 +171,18 @@ class CredentialReads(StoreContext):
         disabled = r.disabled_at is not None
         pool = limits_of_text(r.owner_limits)
         fence = rules_of_text(r.owner_networks)
+        meta = caller_meta(r.owner_meta, r.meta)
         if r.public_id == public_id:
             return Credential(
-                info, r.secret_hash, r.fingerprint, r.expires_at, disabled, pool, fence
+                info, r.secret_hash, r.fingerprint, r.expires_at, disabled, pool, fence, meta
             )
         if not in_grace(r.old_public_id, r.grace_until, now) or r.old_secret_hash is None:
             return None  # the previous secret's grace has ended
         assert r.grace_until is not None
         until = previous_until(r.expires_at, r.grace_until)
-        return Credential(info, r.old_secret_hash, r.old_fingerprint, until, disabled, pool, fence)
+        return Credential(
+            info, r.old_secret_hash, r.old_fingerprint, until, disabled, pool, fence, meta
+        )
 
     def key_count(self) -> int:
         """How many keys there are (to size the verifier's key index)."""

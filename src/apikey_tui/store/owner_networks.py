@@ -10,7 +10,7 @@ from apikey_tui.db.models import KeyRow, OwnerNetworkRow
 from apikey_tui.errors import KeyStateError
 from apikey_tui.names import check_owner
 from apikey_tui.networks import NetworkRules, rules_note, rules_of_text, rules_text
-from apikey_tui.store import audit
+from apikey_tui.store import audit, owners
 from apikey_tui.store.context import StoreContext
 
 
@@ -61,6 +61,7 @@ def set_owner_networks(
             if row is not None:
                 session.delete(row)
         elif row is None:
+            owners.ensure_person(session, owner)  # an owner named first by its rules: a person
             session.add(OwnerNetworkRow(owner=owner, networks=text))
         else:
             row.networks = text

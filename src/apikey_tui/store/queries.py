@@ -17,7 +17,7 @@ from apikey_tui.db.models import KeyRow
 from apikey_tui.errors import StoreUnavailableError
 from apikey_tui.names import check_span
 from apikey_tui.networks import MODES
-from apikey_tui.store import catalog, policy, states
+from apikey_tui.store import catalog, key_filter, policy, states
 from apikey_tui.store.context import StoreContext
 from apikey_tui.store.ordering import before, computed, order, sort_values
 from apikey_tui.store.records import (
@@ -210,22 +210,26 @@ def matching(
     hint_order: bool = False,
     now: datetime | None = None,
 ) -> list[Any]:
-    """WHERE terms: the owner, and the text in owner, name, public id or a scope's name, or
-    the start of a state's word (`states.WORDS`: `disabled`, `exp`, `grace`…) judged at now
-    (the store clock's, if not given).
+    """WHERE terms: the owner, the text's FIELD:VALUE terms (`key_filter`: tag, owner, kind,
+    state, scope), and its free text in owner, name, public id or a scope's name, or the start
+    of a state's word (`states.WORDS`: `disabled`, `exp`, `grace`…) judged at now (the store
+    clock's, if not given) or of a network mode's (`shadow`, `enforce`).
 
     The one key filter: the app's table and `keys list --filter` both read through it.
     """
     key, sqlite = KEY_TABLE, ctx.engine.dialect.name == "sqlite"
     terms: list[Any] = []
+    read = key_filter.parse(query.text)
+    if read:
+        terms += key_filter.conditions(read, ctx.clock() if now is None else now, sqlite=sqlite)
     # SQLite keeps no statistics unless ANALYZE ran, so it takes any owner for a handful of
     # keys and reads through the owner index; a unary + keeps it off that index where a
     # better path exists (the order's own index, or the trigram candidates below).
     # A computed order (State, Expires, Scopes) has no index: the owner's index is the path.
     owner_unindexed = sqlite and hint_order and query.sort not in ("owner", "name")
     owner_unindexed = owner_unindexed and not computed(query)
-    needle = query.text.strip()
-    if "\x00" in needle:
+    needle = read.free.strip()
+    if "\x00" in query.text:
         # No owner, name, id or scope holds a NUL; PostgreSQL and FTS5 refuse one outright.
         return [false()]
     if needle and not (query.owner and needle.lower() in query.owner.lower()):

@@ -13,6 +13,7 @@ from apikey_tui.db.models import KeyRow, KeyScopeRow
 from apikey_tui.errors import KeyChangedError, KeyNotFoundError
 from apikey_tui.limits.model import limits_of_text
 from apikey_tui.networks import rules_of_text
+from apikey_tui.store.metadata import meta_of_text, tags_of_text
 from apikey_tui.store.types import KeyInfo
 
 KEY_TABLE: Table = KeyRow.__table__  # type: ignore[attr-defined]
@@ -35,6 +36,9 @@ INFO_COLUMNS: tuple[Column[Any], ...] = tuple(
         "grace_until",
         "limits",
         "networks",
+        "created_by",
+        "meta",
+        "tags",
     )
 )
 
@@ -91,6 +95,9 @@ def key_info(
         grace_until=row.grace_until if grace else None,
         limits=limits_of_text(row.limits),
         networks=rules_of_text(row.networks),
+        created_by=row.created_by,
+        meta=meta_of_text(row.meta),
+        tags=tags_of_text(row.tags),
     )
 
 

@@ -63,6 +63,12 @@ class KeyInfo:
     # Networks (schema version 10): where the key may be used from (None: anywhere). Its
     # owner's rules, if any, apply too (`KeyStore.owner_networks`).
     networks: NetworkRules | None = None
+    # Schema version 11: who made the key (None: not recorded), its metadata (services read
+    # it, with its owner's, as caller.meta) and its tags (admins filter by them); each sorted
+    # (name, value) pairs (`store.metadata`).
+    created_by: str | None = None
+    meta: tuple[tuple[str, str], ...] = ()
+    tags: tuple[tuple[str, str], ...] = ()
 
     @property
     def disabled(self) -> bool:
@@ -100,6 +106,9 @@ class KeyInfo:
             "grace_until": _iso(self.grace_until),
             "limits": [str(limit) for limit in self.limits],
             "networks": None if self.networks is None else self.networks.to_json(),
+            "created_by": self.created_by,
+            "meta": dict(self.meta),
+            "tags": dict(self.tags),
         }
 
 

@@ -8,7 +8,7 @@ import logging
 import secrets
 import sys
 import time
-from collections.abc import Callable, Collection, Generator, Iterable, Iterator
+from collections.abc import Callable, Collection, Generator, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -34,7 +34,7 @@ from apikey_tui.errors import (
 from apikey_tui.hashing import SecretHasher, fingerprint
 from apikey_tui.keyformat import ParsedKey
 from apikey_tui.limits import ADMITTED, LEASE_DEFAULT, AppliedLimit, FailMode, Lease
-from apikey_tui.store.credentials import Change, Credential, credential_source
+from apikey_tui.store.credentials import NO_META, Change, Credential, credential_source
 from apikey_tui.verifier.authorization import parse_key, split_credentials
 from apikey_tui.verifier.changes import ChangeFeed
 from apikey_tui.verifier.freshness import (
@@ -90,6 +90,9 @@ class Caller:
     limits: tuple[AppliedLimit, ...] = field(default=(), compare=False, repr=False)
     networks: Placement | None = field(default=None, compare=False, repr=False)
     leases: tuple[Lease, ...] = field(default=(), compare=False, repr=False)
+    # The owner's metadata with the key's on top (schema version 11), read-only: read with the
+    # key, so a request reads it from memory (`store.metadata.caller_meta`).
+    meta: Mapping[str, str] = field(default_factory=lambda: NO_META, compare=False, repr=False)
 
 
 @dataclass(slots=True)
@@ -203,6 +206,7 @@ class Verifier:
         self._stale: dict[bytes, _Entry] = {}  # verified, changed since: re-read, no argon2
         self._by_id: dict[str, bytes] = {}
         self._scope_sets: dict[frozenset[str], frozenset[str]] = {}
+        self._metas: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}
         self._ready = False
         self._rehash_refused = self._fingerprint_refused = False
         self._connections: dict[int, Any] = {}
@@ -733,8 +737,18 @@ class Verifier:
         limits = applied_limits(stored)
         networks = placement(stored)
         leases = self._limiter.leases(limits) if limits else ()
+        meta = stored.meta
+        if meta:  # many keys carry their owner's metadata alone: one object each
+            meta = self._metas.setdefault(tuple(meta.items()), meta)
         return Caller(
-            sys.intern(info.owner), info.name, info.public_id, scopes, limits, networks, leases
+            sys.intern(info.owner),
+            info.name,
+            info.public_id,
+            scopes,
+            limits,
+            networks,
+            leases,
+            meta,
         )
 
     # --- resources ----------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from apikey_tui.names import counted, printable
 from apikey_tui.networks import NetworkRules
 from apikey_tui.store import Event, KeyDetail, KeyInfo, KeyStore, Leak, ScopeInfo, states
 from apikey_tui.store.limit_use import LimitUse, LimitUses
+from apikey_tui.store.metadata import pairs_words
 from apikey_tui.store.network_use import NetworkUse
 from apikey_tui.store.rightsizing import Proposal
 from apikey_tui.store.usage import DEFAULT_WINDOW, KeyUsage
@@ -45,6 +46,8 @@ class KeyRequests(Protocol):
     def set_expiry(self, key: KeyInfo) -> None: ...
     def edit_scopes(self, key: KeyInfo, catalog: list[ScopeInfo]) -> None: ...
     def edit_limits(self, key: KeyInfo) -> None: ...
+    def transfer(self, key: KeyInfo) -> None: ...
+    def edit_tags(self, key: KeyInfo) -> None: ...
     def apply_rightsize(self, proposal: Proposal) -> None: ...
     def apply_networks(self, key: KeyInfo, use: NetworkUse) -> None: ...
     def undo(self) -> None: ...
@@ -273,7 +276,16 @@ class KeyDetailScreen(LiveScreen[DetailData]):
 
     def read_store(self, store: KeyStore) -> DetailData:
         owner, name = self.key.owner, self.key.name
-        detail = store.key_detail(owner, name)
+        try:
+            detail = store.key_detail(owner, name)
+        except KeyNotFoundError:
+            # Transferred (here or elsewhere): the same public id under another owner is still
+            # this key; follow it rather than say it is gone.
+            moved = store.credential(self.key.public_id)
+            if moved is None or moved.info.name != name or moved.info.owner == owner:
+                raise
+            owner = moved.info.owner
+            detail = store.key_detail(owner, name)
         report = store.key_usage(owner, name, DEFAULT_WINDOW)
         # The CLI's `keys rightsize NAME` read: the same proposal, and the same apply path.
         proposals = store.rightsize(DEFAULT_WINDOW, owner=owner, name=name).proposals
@@ -295,6 +307,7 @@ class KeyDetailScreen(LiveScreen[DetailData]):
         self.limit_uses = uses
         fence, self.networks = nets
         info, now = self.detail.info, self.session.store.clock()
+        self.key = info  # a transfer moves it to another owner: the next read follows
         origin = self.detail.origin
         if origin is None:
             made = ("Created by", "unknown (no event recorded)")
@@ -314,6 +327,14 @@ class KeyDetailScreen(LiveScreen[DetailData]):
             ("Rotated" if rotated else "Created", absolute(info.created_at, seconds=True)),
             ("Last used", relative_and_absolute(info.last_used_at, now)),
             made,
+            # The key's maker, when the row above names another act (a rotation) or nothing.
+            *(
+                [("Made by", info.created_by)]
+                if info.created_by and (rotated or not origin)
+                else []
+            ),
+            *([("Tags", pairs_words(info.tags))] if info.tags else []),
+            *([("Metadata", pairs_words(info.meta))] if info.meta else []),
             *limit_rows(uses, now, max(self.size.width - _LABEL - 2, 20)),
             *network_rows(info, fence, self.networks, max(self.size.width - _LABEL - 2, 20)),
         ]
@@ -433,6 +454,14 @@ class KeyDetailScreen(LiveScreen[DetailData]):
     def action_edit_limits(self) -> None:
         if (key := self._current()) is not None:
             self.writes.edit_limits(key)
+
+    def action_transfer(self) -> None:
+        if (key := self._current()) is not None:
+            self.writes.transfer(key)
+
+    def action_edit_tags(self) -> None:
+        if (key := self._current()) is not None:
+            self.writes.edit_tags(key)
 
     def action_apply_rightsize(self) -> None:
         """Ask, naming the key and the scopes to drop; then the CLI's `rightsize --apply` path."""
