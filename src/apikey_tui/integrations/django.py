@@ -29,6 +29,7 @@ from typing import Any
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
 from django.http import HttpRequest, HttpResponse
 
 from apikey_tui.errors import AuthError, InvalidInputError
@@ -58,8 +59,30 @@ def config() -> dict[str, Any]:
 def get_verifier() -> Verifier:
     """The process's verifier: the configured instance, or one built (once) from the URL.
 
-    A verifier built here is closed at interpreter exit (flushing last-used times).
+    A verifier built here is closed at interpreter exit (flushing last-used times). Found once
+    and kept (DRF asks at every request, and reading settings costs more than the check); a
+    change of the setting (override_settings in tests) is heard through `setting_changed`.
     """
+    known = _current.get(SETTING)
+    if known is not None:
+        return known
+    found = _find_verifier()
+    _current[SETTING] = found
+    return found
+
+
+def _forget_verifier(*, setting: str, **_: Any) -> None:
+    """setting_changed's receiver: the setting changed, so the verifier is found again."""
+    if setting == SETTING:
+        _current.clear()
+
+
+# The verifier get_verifier found, under SETTING: one entry, cleared when the setting changes.
+_current: dict[str, Verifier] = {}
+setting_changed.connect(_forget_verifier)
+
+
+def _find_verifier() -> Verifier:
     configured = config()
     verifier = configured["VERIFIER"]
     if isinstance(verifier, Verifier):

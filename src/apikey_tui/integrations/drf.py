@@ -15,6 +15,7 @@ The verifier is the one of settings.APIKEY_TUI (see apikey_tui.integrations.djan
 from __future__ import annotations
 
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from typing import Any, ClassVar
 
 from django.core.exceptions import ImproperlyConfigured
@@ -172,7 +173,8 @@ class ApiKeyAuthentication(BaseAuthentication):  # type: ignore[misc]
             if isinstance(error, VerifierUnavailableError):
                 raise ApiKeyUnavailable(error, verifier.realm) from None
             raise ApiKeyRefused(error, verifier.realm) from None
-        if getattr(request, _ASKING, False):
+        # Read from the instance: a missing attribute costs DRF's Request.__getattr__ a raise.
+        if request.__dict__.get(_ASKING, False):
             # The view's get_permissions reads request.user: this is DRF authenticating again
             # from inside the call below; the outer call records the request.
             return ApiKeyUser(caller), caller
@@ -180,7 +182,7 @@ class ApiKeyAuthentication(BaseAuthentication):  # type: ignore[misc]
         try:
             asked = _scopes_asked(request, caller)
         except Exception:  # the view's own code: DRF raises it again where it always does
-            asked = set()
+            asked = _NONE
         finally:
             setattr(request, _ASKING, False)
         try:
@@ -227,6 +229,11 @@ _NO_SCOPE = (
 )
 
 
+# HasScopes.required's answers by (permission class, view's required_scopes): a few per app.
+_REQUIRED: dict[tuple[type, object], frozenset[str]] = {}
+_REQUIRED_MAX = 10_000  # a bound, should views make their scopes per request
+
+
 class HasScopes(BasePermission):  # type: ignore[misc]
     """Allow a request whose key holds every scope the view requires, else False.
 
@@ -243,10 +250,25 @@ class HasScopes(BasePermission):  # type: ignore[misc]
     message: dict[str, object] | str | None = None
     code: str | None = None
 
-    def required(self, view: Any) -> set[str]:
-        """The scopes this permission requires on view: its own and the view's."""
+    def required(self, view: Any) -> frozenset[str]:
+        """The scopes this permission requires on view: its own and the view's.
+
+        Read once per permission class and view scopes (each request asks twice): a view's
+        tuple is parsed at its first request; a list, which cannot be a key, every time.
+        """
+        given = getattr(view, "required_scopes", ())
+        try:
+            return _REQUIRED[type(self), given]
+        except (KeyError, TypeError):
+            pass
         where = f"{type(view).__name__}.required_scopes"
-        return {*self.scopes, *_scope_names(getattr(view, "required_scopes", ()), where)}
+        found = frozenset({*self.scopes, *_scope_names(given, where)})
+        try:
+            if len(_REQUIRED) < _REQUIRED_MAX:
+                _REQUIRED[type(self), given] = found
+        except TypeError:  # unhashable (a list)
+            pass
+        return found
 
     @classmethod
     def of(cls, *scopes: str) -> type[HasScopes]:
@@ -325,7 +347,10 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> HttpResponse |
     return response
 
 
-def _scopes_asked(request: Request, caller: Caller) -> set[str]:
+_NONE: frozenset[str] = frozenset()
+
+
+def _scopes_asked(request: Request, caller: Caller) -> frozenset[str]:
     """The scopes a request is recorded under, judged as the view's permissions will judge it
     (all of them must pass). A permission that refuses for want of scopes contributes those
     scopes: the key lacks them, so the request is recorded as a 403 for them. One that passes
@@ -335,17 +360,19 @@ def _scopes_asked(request: Request, caller: Caller) -> set[str]:
     """
     view = (getattr(request, "parser_context", None) or {}).get("view")
     if view is None:
-        return set()
-    asked: set[str] = set()
+        return _NONE
+    asked = _NONE
     for permission in view.get_permissions():
         passes, used, missing = _judged(permission, view, caller)
-        asked |= missing if passes is False else used
+        # A frozenset: the verifier's usage tally takes it as it is (HasScopes.required's own)
+        found = frozenset(missing if passes is False else used)
+        asked = found if not asked else asked | found
     return asked
 
 
 def _judged(
     permission: object, view: Any, caller: Caller
-) -> tuple[bool | None, set[str], set[str]]:
+) -> tuple[bool | None, AbstractSet[str], AbstractSet[str]]:
     """Whether a (composed) permission passes on scopes alone (None: it depends on more), the
     scopes it uses if it passes, and the scopes it misses if it refuses."""
     if isinstance(permission, HasScopes):

@@ -157,10 +157,11 @@ class CredentialReads(StoreContext):
         public_id may be a key's current id or a rotated key's previous id while its grace runs
         (by the store's clock; after it, None). Expired and disabled keys are returned, marked
         (expires_at, disabled), for the verifier to refuse. One prebuilt SELECT joining the
-        scopes, on a reused connection: a cold check costs one round trip.
+        scopes, on a reused connection (on SQLite a prepared statement, `change_log.fetch`): a
+        cold check costs one round trip.
         """
         with self._reads.connection() as conn:
-            rows = conn.execute(_CREDENTIAL, {"pid": public_id}).all()
+            rows = change_log.fetch(conn, _CREDENTIAL, {"pid": public_id})
         if not rows:
             return None
         r = rows[0]

@@ -33,7 +33,7 @@ from apikey_tui.errors import (
 )
 from apikey_tui.hashing import SecretHasher, fingerprint
 from apikey_tui.keyformat import ParsedKey
-from apikey_tui.limits import ADMITTED, LEASE_DEFAULT, AppliedLimit, FailMode
+from apikey_tui.limits import ADMITTED, LEASE_DEFAULT, AppliedLimit, FailMode, Lease
 from apikey_tui.store.credentials import NO_META, Change, Credential, credential_source
 from apikey_tui.verifier.authorization import parse_key, split_credentials
 from apikey_tui.verifier.changes import ChangeFeed
@@ -77,7 +77,8 @@ class Caller:
     """Who is calling: the key's owner, name, public id and scopes.
 
     limits: the limits each of its requests must have room in (the key's own, then its owner's
-    pool), held here so a warm check reads them with the key (`verifier.restrictions`).
+    pool), held here so a warm check reads them with the key (`verifier.restrictions`);
+    leases: the limiter's lease of each, in the same order, spent without a lookup or a lock.
     networks: where its requests may come from (its own rules and its owner's), None for
     anywhere; held here likewise.
     """
@@ -88,6 +89,7 @@ class Caller:
     scopes: frozenset[str]
     limits: tuple[AppliedLimit, ...] = field(default=(), compare=False, repr=False)
     networks: Placement | None = field(default=None, compare=False, repr=False)
+    leases: tuple[Lease, ...] = field(default=(), compare=False, repr=False)
     # The owner's metadata with the key's on top (schema version 11), read-only: read with the
     # key, so a request reads it from memory (`store.metadata.caller_meta`).
     meta: Mapping[str, str] = field(default_factory=lambda: NO_META, compare=False, repr=False)
@@ -490,9 +492,12 @@ class Verifier:
             self._scoped(caller, required)
         if caller.limits and not _spent:
             # Inline: the warm path of a limited key with tokens in hand (docs/reference/limits.md)
-            decision = self._limiter.admit(caller.limits, time.monotonic())
-            if decision is not ADMITTED:
-                self._refuse(caller, decision)
+            # spends them without a lock; admit leases, refuses, or spends under the lock.
+            limiter = self._limiter
+            if not limiter.spend(caller.leases):
+                decision = limiter.admit(caller.limits, time.monotonic())
+                if decision is not ADMITTED:
+                    self._refuse(caller, decision)
         if self._record:  # the warm path's only recording cost: two lookups and a C next()
             spelling = required if required.__class__ in HASHABLE else tuple(required)
             try:  # no thread switch inside this line: CPython hands the GIL over only at
@@ -545,6 +550,8 @@ class Verifier:
         """Spend a request of each of the caller's limits, or raise its refusal (429, 503).
 
         local: never ask the store; False when only the store can say (nothing spent)."""
+        if self._limiter.spend(caller.leases):
+            return True
         if local:
             decision = self._limiter.admit_local(caller.limits, time.monotonic())
             if decision is None:
@@ -667,7 +674,7 @@ class Verifier:
                 self._entries[digest] = entry
                 self._by_id[entry.caller.public_id] = digest  # the caller's string: one a key
         if entry.caller.networks is None:  # else noted once its request passes them (_placed)
-            self._last_used.note(parsed.public_id)
+            self._last_used.note(entry.caller.public_id)  # the cached string, not a second copy
         if self._record:
             self._uses.start()  # warm hits append to it from now on
         return entry.caller
@@ -729,11 +736,19 @@ class Verifier:
         scopes = self._scope_sets.setdefault(scopes, scopes)
         limits = applied_limits(stored)
         networks = placement(stored)
+        leases = self._limiter.leases(limits) if limits else ()
         meta = stored.meta
         if meta:  # many keys carry their owner's metadata alone: one object each
             meta = self._metas.setdefault(tuple(meta.items()), meta)
         return Caller(
-            sys.intern(info.owner), info.name, info.public_id, scopes, limits, networks, meta
+            sys.intern(info.owner),
+            info.name,
+            info.public_id,
+            scopes,
+            limits,
+            networks,
+            leases,
+            meta,
         )
 
     # --- resources ----------------------------------------------------------------------------
