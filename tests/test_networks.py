@@ -151,6 +151,11 @@ FORWARDED = TrustedProxies(["127.0.0.1", "fd00::/8"], header="forwarded")
         (FORWARDED, PROXY, ['for="_hidden"'], None),
         (FORWARDED, PROXY, ["proto=https"], None),
         (FORWARDED, PROXY, ["for=203.0.113.9, by=127.0.0.1"], None),
+        # An element naming two clients, or a bracket followed by anything but a port: unreadable.
+        (FORWARDED, PROXY, ["for=1.1.1.1;for=203.0.113.9"], None),
+        (FORWARDED, PROXY, ["for=203.0.113.9;FOR=1.1.1.1"], None),
+        (FORWARDED, PROXY, ['for="[2001:db8::7]junk"'], None),
+        (FORWARDED, PROXY, ['for="[2001:db8::7]:_obf"'], "2001:db8::7"),
     ],
 )
 def test_the_client_address_under_the_trusted_proxy_rule(

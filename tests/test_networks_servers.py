@@ -149,6 +149,42 @@ def test_a_service_admits_only_the_allowed_source_addresses(
     assert eventually(lambda: would_refuse(keys.url, "shadowed") == {"127.0.0.0/24"}, 30)
 
 
+# The service as uvicorn runs it by default on IPv4: uvicorn's own proxy headers are on and trust
+# 127.0.0.1, so it puts an X-Forwarded-For address from that peer into scope["client"] (port 0).
+DEFAULT_UVICORN = """
+import os, sys
+import uvicorn
+from apikey_tui.integrations.asgi import ApiKeyMiddleware
+from apikey_tui.verifier import Verifier
+
+async def hello(scope, receive, send):
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"hello"})
+
+app = ApiKeyMiddleware(hello, Verifier.from_url(os.environ["KEYS_URL"]))
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", lifespan="off")
+"""
+
+
+def test_an_address_uvicorn_took_from_a_header_is_no_peer(tmp_path: Path) -> None:
+    """Under uvicorn's defaults a client on 127.0.0.1 naming an allowed address in
+    X-Forwarded-For gets the network 403, not that address's 200: no header is believed
+    without trusted proxies of ours."""
+    keys = make_keys(tmp_path)
+    (tmp_path / "service.py").write_text(DEFAULT_UVICORN)
+    port = free_port()
+    process = Process(
+        "service", [sys.executable, str(tmp_path / "service.py"), str(port)], port, tmp_path,
+        {"KEYS_URL": keys.url},
+    )  # fmt: skip
+    try:
+        assert get(port, keys.placed, ALLOWED)[0] == 200
+        for spoof in ({"X-Forwarded-For": ALLOWED}, {"X-Forwarded-For": f"{OTHER}, {ALLOWED}"}):
+            assert get(port, keys.placed, "127.0.0.1", spoof)[0] == 403, spoof
+    finally:
+        process.stop()
+
+
 @dataclass
 class Behind:
     proxy: Process

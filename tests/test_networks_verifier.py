@@ -268,3 +268,43 @@ def test_shadow_recording_and_enforce_refusals_make_no_query_on_the_request_path
     assert kinds == {("203.0.113.0/24", True, 200)}
     refused = {(r.network, r.shadow, r.requests) for r in store.network_use("hal", "e").refusals}
     assert refused == {("203.0.113.0/24", False, 200)}
+
+
+def test_a_flood_of_refusals_to_distinct_routes_writes_a_bounded_number_of_rows(
+    store: KeyStore, database_url: str
+) -> None:
+    """3,000 refused (and 3,000 would-be refused) requests, each to a route of its own, write at
+    most 64 rows and one `*` row per key and kind, not a row per request."""
+    enforced = store.create_key("ivy", "e", ["project"], networks=network_rules(["10.0.0.0/8"]))
+    shadowed = store.create_key(
+        "ivy", "s", ["project"], networks=network_rules(["10.0.0.0/8"], mode=SHADOW)
+    )
+    verifier = Verifier.from_url(database_url, hasher=CHEAP)
+    try:
+        for n in range(3000):
+            key, expected = (enforced, "network"), (shadowed, "ok")
+            for made, answer in (key, expected):
+                try:
+                    verifier.verify(header(made.plaintext), (), OUTSIDE, f"/orders/{n}")
+                    got = "ok"
+                except NetworkNotAllowedError:
+                    got = "network"
+                assert got == answer
+        verifier.flush()
+    finally:
+        verifier.close()
+    engine = make_engine(database_url, create=False)
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                text(
+                    "SELECT kind, count(*), sum(requests) FROM apikey_tui_usage"
+                    " WHERE kind IN (4, 5) GROUP BY kind ORDER BY kind"
+                )
+            ).all()
+    finally:
+        engine.dispose()
+    assert [(kind, requests) for kind, _, requests in rows] == [(4, 3000), (5, 3000)]
+    assert all(count <= 65 for _, count, _ in rows), rows
+    refusals = store.network_use("ivy", "e", days=1).refusals
+    assert any(r.network == "*" for r in refusals)

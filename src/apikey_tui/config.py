@@ -118,11 +118,24 @@ def parse_database_url(url: str) -> URL:
 
 
 def mask_url(url: str) -> str:
-    """Return the URL with any password replaced by ***, safe to show and log; never raises."""
+    """Return the URL with any password replaced by ***, safe to show and log; never raises.
+
+    Every password its client would read: the userinfo's, and a query's `password=` (libpq
+    and redis-py take one there, `sslpassword=` too)."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        parsed = make_url(url)
+        query = {k: "***" if "pass" in k.lower() else v for k, v in parsed.query.items()}
+        shown = parsed.set(query=query).render_as_string(hide_password=True)
     except (ArgumentError, ValueError):  # ValueError: a bad port, a lone surrogate
         return "(invalid database URL)"
+    shown = shown.replace("=%2A%2A%2A", "=***")
+    # SQLAlchemy ends a password at its first "@"; urllib (redis-py) at the authority's last,
+    # so what lies between is the rest of a limits store's password: never shown either.
+    masked, at, after = shown.partition(":***@")
+    if at:
+        end = min((i for i in map(after.find, "/?#") if i >= 0), default=len(after))
+        shown = masked + at + after[:end].rpartition("@")[2] + after[end:]
+    return shown
 
 
 def current_user() -> str:

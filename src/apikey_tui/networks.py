@@ -382,23 +382,28 @@ def xff_hops(values: Sequence[str]) -> list[str]:
 
 def forwarded_hops(values: Sequence[str]) -> list[str]:
     """The `for=` address of each element of RFC 7239 Forwarded lines, in order; an element
-    without one, or one that is no address ('unknown', '_hidden'), gives '' (unreadable)."""
+    without one, with two (which is the client?), or one that is no address ('unknown',
+    '_hidden', '[v6]junk'), gives '' (unreadable)."""
     hops: list[str] = []
     for value in values:
         for element in value.split(","):
-            found = ""
+            found: str | None = None
             for pair in element.split(";"):
                 name, eq, text = pair.strip().partition("=")
                 if not eq or name.strip().lower() != "for":
                     continue
+                if found is not None:
+                    found = ""
+                    break
                 text = text.strip()
                 if len(text) >= 2 and text[0] == text[-1] == '"':
                     text = text[1:-1]
                 if text.startswith("["):
-                    inside, bracket, _port = text[1:].partition("]")
-                    text = inside if bracket and ":" in inside else ""
+                    inside, bracket, port = text[1:].partition("]")
+                    ported = not port or port[0] == ":"
+                    text = inside if bracket and ":" in inside and ported else ""
                 elif text.count(":") == 1:
                     text = text.partition(":")[0]  # an IPv4 address with its port
                 found = text
-            hops.append(found)
+            hops.append(found or "")
     return hops

@@ -28,7 +28,11 @@ def trusted_proxies(
 
 def _asgi_peer(scope: Mapping[str, Any]) -> str | None:
     client = scope.get("client")
-    return client[0] if client else None
+    # Port 0 is no TCP peer: a server's own proxy-header handling put a forwarding header's
+    # address there (uvicorn's default believes X-Forwarded-For from 127.0.0.1, for anyone on
+    # the host or behind a local proxy that passes the client's header on). We cannot judge it:
+    # unknown, which no network rule admits. Trusted proxies are named here, never there.
+    return client[0] if client and len(client) > 1 and client[1] else None
 
 
 def asgi_client(proxies: TrustedProxies) -> ClientReader:

@@ -53,7 +53,9 @@ UsageRow = tuple[str, int, int, int, str, int]  # public_id, minute, span, kind,
 # Required scopes kept as given (RouteScopes: tuple); other collections become a tuple.
 HASHABLE = (tuple, frozenset)
 # Client networks (kind USAGE_FROM) kept per key per batch: past these, one row "*" says the
-# key came from more, so a proposal knows it cannot cover them all.
+# key came from more, so a proposal knows it cannot cover them all. The same bound holds for a
+# key's (would-be) refusals for the network, each a network and a route the client chooses: past
+# it their row is "*", so a flood to distinct paths writes 65 rows per batch, not one a request.
 NETWORKS_PER_KEY = 64
 MORE_NETWORKS = "*"
 ROUTE_MAX = 200  # characters of a route kept with a refusal for the network
@@ -110,7 +112,8 @@ class UseCounts:
         self._noted: deque[tuple[Any, ...]] = deque()
         self.tallies.clear()
         self.sources.clear()
-        self._networks: Counter[str] = Counter()  # USAGE_FROM networks per key in _counts
+        # Network rows (USAGE_FROM, USAGE_NETWORK, USAGE_SHADOW) per (key, kind) in _counts.
+        self._networks: Counter[tuple[str, int]] = Counter()
         # Every tally in `tallies`, and what its counter will give at the next
         # reading if no request advanced it (a prefix: tallies listed since read as 0). A
         # reading is a `next()` too, one C call in the thread that cannot lose a request's.
@@ -265,30 +268,26 @@ class UseCounts:
                 if len(item) == 2:  # allowed past the tallies' limit: (public id, scopes)
                     entry = (item[0], minute, USAGE_ALLOWED, " ".join(sorted(set(item[1]))))
                 elif len(item) == 4:  # the network: (public id, kind, client, route)
-                    entry = (item[0], minute, item[1], _network_scope(item[2], item[3]))
+                    scope = _network_scope(item[2], item[3])
+                    entry = self._bounded((item[0], minute, item[1], scope))
                 elif item[1] == USAGE_FROM:  # (public id, kind, client)
-                    source = self._came_from(item[0], minute, item[2])
-                    if source is None:
+                    address = address_of(item[2])
+                    if address is None:
                         continue
-                    entry = source
+                    entry = self._bounded((item[0], minute, USAGE_FROM, aggregate(address)))
                 else:  # refused: (public id, kind, scope text)
                     entry = (item[0], minute, item[1], item[2])
                 dropped += self._count(entry, times)
             self.recorded += counted + drained - dropped
             self.dropped += dropped
 
-    def _came_from(
-        self, public_id: str, minute: int, client: str
-    ) -> tuple[str, int, int, str] | None:
-        """The count of a client network, or "*" past NETWORKS_PER_KEY (None: no address)."""
-        address = address_of(client)
-        if address is None:
-            return None
-        entry = (public_id, minute, USAGE_FROM, aggregate(address))
+    def _bounded(self, entry: tuple[str, int, int, str]) -> tuple[str, int, int, str]:
+        """A network row's count, or its key's "*" row past NETWORKS_PER_KEY of its kind."""
         if entry not in self._counts:
-            if self._networks[public_id] >= NETWORKS_PER_KEY:
-                return (public_id, minute, USAGE_FROM, MORE_NETWORKS)
-            self._networks[public_id] += 1
+            public_id, minute, kind, _ = entry
+            if self._networks[public_id, kind] >= NETWORKS_PER_KEY:
+                return (public_id, minute, kind, MORE_NETWORKS)
+            self._networks[public_id, kind] += 1
         return entry
 
     def _read_tallies(self, minute: int) -> tuple[int, int]:
