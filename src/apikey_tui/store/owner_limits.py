@@ -7,11 +7,11 @@ from dataclasses import dataclass
 
 from sqlmodel import Session, col, select
 
-from apikey_tui.db.models import KeyRow, OwnerRow
+from apikey_tui.db.models import OwnerRow
 from apikey_tui.errors import KeyStateError
 from apikey_tui.limits.model import Limit, check_limits, limits_of_text, limits_text
 from apikey_tui.names import check_owner
-from apikey_tui.store import audit
+from apikey_tui.store import audit, owners
 from apikey_tui.store.context import StoreContext
 
 
@@ -64,16 +64,13 @@ def set_owner_limits(
             row = OwnerRow(owner=owner)
         row.limits = text
         session.add(row)
-        ids = session.exec(
-            select(KeyRow.public_id, KeyRow.old_public_id).where(KeyRow.owner == owner)
-        ).all()
         note = f"owner limits: {text or 'none'} (were {limits_text(before) or 'none'})"
         audit.record(
             ctx,
             session,
             "owner.limits",
             detail=note + (f"; {detail}" if detail else ""),
-            also=[i for pair in ids for i in pair],
+            also=owners.key_ids(session, owner),
             owner=owner,
         )
         session.commit()

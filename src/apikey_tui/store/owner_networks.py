@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from sqlmodel import Session, col, select
 
-from apikey_tui.db.models import KeyRow, OwnerNetworkRow
+from apikey_tui.db.models import OwnerNetworkRow
 from apikey_tui.errors import KeyStateError
 from apikey_tui.names import check_owner
 from apikey_tui.networks import NetworkRules, rules_note, rules_of_text, rules_text
@@ -66,16 +66,13 @@ def set_owner_networks(
         else:
             row.networks = text
             session.add(row)
-        ids = session.exec(
-            select(KeyRow.public_id, KeyRow.old_public_id).where(KeyRow.owner == owner)
-        ).all()
         note = "owner " + rules_note(networks, before)
         audit.record(
             ctx,
             session,
             "owner.networks",
             detail=note + (f"; {detail}" if detail else ""),
-            also=[i for pair in ids for i in pair],
+            also=owners.key_ids(session, owner),
             owner=owner,
         )
         session.commit()

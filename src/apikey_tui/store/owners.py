@@ -230,7 +230,7 @@ def change_owner(
             if wanted != before.meta:
                 row.meta = meta_text(wanted)
                 notes.append(f"meta: {pairs_words(wanted) or 'none'}")
-                also = _key_ids(session, name)
+                also = key_ids(session, name)
         if not notes:
             return before, before
         session.add(row)
@@ -241,7 +241,9 @@ def change_owner(
     return before, after
 
 
-def _key_ids(session: Session, owner: str) -> list[str | None]:
+def key_ids(session: Session, owner: str) -> list[str | None]:
+    """The ids of every key of owner, and of their previous secrets: what an owner's change
+    tells the change log, so each key's cached record is read again."""
     ids = session.exec(
         select(KeyRow.public_id, KeyRow.old_public_id).where(KeyRow.owner == owner)
     ).all()
