@@ -283,8 +283,10 @@ def test_sqlite_triggers_keep_the_tags_index_true_to_the_keys(sqlite_url: str) -
         store.set_tags_of_keys([keys["b"]], [])
         store.delete_key("alice", "c")
         with store.engine.begin() as conn:
-            table = key_indexes.TAGS_TABLE
-            check = f"INSERT INTO {table}({table}) VALUES ('integrity-check')"
+            check = (
+                "INSERT INTO apikey_tui_key_search_tags(apikey_tui_key_search_tags) "
+                "VALUES ('integrity-check')"
+            )
             conn.execute(text(check))  # raises if the index and the table disagree
             a = conn.execute(text("SELECT id FROM apikey_tui_key WHERE name = 'a'")).scalar()
             assert key_indexes.tagged_ids(conn, ["env=dev"], 10) == [a]
@@ -310,9 +312,7 @@ def test_postgres_can_plan_a_tag_term_through_the_trigram_index(postgres_url: st
         with store.engine.begin() as conn:
             conn.execute(text("ANALYZE apikey_tui_key"))
         event.listen(store.engine, "before_cursor_execute", hook)
-        assert [k.name for k in store.key_window(KeyQuery(None, "tag:env=rare"), 0, 50)] == [
-            "rare"
-        ]
+        assert [k.name for k in store.key_window(KeyQuery(None, "tag:env=rare"), 0, 50)] == ["rare"]
         event.remove(store.engine, "before_cursor_execute", hook)
         statement, parameters = statements[-1]
         with store.engine.connect() as conn:

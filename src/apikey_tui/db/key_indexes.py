@@ -12,8 +12,8 @@ trigram index cannot be made (a SQLite without FTS5's trigram tokenizer, a Postg
 may not create the pg_trgm extension) the filter still works, by scanning.
 
 - SQLite: an FTS5 table (tokenizer `trigram`, external content: it stores the index, not a
-  second copy of the keys) kept current by three triggers. The verifier's only write,
-  last_used_at, fires none of them.
+  second copy of the keys) kept current by three triggers, and one more such table over tags
+  (a `tag:` term of the filter). The verifier's only write, last_used_at, fires none of them.
 - PostgreSQL: GIN indexes of pg_trgm over owner, name, public id and tags (a `tag:` term).
 - Both: B-tree indexes for the scope column and for the orders no schema index gives (every
   owner's keys by name; by last use). The verifier's last-use write updates the last-use index,
@@ -60,22 +60,24 @@ _SQLITE = (
     "VALUES (new.id, new.owner, new.name, new.public_id); END",
     "INSERT INTO apikey_tui_key_search(apikey_tui_key_search) VALUES ('rebuild')",
 )
-# Tags last (see _PG_PROBE): a database given the first three by an earlier release gains it.
 # Tags get a table of their own: a database given the table above by an earlier release gains
 # it beside that one (its name starts with SEARCH_TABLE: no schema's, `db.migrations`).
 TAGS_TABLE = "apikey_tui_key_search_tags"
 _SQLITE_TAGS = (
-    f"CREATE VIRTUAL TABLE {TAGS_TABLE} USING fts5(tags, "
+    "CREATE VIRTUAL TABLE apikey_tui_key_search_tags USING fts5(tags, "
     "content='apikey_tui_key', content_rowid='id', tokenize='trigram')",
-    f"CREATE TRIGGER {TAGS_TABLE}_insert AFTER INSERT ON apikey_tui_key BEGIN "
-    f"INSERT INTO {TAGS_TABLE}(rowid, tags) VALUES (new.id, new.tags); END",
-    f"CREATE TRIGGER {TAGS_TABLE}_delete AFTER DELETE ON apikey_tui_key BEGIN "
-    f"INSERT INTO {TAGS_TABLE}({TAGS_TABLE}, rowid, tags) VALUES ('delete', old.id, old.tags); END",
-    f"CREATE TRIGGER {TAGS_TABLE}_update AFTER UPDATE OF tags ON apikey_tui_key BEGIN "
-    f"INSERT INTO {TAGS_TABLE}({TAGS_TABLE}, rowid, tags) VALUES ('delete', old.id, old.tags); "
-    f"INSERT INTO {TAGS_TABLE}(rowid, tags) VALUES (new.id, new.tags); END",
-    f"INSERT INTO {TAGS_TABLE}({TAGS_TABLE}) VALUES ('rebuild')",
+    "CREATE TRIGGER apikey_tui_key_search_tags_insert AFTER INSERT ON apikey_tui_key BEGIN "
+    "INSERT INTO apikey_tui_key_search_tags(rowid, tags) VALUES (new.id, new.tags); END",
+    "CREATE TRIGGER apikey_tui_key_search_tags_delete AFTER DELETE ON apikey_tui_key BEGIN "
+    "INSERT INTO apikey_tui_key_search_tags(apikey_tui_key_search_tags, rowid, tags) "
+    "VALUES ('delete', old.id, old.tags); END",
+    "CREATE TRIGGER apikey_tui_key_search_tags_update AFTER UPDATE OF tags ON apikey_tui_key "
+    "BEGIN INSERT INTO apikey_tui_key_search_tags(apikey_tui_key_search_tags, rowid, tags) "
+    "VALUES ('delete', old.id, old.tags); "
+    "INSERT INTO apikey_tui_key_search_tags(rowid, tags) VALUES (new.id, new.tags); END",
+    "INSERT INTO apikey_tui_key_search_tags(apikey_tui_key_search_tags) VALUES ('rebuild')",
 )
+# Tags last (see _PG_PROBE): a database given the first three by an earlier release gains it.
 _PG_INDEXED = ("owner", "name", "public_id", "tags")
 _PG_PROBE = "ix_apikey_tui_key_tags_trgm"  # the last one made: present means all are
 # Every index this module makes (apart from SQLite's FTS5 table): not part of the schema.
@@ -187,7 +189,10 @@ def tagged_ids(conn: Connection, words: Sequence[str], limit: int) -> list[int] 
         phrase = '"' + word.replace('"', '""') + '"'
         ids.update(
             conn.execute(
-                text(f"SELECT rowid FROM {TAGS_TABLE} WHERE {TAGS_TABLE} MATCH :phrase LIMIT :n"),
+                text(
+                    "SELECT rowid FROM apikey_tui_key_search_tags "
+                    "WHERE apikey_tui_key_search_tags MATCH :phrase LIMIT :n"
+                ),
                 {"phrase": phrase, "n": limit},
             ).scalars()
         )

@@ -104,7 +104,7 @@ def conditions(terms: Terms, now: datetime, *, sqlite: bool = False) -> list[Any
                 word = _escaped(_tag_word(value))
                 pattern = f"% {word} %" if "=" in value else f"% {word}%"
                 spaced = literal(" ") + key.tags + literal(" ")
-                exact = spaced.like(pattern, escape="\\")
+                exact: Any = spaced.like(pattern, escape="\\")
                 if not sqlite and _TRIGRAM.search(word):
                     # The same text in the bare column, implied by the exact term: the pg_trgm
                     # index over tags serves it (`db.key_indexes`), and the planner reads the
