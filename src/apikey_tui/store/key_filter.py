@@ -101,15 +101,23 @@ def conditions(terms: Terms, now: datetime, *, sqlite: bool = False) -> list[Any
                     .exists()
                 )
             else:  # tag: NAME=VALUE exactly, or NAME (any value)
-                word = _escaped(_tag_word(value))
-                pattern = f"% {word} %" if "=" in value else f"% {word}%"
-                spaced = literal(" ") + key.tags + literal(" ")
-                exact: Any = spaced.like(pattern, escape="\\")
+                word = _tag_word(value)
                 if not sqlite and _TRIGRAM.search(word):
-                    # The same text in the bare column, implied by the exact term: the pg_trgm
-                    # index over tags serves it (`db.key_indexes`), and the planner reads the
-                    # column's statistics for it instead of guessing at the padded text.
-                    exact = and_(key.tags.like(f"%{word}%", escape="\\"), exact)
-                alternatives.append(exact)
+                    # A regular expression on the bare column: the pg_trgm index over tags
+                    # serves it (`db.key_indexes`), and the planner estimates it from the
+                    # column's statistics (a LIKE on padded text it guesses at, badly).
+                    literal_word = "".join(c if c.isalnum() else "\\" + c for c in word)
+                    end = "( |$)" if "=" in value else ""
+                    alternatives.append(
+                        and_(
+                            key.tags.like(f"%{_escaped(word)}%", escape="\\"),
+                            key.tags.regexp_match(f"(^| ){literal_word}{end}"),
+                        )
+                    )
+                    continue
+                escaped = _escaped(word)
+                pattern = f"% {escaped} %" if "=" in value else f"% {escaped}%"
+                spaced = literal(" ") + key.tags + literal(" ")
+                alternatives.append(spaced.like(pattern, escape="\\"))
         found.append(or_(*alternatives) if alternatives else false())
     return found
