@@ -386,3 +386,35 @@ def test_without_pg_trgm_the_filter_scans_and_db_upgrade_says_so(
         assert [k.name for k in store.key_window(KeyQuery(None, "DEPLOY"), 0, 5)] == ["ci-deploy"]
     finally:
         store.close()
+
+
+def test_tag_terms_match_whole_tags_whatever_their_characters(database_url: str) -> None:
+    """A tag term matches a whole tag (or a tag's name, any value), never a part of one, and
+    reads . + : / @ _ - in values as themselves, on both backends."""
+    store = KeyStore.open(database_url, hasher=CHEAP, actor=ACTOR)
+    try:
+        tags = {
+            "a": [("env", "prod"), ("v", "1.2")],
+            "b": [("env", "production"), ("v", "1x2")],
+            "c": [("renv", "prod"), ("url", "a+b:c/d@e_f-g")],
+            "d": [("aaa_b", "x")],
+        }
+        for name, pairs in tags.items():
+            store.create_key("alice", name, ["project"], tags=pairs)
+        expected = {
+            "tag:env=prod": ["a"],
+            "tag:env=pro": [],
+            "tag:nv=prod": [],
+            "tag:env": ["a", "b"],
+            "tag:v=1.2": ["a"],
+            "tag:url=a+b:c/d@e_f-g": ["c"],
+            "tag:url=a+b": [],
+            "tag:aaa_b=x": ["d"],
+            "tag:aaa.b=x": [],
+            "tag:env=prod tag:renv=prod": ["a", "c"],
+        }
+        for text_, names in expected.items():
+            found = [k.name for k in store.key_window(KeyQuery(None, text_), 0, 50)]
+            assert found == names, text_
+    finally:
+        store.close()
