@@ -51,9 +51,10 @@ def drop_index(store: KeyStore) -> None:
     """Take the trigram index away, as in a database made before it existed."""
     with store.engine.begin() as conn:
         if conn.dialect.name == "sqlite":
-            conn.execute(text(f"DROP TABLE {key_indexes.SEARCH_TABLE}"))
-            for trigger in ("insert", "delete", "update"):
-                conn.execute(text(f"DROP TRIGGER {key_indexes.SEARCH_TABLE}_{trigger}"))
+            for table in (key_indexes.SEARCH_TABLE, key_indexes.TAGS_TABLE):
+                conn.execute(text(f"DROP TABLE {table}"))
+                for trigger in ("insert", "delete", "update"):
+                    conn.execute(text(f"DROP TRIGGER {table}_{trigger}"))
         else:
             for index in key_indexes.INDEXES:
                 conn.execute(text(f"DROP INDEX {index}"))
@@ -240,6 +241,91 @@ def test_sqlite_triggers_keep_the_index_true_to_the_keys(sqlite_url: str) -> Non
         store.close()
 
 
+def test_a_rare_tag_reads_few_rows_on_sqlite(sqlite_url: str) -> None:
+    """A tag term matching 3 keys or none in 20,000, alone or with other terms, reads a tenth
+    of a scan's steps or less (the tags' trigram table names them), and finds the same keys."""
+    store = KeyStore.open(sqlite_url, hasher=CHEAP, actor=ACTOR)
+    try:
+        add_keys(store, 20_000, "alice", "key")
+        for n in range(3):
+            store.create_key("bob", f"rare-{n}", ["project"], tags=[("env", "rare"), ("n", str(n))])
+        texts = ["tag:env=rare", "tag:env=rare scope:project", "tag:n=1 tag:n=2", "tag:zzz=q"]
+        queries = [KeyQuery(owner, t) for t in texts for owner in (None, "bob")]
+        indexed = [_sqlite_steps(store, q) for q in queries]
+        found = [[k.name for k in store.key_window(q, 0, 50)] for q in queries]
+        assert found[0] == found[1] == found[2] == found[3] == ["rare-0", "rare-1", "rare-2"]
+        assert found[4] == found[5] == ["rare-1", "rare-2"] and found[6] == found[7] == []
+        drop_index(store)
+        scanning = KeyStore.open(sqlite_url, hasher=CHEAP, actor=ACTOR)
+        try:
+            assert [[k.name for k in scanning.key_window(q, 0, 50)] for q in queries] == found
+            scanned = [_sqlite_steps(scanning, q) for q in queries]
+        finally:
+            scanning.close()
+        for query, few, scan in zip(queries, indexed, scanned, strict=True):
+            if query.owner is None:  # bob's three keys are few through the owner index too
+                assert few * 10 < scan, (query, few, scan)
+    finally:
+        store.close()
+
+
+def test_sqlite_triggers_keep_the_tags_index_true_to_the_keys(sqlite_url: str) -> None:
+    """After tagging at creation, retagging, clearing and deleting, the tags' FTS5 index checks
+    out and names exactly the keys holding a tag."""
+    store = KeyStore.open(sqlite_url, hasher=CHEAP, actor=ACTOR)
+    try:
+        store.create_key("alice", "a", ["project"], tags=[("env", "prod")])
+        store.create_key("alice", "b", ["project"], tags=[("env", "prod")])
+        store.create_key("alice", "c", ["project"])
+        keys = {k.name: k for k in store.list_keys("alice")}
+        store.set_tags_of_keys([keys["a"]], [("env", "dev")])
+        store.set_tags_of_keys([keys["c"]], [("env", "prod")])
+        store.set_tags_of_keys([keys["b"]], [])
+        store.delete_key("alice", "c")
+        with store.engine.begin() as conn:
+            check = (
+                "INSERT INTO apikey_tui_key_search_tags(apikey_tui_key_search_tags) "
+                "VALUES ('integrity-check')"
+            )
+            conn.execute(text(check))  # raises if the index and the table disagree
+            a = conn.execute(text("SELECT id FROM apikey_tui_key WHERE name = 'a'")).scalar()
+            assert key_indexes.tagged_ids(conn, ["env=dev"], 10) == [a]
+            assert key_indexes.tagged_ids(conn, ["env=prod"], 10) == []
+            assert key_indexes.tagged_ids(conn, ["env=dev"], 1) is None  # not fewer than 1
+            assert key_indexes.tagged_ids(conn, ["e="], 10) is None  # too short: scan
+    finally:
+        store.close()
+
+
+def test_postgres_can_plan_a_tag_term_through_the_trigram_index(postgres_url: str) -> None:
+    """A tag term's window query can be served by the pg_trgm index over tags."""
+    store = KeyStore.open(postgres_url, hasher=CHEAP, actor=ACTOR)
+    statements: list[tuple[str, Any]] = []
+
+    def hook(conn: Any, cursor: Any, statement: str, parameters: Any, *args: Any) -> None:
+        if "ORDER BY" in statement and "LIMIT" in statement:
+            statements.append((statement, parameters))
+
+    try:
+        add_keys(store, 5000, "alice", "key")
+        store.create_key("bob", "rare", ["project"], tags=[("env", "rare")])
+        with store.engine.begin() as conn:
+            conn.execute(text("ANALYZE apikey_tui_key"))
+        event.listen(store.engine, "before_cursor_execute", hook)
+        assert [k.name for k in store.key_window(KeyQuery(None, "tag:env=rare"), 0, 50)] == ["rare"]
+        event.remove(store.engine, "before_cursor_execute", hook)
+        statement, parameters = statements[-1]
+        with store.engine.connect() as conn:
+            cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+            cursor.execute("SET enable_seqscan = off")
+            cursor.execute("SET enable_indexscan = off")
+            cursor.execute("EXPLAIN " + statement, parameters)
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+        assert "ix_apikey_tui_key_tags_trgm" in plan, plan
+    finally:
+        store.close()
+
+
 def test_db_upgrade_adds_the_index_to_a_database_without_it(
     database_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -298,5 +384,37 @@ def test_without_pg_trgm_the_filter_scans_and_db_upgrade_says_so(
         with store.engine.connect() as conn:
             assert not key_indexes.present(conn)
         assert [k.name for k in store.key_window(KeyQuery(None, "DEPLOY"), 0, 5)] == ["ci-deploy"]
+    finally:
+        store.close()
+
+
+def test_tag_terms_match_whole_tags_whatever_their_characters(database_url: str) -> None:
+    """A tag term matches a whole tag (or a tag's name, any value), never a part of one, and
+    reads . + : / @ _ - in values as themselves, on both backends."""
+    store = KeyStore.open(database_url, hasher=CHEAP, actor=ACTOR)
+    try:
+        tags = {
+            "a": [("env", "prod"), ("v", "1.2")],
+            "b": [("env", "production"), ("v", "1x2")],
+            "c": [("renv", "prod"), ("url", "a+b:c/d@e_f-g")],
+            "d": [("aaa_b", "x")],
+        }
+        for name, pairs in tags.items():
+            store.create_key("alice", name, ["project"], tags=pairs)
+        expected = {
+            "tag:env=prod": ["a"],
+            "tag:env=pro": [],
+            "tag:nv=prod": [],
+            "tag:env": ["a", "b"],
+            "tag:v=1.2": ["a"],
+            "tag:url=a+b:c/d@e_f-g": ["c"],
+            "tag:url=a+b": [],
+            "tag:aaa_b=x": ["d"],
+            "tag:aaa.b=x": [],
+            "tag:env=prod tag:renv=prod": ["a", "c"],
+        }
+        for text_, names in expected.items():
+            found = [k.name for k in store.key_window(KeyQuery(None, text_), 0, 50)]
+            assert found == names, text_
     finally:
         store.close()

@@ -12,9 +12,9 @@ trigram index cannot be made (a SQLite without FTS5's trigram tokenizer, a Postg
 may not create the pg_trgm extension) the filter still works, by scanning.
 
 - SQLite: an FTS5 table (tokenizer `trigram`, external content: it stores the index, not a
-  second copy of the keys) kept current by three triggers. The verifier's only write,
-  last_used_at, fires none of them.
-- PostgreSQL: GIN indexes of pg_trgm over owner, name and public id.
+  second copy of the keys) kept current by three triggers, and one more such table over tags
+  (a `tag:` term of the filter). The verifier's only write, last_used_at, fires none of them.
+- PostgreSQL: GIN indexes of pg_trgm over owner, name, public id and tags (a `tag:` term).
 - Both: B-tree indexes for the scope column and for the orders no schema index gives (every
   owner's keys by name; by last use). The verifier's last-use write updates the last-use index,
   once per key per flush of its usage writer.
@@ -60,8 +60,26 @@ _SQLITE = (
     "VALUES (new.id, new.owner, new.name, new.public_id); END",
     "INSERT INTO apikey_tui_key_search(apikey_tui_key_search) VALUES ('rebuild')",
 )
-_PG_INDEXED = ("owner", "name", "public_id")
-_PG_PROBE = "ix_apikey_tui_key_name_trgm"  # the last one made: present means all are
+# Tags get a table of their own: a database given the table above by an earlier release gains
+# it beside that one (its name starts with SEARCH_TABLE: no schema's, `db.migrations`).
+TAGS_TABLE = "apikey_tui_key_search_tags"
+_SQLITE_TAGS = (
+    "CREATE VIRTUAL TABLE apikey_tui_key_search_tags USING fts5(tags, "
+    "content='apikey_tui_key', content_rowid='id', tokenize='trigram')",
+    "CREATE TRIGGER apikey_tui_key_search_tags_insert AFTER INSERT ON apikey_tui_key BEGIN "
+    "INSERT INTO apikey_tui_key_search_tags(rowid, tags) VALUES (new.id, new.tags); END",
+    "CREATE TRIGGER apikey_tui_key_search_tags_delete AFTER DELETE ON apikey_tui_key BEGIN "
+    "INSERT INTO apikey_tui_key_search_tags(apikey_tui_key_search_tags, rowid, tags) "
+    "VALUES ('delete', old.id, old.tags); END",
+    "CREATE TRIGGER apikey_tui_key_search_tags_update AFTER UPDATE OF tags ON apikey_tui_key "
+    "BEGIN INSERT INTO apikey_tui_key_search_tags(apikey_tui_key_search_tags, rowid, tags) "
+    "VALUES ('delete', old.id, old.tags); "
+    "INSERT INTO apikey_tui_key_search_tags(rowid, tags) VALUES (new.id, new.tags); END",
+    "INSERT INTO apikey_tui_key_search_tags(apikey_tui_key_search_tags) VALUES ('rebuild')",
+)
+# Tags last (see _PG_PROBE): a database given the first three by an earlier release gains it.
+_PG_INDEXED = ("owner", "name", "public_id", "tags")
+_PG_PROBE = "ix_apikey_tui_key_tags_trgm"  # the last one made: present means all are
 # Every index this module makes (apart from SQLite's FTS5 table): not part of the schema.
 INDEXES = (
     "ix_apikey_tui_key_scope_scope",
@@ -71,12 +89,12 @@ INDEXES = (
 )
 
 
-def present(conn: Connection) -> bool:
-    """Whether the database has the trigram index (one catalog lookup)."""
+def present(conn: Connection, table: str = SEARCH_TABLE) -> bool:
+    """Whether the database has the trigram index (one catalog lookup); on SQLite, table."""
     if conn.dialect.name == "sqlite":
         found = conn.execute(
             text("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = :name"),
-            {"name": SEARCH_TABLE},
+            {"name": table},
         ).first()
         return found is not None
     index = conn.execute(text("SELECT to_regclass(:name)"), {"name": _PG_PROBE}).scalar()
@@ -92,14 +110,19 @@ def install(conn: Connection) -> bool:
     nulls = "" if conn.dialect.name == "sqlite" else "NULLS FIRST"
     for statement in _BTREES:
         conn.execute(text(statement.format(nulls=nulls)))
-    if present(conn):
+    sqlite = conn.dialect.name == "sqlite"
+    if present(conn) and (not sqlite or present(conn, TAGS_TABLE)):
         return True
     # A savepoint: a refused CREATE would otherwise abort the caller's whole transaction.
     try:
         with conn.begin_nested():
-            if conn.dialect.name == "sqlite":
-                for statement in _SQLITE:
-                    conn.execute(text(statement))
+            if sqlite:
+                if not present(conn):
+                    for statement in _SQLITE:
+                        conn.execute(text(statement))
+                if not present(conn, TAGS_TABLE):
+                    for statement in _SQLITE_TAGS:
+                        conn.execute(text(statement))
             else:
                 conn.execute(text("CREATE EXTENSION IF NOT EXISTS pg_trgm"))
                 # The operator class lives where the extension was made, which need not be on
@@ -111,10 +134,12 @@ def install(conn: Connection) -> bool:
                     )
                 ).scalar_one()
                 opclass = f'"{home}".gin_trgm_ops'
-                for column in _PG_INDEXED:  # name last: see _PG_PROBE
+                for column in _PG_INDEXED:  # tags last: see _PG_PROBE
                     index = f"ix_apikey_tui_key_{column}_trgm"  # in INDEXES
                     using = f"gin ({column} {opclass})"
-                    conn.execute(text(f"CREATE INDEX {index} ON apikey_tui_key USING {using}"))
+                    conn.execute(
+                        text(f"CREATE INDEX IF NOT EXISTS {index} ON apikey_tui_key USING {using}")
+                    )
     except DBAPIError:
         return False
     return True
@@ -152,3 +177,25 @@ def candidate_ids(
             ).scalars()
         )
     return sorted(ids) if len(ids) < limit else None
+
+
+def tagged_ids(conn: Connection, words: Sequence[str], limit: int) -> list[int] | None:
+    """SQLite: ids of the keys whose tags may hold one of words, if fewer than limit; else
+    None (scan). A superset, as `candidate_ids`: the caller's exact tag terms still decide."""
+    if not words or any(len(word) < SHORTEST for word in words) or not present(conn, TAGS_TABLE):
+        return None
+    ids: set[int] = set()
+    for word in words:
+        phrase = '"' + word.replace('"', '""') + '"'
+        ids.update(
+            conn.execute(
+                text(
+                    "SELECT rowid FROM apikey_tui_key_search_tags "
+                    "WHERE apikey_tui_key_search_tags MATCH :phrase LIMIT :n"
+                ),
+                {"phrase": phrase, "n": limit},
+            ).scalars()
+        )
+        if len(ids) >= limit:
+            return None
+    return sorted(ids)

@@ -95,6 +95,12 @@ def downgrade() -> None:
         batch.drop_column("kind")
         batch.alter_column("limits", existing_type=sa.String(length=200), nullable=False)
     op.drop_index("ix_apikey_tui_key_created_by", table_name="apikey_tui_key")
+    if op.get_bind().dialect.name == "sqlite":
+        # The filter's index of tags (`db.key_indexes`, no part of the schema): SQLite will not
+        # drop a column its triggers name. PostgreSQL drops its index with the column.
+        for trigger in ("insert", "delete", "update"):
+            op.execute(f"DROP TRIGGER IF EXISTS apikey_tui_key_search_tags_{trigger}")
+        op.execute("DROP TABLE IF EXISTS apikey_tui_key_search_tags")
     # Not batch mode (see 0003): SQLite 3.35+ drops a column in place.
     op.drop_column("apikey_tui_key", "tags")
     op.drop_column("apikey_tui_key", "meta")
