@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import time
 from collections.abc import Callable
 
 from apikey_tui.limits import AppliedLimit, Grant, Limit, Limiter
 
-PAIRS = 31
+PAIRS = 5 if os.environ.get("BENCH_QUICK") == "1" else 31
+LEASE = 1_000_000  # tokens a lease holds: the pairs never meet a take
 
 
 class _Generous:
@@ -40,7 +42,7 @@ def admit_cost() -> dict[str, float]:
     """Adjacent pairs: admit() of one limit with a lease in hand, and of a key with no limits.
 
     The lease is a million tokens of a day-long limit, so the pairs never meet a take."""
-    limiter = Limiter(_Generous(), lease=1_000_000)
+    limiter = Limiter(_Generous(), lease=LEASE)
     limited = (AppliedLimit("key:akbench", Limit(999_999_999, 86_400)),)
     unlimited: tuple[AppliedLimit, ...] = ()
     now = time.monotonic()
@@ -79,7 +81,7 @@ def verify_cost() -> dict[str, float]:
         metered = "ApiKey " + store.create_key("b", "metered", ["project"], limits=[day]).plaintext
         free = "ApiKey " + store.create_key("b", "free", ["project"]).plaintext
         store.close()
-        verifier = Verifier.from_url(url, hasher=cheap, limits_lease=1_000_000)
+        verifier = Verifier.from_url(url, hasher=cheap, limits_lease=LEASE)
         scopes = ("project",)
         for header in (metered, free):  # warm: cached, and the limit's lease taken
             verifier.verify(header, scopes)
@@ -99,48 +101,56 @@ def verify_cost() -> dict[str, float]:
             "verify_limited_us": per_call_us(lambda: verifier.verify(metered, scopes)),
             "verify_free_us": per_call_us(lambda: verifier.verify(free, scopes)),
             "store_calls": float(verifier.restrictions.limiter.store_calls),
+            # every check of the metered key: the warm-up, the pairs' batches, the last batch
+            "admitted": 1 + (PAIRS + 1) * 20_000,
         }
         verifier.close()
     return found
 
 
-def markdown(found: dict[str, float]) -> str:
-    """The RESULTS.md section."""
-    return "\n".join(
-        [
-            "## Limits: a check with a lease in hand (`bench_limits.py`)",
-            "",
-            "| what | time |",
-            "|---|---|",
-            f"| `admit()` of one limit, lease in hand | {found['with_limit_us']:.2f} µs |",
-            f"| `admit()` of a key with no limits | {found['without_us']:.2f} µs |",
-            f"| added by the limit, median of {PAIRS} adjacent pairs "
-            f"(target ≤ 0.3 µs) | {found['extra_us_median']:.2f} µs |",
-            f"| the loop's own call (`lambda: None`) | {found['no_call_us']:.2f} µs |",
-            "",
-            "Inside the verifier a key without limits never calls `admit()` (one attribute "
-            "test); a limited key's warm check pays for the call and its clock read:",
-            "",
-            "| what | time |",
-            "|---|---|",
-            f"| warm `verify()` of a key with a limit, lease in hand | "
-            f"{found['verify_limited_us']:.2f} µs |",
-            f"| warm `verify()` of a key with no limits | {found['verify_free_us']:.2f} µs |",
-            f"| added by the limit, median of {PAIRS} adjacent pairs (target ≤ 0.3 µs) | "
-            f"{found['verify_extra_us_median']:.2f} µs |",
-            f"| store round trips over the whole run (lease of 1,000,000) | "
-            f"{found['store_calls']:.0f} |",
-            "",
-            "Over the 0.3 µs target (issue 28): the lock, the dict lookup, the decrement, the "
-            "clock read and the call. Next step: a lock-free spend (a C iterator of leased "
-            "tokens per lease, swapped and drained under the lock, as the usage tallies are) "
-            "and the lease held on the cache entry instead of looked up.",
-            "",
-        ]
-    )
+def markdown(found: dict[str, float]) -> list[str]:
+    """The RESULTS.md section, each added cost judged against issue 28's 0.3 µs."""
+    admit, verify = found["extra_us_median"], found["verify_extra_us_median"]
+    per_admitted = found["store_calls"] / found["admitted"]
+    bound = 1 / LEASE + 0.01
+
+    def met(ok: bool) -> str:
+        return "met" if ok else "**missed**"
+
+    return [
+        "## Limits: a check with a lease in hand (`bench_limits.py`)",
+        "",
+        "| what | time | target (issue 28) |",
+        "|---|---|---|",
+        f"| `admit()` of one limit, lease in hand | {found['with_limit_us']:.2f} µs | |",
+        f"| `admit()` of a key with no limits | {found['without_us']:.2f} µs | |",
+        f"| added by the limit, median of {PAIRS} adjacent pairs | {admit:.2f} µs"
+        f" (up to {found['extra_us_max']:.2f}) | ≤ 0.3 µs {met(admit <= 0.3)} |",
+        f"| the loop's own call (`lambda: None`) | {found['no_call_us']:.2f} µs | |",
+        "",
+        "Inside the verifier a key without limits never calls `admit()` (one attribute test); a"
+        " limited key's warm check pays for the call and its clock read:",
+        "",
+        "| what | result | target (issue 28) |",
+        "|---|---|---|",
+        f"| warm `verify()` of a key with a limit, lease in hand |"
+        f" {found['verify_limited_us']:.2f} µs | |",
+        f"| warm `verify()` of a key with no limits | {found['verify_free_us']:.2f} µs | |",
+        f"| added by the limit, median of {PAIRS} adjacent pairs | {verify:.2f} µs |"
+        f" ≤ 0.3 µs {met(verify <= 0.3)} |",
+        f"| store round trips per admitted check (lease of {LEASE:,}):"
+        f" {found['store_calls']:.0f} in {found['admitted']:,.0f} |"
+        f" {per_admitted:.1e} | ≤ 1/L + 1 % {met(per_admitted <= bound)} |",
+        "",
+        "What the limited check adds: the lock, the dict lookup, the decrement, the clock read and"
+        " the call. Next step if it is over: a lock-free spend (a C iterator of leased tokens per"
+        " lease, swapped and drained under the lock, as the usage tallies are) and the lease held"
+        " on the cache entry instead of looked up. Overshoot and the refused requests' round"
+        " trips are counted by the tests (`tests/test_limits*.py`), not timed here; the target"
+        " ≤ 1.1x inside uvicorn has no benchmark yet.",
+        "",
+    ]
 
 
 if __name__ == "__main__":
-    result = {**admit_cost(), **verify_cost()}
-    print(json.dumps(result))
-    print(markdown(result))
+    print(json.dumps({**admit_cost(), **verify_cost()}))
