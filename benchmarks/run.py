@@ -35,9 +35,8 @@ def spread(r: Any, what: str) -> str:
 STEPS = {
     "route_rules": "route rule lookup (`RouteScopes.required`)",
     "header": "finding the Authorization header (`authorization_header`)",
-    "split": "splitting `ApiKey <key>` (`split_credentials`, one regex)",
-    "digest": "salted SHA-256 of the key (`Verifier._digest`)",
-    "warm": "cache lookup, freshness and last-used test (`Verifier._warm`)",
+    "warm": "the header's prefix cut, salted SHA-256 of the key, cache lookup, freshness and"
+    " last-used test (`Verifier._warm`, one function)",
     "authorize": "scope test (`Verifier.authorize`)",
 }
 
