@@ -26,12 +26,13 @@ from typing import Any
 from apikey_tui import keyformat
 from apikey_tui.store import KeyStore
 from benchmarks.bulk import fill
+from benchmarks.mode import reps
 from benchmarks.servers import WRK_CONNECTIONS, WRK_THREADS, Load, Server, database, wrk
 
 FORGE = (Path(__file__).resolve().parent / "forge.lua").read_text()
-SECONDS = float(os.environ.get("BENCH_SECONDS", "8"))
+SECONDS = float(os.environ.get("BENCH_SECONDS", reps(8, 4)))
 FLOODS = 3  # unknown-id floods back to back, RSS read after each
-TRIALS = int(os.environ.get("BENCH_TRIALS", "20"))
+TRIALS = int(os.environ.get("BENCH_TRIALS", reps(20, 8)))
 KEYS = 1000  # real keys in the database besides the owner's
 PATH = "/projects"
 CLI = Path(sys.executable).with_name("apikey-tui")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import statistics
 import sys
 import time
@@ -20,11 +19,11 @@ from typing import Any
 
 from apikey_tui.store import SORTS, KeyQuery, KeyStore
 from benchmarks.bench_tui_scale import database
+from benchmarks.mode import reps
 
 COUNT = 10_000
-QUICK = os.environ.get("BENCH_QUICK") == "1"
-RUNS = 3 if QUICK else 7
-APP_RUNS = 1 if QUICK else 3
+RUNS = reps(7, 3)
+APP_RUNS = reps(3, 1)
 
 
 def _median_ms(call: Callable[[], object]) -> float:

@@ -20,8 +20,9 @@ from apikey_tui.verifier import Verifier
 from apikey_tui.verifier.use_counts import UseCounts
 from benchmarks.bench_verifier import database, per_call_us
 from benchmarks.bulk import fill
+from benchmarks.mode import reps
 
-PAIRS = 60
+PAIRS = reps(60, 20)
 FLUSH_KEYS = 100_000
 READ_KEYS = 10_000
 YEAR_DAYS = 365

@@ -92,10 +92,11 @@ def middleware_section(m: Any) -> list[str]:
         " (`bench_verifier.py`).",
         "",
         "Where those microseconds go: each step replaced in turn by a constant answer"
-        " (`apps.starlette_knockout`, one server per variant, 5 rounds of 3-second wrk runs in"
-        " alternating order). A step's cost is the span with it minus the span without it, at"
-        " the 10th percentile: requests that were not preempted, the only figure steady enough"
-        " to split a few microseconds (medians move by ±1 µs between runs here).",
+        " (`apps.starlette_knockout`, one server per variant,"
+        f" {prof.get('rounds', 5)} rounds of 3-second wrk runs in alternating order). A step's"
+        " cost is the span with it minus the span without it, at the 10th percentile: requests"
+        " that were not preempted, the only figure steady enough to split a few microseconds"
+        " (medians move by ±1 µs between runs here).",
         "",
         "| step | cost (10th percentile) |",
         "|---|---|",
@@ -112,7 +113,8 @@ def middleware_section(m: Any) -> list[str]:
     ]
     if ip is not None:
         lines += [
-            "Without a server (the ASGI apps called in a loop, 31 alternating rounds): the"
+            f"Without a server (the ASGI apps called in a loop, {ip.get('rounds', 31)}"
+            " alternating rounds): the"
             f" middleware adds {ip['middleware_added_us']:.1f} µs to the Starlette app"
             f" ({ip['starlette_checked_us']:.1f} vs {ip['starlette_plain_us']:.1f} µs) and the"
             f" library's FastAPI dependency costs {ip['dependency_added_us']:.1f} µs more than the"
@@ -125,9 +127,9 @@ def middleware_section(m: Any) -> list[str]:
         over = sync["wsgi_over_handwritten_us"]
         lines += [
             "The sync integrations (WSGI here; Django's middleware and DRF's authentication take"
-            " the same verifier path), called in a loop, 31 alternating rounds of this thread's"
-            f" CPU time: the WSGI middleware {sync['wsgi_library_us']:.2f} µs a request, a"
-            " hand-written one (SHA-256 of the key, a dict lookup)"
+            f" the same verifier path), called in a loop, {sync['rounds']} alternating rounds of"
+            f" this thread's CPU time: the WSGI middleware {sync['wsgi_library_us']:.2f} µs a"
+            " request, a hand-written one (SHA-256 of the key, a dict lookup)"
             f" {sync['wsgi_handwritten_us']:.2f} µs, the bare app {sync['wsgi_plain_us']:.2f} µs;"
             f" the middleware costs **{over:.2f} µs** more than the hand-written one (median of"
             f" the rounds' differences). Target (issue 31): within 1.5 µs {verdict(over <= 1.5)}.",
