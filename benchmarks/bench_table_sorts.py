@@ -87,7 +87,7 @@ def main() -> None:
     """Print one JSON object: per backend (or those named) each sort's three times, and the
     app's (median of APP_RUNS starts)."""
     kinds = sys.argv[1:] or ["sqlite", "postgresql", "app"]
-    results: dict[str, dict[str, object]] = {}
+    results: dict[str, object] = {"runs": RUNS, "app_runs": APP_RUNS}
     if "app" in kinds:
         kinds.remove("app")
         with database("sqlite", COUNT) as url:
@@ -109,6 +109,7 @@ COMPUTED = {"state": "State (urgency at now, computed)", "expires": "Expires (ne
 def markdown(r: dict[str, Any]) -> list[str]:
     """The RESULTS.md section: each order's first window as a ratio to the name order."""
     kinds = [k for k in ("sqlite", "postgresql") if k in r]
+    label = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}
 
     def span(values: list[float], unit: str = "") -> str:
         return f"{min(values):.0f} to {max(values):.0f}{unit}"
@@ -125,14 +126,14 @@ def markdown(r: dict[str, Any]) -> list[str]:
     lines = [
         f"## The table's orders (`bench_table_sorts.py`, {COUNT:,} keys)",
         "",
-        f"Store level, median of {RUNS}: the first 100 rows of each order as a ratio to the name"
-        f" order (the default), then the page after row 5,000 (keyset) and the selected key's"
+        f"Store level, median of {r.get('runs', 7)}: the first 100 rows of each order as a ratio"
+        " to the name order (the default), then the page after row 5,000 (keyset) and the selected key's"
         " position.",
         "",
         "| order | "
-        + " | ".join(f"{k} first rows" for k in kinds)
+        + " | ".join(f"{label[k]} first rows" for k in kinds)
         + " | "
-        + " | ".join(f"{k} page / position" for k in kinds)
+        + " | ".join(f"{label[k]} page / position" for k in kinds)
         + " |",
         "|---|" + "---|" * (2 * len(kinds)),
         "| name (before the computed orders: 4.5 ms SQLite, 4.4 ms PostgreSQL) | "
@@ -156,8 +157,8 @@ def markdown(r: dict[str, Any]) -> list[str]:
         lines.append(f"| {label} | " + " | ".join([*first, *paged]) + " |")
     lines += [
         "",
-        "The indexed orders cost what they cost before the computed ones came (1.0x to 2.3x the"
-        " name order on both backends, 2026-11-21). The computed orders sort every matching row"
+        "Before the computed orders came, the indexed ones took 1.0x to 2.3x the name order on"
+        " both backends (2026-11-21). The computed orders sort every matching row"
         " per window; they grow with the table (about a second at a million keys).",
         "",
     ]
@@ -165,13 +166,14 @@ def markdown(r: dict[str, Any]) -> list[str]:
     if app is not None:
         old = [v for k, v in app.items() if k.split()[0] in ("name", *INDEXED)]
         lines += [
-            f"In the app (headless pilot, 120x40, SQLite, {COUNT:,} keys, median of {APP_RUNS}"
+            f"In the app (headless pilot, 120x40, SQLite, {COUNT:,} keys, median of"
+            f" {r.get('app_runs', 3)}"
             f" starts): first rows on screen in {app['first rows']:.0f} ms (596 ms before the"
             " computed orders came); from asking for a sort to its rows on screen (each order"
-            f" both ways): the indexed orders and name {span(old, ' ms')} (172 to 375 ms before),"
+            f" both ways): the indexed orders and name {span(old, ' ms')} (172 to 375 ms before), "
             + ", ".join(
-                f" {label.split()[0]} {span([app[s], app[f'{s} reversed']], ' ms')}"
-                for s, label in COMPUTED.items()
+                f"{name.split()[0]} {span([app[s], app[f'{s} reversed']], ' ms')}"
+                for s, name in COMPUTED.items()
                 if s in app
             )
             + ". The pilot's repaint and the follow-the-key read dominate, not the order.",
