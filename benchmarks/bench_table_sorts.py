@@ -127,8 +127,8 @@ def markdown(r: dict[str, Any]) -> list[str]:
         f"## The table's orders (`bench_table_sorts.py`, {COUNT:,} keys)",
         "",
         f"Store level, median of {r.get('runs', 7)}: the first 100 rows of each order as a ratio"
-        " to the name order (the default), then the page after row 5,000 (keyset) and the selected key's"
-        " position.",
+        " to the name order (the default), then the page after row 5,000 (keyset) and the"
+        " selected key's position.",
         "",
         "| order | "
         + " | ".join(f"{label[k]} first rows" for k in kinds)
