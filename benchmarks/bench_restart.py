@@ -16,10 +16,10 @@ from typing import Any
 from apikey_tui.errors import AuthError
 from apikey_tui.hashing import SecretHasher
 from apikey_tui.verifier import Verifier
-from benchmarks.bench_verifier import database
 from benchmarks.bulk import fill
 from benchmarks.mode import reps
 from benchmarks.scale_data import fast_fill
+from benchmarks.servers import database
 
 SIZES = [int(n) for n in os.environ.get("BENCH_RESTART_KEYS", "100000,1000000").split(",")]
 VALID = 5000  # distinct valid keys presented by the closed loop

@@ -152,9 +152,9 @@ def markdown(r: dict[str, Any]) -> list[str]:
         ),
     ]
     lines.append("| owner, public id, created, last used (indexed) | " + " | ".join(ratios) + " |")
-    for sort, label in COMPUTED.items():
+    for sort, title in COMPUTED.items():
         first, paged = cells(sort)
-        lines.append(f"| {label} | " + " | ".join([*first, *paged]) + " |")
+        lines.append(f"| {title} | " + " | ".join([*first, *paged]) + " |")
     lines += [
         "",
         "Before the computed orders came, the indexed ones took 1.0x to 2.3x the name order on"
