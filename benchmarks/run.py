@@ -634,7 +634,8 @@ def runs_section(runs: dict[str, Any], full: Any) -> list[str]:
         "",
         "Each benchmark runs in its own process, one after the other. *Others' CPU* is how many"
         " of the machine's cores other processes kept busy while it ran (the machine's busy time"
-        " from `/proc/stat` less the benchmark's own processes), the load it competed with.",
+        " from `/proc/stat` less the benchmark's own processes; the PostgreSQL server's work for"
+        " it counts as others'), the load it competed with.",
         "",
         "| benchmark | finished (UTC) | mode | took | others' CPU | load average (1 min) |",
         "|---|---|---|---|---|---|",
