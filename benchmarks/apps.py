@@ -42,7 +42,11 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 def _verifier() -> Verifier:
     # BENCH_RECORD_USAGE=0: the same verifier without usage recording (bench_usage's pair).
     record = os.environ.get("BENCH_RECORD_USAGE", "1") != "0"
-    return Verifier.from_url(os.environ["BENCH_DATABASE_URL"], record_usage=record)
+    # BENCH_LIMITS_LEASE: tokens a lease asks for (bench_limits: a lease always in hand).
+    lease = int(os.environ.get("BENCH_LIMITS_LEASE", "16"))
+    return Verifier.from_url(
+        os.environ["BENCH_DATABASE_URL"], record_usage=record, limits_lease=lease
+    )
 
 
 def _closing(verifier: Verifier | None) -> Callable[[Any], Any]:

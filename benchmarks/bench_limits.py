@@ -47,6 +47,7 @@ def admit_cost() -> dict[str, float]:
     unlimited: tuple[AppliedLimit, ...] = ()
     now = time.monotonic()
     limiter.admit(limited, now)
+    held = limiter.leases(limited)  # what a verifier's cached caller holds: spent lock-free
     extra = []
     for pair in range(PAIRS):
         calls = [lambda: limiter.admit(limited, now), lambda: limiter.admit(unlimited, now)]
@@ -60,6 +61,7 @@ def admit_cost() -> dict[str, float]:
         "extra_us_max": max(extra),
         "with_limit_us": per_call_us(lambda: limiter.admit(limited, now)),
         "without_us": per_call_us(lambda: limiter.admit(unlimited, now)),
+        "spend_us": per_call_us(lambda: limiter.spend(held)),
         "no_call_us": per_call_us(lambda: None),  # a verifier that skips admit() for no limits
     }
 
@@ -109,8 +111,45 @@ def verify_cost() -> dict[str, float]:
     return found
 
 
+def in_server(pairs: int = reps(8, 3), seconds: float = 5) -> dict[str, float]:
+    """Inside uvicorn (`apps.starlette_checked`, SQLite, the key database's store): wrk with a
+    limited key against the same server with an unlimited one, in adjacent order-alternating
+    pairs; with a lease always in hand (1,000,000 tokens) and with the default lease of 16."""
+    from apikey_tui.store import KeyStore
+    from benchmarks.servers import Server, database, wrk
+
+    found: dict[str, float] = {}
+    with database("sqlite") as url:
+        store = KeyStore.open(url)
+        day = Limit(999_999_999, 86_400)
+        metered = store.create_key("b", "metered", ["project"], limits=[day]).plaintext
+        free = store.create_key("b", "free", ["project"]).plaintext
+        store.close()
+        for name, lease in (("in_hand", 1_000_000), ("lease16", 16)):
+            env = {"BENCH_DATABASE_URL": url, "BENCH_LIMITS_LEASE": str(lease)}
+            with Server("starlette_checked", env) as server:
+                scripts = [
+                    f'wrk.headers["Authorization"] = "ApiKey {key}"\n' for key in (metered, free)
+                ]
+                for lua in scripts:  # warm: cached, the lease taken
+                    wrk(server, "/", 2, lua=lua)
+                rps, cpu = [], []
+                for pair in range(pairs):
+                    order = scripts if pair % 2 == 0 else scripts[::-1]
+                    first, second = (wrk(server, "/", seconds, lua=lua) for lua in order)
+                    limited, unlimited = (first, second) if pair % 2 == 0 else (second, first)
+                    rps.append(unlimited.rps / limited.rps)
+                    cpu.append(limited.cpu_ms_per_request / unlimited.cpu_ms_per_request)
+                found[f"{name}_rps_ratio"] = statistics.median(rps)
+                found[f"{name}_rps_min"], found[f"{name}_rps_max"] = min(rps), max(rps)
+                found[f"{name}_cpu_ratio"] = statistics.median(cpu)
+                found[f"{name}_cpu_min"], found[f"{name}_cpu_max"] = min(cpu), max(cpu)
+    found["server_pairs"] = pairs
+    return found
+
+
 def markdown(found: dict[str, float]) -> list[str]:
-    """The RESULTS.md section, each added cost judged against issue 28's 0.3 µs."""
+    """The RESULTS.md section, each added cost judged against issue 28's targets."""
     admit, verify = found["extra_us_median"], found["verify_extra_us_median"]
     per_admitted = found["store_calls"] / found["admitted"]
     bound = 1 / LEASE + 0.01
@@ -119,19 +158,28 @@ def markdown(found: dict[str, float]) -> list[str]:
     def met(ok: bool) -> str:
         return "met" if ok else "**missed**"
 
-    return [
+    lines = [
         "## Limits: a check with a lease in hand (`bench_limits.py`)",
         "",
         "| what | time | target (issue 28) |",
         "|---|---|---|",
         f"| `admit()` of one limit, lease in hand | {found['with_limit_us']:.2f} µs | |",
         f"| `admit()` of a key with no limits | {found['without_us']:.2f} µs | |",
+        *(
+            [
+                "| `spend()` of one held lease, without the lock (a warm check's path; its"
+                f" clock read included) | {found['spend_us']:.2f} µs | |"
+            ]
+            if "spend_us" in found
+            else []
+        ),
         f"| added by the limit, median of {pairs} adjacent pairs | {admit:.2f} µs"
         f" (up to {found['extra_us_max']:.2f}) | ≤ 0.3 µs {met(admit <= 0.3)} |",
         f"| the loop's own call (`lambda: None`) | {found['no_call_us']:.2f} µs | |",
         "",
-        "Inside the verifier a key without limits never calls `admit()` (one attribute test); a"
-        " limited key's warm check pays for the call and its clock read:",
+        "Inside the verifier a key without limits never calls the limiter (one attribute test);"
+        " a limited key's warm check calls `spend()` on the leases its cached caller holds (no"
+        " lock, no lookup: a C `next()` and a clock read):",
         "",
         "| what | result | target (issue 28) |",
         "|---|---|---|",
@@ -144,15 +192,45 @@ def markdown(found: dict[str, float]) -> list[str]:
         f" {found['store_calls']:.0f} in {found['admitted']:,.0f} |"
         f" {per_admitted:.1e} | ≤ 1/L + 1 % {met(per_admitted <= bound)} |",
         "",
-        "What the limited check adds: the lock, the dict lookup, the decrement, the clock read and"
-        " the call. Next step if it is over: a lock-free spend (a C iterator of leased tokens per"
-        " lease, swapped and drained under the lock, as the usage tallies are) and the lease held"
-        " on the cache entry instead of looked up. Overshoot and the refused requests' round"
-        " trips are counted by the tests (`tests/test_limits*.py`), not timed here; the target"
-        " ≤ 1.1x inside uvicorn has no benchmark yet.",
+    ]
+    if "in_hand_rps_ratio" not in found:
+        return [*lines, "Inside uvicorn: not measured in this run.", ""]
+    server_pairs = found.get("server_pairs", 8)
+    in_hand = max(found["in_hand_rps_ratio"], found["in_hand_cpu_ratio"])
+    lines += [
+        "Inside uvicorn (`apps.starlette_checked`, SQLite, wrk 1 thread 16 connections,"
+        f" {server_pairs:.0f} adjacent order-alternating pairs of 5 s on one server, a limited key"
+        " against an unlimited one; median ratio, lowest and highest pair in brackets; the target"
+        " is judged on both medians):",
+        "",
+        "| lease | unlimited / limited requests/s | limited / unlimited CPU per request |"
+        " target (issue 28) |",
+        "|---|---|---|---|",
+    ]
+    for name, label in (
+        ("in_hand", "always in hand (1,000,000 tokens)"),
+        ("lease16", "the default, 16 tokens (a store take every 16 requests)"),
+    ):
+        if f"{name}_rps_ratio" not in found:
+            continue
+        goal = f"≤ 1.1x {met(in_hand <= 1.1)}" if name == "in_hand" else "(recorded)"
+        lines.append(
+            f"| {label} | {found[f'{name}_rps_ratio']:.2f} ({found[f'{name}_rps_min']:.2f}"
+            f" to {found[f'{name}_rps_max']:.2f}) | {found[f'{name}_cpu_ratio']:.2f}"
+            f" ({found[f'{name}_cpu_min']:.2f} to {found[f'{name}_cpu_max']:.2f}) | {goal} |"
+        )
+    lines += [
+        "",
+        "With the default lease on SQLite every 16th request takes a lease in its own write"
+        " transaction (`PRAGMA synchronous=FULL`: a sync to disk) through a CheckGate thread,"
+        " which is what the second row's CPU per request pays: a larger `limits_lease` (or"
+        " Redis) is what a busy SQLite service wants; not a target of issue 28, which asks for"
+        " the lease in hand. Overshoot and the refused requests' round trips are counted by the"
+        " tests (`tests/test_limits*.py`), not timed here.",
         "",
     ]
+    return lines
 
 
 if __name__ == "__main__":
-    print(json.dumps({**admit_cost(), **verify_cost()}))
+    print(json.dumps({**admit_cost(), **verify_cost(), **in_server()}))

@@ -7,6 +7,7 @@ import select
 import socket
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -118,6 +119,13 @@ def postgres_server() -> str:
 @pytest.fixture
 def postgres_url(postgres_server: str) -> Iterator[str]:
     """A PostgreSQL URL whose search_path is a fresh schema, dropped after the test."""
+    with fresh_schema(postgres_server) as url:
+        yield url
+
+
+@contextmanager
+def fresh_schema(postgres_server: str) -> Iterator[str]:
+    """A URL of the server whose search_path is a new schema, dropped on leaving."""
     schema = f"t_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(_libpq(postgres_server), autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")

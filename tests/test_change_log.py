@@ -281,3 +281,64 @@ def test_more_changes_than_one_read_takes_reads_as_falling_behind(
         assert statements.count("max(apikey_tui_change.seq)") == 2
     finally:
         verifier.close()
+
+
+def test_the_prepared_reads_give_what_sqlalchemy_gives_and_its_listeners_see_them(
+    store: KeyStore, database_url: str
+) -> None:
+    """change_log.fetch (SQLite: the SQL on the driver's connection) returns the rows, values
+    and names SQLAlchemy's execute returns, and before_cursor_execute still sees each read."""
+    from apikey_tui.limits import Limit
+    from apikey_tui.store.credentials import _CREDENTIAL
+
+    store.create_key("alice", "plain", ["project"])
+    store.create_key("alice", "full", ["project", "serving"], expires=timedelta(days=30))
+    store.set_limits_of_keys([store.get_key("alice", "full")], [Limit(10, 1), Limit(900, 86400)])
+    store.set_owner_limits("alice", [Limit(50, 60)])
+    store.rotate_key("alice", "full", grace=timedelta(hours=1))
+    store.disable_key("alice", "plain", "tests")
+    old = store.get_key("alice", "full").old_public_id
+    assert old is not None
+    engine = _engine(database_url)
+    statements = Statements(engine)
+    reads = change_log.ReusedConnections(engine)
+    ids = [store.get_key("alice", name).public_id for name in ("plain", "full")]
+    asked: list[tuple[Any, dict[str, Any]]] = [
+        (change_log.CHANGES, {"seq": 0, "limit": 100}),
+        (change_log.PAGE, {"after": 0, "limit": 100}),
+        (change_log.POSITION, {}),
+        *[(_CREDENTIAL, {"pid": public_id}) for public_id in [*ids, old]],
+    ]
+    try:
+        for statement, params in asked:
+            with reads.connection() as conn:
+                seen = len(statements.seen)
+                fetched = change_log.fetch(conn, statement, params)
+                assert len(statements.seen) == seen + 1
+                expected = conn.execute(statement, params).all()
+            assert [tuple(row) for row in fetched] == [tuple(row) for row in expected]
+            assert [row._asdict() for row in fetched] == [row._asdict() for row in expected]
+            assert fetched
+    finally:
+        reads.close()
+        engine.dispose()
+
+
+def test_a_prepared_read_that_fails_is_mapped_and_counted_like_any_other(tmp_path: Any) -> None:
+    """A driver error in change_log.fetch reaches handle_error listeners once and comes out
+    as the one error mapper's StoreUnavailableError (here: a file without our tables)."""
+    import sqlite3
+
+    from apikey_tui.errors import StoreUnavailableError
+
+    path = tmp_path / "empty.db"
+    sqlite3.connect(path).close()
+    engine = _engine(f"sqlite:///{path}")
+    errors: list[object] = []
+    event.listen(engine, "handle_error", errors.append)
+    reads = change_log.ReusedConnections(engine)
+    with pytest.raises(StoreUnavailableError, match="no such table"):
+        with reads.connection() as conn:
+            change_log.fetch(conn, change_log.POSITION, {})
+    assert len(errors) == 1
+    engine.dispose()

@@ -42,6 +42,26 @@ def test_mask_url_hides_the_password() -> None:
     assert masked == "postgresql+psycopg://admin:***@db.example:5432/keys"
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        # redis-py (urllib) reads a password up to the authority's last "@"; SQLAlchemy up to
+        # its first: neither part may show.
+        "redis://svc:hunt@er2@127.0.0.1:6379/0",
+        "redis://:hunt@e@r2@127.0.0.1:6379/0",
+        # A password in the query: redis-py and libpq both take it.
+        "redis://127.0.0.1:6379/0?password=hunter2",
+        "unix:///run/valkey.sock?db=0&PASSWORD=hunter2",
+        "postgresql+psycopg://svc@db.example/keys?password=hunter2&sslpassword=hunter2",
+    ],
+)
+def test_mask_url_hides_every_password_a_client_would_read(url: str) -> None:
+    """No part of a password shows, wherever the URL's client would take it from."""
+    masked = mask_url(url)
+    assert "hunt" not in masked and "er2" not in masked and "r2" not in masked, masked
+    assert "***" in masked
+
+
 def test_ssh_client_address_comes_from_the_environment() -> None:
     """The SSH client address is the first field of SSH_CLIENT, or None outside SSH."""
     assert ssh_client_address({"SSH_CLIENT": "198.51.100.4 52144 22"}) == "198.51.100.4"

@@ -59,13 +59,13 @@ def test_fresh_database_gets_default_scopes_and_version(database_url: str) -> No
         ).scalar()
         revision = conn.execute(text("SELECT version_num FROM apikey_tui_alembic_version")).all()
         scopes = conn.execute(text("SELECT name FROM apikey_tui_scope ORDER BY name")).scalars()
-        assert (version, revision, list(scopes)) == ("9", [("0009",)], ["project", "serving"])
+        assert (version, revision, list(scopes)) == ("11", [("0011",)], ["project", "serving"])
     engine.dispose()
 
 
 def test_shipped_migrations_end_at_this_releases_schema_version() -> None:
     """The newest shipped Alembic revision is the schema version the models describe."""
-    assert head_revision() == revision_of(SCHEMA_VERSION) == "0009"
+    assert head_revision() == revision_of(SCHEMA_VERSION) == "0011"
 
 
 def test_migrations_build_exactly_the_models(database_url: str) -> None:
@@ -83,7 +83,7 @@ def test_migrations_build_exactly_the_models(database_url: str) -> None:
 @pytest.mark.parametrize(
     ("revision", "message"),
     [
-        ("0010", r"schema version 10, newer than this release .*\(9\): upgrade apikey-tui"),
+        ("0012", r"schema version 12, newer than this release .*\(11\): upgrade apikey-tui"),
         ("f00dcafe", r"revision 'f00dcafe', which this release .* does not know"),
     ],
 )
@@ -196,7 +196,7 @@ def test_concurrent_openers_create_the_schema_once(postgres_url: str) -> None:
         list(pool.map(ensure_schema, engines))
     with engines[0].connect() as conn:
         assert conn.execute(text("SELECT version_num FROM apikey_tui_alembic_version")).all() == [
-            ("0009",)
+            ("0011",)
         ]
         assert conn.execute(text("SELECT count(*) FROM apikey_tui_scope")).scalar() == 2
     for engine in engines:

@@ -457,3 +457,28 @@ def test_a_bare_has_scopes_without_required_scopes_is_improperly_configured(
         for headers in ({}, auth(keys[2])):
             with pytest.raises(ImproperlyConfigured, match="required_scopes"):
                 Client().get("/bare", headers=headers)
+
+
+def test_the_verifier_is_found_once_and_again_when_the_setting_changes(sqlite_url: str) -> None:
+    """get_verifier reads the APIKEY_TUI setting once (a request does not pay for it), and
+    finds the verifier again when the setting changes (override_settings' setting_changed)."""
+    configure_django()
+    from django.conf import settings
+    from django.test import override_settings
+
+    from apikey_tui.integrations.django import get_verifier
+
+    KeyStore.open(sqlite_url, hasher=CHEAP).close()
+    first = Verifier.from_url(sqlite_url, hasher=CHEAP)
+    second = Verifier.from_url(sqlite_url, hasher=CHEAP)
+    try:
+        with override_settings(APIKEY_TUI={"VERIFIER": first}):
+            assert get_verifier() is first
+            settings.APIKEY_TUI["VERIFIER"] = second  # no signal: the found one stays
+            assert get_verifier() is first
+            with override_settings(APIKEY_TUI={"VERIFIER": second}):
+                assert get_verifier() is second
+            assert get_verifier() is second  # the outer setting (changed in place) again
+    finally:
+        first.close()
+        second.close()

@@ -21,6 +21,7 @@ The composition cases of issue 14 (finding 4) are at the end.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
 from typing import Any
@@ -386,3 +387,32 @@ def test_a_scope_refusal_inside_and_or_is_recorded_as_forbidden_not_allowed(keys
     usage = keys.store.key_usage("alice", "proj")
     assert usage.requests == 0  # three 403s: no allowed request
     assert sum(f.requests for f in usage.forbidden) == 3
+
+
+def test_a_key_from_outside_its_networks_is_403_with_the_network_problem(keys: Keys) -> None:
+    """DRF's authentication refuses a key used from outside its network rules (RequestFactory's
+    peer is 127.0.0.1) with the network problem, before the view's permissions run."""
+    from apikey_tui.errors import NETWORK_NOT_ALLOWED
+    from apikey_tui.networks import network_rules
+
+    header = {"Authorization": f"ApiKey {keys.project}"}
+    info = keys.store.get_key("alice", "proj")
+    keys.store.set_networks_of_keys([info], network_rules(["10.0.0.0/8"]))
+    # On PostgreSQL a change reaches the verifier by push, a few ms after the commit.
+    response = answer_within(lambda: call([scopes("project")], header), 403)
+    assert str(response.data["type"]) == NETWORK_NOT_ALLOWED
+    info = keys.store.get_key("alice", "proj")
+    keys.store.set_networks_of_keys([info], network_rules(["127.0.0.1"]))
+    answer_within(lambda: call([scopes("project")], header), 200)
+
+
+def answer_within(send: Callable[[], Any], status: int, seconds: float = 10.0) -> Any:
+    """The first response with status, sent again until it comes (a hang guard, not a timing
+    claim: the push bound is milliseconds); fails with the last response's status."""
+    deadline = time.monotonic() + seconds
+    response = send()
+    while response.status_code != status and time.monotonic() < deadline:
+        time.sleep(0.02)
+        response = send()
+    assert response.status_code == status
+    return response

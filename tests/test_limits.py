@@ -226,3 +226,125 @@ def test_applied_limits_share_a_count_per_subject_and_window() -> None:
     assert AppliedLimit("key:a", Limit(10, 60)).key != first.key
     with pytest.raises(InvalidInputError):
         AppliedLimit("", Limit(1, 1))
+
+
+@pytest.mark.parametrize(("key_n", "owner_n"), [(300, None), (300, 250), (200, 1000)])
+def test_threads_spending_leases_without_the_lock_never_admit_more_than_n_in_a_window(
+    key_n: int, owner_n: int | None
+) -> None:
+    """8 threads spend held leases lock-free (falling back to admit) while the store's window
+    turns between their checks: per window at most N admitted, and no token is spent twice."""
+    import sys
+    import threading
+
+    class LockedStore(MemoryStore):
+        def __init__(self) -> None:
+            super().__init__(now=1_000_000.0)
+            self.lock = threading.Lock()
+
+        def take(self, limit_key: str, n: int, window_seconds: int, want: int, known: str) -> Grant:
+            with self.lock:
+                return super().take(limit_key, n, window_seconds, want, known)
+
+    store = LockedStore()
+    limiter = Limiter(store, lease=7)
+    key = AppliedLimit("key:a", Limit(key_n, 10))
+    pool = owner_n is not None
+    limits = (key, AppliedLimit("owner:o", Limit(owner_n, 10))) if owner_n else (key,)
+    leases = limiter.leases(limits)
+    now = [0.0]  # the process's monotonic clock; the store's is 1_000_000 + it
+    # The clock moves only between checks (a check is dated by the clock it read): threads
+    # enter a check unless the clock is about to move, which waits for those inside.
+    turn = threading.Condition()
+    inside = [0, False]  # checks under way, the clock waiting to move
+    admitted: Counter[int] = Counter()
+    done = threading.Event()
+
+    def hammer() -> None:
+        mine: Counter[int] = Counter()
+        while not done.is_set():
+            with turn:
+                turn.wait_for(lambda: not inside[1])
+                inside[0] += 1
+            moment = now[0]  # constant until this check ends (see `turn`)
+            if limiter.spend(leases, lambda: now[0]) or limiter.admit(limits, moment) is ADMITTED:
+                mine[int((1_000_000 + moment) // 10)] += 1
+            with turn:
+                inside[0] -= 1
+                turn.notify_all()
+        with turn:
+            admitted.update(mine)
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # a thread switch almost anywhere: the races happen
+    try:
+        threads = [threading.Thread(target=hammer) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for step in range(1, 121):  # 12 windows of 10 s, in steps of 1 s
+            done.wait(0.01)
+            with turn:
+                inside[1] = True
+                turn.wait_for(lambda: inside[0] == 0)
+                store.now = 1_000_000.0 + step
+                now[0] = float(step)
+                inside[1] = False
+                turn.notify_all()
+        done.set()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(switch)
+    assert admitted and max(admitted.values()) <= min(key_n, owner_n or key_n)
+    for _key, window in store.used:  # each admission spent a token of every limit, once
+        assert admitted[window] <= store.used[key.key, window]
+        assert not pool or admitted[window] <= store.used["owner:o:10", window]
+
+
+def test_a_held_lease_is_spent_without_a_round_trip_and_never_after_its_deadline() -> None:
+    """spend takes a held token without the store, and a token whose deadline passed (the clock
+    read after the take) is void: spend says no and admit asks the store for the new window."""
+    store = MemoryStore(now=1_000_019.5)  # half a second before the turn at 1_000_020
+    limiter = Limiter(store, lease=10)
+    applied = (AppliedLimit("key:a", Limit(1000, 60)),)
+    leases = limiter.leases(applied)
+    assert not limiter.spend(leases, lambda: 100.0) and store.calls == 0
+    assert limiter.admit(applied, 100.0) is ADMITTED  # 9 tokens left, until 100.5
+    assert [limiter.spend(leases, lambda: 100.4) for _ in range(3)] == [True] * 3
+    assert not limiter.spend(leases, lambda: 100.5) and store.calls == 1
+    store.now = 1_000_020.0
+    assert limiter.admit(applied, 100.5) is ADMITTED and store.calls == 2
+
+
+def test_tokens_a_refused_spend_took_go_back_but_never_into_a_newer_window() -> None:
+    """A spend refused by its second lease puts the first one's token back (all N are still
+    admitted); a token whose lease was renewed for a new window meanwhile is dropped instead."""
+    store = MemoryStore()
+    limiter = Limiter(store, lease=4)
+    key = AppliedLimit("key:a", Limit(64, 60))
+    owner = AppliedLimit("owner:alice", Limit(1, 60))
+    leases = limiter.leases((key, owner))
+    assert limiter.admit((key, owner), 0.0) is ADMITTED  # the owner's one token is spent
+    stale = leases[0].held  # what a spender held up mid-spend holds: tokens of the key's lease
+    assert not any(limiter.spend(leases, lambda: 0.0) for _ in range(10))
+    # The put-back drained them: a token is taken once, by that spender or by the lock.
+    admitted = sum(stale[1]) + [limiter.admit((key,), 0.0) for _ in range(64)].count(ADMITTED)
+    assert admitted == 63
+
+    store = MemoryStore(now=1_000_019.0)
+    limiter = Limiter(store, lease=2)
+    pooled = AppliedLimit("owner:alice", Limit(1000, 60))
+    key = AppliedLimit("key:a", Limit(32, 60))
+    leases = limiter.leases((key, pooled))
+    assert limiter.admit((key, pooled), 0.0) is ADMITTED  # one token of each left, until 1.0
+
+    def late_clock() -> float:  # the window turns while the spend holds both tokens
+        store.now = 1_000_020.0
+        assert limiter.admit((key,), 1.0) is ADMITTED  # the key's lease of the new window
+        return 1.0
+
+    assert not limiter.spend(leases, late_clock)
+    more = 0
+    while limiter.admit((key,), 1.0) is ADMITTED:
+        more += 1
+    assert 1 + more == 32 == store.used[key.key, 16667]

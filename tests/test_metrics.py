@@ -118,6 +118,7 @@ def test_checks_are_counted_by_outcome(store: KeyStore, database_url: str) -> No
             "malformed": 1,
             "invalid": 1,
             "forbidden": 1,
+            "network": 0,
             "limited": 1,
             "unavailable": 0,
         }

@@ -193,7 +193,7 @@ def test_upgrade_keeps_every_key_working_and_every_old_key_refused(
             verifier.verify("ApiKey " + key["key"])
     assert _rows(
         old_database.url, "SELECT value FROM apikey_tui_meta WHERE key = 'schema_version'"
-    ) == [("9",)]
+    ) == [("11",)]
 
 
 def test_upgrade_keeps_events_and_usage_and_fingerprints_only_new_keys(
@@ -202,13 +202,12 @@ def test_upgrade_keeps_events_and_usage_and_fingerprints_only_new_keys(
     """Events and last-used times survive; old keys have no fingerprint, new keys do."""
     events_query = "SELECT id, at, action, owner, key_name, public_id, detail FROM apikey_tui_event"
     events_before = _rows(old_database.url, events_query)
-    used_before = _rows(old_database.url, "SELECT public_id, last_used_at FROM apikey_tui_key")
+    used_query = "SELECT public_id, last_used_at FROM apikey_tui_key ORDER BY public_id"
+    used_before = _rows(old_database.url, used_query)
     assert len(events_before) == old_database.story["events"]
     assert main(["--database-url", old_database.url, "db", "upgrade"]) == 0
     assert _rows(old_database.url, events_query) == events_before
-    assert _rows(old_database.url, "SELECT public_id, last_used_at FROM apikey_tui_key") == (
-        used_before
-    )
+    assert _rows(old_database.url, used_query) == used_before
     store = KeyStore.open(old_database.url, hasher=CHEAP, actor=ACTOR)
     try:
         new = keyformat.parse(store.create_key("alice", "after-upgrade", ["project"]).plaintext)
@@ -287,7 +286,7 @@ def test_a_services_own_alembic_history_is_never_touched(
     assert _cli(capsys, old_database.url, "db", "upgrade")[0] == 0
     assert _rows(old_database.url, "SELECT * FROM alembic_version") == [("svc_0042",)]
     assert _rows(old_database.url, "SELECT * FROM orders") == [(1, "tea")]
-    assert _rows(old_database.url, "SELECT * FROM apikey_tui_alembic_version") == [("0009",)]
+    assert _rows(old_database.url, "SELECT * FROM apikey_tui_alembic_version") == [("0011",)]
 
 
 def test_upgrade_refuses_a_database_from_a_newer_release(
@@ -297,12 +296,12 @@ def test_upgrade_refuses_a_database_from_a_newer_release(
     assert main(["--database-url", old_database.url, "db", "upgrade"]) == 0
     engine = make_engine(old_database.url)
     with engine.begin() as conn:
-        conn.execute(text("UPDATE apikey_tui_alembic_version SET version_num = '0010'"))
+        conn.execute(text("UPDATE apikey_tui_alembic_version SET version_num = '0012'"))
     engine.dispose()
     capsys.readouterr()
     code, _, err = _cli(capsys, old_database.url, "db", "upgrade")
     assert code == 1 and "newer than this release" in err and err.count("\n") == 1
-    assert _rows(old_database.url, "SELECT * FROM apikey_tui_alembic_version") == [("0010",)]
+    assert _rows(old_database.url, "SELECT * FROM apikey_tui_alembic_version") == [("0012",)]
 
 
 def test_downgrade_to_0001_gives_back_the_0_1_0_schema(old_database: OldDatabase) -> None:
@@ -392,7 +391,7 @@ def test_downgrade_0003_to_0002_refuses_while_a_key_is_disabled_then_works(
         with pytest.raises(RuntimeError, match="disabled or expire"), engine.begin() as conn:
             command.downgrade(alembic_config(conn), "0002")
         assert _rows(old_database.url, "SELECT value FROM apikey_tui_meta WHERE key = "
-                     "'schema_version'") == [("9",)]  # fmt: skip
+                     "'schema_version'") == [("11",)]  # fmt: skip
         store.enable_key("ci-bot", "deploy")
         with engine.begin() as conn:
             command.downgrade(alembic_config(conn), "0002")
@@ -499,4 +498,113 @@ def test_0007_gives_each_key_the_ids_it_had_so_its_usage_survives(
     finally:
         if store is not None:
             store.close()
+        engine.dispose()
+
+
+def test_0010_adds_network_rules_that_verifiers_enforce_and_downgrade_drops(
+    old_database: OldDatabase,
+) -> None:
+    """From schema 9, 0010 adds the key's networks column and the owners' table; rules set then
+    are enforced by a verifier; down to 0009 drops them (and usage by network), up again works."""
+    from apikey_tui.errors import NetworkNotAllowedError
+    from apikey_tui.networks import network_rules
+
+    engine = make_engine(old_database.url)
+    store = None
+    [live] = old_database.keys("live")[:1]
+    try:
+        upgrade_schema(engine)
+        with engine.begin() as conn:
+            command.downgrade(alembic_config(conn), "0009")
+        with engine.connect() as conn:
+            assert "networks" not in {
+                c["name"] for c in inspect(conn).get_columns("apikey_tui_key")
+            }
+            assert not inspect(conn).has_table("apikey_tui_owner_network")
+        assert upgrade_schema(engine)[:2] == (9, SCHEMA_VERSION)
+        store = KeyStore.open(old_database.url, hasher=CHEAP, actor=ACTOR, create=False)
+        info = store.get_key(live["owner"], live["name"])
+        assert info.networks is None
+        store.set_networks_of_keys([info], network_rules(["10.0.0.0/8"]))
+        store.set_owner_networks(live["owner"], network_rules(["10.1.0.0/16"]))
+        verifier = Verifier.from_url(old_database.url, hasher=CHEAP)
+        try:
+            assert verifier.verify(f"ApiKey {live['key']}", (), "10.1.2.3").owner == live["owner"]
+            with pytest.raises(NetworkNotAllowedError):
+                verifier.verify(f"ApiKey {live['key']}", (), "10.2.0.1")
+        finally:
+            verifier.close()
+        minute = int(store.clock().timestamp()) // 60
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO apikey_tui_usage (public_id, minute, span, kind, scope, requests)"
+                    " VALUES ('akx', :m, 1, 0, '', 3), ('akx', :m, 1, 6, '10.1.2.0/24', 1)"
+                ),
+                {"m": minute},
+            )
+            command.downgrade(alembic_config(conn), "0009")
+        with engine.connect() as conn:
+            kinds = conn.execute(text("SELECT kind FROM apikey_tui_usage WHERE public_id = 'akx'"))
+            assert [k for (k,) in kinds] == [0]
+        assert upgrade_schema(engine)[:2] == (9, SCHEMA_VERSION)
+        assert store.get_key(live["owner"], live["name"]).networks is None
+        assert store.owner_networks(live["owner"]) is None
+    finally:
+        if store is not None:
+            store.close()
+        engine.dispose()
+
+
+def test_0011_makes_every_owner_a_person_and_keeps_pools_and_creators(
+    old_database: OldDatabase,
+) -> None:
+    """From schema 10, upgrading makes each key's owner and each owner with network rules a
+    person, keeps an owner's pool (a person too), gives each key its creator from the trail;
+    down to 0010 keeps the pool and the owners' network rules."""
+    engine = make_engine(old_database.url)
+    owners_query = "SELECT owner, kind, limits FROM apikey_tui_owner_limit ORDER BY owner"
+    creators_query = (
+        "SELECT k.name, k.created_by, (SELECT e.actor FROM apikey_tui_event e WHERE "
+        "e.action = 'key.create' AND e.owner = k.owner AND e.key_name = k.name "
+        "ORDER BY e.id DESC LIMIT 1) FROM apikey_tui_key k ORDER BY k.name"
+    )
+    fence_query = "SELECT owner, networks FROM apikey_tui_owner_network"
+    try:
+        upgrade_schema(engine)
+        with engine.begin() as conn:
+            command.downgrade(alembic_config(conn), "0010")
+            conn.execute(
+                text("INSERT INTO apikey_tui_owner_limit (owner, limits) VALUES ('pool', '10/s')")
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO apikey_tui_owner_network (owner, networks) "
+                    "VALUES ('fenced', 'enforce +10.0.0.0/8')"
+                )
+            )
+            key_owners = sorted(
+                {r[0] for r in conn.execute(text("SELECT owner FROM apikey_tui_key"))}
+            )
+        assert key_owners and "fenced" not in key_owners
+        assert upgrade_schema(engine)[:2] == (10, SCHEMA_VERSION)
+        expected = sorted(
+            [(o, "person", None) for o in key_owners]
+            + [("pool", "person", "10/s"), ("fenced", "person", None)]
+        )
+        assert _rows(old_database.url, owners_query) == expected
+        creators = _rows(old_database.url, creators_query)
+        assert creators and all(made == actor for _, made, actor in creators)
+        assert any(made is not None for _, made, _ in creators)
+        assert _rows(old_database.url, "SELECT * FROM apikey_tui_owner_member") == []
+        with engine.begin() as conn:
+            command.downgrade(alembic_config(conn), "0010")
+        with engine.connect() as conn:
+            assert not inspect(conn).has_table("apikey_tui_owner_member")
+            assert [
+                tuple(r) for r in conn.execute(text("SELECT * FROM apikey_tui_owner_limit"))
+            ] == [("pool", "10/s")]
+        assert _rows(old_database.url, fence_query) == [("fenced", "enforce +10.0.0.0/8")]
+        assert upgrade_schema(engine)[:2] == (10, SCHEMA_VERSION)
+    finally:
         engine.dispose()

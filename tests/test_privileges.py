@@ -134,7 +134,8 @@ def test_grant_without_apply_prints_the_sql_and_changes_nothing(
     assert out.splitlines() == [
         f"GRANT USAGE ON SCHEMA {schema} TO {role};",
         f"GRANT SELECT ON TABLE {schema}.apikey_tui_key, {schema}.apikey_tui_key_scope, "
-        f"{schema}.apikey_tui_owner_limit, {schema}.apikey_tui_change, "
+        f"{schema}.apikey_tui_owner_limit, {schema}.apikey_tui_owner_network, "
+        f"{schema}.apikey_tui_change, "
         f"{schema}.apikey_tui_meta, {schema}.apikey_tui_alembic_version TO {role};",
         f"GRANT UPDATE (last_used_at) ON TABLE {schema}.apikey_tui_key TO {role};",
         f"GRANT INSERT ON TABLE {schema}.apikey_tui_usage, {schema}.apikey_tui_usage_batch "

@@ -27,7 +27,7 @@ from apikey_tui.store import KeyStore
 from apikey_tui.store.credentials import CredentialReads
 from apikey_tui.verifier import Verifier
 from apikey_tui.verifier.freshness import PushFreshness
-from tests.conftest import CHEAP, POSTGRES_URL
+from tests.conftest import CHEAP, POSTGRES_URL, fresh_schema
 from tests.test_verifier import header
 from tests.throwaway_postgres import ThrowawayPostgres, free_port
 
@@ -79,6 +79,37 @@ def test_delete_rescope_and_recreate_reach_a_verifier_by_push(postgres_url: str)
     assert eventually(lambda: refused(checker, new))
     checker.close()
     store.close()
+
+
+def test_changes_in_another_schema_of_the_database_wake_no_verifier(
+    postgres_server: str, postgres_url: str
+) -> None:
+    """20 commits of a deployment in another schema count as no notice of this verifier's (each
+    counted, and cost a read of the change log, before); one commit of its own schema counts."""
+    store = KeyStore.open(postgres_url, hasher=CHEAP)
+    checker = Verifier.from_url(postgres_url, hasher=CHEAP, revocation_bound=LONG_BOUND)
+    try:
+        checker.verify(header(store.create_key("alice", "demo", ["project"]).plaintext))
+        assert eventually(lambda: listening(checker))
+        freshness = checker._freshness
+        assert isinstance(freshness, PushFreshness)
+        with fresh_schema(postgres_server) as neighbour_url:
+            neighbour = KeyStore.open(neighbour_url, hasher=CHEAP)
+            try:
+                # The notices counted, not the generation: that also moves, at most once per
+                # POLL, when anything (ours or not) waits unread on the socket (_poll).
+                before = freshness._pushes
+                for i in range(20):
+                    neighbour.create_key("bob", f"k{i}", ["project"])
+                store.create_key("alice", "marker", ["project"])  # ours, after theirs
+                assert eventually(lambda: freshness._pushes > before)
+                time.sleep(0.2)  # any notice of theirs arrived before ours: none may count
+                assert freshness._pushes == before + 1
+            finally:
+                neighbour.close()
+    finally:
+        checker.close()
+        store.close()
 
 
 def test_no_stale_accept_follows_a_restart_of_postgres(

@@ -20,6 +20,10 @@ LIMITS_URL_ENV = "APIKEY_TUI_LIMITS_URL"
 LIMITS_FAIL_ENV = "APIKEY_TUI_LIMITS_FAIL"
 LIMITS_PROCESSES_ENV = "APIKEY_TUI_LIMITS_PROCESSES"
 LIMITS_SCHEMES = ("redis", "rediss", "unix")
+# Which peers are proxies whose forwarding header names the client (docs/reference/networks.md):
+# addresses or networks, comma- or space-separated; and which header they set.
+TRUSTED_PROXIES_ENV = "APIKEY_TUI_TRUSTED_PROXIES"
+CLIENT_HEADER_ENV = "APIKEY_TUI_CLIENT_HEADER"
 SUPPORTED_URLS = "sqlite:///PATH or postgresql://USER@HOST:PORT/DBNAME"
 # The schemes this package accepts, and the driver each one means (psycopg 3 for PostgreSQL).
 _DRIVERS = {
@@ -114,11 +118,24 @@ def parse_database_url(url: str) -> URL:
 
 
 def mask_url(url: str) -> str:
-    """Return the URL with any password replaced by ***, safe to show and log; never raises."""
+    """Return the URL with any password replaced by ***, safe to show and log; never raises.
+
+    Every password its client would read: the userinfo's, and a query's `password=` (libpq
+    and redis-py take one there, `sslpassword=` too)."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        parsed = make_url(url)
+        query = {k: "***" if "pass" in k.lower() else v for k, v in parsed.query.items()}
+        shown = parsed.set(query=query).render_as_string(hide_password=True)
     except (ArgumentError, ValueError):  # ValueError: a bad port, a lone surrogate
         return "(invalid database URL)"
+    shown = shown.replace("=%2A%2A%2A", "=***")
+    # SQLAlchemy ends a password at its first "@"; urllib (redis-py) at the authority's last,
+    # so what lies between is the rest of a limits store's password: never shown either.
+    masked, at, after = shown.partition(":***@")
+    if at:
+        end = min((i for i in map(after.find, "/?#") if i >= 0), default=len(after))
+        shown = masked + at + after[:end].rpartition("@")[2] + after[end:]
+    return shown
 
 
 def current_user() -> str:

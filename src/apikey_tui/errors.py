@@ -192,6 +192,32 @@ class InsufficientScopeError(AuthError):
         return {**super().problem(), "missing_scopes": self.missing}
 
 
+class NetworkNotAllowedError(AuthError):
+    """A valid key used from an address its network rules (or its owner's) refuse: 403.
+
+    The problem `type` is stable (NETWORK_NOT_ALLOWED), so a client can tell it from a scope's
+    403; the challenge is the scope refusal's (RFC 6750 has no closer code), with a description.
+    The client's address is not echoed: behind proxies it may be a hop the client never saw.
+    """
+
+    status = 403
+    title = "Forbidden"
+    error_code = "insufficient_scope"
+    type = "urn:apikey-tui:problem:network-not-allowed"
+
+    def __init__(self) -> None:
+        super().__init__("the API key may not be used from this network")
+
+    def challenge(self, realm: str) -> str | None:
+        return f'{super().challenge(realm)}, error_description="network not allowed"'
+
+    def problem(self) -> dict[str, object]:
+        return {**super().problem(), "type": self.type}
+
+
+NETWORK_NOT_ALLOWED = NetworkNotAllowedError.type
+
+
 class VerifierUnavailableError(AuthError):
     """The key database cannot be reached, so no request may pass: 503."""
 

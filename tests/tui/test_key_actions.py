@@ -72,8 +72,10 @@ async def test_palette_offers_every_key_action(tui_store: KeyStore) -> None:
             assert isinstance(app.screen, SCREENS[where])
             offered = {c.title for c in app.get_system_commands(app.screen)}
             missing = [a.title for a in actions(where) if a.title not in offered]
-            # offered only for a key with a proposal: tests/tui/test_usage_app.py checks it
-            missing = [t for t in missing if t != "Apply right-size proposal"]
+            # offered only for a key with a proposal: tests/tui/test_usage_app.py and
+            # test_networks_app.py check them
+            proposals = ("Apply right-size proposal", "Apply networks proposal")
+            missing = [t for t in missing if t not in proposals]
             assert not missing, (where, missing)
 
 

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from apikey_tui.limits.model import Limit
     from apikey_tui.names import Expiry
+    from apikey_tui.networks import Cidr
 
 LIMIT_MAX = 10_000
 
@@ -116,6 +117,74 @@ LIMITS = Arg(
     metavar="N/DURATION",
     help="the limits, each N/DURATION (10/s, 600/1m, 100000/30d), or none to lift them all",
 )
+
+
+def pair(text: str) -> tuple[str, str]:
+    """KEY=VALUE (a value may be empty or hold '='); its rules are checked where it is used."""
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text[:40]!a}")
+    return name, value
+
+
+def pair_or_none(text: str) -> tuple[str, str] | None:
+    """KEY=VALUE, or the word none (`set-meta NAME none`)."""
+    return None if text.strip().lower() == "none" else pair(text)
+
+
+META = Arg(
+    "--meta",
+    action="append",
+    type=pair,
+    default=[],
+    metavar="KEY=VALUE",
+    help="metadata services read as caller.meta (≤ 16 entries, ≤ 1024 bytes as JSON); repeat it",
+)
+TAG = Arg(
+    "--tag",
+    action="append",
+    type=pair,
+    default=[],
+    metavar="KEY=VALUE",
+    help="a tag for admins' filters (tag:env=prod); services never see it; repeat it",
+)
+
+
+def network(text: str) -> Cidr:
+    """A network 10.0.0.0/8, 2001:db8::/32 or an address: a malformed one is a usage error."""
+    from apikey_tui.networks import parse_cidr
+
+    try:
+        return parse_cidr(text)
+    except InvalidInputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+ALLOW_FROM = Arg(
+    "--allow-from",
+    action="append",
+    type=network,
+    default=[],
+    metavar="CIDR",
+    help="only from this network (10.0.0.0/8, 2001:db8::/32, an address); repeat it for several",
+)
+DENY_FROM = Arg(
+    "--deny-from",
+    action="append",
+    type=network,
+    default=[],
+    metavar="CIDR",
+    help="never from this network, even inside an allowed one; repeatable",
+)
+
+
+def networks_mode(flag: str) -> Arg:
+    """--networks-mode (keys create) or --mode (set-networks): enforce or shadow."""
+    return Arg(
+        flag,
+        choices=("enforce", "shadow"),
+        help="enforce refuses (403, the default); shadow admits and records what it would refuse",
+    )
 
 
 def count(text: str) -> int:

@@ -13,6 +13,8 @@ from apikey_tui import SCHEMA_VERSION, __version__
 from apikey_tui.cli import arguments as a
 from apikey_tui.cli import key_commands as change
 from apikey_tui.cli import key_listing as listing
+from apikey_tui.cli import network_commands as networking
+from apikey_tui.cli import owner_commands as owners
 from apikey_tui.cli import usage_commands as usage
 from apikey_tui.cli.admin_commands import (
     DB_GRANT_VERIFIER,
@@ -44,6 +46,11 @@ KEYS = (
     change.RECREATE,
     change.SET_SCOPES,
     change.SET_LIMITS,
+    owners.SET_META,
+    owners.SET_TAGS,
+    owners.TRANSFER,
+    networking.SET_NETWORKS,
+    networking.NETWORKS,
     change.ROTATE,
     change.SET_EXPIRY,
     change.DISABLE,
@@ -135,10 +142,23 @@ ROOT = Command(
         ),
         Command(
             "owners",
-            help="owners' limits, shared by all of an owner's keys",
-            children=(change.OWNER_SET_LIMITS, listing.OWNER_SHOW),
-            examples=("apikey-tui owners set-limits svc-batch 100/s 1000000/30d",),
+            help="people, teams and service accounts: members, metadata, shared limits, networks",
+            children=(
+                owners.OWNERS_LIST,
+                listing.OWNER_SHOW,
+                owners.OWNERS_ADD,
+                owners.OWNERS_CHANGE,
+                owners.OWNERS_MEMBERS,
+                owners.OWNERS_REMOVE,
+                change.OWNER_SET_LIMITS,
+                networking.OWNER_SET_NETWORKS,
+            ),
+            examples=(
+                "apikey-tui owners add payments --kind team --member alice",
+                "apikey-tui owners set-limits svc-batch 100/s 1000000/30d",
+            ),
         ),
+        owners.OFFBOARD,
         Command(
             "policy",
             help="the key lifetime policy of the database",

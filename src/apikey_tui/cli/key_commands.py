@@ -75,6 +75,7 @@ def _tell_created(created: CreatedKey, verb: str, note: str | None = None) -> in
         ONCE_WARNING,
         _expiry_line(info),
         *([f"Limits: {limits_words(info.limits)}."] if info.limits else []),
+        *([f"Networks: {info.networks.summary()}."] if info.networks else []),
         *([note] if note else []),
     ]
     try:
@@ -104,10 +105,25 @@ def _go_on(args: argparse.Namespace, question: str) -> bool:
 
 
 def create(call: Call) -> int:
+    from apikey_tui.networks import ENFORCE, network_rules
+
     store, args, owner = call.store(), call.args, call.owner
+    networks = None
+    if args.allow_from or args.deny_from:
+        networks = network_rules(args.allow_from, args.deny_from, args.networks_mode or ENFORCE)
+    elif args.networks_mode is not None:
+        return usage_error("keys create: --networks-mode needs --allow-from or --deny-from")
     created = _Delivery(args, "it was not created").run(
         lambda deliver: store.create_key(
-            owner, args.name, args.scope, expires=args.expires, deliver=deliver, limits=args.limit
+            owner,
+            args.name,
+            args.scope,
+            expires=args.expires,
+            deliver=deliver,
+            limits=args.limit,
+            meta=args.meta,
+            tags=args.tag,
+            networks=networks,
         )
     )
     return _tell_created(created, "Created")
@@ -278,12 +294,26 @@ CREATE = Command(
     help="create a key; print it once",
     run=create,
     database=MAY_CREATE,
-    arguments=(*a.COMMON, a.NAME, a.SCOPE, a.expires(), a.LIMIT),
+    arguments=(
+        *a.COMMON,
+        a.NAME,
+        a.SCOPE,
+        a.expires(),
+        a.LIMIT,
+        a.ALLOW_FROM,
+        a.DENY_FROM,
+        a.networks_mode("--networks-mode"),
+        a.META,
+        a.TAG,
+    ),
     examples=(
         "KEY=$(apikey-tui keys create ci --scope project)",
         "apikey-tui keys create partner --scope serving --limit 10/s --limit 100000/30d",
+        "apikey-tui keys create partner --scope serving --allow-from 203.0.113.0/24 "
+        "--networks-mode shadow",
         "apikey-tui keys create model-client --scope serving,project --expires 90d",
         "apikey-tui keys create batch --scope project --owner svc-batch --json",
+        "apikey-tui keys create etl --scope project --owner data --meta plan=gold --tag env=prod",
     ),
 )
 

@@ -17,8 +17,10 @@ if TYPE_CHECKING:
     from typing import Any, TextIO
 
     from apikey_tui.cli.records import Call
+    from apikey_tui.networks import NetworkRules
     from apikey_tui.store import KeyInfo
     from apikey_tui.store.limit_use import LimitUse, LimitUses
+    from apikey_tui.store.network_use import NetworkUse
 
 
 EMPTY_HINT = "No keys. Create one with: apikey-tui keys create NAME --scope SCOPE"
@@ -62,8 +64,17 @@ def show(call: Call) -> int:
     now = store.clock()
     pool = store.owner_limits(info.owner)
     uses = limit_use(store.limit_use(info))
-    data = {**key_json(info, now), "owner_limits": [str(x) for x in pool], "limit_use": uses}
-    return emit(args, data, lambda out: _print_key(info, out, now=now, uses=uses))
+    fence = store.owner_networks(info.owner)
+    seen = store.network_use(info.owner, info.name)  # recent refusals, and would-be ones
+    data = {
+        **key_json(info, now),
+        "owner_limits": [str(x) for x in pool],
+        "limit_use": uses,
+        "owner_networks": None if fence is None else fence.to_json(),
+        "network_refusals": [r.to_json() for r in seen.refusals],
+    }
+    lines = network_lines(info.networks, seen, fence)
+    return emit(args, data, lambda out: _print_key(info, out, now=now, uses=uses, nets=lines))
 
 
 def owner_show(call: Call) -> int:
@@ -71,16 +82,28 @@ def owner_show(call: Call) -> int:
     from apikey_tui.names import check_owner
 
     owner = check_owner(args.owner_name)
-    pool = store.owner_limits(owner)
+    info = store.get_owner(owner)
     uses = limit_use(store.owner_limit_use(owner))
-    keys = store.list_keys(owner)
-    data = {"owner": owner, "limits": [str(x) for x in pool], "limit_use": uses,
-            "keys": len(keys)}  # fmt: skip
+    fence = store.owner_networks(owner)
+    data = {**info.to_json(), "owner": owner, "limit_use": uses,
+            "networks": None if fence is None else fence.to_json()}  # fmt: skip
+    words = {"team": "members: ", "service": "people:  "}
 
     def human(out: TextIO) -> None:
-        print(f"owner:   {printable(owner)} ({counted(len(keys), 'key')})", file=out)
+        print(f"owner:    {printable(owner)} ({counted(info.keys, 'key')})", file=out)
+        print(f"kind:     {info.kind}", file=out)
+        if info.kind in words:
+            print(f"{words[info.kind]} {' '.join(info.members) or 'nobody'}", file=out)
+        if info.member_of:
+            print(f"in:       {' '.join(info.member_of)}", file=out)
+        if info.description:
+            print(f"about:    {printable(info.description)}", file=out)
+        if info.meta:
+            meta = " ".join(f"{k}={v}" for k, v in info.meta)
+            print(f"meta:     {printable(meta)}", file=out)
         for line in _use_lines(uses) or ["none"]:
-            print(f"limits:  {line}", file=out)
+            print(f"limits:   {line}", file=out)
+        print(f"networks: {fence.summary() if fence is not None else 'anywhere'}", file=out)
 
     return emit(args, data, human)
 
@@ -105,6 +128,22 @@ def use_json(use: LimitUse) -> dict[str, Any]:
     }
 
 
+def network_lines(
+    rules: NetworkRules | None, use: NetworkUse, owner: NetworkRules | None = None
+) -> list[str]:
+    """The key's rules, its owner's, and its recent refusals (and would-be ones), a line each."""
+    lines = [rules.summary() if rules is not None else "anywhere"]
+    if owner is not None:
+        lines.append(f"and the owner's: {owner.summary()}")
+    for refusal in use.refusals:
+        what = "would refuse" if refusal.shadow else "refused"
+        lines.append(
+            f"{what} {refusal.requests} from {refusal.network} to {refusal.route or '-'}, "
+            f"last {when(refusal.last)}"
+        )
+    return lines
+
+
 def _use_lines(uses: list[dict[str, Any]]) -> list[str]:
     """'600/m (key): 12 used, window ends 2030-01-01 12:01 UTC' per limit."""
     return [use_line(use) for use in uses]
@@ -123,7 +162,12 @@ def use_line(use: dict[str, Any], *, share: bool = False) -> str:
 
 
 def _print_key(
-    info: KeyInfo, out: TextIO, *, now: datetime, uses: list[dict[str, Any]] | None = None
+    info: KeyInfo,
+    out: TextIO,
+    *,
+    now: datetime,
+    uses: list[dict[str, Any]] | None = None,
+    nets: list[str] | None = None,
 ) -> None:
     from apikey_tui.store.states import marker
 
@@ -140,12 +184,19 @@ def _print_key(
         ["expires", when(info.expires_at) if info.expires_at else "never"],
         ["created", when(info.created_at)],
         ["last used", when(info.last_used_at) if info.last_used_at else "never"],
+        ["made by", info.created_by or "unknown"],
     ]
+    if info.meta:
+        rows.append(["meta", " ".join(f"{k}={v}" for k, v in info.meta)])
+    if info.tags:
+        rows.append(["tags", " ".join(f"{k}={v}" for k, v in info.tags)])
     if info.grace_until is not None:
         rows.append(["old secret", f"{info.old_public_id} works until {when(info.grace_until)}"])
     if uses is not None:
         rows.extend(["limits" if i == 0 else "", line] for i, line in
                     enumerate(_use_lines(uses) or ["none"]))  # fmt: skip
+    if nets is not None:
+        rows.extend(["networks" if i == 0 else "", line] for i, line in enumerate(nets))
     rows = [[f"{label}:" if label else "", printable(value)] for label, value in rows]
     width = max(len(label) for label, _ in rows)
     for label, value in rows:
@@ -303,7 +354,7 @@ SHOW = Command(
 
 OWNER_SHOW = Command(
     "owners show",
-    help="show an owner's limits and their use now",
+    help="show an owner: kind, members, metadata, limits and their use now",
     run=owner_show,
     database=MUST_EXIST,
     arguments=(

@@ -43,6 +43,12 @@ def run(call: Call) -> int:
     if args.limits_fail is not None:
         options["limits_fail"] = args.limits_fail
     options["limits_processes"] = args.limits_processes or args.workers
+    # Network rules: the proxies whose forwarding header names the client (else the
+    # environment's, else none: the client is the proxy asking).
+    if args.trusted_proxy:
+        options["trusted_proxies"] = args.trusted_proxy
+    if args.client_header is not None:
+        options["client_header"] = args.client_header
     # One verifier per process: its cache and key index are per process. With --workers, each
     # worker (a new interpreter) builds its own app from `build`.
     build = functools.partial(forward_auth.create_app, url, args.rules, realm=args.realm, **options)
@@ -132,6 +138,22 @@ COMMAND = Command(
                 help="fail-open: the processes of the whole deployment (default: --workers)",
             ),
             title="limits (docs/reference/limits.md)",
+        ),
+        Group(
+            Arg(
+                "--trusted-proxy",
+                action="append",
+                default=[],
+                metavar="ADDR",
+                help="a proxy (address or network) whose forwarding header names the client for "
+                "network rules; repeatable (default: $APIKEY_TUI_TRUSTED_PROXIES)",
+            ),
+            Arg(
+                "--client-header",
+                choices=("x-forwarded-for", "forwarded"),
+                help="the header those proxies set: x-forwarded-for (default) or forwarded",
+            ),
+            title="network rules (docs/reference/networks.md)",
         ),
     ),
     examples=(

@@ -34,6 +34,15 @@ SCHEMA_VERSION = _SCHEMA_VERSION
 VERIFIERS_FROM = 4
 # Room for a subject's limits as text ('100000/30d' is 10 characters; at most 8 limits).
 LIMITS_MAX = 200
+# Owners' kinds (schema version 10): a person signs in; a team has members (people); a service
+# account has people responsible for it (its members). Every owner before schema 10 is a person.
+PERSON, TEAM, SERVICE = "person", "team", "service"
+OWNER_KINDS = (PERSON, TEAM, SERVICE)
+# Metadata (a key's or an owner's, schema version 10): a JSON object of short strings, at most
+# this many bytes as stored (compact UTF-8), checked by `apikey_tui.store.metadata`.
+META_MAX = 1024
+# A key's tags as stored: 'env=prod team=pay', sorted, space-separated (`metadata.tags_text`).
+TAGS_MAX = 400
 
 
 class Base(SQLModel, registry=registry()):
@@ -117,18 +126,69 @@ class KeyRow(Base, table=True):
     # `apikey_tui.limits.format_limit`), None for none. A column, not rows of their own: the
     # verifier's one credential read, the key's record and an undo carry them with no join.
     limits: str | None = Field(default=None, max_length=LIMITS_MAX)
+    # Networks (schema version 10): where the key may be used from, `NetworkRules.text()`
+    # ('shadow +10.0.0.0/8 -10.9.0.0/16'), None for anywhere. Unbounded text: up to
+    # `networks.RULES_MAX` entries. A column for the same reason as limits: no join, no query.
+    networks: str | None = Field(default=None, sa_type=Text)
+    # Schema version 11: who made the key (the actor's login name; None when the database
+    # never recorded it), its metadata (JSON, reaches services as caller.meta) and its tags
+    # ('env=prod', for admins' filters; services never see them).
+    created_by: str | None = Field(default=None, max_length=64, index=True)
+    meta: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    tags: str | None = Field(default=None, max_length=TAGS_MAX)
 
 
-class OwnerLimitRow(Base, table=True):
-    """An owner's limits (schema version 9): one pool that every key of the owner draws from.
+class OwnerRow(Base, table=True):
+    """An owner (schema version 11): a person, a team or a service account, with its
+    description, metadata and limits, one pool that every key of the owner draws from.
 
-    A row only for an owner that has limits; `limits` is written as KeyRow.limits. Not tied to
-    a key row: an owner exists only through its keys, and its pool outlives any one of them.
+    The table keeps the name it had in schema version 9, when it held owners' limits alone:
+    verifiers of 0.7.0 and 0.8.0 read it by that name and keep working beside schema 11. Not
+    tied to key rows: an owner's pool, members and metadata outlive any one of its keys. Every
+    key's owner, and every owner with network rules, has a row (a key or rules for a new owner
+    make it, a person).
     """
 
     __tablename__ = "apikey_tui_owner_limit"
     owner: str = Field(primary_key=True, max_length=64)
-    limits: str = Field(max_length=LIMITS_MAX)
+    limits: str | None = Field(default=None, max_length=LIMITS_MAX)  # as KeyRow.limits
+    kind: str = Field(default=PERSON, max_length=8)  # one of OWNER_KINDS
+    description: str = Field(default="", max_length=200)
+    meta: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+
+
+class OwnerMemberRow(Base, table=True):
+    """A team's member or a service account's responsible person (schema version 11): both
+    are people (owners of kind person), and go when either owner is removed."""
+
+    __tablename__ = "apikey_tui_owner_member"
+    owner: str = Field(
+        sa_column=Column(
+            String(64),
+            ForeignKey("apikey_tui_owner_limit.owner", ondelete="CASCADE"),
+            primary_key=True,
+        )
+    )
+    member: str = Field(
+        sa_column=Column(
+            String(64),
+            ForeignKey("apikey_tui_owner_limit.owner", ondelete="CASCADE"),
+            primary_key=True,
+            index=True,  # offboarding finds a person's teams by it
+        )
+    )
+
+
+class OwnerNetworkRow(Base, table=True):
+    """An owner's network rules (schema version 10): every key of the owner must pass them too.
+
+    A row only for an owner that has rules, written as KeyRow.networks; like OwnerRow it is not
+    tied to a key row (setting rules for a new owner makes its OwnerRow too, a person).
+    """
+
+    __tablename__ = "apikey_tui_owner_network"
+    owner: str = Field(primary_key=True, max_length=64)
+    networks: str = Field(sa_type=Text)
 
 
 class PreviousIdRow(Base, table=True):
@@ -203,6 +263,14 @@ USAGE_ALLOWED, USAGE_FORBIDDEN, USAGE_WRONG_SECRET = 0, 1, 2  # UsageTable.c.kin
 # (429); its scope text is the limit ('key 600/m', 'owner 100000/30d'). Nothing is consumed.
 USAGE_LIMITED = 3
 USAGE_KINDS = (USAGE_ALLOWED, USAGE_FORBIDDEN, USAGE_WRONG_SECRET, USAGE_LIMITED)
+# Schema version 10, where requests come from (`apikey_tui.networks`); the scope text is the
+# client's network, cut to its /24 or /56, never a whole address. NETWORK: refused (403) by the
+# key's or owner's network rules, text "NETWORK ROUTE"; SHADOW: admitted, but rules in shadow
+# mode would have refused it, likewise; FROM: a key was admitted from NETWORK in that minute
+# (requests: how often it was noted, not how many requests; "*" when more networks than a
+# verifier records per key were seen). Apart from USAGE_KINDS: the request counts never see them.
+USAGE_NETWORK, USAGE_SHADOW, USAGE_FROM = 4, 5, 6
+NETWORK_KINDS = (USAGE_NETWORK, USAGE_SHADOW, USAGE_FROM)
 MINUTE, HOUR, DAY = 1, 60, 1440  # UsageTable.c.span, in minutes
 USAGE_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 

@@ -173,7 +173,8 @@ def _scripts() -> ScriptDirectory:
 VERIFIER_READS = (
     "apikey_tui_key",
     "apikey_tui_key_scope",
-    "apikey_tui_owner_limit",  # owners' limits (schema version 9); keys' are a key column
+    "apikey_tui_owner_limit",  # owners (schema version 11; their limits since 9)
+    "apikey_tui_owner_network",  # owners' network rules (schema version 10)
     "apikey_tui_change",
     _META,
     VERSION_TABLE,

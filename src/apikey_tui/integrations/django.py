@@ -7,6 +7,8 @@
         "ROUTES": [route("/health", public=True), route("/models", "serving", "project")],
         "DEFAULT_SCOPES": [],                             # for paths no route covers
         "UNMATCHED": "key",                               # or "deny"
+        "TRUSTED_PROXIES": ["10.0.0.0/8"],                # whose X-Forwarded-For names the client
+        "CLIENT_HEADER": "x-forwarded-for",               # or "forwarded" (RFC 7239)
     }
 
 or, instead of ROUTES, DEFAULT_SCOPES and UNMATCHED, serve-auth's rules file (read at start-up):
@@ -27,9 +29,11 @@ from typing import Any
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
 from django.http import HttpRequest, HttpResponse
 
-from apikey_tui.errors import AuthError
+from apikey_tui.errors import AuthError, InvalidInputError
+from apikey_tui.integrations.clients import ClientReader, environ_client, trusted_proxies
 from apikey_tui.integrations.guard import Guard
 from apikey_tui.integrations.routes import RouteScopes
 from apikey_tui.integrations.rules_file import load_rules
@@ -55,8 +59,30 @@ def config() -> dict[str, Any]:
 def get_verifier() -> Verifier:
     """The process's verifier: the configured instance, or one built (once) from the URL.
 
-    A verifier built here is closed at interpreter exit (flushing last-used times).
+    A verifier built here is closed at interpreter exit (flushing last-used times). Found once
+    and kept (DRF asks at every request, and reading settings costs more than the check); a
+    change of the setting (override_settings in tests) is heard through `setting_changed`.
     """
+    known = _current.get(SETTING)
+    if known is not None:
+        return known
+    found = _find_verifier()
+    _current[SETTING] = found
+    return found
+
+
+def _forget_verifier(*, setting: str, **_: Any) -> None:
+    """setting_changed's receiver: the setting changed, so the verifier is found again."""
+    if setting == SETTING:
+        _current.clear()
+
+
+# The verifier get_verifier found, under SETTING: one entry, cleared when the setting changes.
+_current: dict[str, Verifier] = {}
+setting_changed.connect(_forget_verifier)
+
+
+def _find_verifier() -> Verifier:
     configured = config()
     verifier = configured["VERIFIER"]
     if isinstance(verifier, Verifier):
@@ -75,6 +101,20 @@ def request_authorization(request: HttpRequest) -> str | None:
     """The Authorization header of a Django (or DRF) request."""
     header: str | None = request.META.get("HTTP_AUTHORIZATION")
     return header
+
+
+def request_client() -> ClientReader:
+    """How to read a Django (or DRF) request's client for network rules: REMOTE_ADDR, or what
+    a proxy in TRUSTED_PROXIES says (default: $APIKEY_TUI_TRUSTED_PROXIES, else none)."""
+    configured = config()
+    try:
+        proxies = trusted_proxies(
+            configured.get("TRUSTED_PROXIES"), configured.get("CLIENT_HEADER")
+        )
+    except InvalidInputError as exc:
+        raise ImproperlyConfigured(f"settings.{SETTING}: {exc}") from None
+    read = environ_client(proxies)
+    return lambda request: read(request.META)
 
 
 def route_rules() -> RouteScopes:
@@ -119,7 +159,7 @@ class ApiKeyMiddleware:
 
     def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
         self.get_response = get_response
-        self.guard = Guard(get_verifier(), request_authorization, route_rules())
+        self.guard = Guard(get_verifier(), request_authorization, route_rules(), request_client())
         self.is_async = iscoroutinefunction(get_response)
         if self.is_async:
             markcoroutinefunction(self)

@@ -15,6 +15,7 @@ The verifier is the one of settings.APIKEY_TUI (see apikey_tui.integrations.djan
 from __future__ import annotations
 
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from typing import Any, ClassVar
 
 from django.core.exceptions import ImproperlyConfigured
@@ -29,14 +30,39 @@ from apikey_tui.errors import (
     InsufficientScopeError,
     InvalidInputError,
     MissingKeyError,
+    NetworkNotAllowedError,
     RateLimitedError,
     VerifierUnavailableError,
 )
-from apikey_tui.integrations.django import get_verifier, problem_response, request_authorization
+from apikey_tui.integrations.clients import ClientReader
+from apikey_tui.integrations.django import (
+    config,
+    get_verifier,
+    problem_response,
+    request_authorization,
+    request_client,
+)
 from apikey_tui.names import parse_scopes
 from apikey_tui.verifier import Caller, Verifier
 
 _ERROR = "_apikey_error"  # where authenticate() leaves its refusal for authenticate_header()
+# The client reader of the settings' trusted proxies and header (settings may change under a
+# test's override_settings), built at its first use.
+_CLIENT: dict[str, ClientReader] = {}
+
+
+def _client(request: Request) -> str | None:
+    """The request's client address (`django.request_client` of the settings in force)."""
+    configured = config()
+    key = repr((configured.get("TRUSTED_PROXIES"), configured.get("CLIENT_HEADER")))
+    reader = _CLIENT.get(key)
+    if reader is None:
+        if len(_CLIENT) >= 8:
+            _CLIENT.clear()
+        reader = _CLIENT[key] = request_client()
+    return reader(request)
+
+
 _ASKING = "_apikey_asking"  # set while authenticate() reads the view's permissions
 
 
@@ -104,6 +130,14 @@ class ApiKeyLimited(exceptions.Throttled):  # type: ignore[misc]
         self.error, self.realm = error, realm
 
 
+class ApiKeyForbidden(exceptions.PermissionDenied):  # type: ignore[misc]
+    """403: the key may not be used from the client's network (NetworkNotAllowedError)."""
+
+    def __init__(self, error: AuthError, realm: str) -> None:
+        super().__init__(str(error))
+        self.error, self.realm, self.detail = error, realm, error.problem()
+
+
 class ApiKeyUnavailable(exceptions.APIException):  # type: ignore[misc]
     """503: the key database cannot be asked (Retry-After: 5, no challenge)."""
 
@@ -139,7 +173,8 @@ class ApiKeyAuthentication(BaseAuthentication):  # type: ignore[misc]
             if isinstance(error, VerifierUnavailableError):
                 raise ApiKeyUnavailable(error, verifier.realm) from None
             raise ApiKeyRefused(error, verifier.realm) from None
-        if getattr(request, _ASKING, False):
+        # Read from the instance: a missing attribute costs DRF's Request.__getattr__ a raise.
+        if request.__dict__.get(_ASKING, False):
             # The view's get_permissions reads request.user: this is DRF authenticating again
             # from inside the call below; the outer call records the request.
             return ApiKeyUser(caller), caller
@@ -147,13 +182,18 @@ class ApiKeyAuthentication(BaseAuthentication):  # type: ignore[misc]
         try:
             asked = _scopes_asked(request, caller)
         except Exception:  # the view's own code: DRF raises it again where it always does
-            asked = set()
+            asked = _NONE
         finally:
             setattr(request, _ASKING, False)
         try:
-            verifier.authorize(caller, asked)
+            verifier.authorize(caller, asked, _client(request), request.path)
         except InsufficientScopeError:
             pass  # recorded as a 403 for the missing scopes; the permissions answer it
+        except NetworkNotAllowedError as error:
+            # The key may not be used from here: refused before the view's permissions, as
+            # the verifier judges the network before the scopes.
+            setattr(request, _ERROR, error)
+            raise ApiKeyForbidden(error, verifier.realm) from None
         except RateLimitedError as error:
             # Limits are judged here, after the scopes (the verifier's one decision): a spent
             # limit refuses the request before the view's permissions and throttles run.
@@ -189,6 +229,11 @@ _NO_SCOPE = (
 )
 
 
+# HasScopes.required's answers by (permission class, view's required_scopes): a few per app.
+_REQUIRED: dict[tuple[type, object], frozenset[str]] = {}
+_REQUIRED_MAX = 10_000  # a bound, should views make their scopes per request
+
+
 class HasScopes(BasePermission):  # type: ignore[misc]
     """Allow a request whose key holds every scope the view requires, else False.
 
@@ -205,10 +250,25 @@ class HasScopes(BasePermission):  # type: ignore[misc]
     message: dict[str, object] | str | None = None
     code: str | None = None
 
-    def required(self, view: Any) -> set[str]:
-        """The scopes this permission requires on view: its own and the view's."""
+    def required(self, view: Any) -> frozenset[str]:
+        """The scopes this permission requires on view: its own and the view's.
+
+        Read once per permission class and view scopes (each request asks twice): a view's
+        tuple is parsed at its first request; a list, which cannot be a key, every time.
+        """
+        given = getattr(view, "required_scopes", ())
+        try:
+            return _REQUIRED[type(self), given]
+        except (KeyError, TypeError):
+            pass
         where = f"{type(view).__name__}.required_scopes"
-        return {*self.scopes, *_scope_names(getattr(view, "required_scopes", ()), where)}
+        found = frozenset({*self.scopes, *_scope_names(given, where)})
+        try:
+            if len(_REQUIRED) < _REQUIRED_MAX:
+                _REQUIRED[type(self), given] = found
+        except TypeError:  # unhashable (a list)
+            pass
+        return found
 
     @classmethod
     def of(cls, *scopes: str) -> type[HasScopes]:
@@ -268,7 +328,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> HttpResponse |
     same as the middleware's, the 401 of a request with no key included (when the ApiKey
     challenge is the one DRF sends). Everything else goes to DRF's own handler.
     """
-    if isinstance(exc, ApiKeyRefused | ApiKeyUnavailable | ApiKeyLimited):
+    if isinstance(exc, ApiKeyRefused | ApiKeyUnavailable | ApiKeyLimited | ApiKeyForbidden):
         return problem_response(exc.error, exc.realm)
     if isinstance(exc, exceptions.NotAuthenticated) and str(
         getattr(exc, "auth_header", "")
@@ -287,7 +347,10 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> HttpResponse |
     return response
 
 
-def _scopes_asked(request: Request, caller: Caller) -> set[str]:
+_NONE: frozenset[str] = frozenset()
+
+
+def _scopes_asked(request: Request, caller: Caller) -> frozenset[str]:
     """The scopes a request is recorded under, judged as the view's permissions will judge it
     (all of them must pass). A permission that refuses for want of scopes contributes those
     scopes: the key lacks them, so the request is recorded as a 403 for them. One that passes
@@ -297,17 +360,19 @@ def _scopes_asked(request: Request, caller: Caller) -> set[str]:
     """
     view = (getattr(request, "parser_context", None) or {}).get("view")
     if view is None:
-        return set()
-    asked: set[str] = set()
+        return _NONE
+    asked = _NONE
     for permission in view.get_permissions():
         passes, used, missing = _judged(permission, view, caller)
-        asked |= missing if passes is False else used
+        # A frozenset: the verifier's usage tally takes it as it is (HasScopes.required's own)
+        found = frozenset(missing if passes is False else used)
+        asked = found if not asked else asked | found
     return asked
 
 
 def _judged(
     permission: object, view: Any, caller: Caller
-) -> tuple[bool | None, set[str], set[str]]:
+) -> tuple[bool | None, AbstractSet[str], AbstractSet[str]]:
     """Whether a (composed) permission passes on scopes alone (None: it depends on more), the
     scopes it uses if it passes, and the scopes it misses if it refuses."""
     if isinstance(permission, HasScopes):

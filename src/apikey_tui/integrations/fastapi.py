@@ -35,7 +35,10 @@ from apikey_tui.integrations.asgi_messages import (
     Scope,
     scope_authorization,
 )
+from apikey_tui.integrations.clients import ClientReader, asgi_client
+from apikey_tui.integrations.clients import trusted_proxies as trusted_proxies_of
 from apikey_tui.integrations.guard import Guard
+from apikey_tui.networks import TrustedProxies
 from apikey_tui.verifier import Caller, Verifier
 
 SCHEME_NAME = "ApiKey"  # the key of components.securitySchemes
@@ -89,15 +92,18 @@ class ApiKeyScheme(SecurityBase):
     and the check cannot disagree. Being a SecurityBase is what puts the scheme in the document.
     """
 
-    def __init__(self, verifier: Verifier, model: APIKey, name: str):
+    def __init__(
+        self, verifier: Verifier, model: APIKey, name: str, client: ClientReader | None = None
+    ):
         self.model, self.scheme_name = model, name
         # The raw ASGI headers, as the middleware reads them: no Headers object, no list, and
         # the same rule for two Authorization headers.
-        self.guard = Guard(verifier, scope_authorization)
+        self.guard = Guard(verifier, scope_authorization, client=client)
 
     async def __call__(self, connection: HTTPConnection, security_scopes: SecurityScopes) -> Caller:
+        scope = connection.scope
         try:
-            return await self.guard.caller_async(connection.scope, security_scopes.scopes)
+            return await self.guard.caller_async(scope, security_scopes.scopes, scope["path"])
         except AuthError as error:
             if answered_by_app(connection.scope, error):
                 raise
@@ -143,7 +149,13 @@ class ApiKeyAuth:
     """
 
     def __init__(
-        self, verifier: Verifier, *, scheme_name: str = SCHEME_NAME, description: str | None = None
+        self,
+        verifier: Verifier,
+        *,
+        scheme_name: str = SCHEME_NAME,
+        description: str | None = None,
+        trusted_proxies: TrustedProxies | list[str] | tuple[str, ...] | None = None,
+        client_header: str | None = None,
     ) -> None:
         self.verifier = verifier
         self.scheme_name = scheme_name
@@ -155,7 +167,10 @@ class ApiKeyAuth:
                 "description": SCHEME_DESCRIPTION if description is None else description,
             }
         )
-        self.scheme = ApiKeyScheme(verifier, model, scheme_name)
+        # Where a request comes from, for network rules: the peer, or what a trusted proxy says
+        # (`trusted_proxies`, else $APIKEY_TUI_TRUSTED_PROXIES).
+        client = asgi_client(trusted_proxies_of(trusted_proxies, client_header))
+        self.scheme = ApiKeyScheme(verifier, model, scheme_name, client)
 
     def install(self, app: FastAPI) -> None:
         """Register the handler that turns a failed check into its RFC 9457 response, and add

@@ -35,10 +35,13 @@ from apikey_tui.integrations.asgi_messages import (
     respond,
     scope_authorization,
 )
+from apikey_tui.integrations.clients import asgi_client
+from apikey_tui.integrations.clients import trusted_proxies as trusted_proxies_of
 from apikey_tui.integrations.guard import Guard
 from apikey_tui.integrations.routes import RouteScopes
 from apikey_tui.integrations.rules_file import load_rules
 from apikey_tui.names import parse_scopes
+from apikey_tui.networks import TrustedProxies
 from apikey_tui.verifier import Caller, Verifier
 from apikey_tui.verifier.gate import OutageLog
 
@@ -124,21 +127,29 @@ class ForwardAuthApp(HTTPApp):
     """The ASGI app behind `apikey-tui serve-auth`; proxies ask it about each request.
 
     `rules` decide what a request needs when the auth URL names no `scope=`; without rules such
-    a request is refused (403): no rule names its path. The verifier is closed at lifespan
-    shutdown.
+    a request is refused (403): no rule names its path. `proxies`: the proxies whose
+    forwarding header names the client for network rules (serve-auth's --trusted-proxy; the
+    proxy asking is one of them, or the client is taken to be the proxy itself). The verifier
+    is closed at lifespan shutdown.
     """
 
     name = "serve-auth"
     logger = logger
 
-    def __init__(self, verifier: Verifier, rules: RouteScopes | None = None) -> None:
+    def __init__(
+        self,
+        verifier: Verifier,
+        rules: RouteScopes | None = None,
+        proxies: TrustedProxies | None = None,
+    ) -> None:
         if rules is None:
             logger.warning(
                 "serve-auth has no --rules: only auth URLs naming scope= can pass, every other "
                 "request is refused (403)"
             )
             rules = _NO_RULES
-        self.guard = Guard(verifier, scope_authorization, rules)
+        client = asgi_client(proxies if proxies is not None else trusted_proxies_of())
+        self.guard = Guard(verifier, scope_authorization, rules, client)
         # A misconfigured proxy sends every request so: a line per interval, not per request.
         self.complaints = OutageLog(logger)
         # An empty table checks a path's normal form and asks for any valid key.
@@ -156,9 +167,9 @@ class ForwardAuthApp(HTTPApp):
         path: str = scope["path"]
         try:
             if path == AUTH_PATH:
-                required = self._from_headers(scope)
+                required, route = self._from_headers(scope)
             elif path == ENVOY_PREFIX or path.startswith(ENVOY_PREFIX + "/"):
-                required = self._from_envoy(scope)
+                required, route = self._from_envoy(scope)
             elif path == METRICS_PATH and self.metrics is not None:
                 content_type, page = self.metrics()
                 await respond(scope, send, 200, [("content-type", content_type)], page)
@@ -168,7 +179,7 @@ class ForwardAuthApp(HTTPApp):
                 return
             caller: Caller | None = None
             if required is not None:
-                caller = await self.guard.caller_async(scope, required)
+                caller = await self.guard.caller_async(scope, required, route)
         except AuthError as error:
             await respond(scope, send, *self.guard.refusal(error))
             return
@@ -195,8 +206,9 @@ class ForwardAuthApp(HTTPApp):
     async def shutdown(self) -> None:
         self.guard.verifier.close()  # flush last-used times
 
-    def _from_headers(self, scope: Scope) -> tuple[str, ...] | None:
-        """What the request described by X-Forwarded-* needs (nginx, Caddy, Traefik)."""
+    def _from_headers(self, scope: Scope) -> tuple[tuple[str, ...] | None, str | None]:
+        """What the request described by X-Forwarded-* needs (nginx, Caddy, Traefik), and its
+        path when the proxy said it."""
         forwarded: dict[str, str] = {}
         for name, value in scope["headers"]:
             field = _FORWARDED.get(name.lower()) if name[:2] in (b"x-", b"X-") else None
@@ -221,9 +233,11 @@ class ForwardAuthApp(HTTPApp):
         scopes = self._query_scopes(query)
         method = _method(forwarded.get("method"))
         if scopes is not None:  # fixed for this proxy location; a given path is still checked
+            route = None
             if uri is not None:
-                self.normal_form.required(method or "GET", original_path(uri))
-            return scopes
+                route = original_path(uri)
+                self.normal_form.required(method or "GET", route)
+            return scopes, route
         if uri is None or method is None:
             missing = "X-Forwarded-Uri" if uri is None else "X-Forwarded-Method"
             self.complaints.warning(
@@ -232,9 +246,10 @@ class ForwardAuthApp(HTTPApp):
             raise ForwardedRequestError(
                 f"the proxy sent no {missing}: route rules cannot place the request"
             )
-        return self.guard.rules.required(method, original_path(uri))
+        route = original_path(uri)
+        return self.guard.rules.required(method, route), route
 
-    def _from_envoy(self, scope: Scope) -> tuple[str, ...] | None:
+    def _from_envoy(self, scope: Scope) -> tuple[tuple[str, ...] | None, str]:
         """Envoy's check request: its own method and path are the original's, after the prefix."""
         # The query string is the client's: it never names scopes here.
         raw: bytes = scope.get("raw_path") or scope["path"].encode("utf-8")
@@ -243,7 +258,8 @@ class ForwardAuthApp(HTTPApp):
             raise UnsafePathError()
         rest = raw[len(ENVOY_PREFIX) :].decode("latin-1") or "/"
         method = _method(scope.get("method"))
-        return self.guard.rules.required(method or "GET", original_path(rest))
+        route = original_path(rest)
+        return self.guard.rules.required(method or "GET", route), route
 
     @staticmethod
     def _query_scopes(query: bytes) -> tuple[str, ...] | None:
@@ -316,8 +332,13 @@ def _metrics_page(verifier: Verifier) -> Callable[[], tuple[str, bytes]] | None:
 def create_app(
     database_url: str,
     rules_file: str | Path | None = None,
+    *,
+    trusted_proxies: Iterable[str] | None = None,
+    client_header: str | None = None,
     **verifier_options: Any,
 ) -> ForwardAuthApp:
-    """The app on a key database; the rules file is read now, so a bad one fails at start."""
+    """The app on a key database; the rules file and the trusted proxies are read now, so a
+    bad one fails at start."""
     rules = load_rules(rules_file) if rules_file is not None else None
-    return ForwardAuthApp(Verifier.from_url(database_url, **verifier_options), rules)
+    proxies = trusted_proxies_of(trusted_proxies, client_header)
+    return ForwardAuthApp(Verifier.from_url(database_url, **verifier_options), rules, proxies)

@@ -6,7 +6,10 @@ from collections.abc import Callable, Collection, Iterable
 from typing import Generic, TypeVar
 
 from apikey_tui.errors import AuthError
+from apikey_tui.integrations.clients import ClientReader, asgi_client
+from apikey_tui.integrations.clients import trusted_proxies as _proxies
 from apikey_tui.integrations.routes import Route, RouteScopes, Unmatched
+from apikey_tui.networks import TrustedProxies
 from apikey_tui.verifier import Caller, Verifier
 
 AppT = TypeVar("AppT")
@@ -20,14 +23,20 @@ Refusal = tuple[int, list[tuple[str, str]], bytes]
 _ANY_KEY = RouteScopes(())
 
 
+def _unknown(_request: object) -> str | None:
+    return None
+
+
 class Guard(Generic[RequestT]):
     """Route rules, the verifier's cache, the verifier, and the refusal: the four steps of every
     integration, once.
 
     `authorization` reads a request's Authorization header in the framework's own form (an ASGI
     scope, a WSGI environ, a Django request); it is read only when the route needs a key, so a
-    public route never judges the header. Every method raises an AuthError to refuse;
-    `refusal(error)` is its answer. Without rules, every request needs any valid key.
+    public route never judges the header. `client` reads where the request comes from, in the
+    same form (`integrations.clients`: the peer, or what a trusted proxy says), for the key's
+    network rules; without it the client is unknown. Every method raises an AuthError to
+    refuse; `refusal(error)` is its answer. Without rules, every request needs any valid key.
     """
 
     def __init__(
@@ -35,35 +44,41 @@ class Guard(Generic[RequestT]):
         verifier: Verifier,
         authorization: Callable[[RequestT], str | None],
         rules: RouteScopes | None = None,
+        client: ClientReader | None = None,
     ) -> None:
         self.verifier = verifier
         self.authorization = authorization
         self.rules = rules if rules is not None else _ANY_KEY
+        self.client: ClientReader = client if client is not None else _unknown
 
     def check(self, method: str, path: str, request: RequestT) -> Caller | None:
         """The caller of a request to `path`, or None for a public route (blocking)."""
         required = self.rules.required(method, path)
-        return None if required is None else self.caller(request, required)
+        return None if required is None else self.caller(request, required, path)
 
     async def check_async(self, method: str, path: str, request: RequestT) -> Caller | None:
         """check for an event loop: a cached key is answered in place, a cold one in a thread."""
         required = self.rules.required(method, path)
         if required is None:
             return None
-        header = self.authorization(request)
-        return self.verifier.cached(header, required) or (
-            await self.verifier.verify_async(header, required)
+        return await self.caller_async(request, required, path)
+
+    def caller(
+        self, request: RequestT, required: Collection[str] = (), route: str | None = None
+    ) -> Caller:
+        """The caller if the request's key holds `required` (scopes decided elsewhere) and may
+        be used from where the request comes from."""
+        return self.verifier.verify(
+            self.authorization(request), required, self.client(request), route
         )
 
-    def caller(self, request: RequestT, required: Collection[str] = ()) -> Caller:
-        """The caller if the request's key holds `required` (scopes decided elsewhere)."""
-        return self.verifier.verify(self.authorization(request), required)
-
-    async def caller_async(self, request: RequestT, required: Collection[str] = ()) -> Caller:
+    async def caller_async(
+        self, request: RequestT, required: Collection[str] = (), route: str | None = None
+    ) -> Caller:
         """caller for an event loop (FastAPI's scopes, serve-auth's `scope=`)."""
-        header = self.authorization(request)
-        return self.verifier.cached(header, required) or (
-            await self.verifier.verify_async(header, required)
+        header, client = self.authorization(request), self.client(request)
+        return self.verifier.cached(header, required, client, route) or (
+            await self.verifier.verify_async(header, required, client, route)
         )
 
     def refusal(self, error: AuthError) -> Refusal:
@@ -76,7 +91,13 @@ class GuardedApp(Generic[AppT, RequestT]):
 
     Rule paths are relative to where the middleware is installed: below a mount point
     (Starlette `Mount`, ASGI `root_path`, WSGI `SCRIPT_NAME`) they omit the mount's prefix.
+    `trusted_proxies` (addresses or networks) are the peers whose forwarding header
+    (`client_header`: x-forwarded-for, or forwarded) names the client for network rules;
+    default: $APIKEY_TUI_TRUSTED_PROXIES, else none (the peer is the client).
     """
+
+    # How this middleware's framework gives a request's client (ASGI by default).
+    client_reader: Callable[[TrustedProxies], ClientReader] = staticmethod(asgi_client)
 
     def __init__(
         self,
@@ -86,10 +107,13 @@ class GuardedApp(Generic[AppT, RequestT]):
         default_scopes: Iterable[str] = (),
         *,
         unmatched: Unmatched = "key",
+        trusted_proxies: TrustedProxies | Iterable[str] | None = None,
+        client_header: str | None = None,
     ) -> None:
         self.app = app
         rules = RouteScopes(routes, default_scopes, unmatched=unmatched)
-        self.guard: Guard[RequestT] = Guard(verifier, self.authorization, rules)
+        client = self.client_reader(_proxies(trusted_proxies, client_header))
+        self.guard: Guard[RequestT] = Guard(verifier, self.authorization, rules, client)
 
     @staticmethod
     def authorization(request: RequestT) -> str | None:

@@ -112,7 +112,8 @@ class VerifierCollector(Collector):
         checks = CounterMetricFamily(
             f"{prefix}_checks",
             "API key checks by outcome: ok, missing (no ApiKey header), malformed (400), "
-            "invalid (401), forbidden (403: a scope is missing), limited (429: a limit is spent), "
+            "invalid (401), forbidden (403: a scope is missing), network (403: the key may not be "
+            "used from there), limited (429: a limit is spent), "
             "unavailable (503).",
             labels=["outcome"],
         )

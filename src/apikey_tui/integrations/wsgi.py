@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from apikey_tui.errors import AuthError
+from apikey_tui.integrations.clients import environ_client
 from apikey_tui.integrations.guard import GuardedApp
 
 if TYPE_CHECKING:
@@ -27,6 +28,7 @@ class ApiKeyWSGIMiddleware(GuardedApp["WSGIApplication", "WSGIEnvironment"]):
     """
 
     authorization = staticmethod(environ_authorization)
+    client_reader = staticmethod(environ_client)
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         try:

@@ -1,7 +1,7 @@
 """Limits per key and per owner: N requests per epoch-aligned window, leased from a shared store."""
 
 from apikey_tui.limits.decisions import ADMITTED, Admitted, Decision, Refused, Unavailable
-from apikey_tui.limits.limiter import LEASE_DEFAULT, Limiter, lease_size
+from apikey_tui.limits.limiter import LEASE_DEFAULT, Lease, Limiter, lease_size
 from apikey_tui.limits.model import (
     AppliedLimit,
     Limit,
@@ -23,6 +23,7 @@ __all__ = [
     "Decision",
     "FailMode",
     "Grant",
+    "Lease",
     "Limit",
     "LimitStore",
     "Limiter",

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from itertools import repeat
+from operator import length_hint
+from time import monotonic
+from typing import Final
 
 from apikey_tui.clock import Clock, system_clock
 from apikey_tui.errors import InvalidInputError, StoreUnavailableError
@@ -24,30 +28,46 @@ def lease_size(count: int, lease: int) -> int:
     return min(lease, max(1, count // LEASE_SHARE))
 
 
-class _Lease:
+# A token is a 1 drawn by `next()` from `itertools.repeat(1, n)`: one C call that no other thread
+# can split, so a lease in hand is spent without the lock (as the usage tallies are counted).
+_NONE: Final[Iterator[int]] = repeat(1, 0)  # no tokens: `next(_NONE, 0)` is always 0
+
+
+class Lease:
     """Tokens of one limit key's window that the store granted to this process, not yet spent.
 
-    deadline: the monotonic time until which they may be spent (never later than the store's
-    window end, see Limiter._merge); exhausted: the store granted 0 in that window, so every
-    request is refused until the deadline without asking it again.
+    held: (deadline, tokens), read and replaced whole, so a thread that spends without the lock
+    sees tokens only with their own deadline: the monotonic time until which they may be spent
+    (never later than the store's window end, see Limiter._merge). Tokens are taken one by one
+    with `next(tokens, 0)`; a token is only ever put back, or more added, by draining the
+    iterator and replacing the pair under the lock (`Limiter._refill`), so each token is spent
+    once. exhausted: the store granted 0 in that window, so every request is refused until the
+    deadline without asking it again. A verifier holds the Lease objects of a key on its cached
+    caller (`Limiter.leases`): they live as long as the limiter, a fork only empties them.
     """
 
-    __slots__ = ("deadline", "exhausted", "tokens", "window_end")
+    __slots__ = ("exhausted", "held", "window_end")
 
     def __init__(self) -> None:
-        self.tokens = 0
-        self.deadline = float("-inf")
+        self.held: tuple[float, Iterator[int]] = (float("-inf"), _NONE)
         self.exhausted = False
         self.window_end = float("-inf")  # the store's end of the window the tokens are of
+
+    def left(self, now: float) -> int:
+        """Tokens in hand at `now` (others may spend them meanwhile unless none are left)."""
+        deadline, tokens = self.held
+        return length_hint(tokens) if now < deadline else 0
 
 
 class Limiter:
     """Admits or refuses a request under limits shared by every process using one store.
 
-    Thread-safe and fork-safe. `admit` with a lease in hand for every limit is a lock, a dict
-    lookup and a decrement per limit: no store call, no allocation. Without tokens it asks the
-    store for a lease of `lease_size` tokens in one atomic take; a window the store says is spent
-    refuses every request locally until it turns.
+    Thread-safe and fork-safe. With a lease in hand for every limit, `spend` (a verifier's
+    warm check: the Lease objects held on its cached caller) takes a token of each without the
+    lock, and `admit` under it (a lock, a dict lookup and a token per limit): no store call, no
+    allocation. Without tokens, `admit` asks the store for a lease of `lease_size` tokens in
+    one atomic take; a window the store says is spent refuses every request locally until it
+    turns.
 
     clock: the wall clock, read only in fail-open (the windows of the local allowance).
     """
@@ -67,7 +87,7 @@ class Limiter:
         self._outage = outage or Outage()
         self._clock = clock
         self._lock = threading.Lock()
-        self._leases: dict[str, _Lease] = {}
+        self._leases: dict[str, Lease] = {}
         self._boot = ""  # the store's boot id last seen: '' until the first take
         self._down_until = float("-inf")  # monotonic: the store failed; not asked before this
         self._local: dict[str, tuple[int, int]] = {}  # fail-open: key -> (window, admitted)
@@ -75,59 +95,111 @@ class Limiter:
         self.store_failures = 0
         reset_in_child(self._after_fork)
 
+    def leases(self, limits: Sequence[AppliedLimit]) -> tuple[Lease, ...]:
+        """The Lease of each limit, in order, made empty if new: a caller holds them to `spend`."""
+        with self._lock:
+            return tuple(self._lease_of(applied.key) for applied in limits)
+
+    def _lease_of(self, key: str) -> Lease:
+        lease = self._leases.get(key)
+        if lease is None:
+            lease = self._leases[key] = Lease()
+        return lease
+
+    def spend(self, leases: Sequence[Lease], clock: Callable[[], float] = monotonic) -> bool:
+        """One token of every lease, without the lock: True, or False with nothing spent (the
+        caller then asks `admit`, which leases or refuses).
+
+        Thread-safe through `next()` alone: a token goes to one request. The clock is read
+        after the token is taken and judged against that token's own deadline (read with it),
+        so however long a thread was held up, no token is spent after its window's end: one
+        taken too late is void, as it would be unspent. Tokens taken for a request that another
+        lease then refuses are put back, under the lock.
+        """
+        if len(leases) == 1:  # the usual case, without the loop (a warm check's cost)
+            deadline, tokens = leases[0].held
+            return next(tokens, 0) == 1 and clock() < deadline
+        taken: list[tuple[Lease, tuple[float, Iterator[int]]]] = []
+        for lease in leases:
+            held = lease.held
+            if not next(held[1], 0):
+                break
+            taken.append((lease, held))
+        else:
+            now = clock()
+            if all(now < held[0] for _lease, held in taken):
+                return True
+        if taken:
+            with self._lock:
+                self._put_back(taken)
+        return False
+
     def admit(self, limits: Sequence[AppliedLimit], now: float) -> Decision:
         """ADMITTED (one token of every limit spent), Refused or Unavailable.
 
         now: time.monotonic(), read at or before this call. A refused request consumes nothing.
         """
-        leases = self._leases
         with self._lock:
-            if len(limits) == 1:  # the usual case, without the loops (a warm check's cost)
-                lease = leases.get(limits[0].key)
-                if lease is not None and lease.tokens > 0 and now < lease.deadline:
-                    lease.tokens -= 1
-                    return ADMITTED
-            else:
-                for applied in limits:
-                    lease = leases.get(applied.key)
-                    if lease is None or lease.tokens <= 0 or now >= lease.deadline:
-                        break
-                else:
-                    for applied in limits:
-                        leases[applied.key].tokens -= 1
-                    return ADMITTED
+            if self._take_all(limits, now):
+                return ADMITTED
         return self._admit_cold(limits, now)
 
     def admit_local(self, limits: Sequence[AppliedLimit], now: float) -> Decision | None:
         """admit without a store call: ADMITTED with tokens in hand, Refused for a window known
         to be spent, the outage's answer while the store is left alone; None when only the
         store can say (an event loop then asks `admit` in a thread)."""
-        decision = self._spend(limits, now)
-        if decision is not None:
-            return decision
         with self._lock:
-            missing = self._missing(limits, now)
-            if isinstance(missing, Refused):
-                return missing
-            if missing is None:
-                for applied in limits:
-                    self._leases[applied.key].tokens -= 1
-                return ADMITTED
+            while True:
+                missing = self._missing(limits, now)
+                if isinstance(missing, Refused):
+                    return missing
+                if missing is not None:
+                    break
+                if self._take_all(limits, now):
+                    return ADMITTED
             if now < self._down_until:
                 return self._during_outage(limits, now)
         return None
 
-    def _spend(self, limits: Sequence[AppliedLimit], now: float) -> Decision | None:
-        """ADMITTED if every limit has a token in hand (one of each spent), else None."""
-        leases = self._leases
-        with self._lock:
-            for applied in limits:
-                lease = leases.get(applied.key)
-                if lease is None or lease.tokens <= 0 or now >= lease.deadline:
-                    return None
-            for applied in limits:
-                leases[applied.key].tokens -= 1
-        return ADMITTED
+    def _take_all(self, limits: Sequence[AppliedLimit], now: float) -> bool:
+        """Under the lock: one token of every limit, or none (False: one had none in hand)."""
+        if len(limits) == 1:  # the usual case, without the list
+            lease = self._leases.get(limits[0].key)
+            if lease is None:
+                return False
+            deadline, tokens = lease.held
+            return now < deadline and next(tokens, 0) == 1
+        taken: list[tuple[Lease, tuple[float, Iterator[int]]]] = []
+        for applied in limits:
+            lease = self._leases.get(applied.key)
+            if lease is None:
+                break
+            held = lease.held
+            if now >= held[0] or not next(held[1], 0):
+                break
+            taken.append((lease, held))
+        else:
+            return True
+        self._put_back(taken)
+        return False
+
+    def _put_back(self, taken: Sequence[tuple[Lease, tuple[float, Iterator[int]]]]) -> None:
+        """Under the lock: return tokens a refused request took, each to the tokens it came
+        from; a lease renewed since keeps its new tokens only (the old one is lost: never
+        spent in a window it was not granted for)."""
+        for lease, held in taken:
+            if lease.held is held:
+                self._refill(lease, held[0], 1)
+
+    @staticmethod
+    def _refill(lease: Lease, deadline: float, more: int) -> None:
+        """Under the lock: the lease's tokens in hand plus `more`, until `deadline`.
+
+        The tokens left are counted by draining them (`sum`, each 1 taken once, whoever else
+        is spending), so none is counted twice; spenders holding the drained iterator find it
+        empty and come to the lock."""
+        left = sum(lease.held[1])
+        lease.held = (deadline, repeat(1, left + more) if left + more else _NONE)
 
     def _admit_cold(self, limits: Sequence[AppliedLimit], now: float) -> Decision:
         """Lease what is missing (one take per limit, outside the lock), then spend or refuse."""
@@ -137,9 +209,9 @@ class Limiter:
                 if isinstance(missing, Refused):
                     return missing
                 if missing is None:
-                    for applied in limits:
-                        self._leases[applied.key].tokens -= 1
-                    return ADMITTED
+                    if self._take_all(limits, now):
+                        return ADMITTED
+                    continue  # a spender took the last token meanwhile: look again
                 if now < self._down_until:
                     return self._during_outage(limits, now)
                 known_boot = self._boot
@@ -163,15 +235,16 @@ class Limiter:
         Refused when one's window is known to be spent (checked before any store call)."""
         missing: AppliedLimit | None = None
         for applied in limits:
-            lease = self._leases.get(applied.key)
-            if lease is None:
-                lease = self._leases[applied.key] = _Lease()
-            if now >= lease.deadline:
-                lease.tokens, lease.exhausted = 0, False
-            if lease.tokens > 0:
+            lease = self._lease_of(applied.key)
+            deadline = lease.held[0]
+            if now >= deadline:
+                lease.exhausted = False
+                if lease.held[1] is not _NONE:
+                    lease.held = (deadline, _NONE)
+            if lease.left(now) > 0:
                 continue
             if lease.exhausted:
-                return Refused(lease.deadline - now, applied)
+                return Refused(deadline - now, applied)
             if missing is None:
                 missing = applied
         return missing
@@ -184,15 +257,17 @@ class Limiter:
         A grant of an older window than the lease's (a slow answer overtaken) is dropped.
         """
         self._boot = grant.boot
-        lease = self._leases.setdefault(key, _Lease())
+        lease = self._lease_of(key)
         deadline = sent + (grant.window_end - grant.store_now)
-        if grant.window_end > lease.window_end or sent >= lease.deadline:
-            lease.window_end, lease.tokens, lease.deadline = grant.window_end, 0, deadline
-            lease.exhausted = False
+        if grant.window_end > lease.window_end or sent >= lease.held[0]:
+            # A new window: the old tokens are void (not carried over), spent only by a
+            # request whose moment came before their own deadline.
+            lease.window_end, lease.exhausted = grant.window_end, False
+            lease.held = (deadline, repeat(1, grant.granted) if grant.granted else _NONE)
         elif grant.window_end < lease.window_end:
             return
-        lease.tokens += grant.granted
-        lease.deadline = max(lease.deadline, deadline)
+        else:
+            self._refill(lease, max(lease.held[0], deadline), grant.granted)
         if grant.granted == 0:
             lease.exhausted = True
 
@@ -205,31 +280,39 @@ class Limiter:
             return Unavailable(retry)
         moment = self._clock().timestamp()
         share = self._outage.processes
+        taken: list[tuple[Lease, tuple[float, Iterator[int]]]] = []
+        local: list[AppliedLimit] = []
         for applied in limits:
-            lease = self._leases[applied.key]
-            if lease.tokens > 0 and now < lease.deadline:
+            lease = self._lease_of(applied.key)
+            held = lease.held
+            if now < held[0] and next(held[1], 0):
+                taken.append((lease, held))
                 continue
             limit = applied.limit
             window, used = self._local.get(applied.key, (-1, 0))
             if window != window_of(moment, limit.seconds):
                 used = 0
             if used >= limit.count // share:
+                self._put_back(taken)
                 end = (window_of(moment, limit.seconds) + 1) * limit.seconds
                 return Refused(end - moment, applied)
-        for applied in limits:
-            lease = self._leases[applied.key]
-            if lease.tokens > 0 and now < lease.deadline:
-                lease.tokens -= 1
-                continue
+            local.append(applied)
+        for applied in local:
             window = window_of(moment, applied.limit.seconds)
             known, used = self._local.get(applied.key, (-1, 0))
             self._local[applied.key] = (window, used + 1 if known == window else 1)
         return ADMITTED
 
     def _after_fork(self) -> None:
-        """In a forked child: the parent's leases and connections stay the parent's."""
+        """In a forked child: the parent's leases and connections stay the parent's. The Lease
+        objects stay (verifiers hold them), emptied: a lease is never spent twice."""
         self._lock = threading.Lock()
-        self._leases = {}
+        for lease in self._leases.values():
+            lease.held, lease.exhausted, lease.window_end = (
+                (float("-inf"), _NONE),
+                False,
+                float("-inf"),
+            )
         self._local = {}
         self._down_until = float("-inf")
         self._store.forget_connections()

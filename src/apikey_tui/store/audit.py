@@ -8,10 +8,10 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, or_
+from sqlalchemy import and_, func, or_
 from sqlmodel import Session, col, select
 
-from apikey_tui.db.models import EventRow, KeyRow
+from apikey_tui.db.models import EventRow, KeyRow, PreviousIdRow
 from apikey_tui.store.context import StoreContext
 from apikey_tui.store.credentials import announce
 from apikey_tui.store.records import key_row, like_pattern, read_info
@@ -119,12 +119,19 @@ def key_detail(ctx: StoreContext, owner: str, name: str, limit: int = 100) -> Ke
     """Return a key, the event that created or last recreated it, and its newest events.
 
     Events are matched by owner and name, so a key deleted and created again under the same
-    name shares its history with the earlier one.
+    name shares its history with the earlier one; and by the key's public ids (current and
+    earlier), so a key transferred from another owner keeps the history it had there.
     """
-    mine = (EventRow.owner == owner, EventRow.key_name == name)
     newest = col(EventRow.id).desc()
     with ctx.session() as session:
-        info = read_info(session, key_row(session, owner, name), ctx.clock())
+        row = key_row(session, owner, name)
+        info = read_info(session, row, ctx.clock())
+        ids = [
+            row.public_id,
+            *session.exec(select(PreviousIdRow.public_id).where(PreviousIdRow.key_id == row.id)),
+        ]
+        named = and_(col(EventRow.owner) == owner, col(EventRow.key_name) == name)
+        mine = (or_(named, col(EventRow.public_id).in_(ids)),)
         origin = session.exec(
             select(EventRow)
             .where(*mine, col(EventRow.action).in_(("key.create", "key.recreate", "key.rotate")))

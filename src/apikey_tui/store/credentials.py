@@ -19,16 +19,20 @@ from apikey_tui.clock import Clock, system_clock
 from apikey_tui.db import WRITE, database_errors
 from apikey_tui.db.models import (
     KeyRow,
-    OwnerLimitRow,
+    OwnerNetworkRow,
+    OwnerRow,
     UsageBatchTable,
     UsageTable,
     usage_minute,
 )
 from apikey_tui.hashing import SecretHasher
 from apikey_tui.limits.model import Limit, limits_of_text
+from apikey_tui.networks import NetworkRules, rules_of_text
 from apikey_tui.store import change_log
 from apikey_tui.store.change_log import Change as Change  # the verifier's view of a change
 from apikey_tui.store.context import StoreContext
+from apikey_tui.store.metadata import NO_META as NO_META  # the verifier's empty caller.meta
+from apikey_tui.store.metadata import caller_meta
 from apikey_tui.store.records import (
     INFO_COLUMNS,
     KEY_TABLE,
@@ -53,6 +57,8 @@ _MARK_BATCH = (
 
 # PostgreSQL: every recorded change also NOTIFYs this channel in its own transaction, so
 # verifiers on every host hear of it at commit (and never before: a rolled-back change is silent).
+# The notice names the schema the change was made in: one channel serves a whole database, and a
+# deployment in another schema must not wake this one's verifiers (a read of the log per notice).
 CHANGE_CHANNEL = "apikey_tui_changes"
 
 
@@ -61,7 +67,8 @@ def announce(session: Session, public_ids: Iterable[str | None], now: datetime) 
     change_log.append(session, public_ids, now)
     if session.get_bind().dialect.name == "postgresql":
         with session.no_autoflush:  # pending rows flush at commit, where callers expect it
-            session.execute(sa_select(func.pg_notify(CHANGE_CHANNEL, "")))
+            schema = func.coalesce(func.current_schema(), "")
+            session.execute(sa_select(func.pg_notify(CHANGE_CHANNEL, schema)))
 
 
 @dataclass(frozen=True)
@@ -82,13 +89,19 @@ class Credential:
     disabled: bool = False
     # Limits (schema version 9): the key's own are info.limits; its owner's pool is here.
     owner_limits: tuple[Limit, ...] = ()
+    # Networks (schema version 10): the key's own are info.networks; its owner's are here.
+    owner_networks: NetworkRules | None = None
+    # Schema version 11: what services read as caller.meta, the owner's metadata with the
+    # key's on top, built once here so a request reads it with no query (`metadata.caller_meta`).
+    meta: Mapping[str, str] = field(default_factory=lambda: NO_META, compare=False)
 
     def works(self, now: datetime) -> bool:
         """Whether this secret works at now (`records.secret_works`)."""
         return secret_works(self.disabled, self.expires_at, now)
 
 
-OWNER_LIMIT_TABLE: Table = OwnerLimitRow.__table__  # type: ignore[attr-defined]
+OWNER_TABLE: Table = OwnerRow.__table__  # type: ignore[attr-defined]
+OWNER_NETWORK_TABLE: Table = OwnerNetworkRow.__table__  # type: ignore[attr-defined]
 
 # Built once: on SQLite, building a select() costs more than running it.
 _CREDENTIAL = (
@@ -99,12 +112,14 @@ _CREDENTIAL = (
         KEY_TABLE.c.old_secret_hash,
         KEY_TABLE.c.old_fingerprint,
         SCOPE_TABLE.c.scope,
-        OWNER_LIMIT_TABLE.c.limits.label("owner_limits"),
+        OWNER_TABLE.c.limits.label("owner_limits"),
+        OWNER_TABLE.c.meta.label("owner_meta"),
+        OWNER_NETWORK_TABLE.c.networks.label("owner_networks"),
     )
     .select_from(
-        KEY_TABLE.outerjoin(SCOPE_TABLE, SCOPE_TABLE.c.key_id == KEY_TABLE.c.id).outerjoin(
-            OWNER_LIMIT_TABLE, OWNER_LIMIT_TABLE.c.owner == KEY_TABLE.c.owner
-        )
+        KEY_TABLE.outerjoin(SCOPE_TABLE, SCOPE_TABLE.c.key_id == KEY_TABLE.c.id)
+        .outerjoin(OWNER_TABLE, OWNER_TABLE.c.owner == KEY_TABLE.c.owner)
+        .outerjoin(OWNER_NETWORK_TABLE, OWNER_NETWORK_TABLE.c.owner == KEY_TABLE.c.owner)
     )
     .where(
         or_(
@@ -142,10 +157,11 @@ class CredentialReads(StoreContext):
         public_id may be a key's current id or a rotated key's previous id while its grace runs
         (by the store's clock; after it, None). Expired and disabled keys are returned, marked
         (expires_at, disabled), for the verifier to refuse. One prebuilt SELECT joining the
-        scopes, on a reused connection: a cold check costs one round trip.
+        scopes, on a reused connection (on SQLite a prepared statement, `change_log.fetch`): a
+        cold check costs one round trip.
         """
         with self._reads.connection() as conn:
-            rows = conn.execute(_CREDENTIAL, {"pid": public_id}).all()
+            rows = change_log.fetch(conn, _CREDENTIAL, {"pid": public_id})
         if not rows:
             return None
         r = rows[0]
@@ -154,13 +170,19 @@ class CredentialReads(StoreContext):
         info = key_info(r, scopes, now, public_id=public_id)
         disabled = r.disabled_at is not None
         pool = limits_of_text(r.owner_limits)
+        fence = rules_of_text(r.owner_networks)
+        meta = caller_meta(r.owner_meta, r.meta)
         if r.public_id == public_id:
-            return Credential(info, r.secret_hash, r.fingerprint, r.expires_at, disabled, pool)
+            return Credential(
+                info, r.secret_hash, r.fingerprint, r.expires_at, disabled, pool, fence, meta
+            )
         if not in_grace(r.old_public_id, r.grace_until, now) or r.old_secret_hash is None:
             return None  # the previous secret's grace has ended
         assert r.grace_until is not None
         until = previous_until(r.expires_at, r.grace_until)
-        return Credential(info, r.old_secret_hash, r.old_fingerprint, until, disabled, pool)
+        return Credential(
+            info, r.old_secret_hash, r.old_fingerprint, until, disabled, pool, fence, meta
+        )
 
     def key_count(self) -> int:
         """How many keys there are (to size the verifier's key index)."""

@@ -15,6 +15,7 @@ from apikey_tui.db import ensure_schema, make_engine
 from apikey_tui.hashing import SecretHasher
 from apikey_tui.limits.model import Limit
 from apikey_tui.names import format_duration
+from apikey_tui.networks import NetworkRules
 from apikey_tui.store import (
     audit,
     bulk,
@@ -22,7 +23,11 @@ from apikey_tui.store import (
     leaks,
     lifecycle,
     limit_use,
+    network_use,
+    offboarding,
     owner_limits,
+    owner_networks,
+    owners,
     policy,
     queries,
     rightsizing,
@@ -33,7 +38,11 @@ from apikey_tui.store.bulk import Batch
 from apikey_tui.store.credentials import Credential, CredentialReads
 from apikey_tui.store.lifecycle import Deliver
 from apikey_tui.store.limit_use import NEAR_CHECK_MAX, NEAR_SHARE, LimitUses, NearLimits
+from apikey_tui.store.network_use import NetworkUse
+from apikey_tui.store.offboarding import Preview
 from apikey_tui.store.owner_limits import OwnerLimits
+from apikey_tui.store.owner_networks import OwnerNetworks
+from apikey_tui.store.owners import OwnerInfo
 from apikey_tui.store.queries import Cancel
 from apikey_tui.store.rightsizing import Proposal, Rightsizing
 from apikey_tui.store.types import (
@@ -87,13 +96,27 @@ class KeyStore(CredentialReads):
         expires: Expiry | None = None,
         deliver: Deliver | None = None,
         limits: Iterable[Limit] = (),
+        networks: NetworkRules | None = None,
+        meta: Iterable[tuple[str, str]] = (),
+        tags: Iterable[tuple[str, str]] = (),
     ) -> CreatedKey:
         """Create a key; return it with its plaintext, shown once (`lifecycle.create_key`).
 
         limits: the key's own (N/DURATION each, one per window length; none by default).
+        networks: where it may be used from (None: anywhere).
+        meta: reaches services as caller.meta; tags: for admins' filters (`store.metadata`).
         """
         return lifecycle.create_key(
-            self, owner, name, scopes, expires=expires, deliver=deliver, limits=limits
+            self,
+            owner,
+            name,
+            scopes,
+            expires=expires,
+            deliver=deliver,
+            limits=limits,
+            networks=networks,
+            meta=meta,
+            tags=tags,
         )
 
     def delete_key(
@@ -226,6 +249,104 @@ class KeyStore(CredentialReads):
         """Give every key exactly these limits (none lifts them); undone like scopes."""
         return bulk.set_limits(self, keys, limits)
 
+    def set_networks_of_keys(self, keys: Sequence[KeyInfo], networks: NetworkRules | None) -> Batch:
+        """Give every key exactly these network rules (None: from anywhere); undone like
+        scopes."""
+        return bulk.set_networks(self, keys, networks)
+
+    def network_use(
+        self, owner: str, name: str, days: int = network_use.DEFAULT_DAYS
+    ) -> NetworkUse:
+        """Where the key was used from in the last `days` days, the smallest list of networks
+        covering it (`proposal`), and its recent refusals for the network."""
+        return network_use.network_use(self, owner, name, days)
+
+    # --- owners' network rules: every key of the owner must pass them (`owner_networks`) -----
+
+    def owner_networks(self, owner: str) -> NetworkRules | None:
+        """The owner's network rules (None: none)."""
+        return owner_networks.owner_networks(self, owner)
+
+    def set_owner_networks(self, owner: str, networks: NetworkRules | None) -> OwnerNetworks:
+        """Give an owner exactly these rules (None lifts them); audited, undone by
+        `undo_owner_networks`."""
+        return owner_networks.set_owner_networks(self, owner, networks)
+
+    def undo_owner_networks(self, done: OwnerNetworks) -> OwnerNetworks:
+        """Put an owner's rules back as they were before `done` (refused if changed since)."""
+        return owner_networks.restore_owner_networks(self, done)
+
+    def set_meta_of_keys(self, keys: Sequence[KeyInfo], meta: Iterable[tuple[str, str]]) -> Batch:
+        """Give every key exactly this metadata (services read it as caller.meta); undoable."""
+        return bulk.set_meta(self, keys, meta)
+
+    def set_tags_of_keys(self, keys: Sequence[KeyInfo], tags: Iterable[tuple[str, str]]) -> Batch:
+        """Give every key exactly these tags (none clears them); undoable."""
+        return bulk.set_tags(self, keys, tags)
+
+    def transfer_keys(self, keys: Sequence[KeyInfo], to: str) -> Batch:
+        """Give keys to another owner, secrets and public ids unchanged; undoable."""
+        return bulk.transfer(self, keys, to)
+
+    # --- owners: people, teams, service accounts (`owners`) and offboarding -------------------
+
+    def add_owner(
+        self,
+        name: str,
+        kind: str,
+        *,
+        members: Iterable[str] = (),
+        description: str = "",
+        meta: Iterable[tuple[str, str]] = (),
+    ) -> OwnerInfo:
+        """Add a person, team or service account (`owners.add_owner`)."""
+        return owners.add_owner(
+            self, name, kind, members=members, description=description, meta=meta
+        )
+
+    def change_owner(
+        self,
+        name: str,
+        *,
+        kind: str | None = None,
+        description: str | None = None,
+        meta: Iterable[tuple[str, str]] | None = None,
+    ) -> tuple[OwnerInfo, OwnerInfo]:
+        """Change an owner's kind, description or metadata; before and after."""
+        return owners.change_owner(self, name, kind=kind, description=description, meta=meta)
+
+    def change_members(
+        self, name: str, *, add: Iterable[str] = (), remove: Iterable[str] = ()
+    ) -> OwnerInfo:
+        """Add or remove members of a team or service account."""
+        return owners.change_members(self, name, add=add, remove=remove)
+
+    def remove_owner(self, name: str) -> OwnerInfo:
+        """Remove an owner that owns no key."""
+        return owners.remove_owner(self, name)
+
+    def get_owner(self, name: str) -> OwnerInfo:
+        """One owner with members, memberships and key count."""
+        return owners.get_owner(self, name)
+
+    def list_owners(self, kind: str | None = None) -> list[OwnerInfo]:
+        """Every owner (of one kind), by name."""
+        return owners.list_owners(self, kind)
+
+    def offboard_preview(self, person: str) -> Preview:
+        """What a person holds and what would break (`offboarding.preview`)."""
+        return offboarding.preview(self, person)
+
+    def offboard(
+        self,
+        seen: Preview,
+        *,
+        reason: str = "",
+        transfers: dict[tuple[str, str], str] | None = None,
+    ) -> Batch:
+        """Offboard as previewed, in one batch `undo` reverses (`offboarding.apply`)."""
+        return offboarding.apply(self, seen, reason=reason, transfers=transfers)
+
     # --- owners' limits: one pool for all of an owner's keys (`owner_limits`) ----------------
 
     def owner_limits(self, owner: str) -> tuple[Limit, ...]:
@@ -278,7 +399,7 @@ class KeyStore(CredentialReads):
         return bulk.rotate(self, keys, grace)
 
     def undo(self, done: Batch) -> Batch:
-        """Restore each key of a disable, enable, expiry or scopes batch (`bulk.restore`)."""
+        """Restore each key of an undoable batch (`bulk.UNDOABLE`, `bulk.restore`)."""
         return bulk.restore(self, done)
 
     # --- keys: reads ---------------------------------------------------------------------------

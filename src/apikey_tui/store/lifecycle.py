@@ -20,14 +20,25 @@ from apikey_tui.errors import DuplicateKeyNameError, InvalidInputError, KeyState
 from apikey_tui.hashing import fingerprint
 from apikey_tui.limits.model import Limit, limits_text
 from apikey_tui.names import (
+    OWNER_MAX,
     check_key_name,
     check_owner,
     check_reason,
     check_span,
     format_moment,
 )
-from apikey_tui.store import audit, catalog, policy
+from apikey_tui.networks import NetworkRules, rules_note, rules_of_text, rules_text
+from apikey_tui.store import audit, catalog, owners, policy
 from apikey_tui.store.context import StoreContext
+from apikey_tui.store.metadata import (
+    Pairs,
+    check_meta,
+    check_tags,
+    meta_of_text,
+    meta_text,
+    pairs_words,
+    tags_text,
+)
 from apikey_tui.store.records import in_grace, key_info, key_row, read_info
 from apikey_tui.store.types import (
     LEAK_REASON,
@@ -59,8 +70,14 @@ def create_key(
     expires: Expiry | None = None,
     deliver: Deliver | None = None,
     limits: Iterable[Limit] = (),
+    networks: NetworkRules | None = None,
+    meta: Iterable[tuple[str, str]] = (),
+    tags: Iterable[tuple[str, str]] = (),
 ) -> CreatedKey:
     """Create a key; return it with its plaintext, which is shown once and never stored.
+
+    The owner gets a row, a person, if it has none (`owners.ensure_person`); the key records
+    its creator (the actor). meta and tags: checked by `metadata` (none by default).
 
     expires: a span from now, a moment, or NEVER; None means the default, which is the
     lifetime policy's maximum when one is set and no expiry otherwise. An expiry past the
@@ -72,6 +89,7 @@ def create_key(
     check_key_name(name)
     wanted = catalog.wanted_scopes(scopes)
     stored_limits = limits_text(limits)
+    stored_meta, stored_tags = meta_text(check_meta(meta)), tags_text(check_tags(tags))
     parts, plaintext = keyformat.generate()
     # Hash before the transaction: argon2 work must not hold the database's write lock.
     secret_hash = ctx.hasher.hash(parts.secret)
@@ -84,6 +102,10 @@ def create_key(
         fingerprint=fingerprint(parts.public_id, parts.secret),
         created_at=now,
         limits=stored_limits,
+        networks=rules_text(networks),
+        created_by=ctx.actor.user[:OWNER_MAX],
+        meta=stored_meta,
+        tags=stored_tags,
     )
     conflicts = {
         UNIQUE: lambda: DuplicateKeyNameError(owner, name),
@@ -91,6 +113,7 @@ def create_key(
     }
     with ctx.session(write=True, conflicts=conflicts) as session:
         catalog.check_catalog(session, wanted)
+        owners.ensure_person(session, owner)
         row.expires_at = policy.expiry(session, expires, start=now, now=now)
         session.add(row)
         session.flush()
@@ -100,6 +123,12 @@ def create_key(
         detail = f"scopes: {' '.join(wanted)}" + policy.expiry_note(row.expires_at)
         if stored_limits:
             detail += f"; limits: {stored_limits}"
+        if networks is not None:
+            detail += "; " + rules_note(networks, None).partition(" (were")[0]
+        if stored_tags:
+            detail += f"; tags: {stored_tags}"
+        if stored_meta:
+            detail += "; meta: " + pairs_words(meta_of_text(stored_meta))
         audit.record(ctx, session, "key.create", info, detail=detail)
         if deliver is not None:
             deliver(CreatedKey(info, plaintext))
@@ -450,6 +479,67 @@ def set_limits_in(
     info = read_info(session, row, ctx.clock())
     detail = f"limits: {row.limits or 'none'} (were {was or 'none'})"
     audit.record(ctx, session, "key.limits", info, detail=detail, batch=batch)
+    return info
+
+
+def set_networks_in(
+    ctx: StoreContext,
+    session: Session,
+    owner: str,
+    name: str,
+    networks: NetworkRules | None,
+    expected_public_id: str | None,
+    batch: str | None = None,
+) -> KeyInfo:
+    """Give a key exactly these network rules (None: usable from anywhere) inside session's
+    transaction; one key.networks event, which reaches the change log (the caller commits)."""
+    row = key_row(session, owner, name, lock=True, expected_public_id=expected_public_id)
+    was = rules_of_text(row.networks)
+    row.networks = rules_text(networks)
+    session.add(row)
+    session.flush()
+    info = read_info(session, row, ctx.clock())
+    audit.record(ctx, session, "key.networks", info, detail=rules_note(networks, was), batch=batch)
+    return info
+
+
+def set_meta_in(
+    ctx: StoreContext,
+    session: Session,
+    owner: str,
+    name: str,
+    meta: Pairs,
+    expected_public_id: str | None,
+    batch: str | None = None,
+) -> KeyInfo:
+    """Give a key exactly this metadata (checked: `metadata.check_meta`) inside session's
+    transaction; one key.meta event, in the change log: services read it as caller.meta."""
+    row = key_row(session, owner, name, lock=True, expected_public_id=expected_public_id)
+    row.meta = meta_text(meta)
+    session.add(row)
+    session.flush()
+    info = read_info(session, row, ctx.clock())
+    audit.record(ctx, session, "key.meta", info, detail=pairs_words(meta) or "none", batch=batch)
+    return info
+
+
+def set_tags_in(
+    ctx: StoreContext,
+    session: Session,
+    owner: str,
+    name: str,
+    tags: Pairs,
+    expected_public_id: str | None,
+    batch: str | None = None,
+) -> KeyInfo:
+    """Give a key exactly these tags (checked: `metadata.check_tags`) inside session's
+    transaction; one key.tags event."""
+    row = key_row(session, owner, name, lock=True, expected_public_id=expected_public_id)
+    row.tags = tags_text(tags)
+    session.add(row)
+    session.flush()
+    info = read_info(session, row, ctx.clock())
+    audit.record(ctx, session, "key.tags", info, detail=row.tags or "none", batch=batch)
     return info
 
 

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 
 from sqlmodel import Session, col, select
 
-from apikey_tui.db.models import KeyRow, OwnerLimitRow
+from apikey_tui.db.models import OwnerRow
 from apikey_tui.errors import KeyStateError
 from apikey_tui.limits.model import Limit, check_limits, limits_of_text, limits_text
 from apikey_tui.names import check_owner
-from apikey_tui.store import audit
+from apikey_tui.store import audit, owners
 from apikey_tui.store.context import StoreContext
 
 
@@ -31,7 +31,7 @@ def owner_limits(ctx: StoreContext, owner: str) -> tuple[Limit, ...]:
 
 
 def _read(session: Session, owner: str) -> tuple[Limit, ...]:
-    row = session.get(OwnerLimitRow, owner)
+    row = session.get(OwnerRow, owner)
     return limits_of_text(row.limits if row is not None else None)
 
 
@@ -54,30 +54,23 @@ def set_owner_limits(
     wanted = check_limits(limits)
     text = limits_text(wanted)
     with ctx.session(write=True) as session:
-        row = session.get(OwnerLimitRow, owner, with_for_update=True)
+        row = session.get(OwnerRow, owner, with_for_update=True)
         before = limits_of_text(row.limits if row is not None else None)
         if expected is not None and before != expected:
             raise KeyStateError(
                 f"the limits of {owner} changed after that change; nothing was undone"
             )
-        if text is None:
-            if row is not None:
-                session.delete(row)
-        elif row is None:
-            session.add(OwnerLimitRow(owner=owner, limits=text))
-        else:
-            row.limits = text
-            session.add(row)
-        ids = session.exec(
-            select(KeyRow.public_id, KeyRow.old_public_id).where(KeyRow.owner == owner)
-        ).all()
+        if row is None:  # an owner named first by its limits: a person until said otherwise
+            row = OwnerRow(owner=owner)
+        row.limits = text
+        session.add(row)
         note = f"owner limits: {text or 'none'} (were {limits_text(before) or 'none'})"
         audit.record(
             ctx,
             session,
             "owner.limits",
             detail=note + (f"; {detail}" if detail else ""),
-            also=[i for pair in ids for i in pair],
+            also=owners.key_ids(session, owner),
             owner=owner,
         )
         session.commit()
@@ -94,5 +87,7 @@ def restore_owner_limits(ctx: StoreContext, done: OwnerLimits) -> OwnerLimits:
 def owners_with_limits(ctx: StoreContext) -> dict[str, tuple[Limit, ...]]:
     """Every owner that has limits, with them."""
     with ctx.session() as session:
-        rows = session.exec(select(OwnerLimitRow).order_by(col(OwnerLimitRow.owner)))
+        rows = session.exec(
+            select(OwnerRow).where(col(OwnerRow.limits).is_not(None)).order_by(col(OwnerRow.owner))
+        )
         return {r.owner: limits_of_text(r.limits) for r in rows}

@@ -16,7 +16,8 @@ from apikey_tui.db import database_errors, key_indexes
 from apikey_tui.db.models import KeyRow
 from apikey_tui.errors import StoreUnavailableError
 from apikey_tui.names import check_span
-from apikey_tui.store import catalog, policy, states
+from apikey_tui.networks import MODES
+from apikey_tui.store import catalog, key_filter, policy, states
 from apikey_tui.store.context import StoreContext
 from apikey_tui.store.ordering import before, computed, order, sort_values
 from apikey_tui.store.records import (
@@ -209,22 +210,26 @@ def matching(
     hint_order: bool = False,
     now: datetime | None = None,
 ) -> list[Any]:
-    """WHERE terms: the owner, and the text in owner, name, public id or a scope's name, or
-    the start of a state's word (`states.WORDS`: `disabled`, `exp`, `grace`…) judged at now
-    (the store clock's, if not given).
+    """WHERE terms: the owner, the text's FIELD:VALUE terms (`key_filter`: tag, owner, kind,
+    state, scope), and its free text in owner, name, public id or a scope's name, or the start
+    of a state's word (`states.WORDS`: `disabled`, `exp`, `grace`…) judged at now (the store
+    clock's, if not given) or of a network mode's (`shadow`, `enforce`).
 
     The one key filter: the app's table and `keys list --filter` both read through it.
     """
     key, sqlite = KEY_TABLE, ctx.engine.dialect.name == "sqlite"
     terms: list[Any] = []
+    read = key_filter.parse(query.text)
+    if read:
+        terms += key_filter.conditions(read, ctx.clock() if now is None else now, sqlite=sqlite)
     # SQLite keeps no statistics unless ANALYZE ran, so it takes any owner for a handful of
     # keys and reads through the owner index; a unary + keeps it off that index where a
     # better path exists (the order's own index, or the trigram candidates below).
     # A computed order (State, Expires, Scopes) has no index: the owner's index is the path.
     owner_unindexed = sqlite and hint_order and query.sort not in ("owner", "name")
     owner_unindexed = owner_unindexed and not computed(query)
-    needle = query.text.strip()
-    if "\x00" in needle:
+    needle = read.free.strip()
+    if "\x00" in query.text:
         # No owner, name, id or scope holds a NUL; PostgreSQL and FTS5 refuse one outright.
         return [false()]
     if needle and not (query.owner and needle.lower() in query.owner.lower()):
@@ -255,9 +260,12 @@ def matching(
         kinds = states.kinds_named(needle)
         if kinds:
             found.append(states.kind_sql(kinds, ctx.clock() if now is None else now))
+        modes = networks_named(needle)
+        if modes:  # the key's own network mode: its stored rules start with it
+            found.extend(key.c.networks.like(f"{mode} %") for mode in modes)
         terms.append(or_(*found))
         # A state's keys hold no trigram of its word: the candidates would leave them out.
-        if sqlite and not kinds and _searchable(ctx, conn):
+        if sqlite and not kinds and not modes and _searchable(ctx, conn):
             # SQLite cannot serve LIKE '%text%' from an index, so a rare text would scan
             # every key; the trigram table names the few keys that may match, and the
             # exact terms above still decide. Common text scans: the first rows come fast.
@@ -272,6 +280,15 @@ def matching(
         else:
             terms.append(key.c.owner == query.owner)
     return terms
+
+
+def networks_named(text: str) -> list[str]:
+    """The network modes (`enforce`, `shadow`) whose word starts with text, at least as long as
+    a state's word must be: the filter finds keys by their own mode."""
+    needle = text.strip().lower()
+    if len(needle) < states.SHORTEST_WORD:
+        return []
+    return [mode for mode in MODES if mode.startswith(needle)]
 
 
 def _searchable(ctx: StoreContext, conn: Connection) -> bool:

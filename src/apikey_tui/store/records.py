@@ -12,6 +12,8 @@ from sqlmodel import Session, select
 from apikey_tui.db.models import KeyRow, KeyScopeRow
 from apikey_tui.errors import KeyChangedError, KeyNotFoundError
 from apikey_tui.limits.model import limits_of_text
+from apikey_tui.networks import rules_of_text
+from apikey_tui.store.metadata import meta_of_text, tags_of_text
 from apikey_tui.store.types import KeyInfo
 
 KEY_TABLE: Table = KeyRow.__table__  # type: ignore[attr-defined]
@@ -33,6 +35,10 @@ INFO_COLUMNS: tuple[Column[Any], ...] = tuple(
         "old_public_id",
         "grace_until",
         "limits",
+        "networks",
+        "created_by",
+        "meta",
+        "tags",
     )
 )
 
@@ -88,6 +94,10 @@ def key_info(
         old_public_id=row.old_public_id if grace else None,
         grace_until=row.grace_until if grace else None,
         limits=limits_of_text(row.limits),
+        networks=rules_of_text(row.networks),
+        created_by=row.created_by,
+        meta=meta_of_text(row.meta),
+        tags=tags_of_text(row.tags),
     )
 
 

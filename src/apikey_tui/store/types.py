@@ -9,6 +9,7 @@ from typing import Any
 from apikey_tui.config import current_user, ssh_client_address
 from apikey_tui.limits.model import Limit
 from apikey_tui.names import DESCRIPTION_MAX, printable
+from apikey_tui.networks import NetworkRules
 
 SORTS = ("owner", "name", "state", "expires", "public_id", "scopes", "created", "last_used")
 # A leak marks the key's secret, whatever the key's state: its disabled reason starts with
@@ -59,6 +60,15 @@ class KeyInfo:
     # Limits (schema version 9): the key's own, shortest window first. Its owner's pool, if
     # any, applies too (`KeyStore.owner_limits`).
     limits: tuple[Limit, ...] = ()
+    # Networks (schema version 10): where the key may be used from (None: anywhere). Its
+    # owner's rules, if any, apply too (`KeyStore.owner_networks`).
+    networks: NetworkRules | None = None
+    # Schema version 11: who made the key (None: not recorded), its metadata (services read
+    # it, with its owner's, as caller.meta) and its tags (admins filter by them); each sorted
+    # (name, value) pairs (`store.metadata`).
+    created_by: str | None = None
+    meta: tuple[tuple[str, str], ...] = ()
+    tags: tuple[tuple[str, str], ...] = ()
 
     @property
     def disabled(self) -> bool:
@@ -95,6 +105,10 @@ class KeyInfo:
             "old_public_id": self.old_public_id,
             "grace_until": _iso(self.grace_until),
             "limits": [str(limit) for limit in self.limits],
+            "networks": None if self.networks is None else self.networks.to_json(),
+            "created_by": self.created_by,
+            "meta": dict(self.meta),
+            "tags": dict(self.tags),
         }
 
 

@@ -44,6 +44,7 @@ from apikey_tui.tui.scope_picker import ScopePicker
 from apikey_tui.tui.screens.audit_trail import AuditTrailScreen
 from apikey_tui.tui.screens.key_detail import KeyDetailScreen
 from apikey_tui.tui.screens.live import LiveScreen
+from apikey_tui.tui.screens.owners import OwnersScreen
 from apikey_tui.tui.screens.scope_catalog import ScopeCatalogScreen
 from apikey_tui.tui.screens.usage import UsageScreen
 from apikey_tui.tui.textual_private import QuietCrashes
@@ -177,6 +178,16 @@ class ApiKeysApp(QuietCrashes):
         """Show the Usage view: busiest keys, 403s, wrong secrets, right-size proposals; live."""
         self.push_screen(UsageScreen(self))
 
+    def action_owners(self) -> None:
+        """Show the Owners view: kinds, members, key counts; pools, offboarding."""
+        self.push_screen(OwnersScreen(self, self.show_owner_keys))
+
+    def show_owner_keys(self, owner: str) -> None:
+        """The key table of one owner (the Owners view's Enter)."""
+        self.action_key_table()
+        self.owner = owner
+        self.switch_screen(KeysScreen(self))
+
     def action_help(self) -> None:
         """Show every key of every view and dialog, then the security rules."""
         self.push_screen(HelpScreen(help_sections()))
@@ -286,6 +297,7 @@ def help_sections() -> list[Section]:
             (UsageScreen,),
             (("↑ / ↓ / PgUp / PgDn", "scroll the four lists"),),
         ),
+        Section("Owners (:owners)", (OwnersScreen,)),
         Section("In the detail, catalog, audit trail and usage", (LiveScreen,)),
         Section(
             "Create a key (n), edit its scopes (e)",

@@ -111,7 +111,8 @@ ACTIONS: tuple[KeyAction, ...] = (
     ),
     KeyAction(
         "app.jump", "colon", "Jump", "Jump to a view",
-        "jump to a view: :keys, :scopes, :events, :usage", _BOTH, footer=False, at_once=True,
+        "jump to a view: :keys, :scopes, :events, :usage, :owners", _BOTH, footer=False,
+        at_once=True,
     ),
     KeyAction(
         "app.switch_owner", "o", "Owner", "Switch owner",
@@ -163,6 +164,28 @@ ACTIONS: tuple[KeyAction, ...] = (
         "apply_rightsize", "p", "Right-size", "Apply right-size proposal",
         "drop the scopes the key never used in 30 days (asks first, audited)", _DETAIL,
         footer=False,
+    ),
+    # Networks (issue 29): last, so help's earlier pages are as they were.
+    KeyAction(
+        "apply_networks", "N", "Networks", "Apply networks proposal",
+        "allow only the networks the key was used from in 30 days, in shadow mode (asks "
+        "first, audited)", _DETAIL, footer=False,
+    ),
+    # Owners (issue 30): after networks, so help's earlier pages are as they were.
+    KeyAction(
+        "app.owners", "", "Owners", "Owners",
+        "owners: kinds, members, key counts; limit pools, offboarding", _BOTH, footer=False,
+        view="owners",
+    ),
+    KeyAction(
+        "transfer", "T", "Transfer", "Transfer key",
+        "give the key to another owner: same secret, clients keep working (asks first)",
+        _DETAIL, footer=False, at_once=True,
+    ),
+    KeyAction(
+        "edit_tags", "g", "Tags", "Edit tags",
+        "set the key's tags: env=prod team=pay or none (audited, u undoes)", _DETAIL,
+        footer=False, at_once=True,
     ),
 )
 # fmt: on

@@ -14,12 +14,15 @@ from textual.screen import Screen
 from apikey_tui.errors import ApiKeyError, KeyNotFoundError
 from apikey_tui.names import (
     DESCRIPTION_MAX,
+    check_owner,
     check_reason,
     counted,
     parse_duration,
     read_expiry,
 )
 from apikey_tui.store import UNDOABLE, Batch, KeyInfo, KeyStore, ScopeInfo, states
+from apikey_tui.store.metadata import pairs_words
+from apikey_tui.store.network_use import NetworkUse, proposed_rules
 from apikey_tui.store.rightsizing import Proposal
 from apikey_tui.store.usage import DEFAULT_WINDOW
 from apikey_tui.tui.dialogs.ask_value import Answer, AskValueDialog
@@ -32,7 +35,13 @@ from apikey_tui.tui.messages import BatchDone, KeyCreated, KeyDeleted, KeyLifecy
 from apikey_tui.tui.session import Session
 from apikey_tui.tui.textual_private import forget_clipboard
 from apikey_tui.tui.times import WINDOW, absolute
-from apikey_tui.tui.undo_words import change_of, comes_back, limits_words
+from apikey_tui.tui.undo_words import (
+    change_of,
+    comes_back,
+    limits_words,
+    networks_words,
+    parse_tags,
+)
 from apikey_tui.tui.workers import Failure, StoreRunner
 
 if TYPE_CHECKING:
@@ -327,8 +336,8 @@ class KeyWrites:
         batch = self.session.undoable
         if batch is None:
             self._notify(
-                "Nothing to undo: only the last disable, enable, expiry, scopes or limits change "
-                "can be."
+                "Nothing to undo: only the last disable, enable, expiry, scopes, limits or "
+                "networks change can be."
             )
             return
         keys = batch.before
@@ -406,6 +415,78 @@ class KeyWrites:
             return BatchDone(batch, f"Key {key.name!r} of {key.owner} now has the limits {now}.")
 
         self._ask_then(ask, set_limits, key)
+
+    def apply_networks(self, key: KeyInfo, use: NetworkUse) -> None:
+        """Set the networks proposal in shadow mode (the detail's N): the CLI's `keys networks
+        --apply` path; one audited batch that u undoes."""
+        rules = proposed_rules(use)
+        more = (
+            " Verifiers saw more networks than they record: some would be refused."
+            if use.more
+            else ""
+        )
+        dialog = ConfirmDialog(
+            f"Allow key {key.name!r} of {key.owner} only from where it was used?",
+            f"{rules.summary(4)}: the smallest list covering the {len(use.came_from)} networks "
+            f"it was used from in the last {use.days} days.{more} In shadow mode: requests from "
+            "elsewhere still pass and are listed here as would-be refusals. Now: "
+            f"{networks_words(key)}. u undoes it, until the next change.",
+            "Apply networks",
+        )
+
+        def operation(store: KeyStore, _: object) -> Written:
+            batch = store.set_networks_of_keys([key], rules)
+            now = networks_words(batch.after[0])
+            return BatchDone(batch, f"Key {key.name!r} of {key.owner} may now be used from {now}.")
+
+        self._ask(dialog, operation, f"key {key.name!r} of {key.owner}")
+
+    # --- owners and tags (issue 30) ---------------------------------------------------------
+
+    def transfer(self, key: KeyInfo) -> None:
+        """Give one key to another owner (the detail's T): same secret and public id, so
+        clients keep working; one audited batch that u undoes."""
+
+        def ask(key: KeyInfo) -> AskValueDialog[Any]:
+            return AskValueDialog(
+                f"Transfer key {key.name!r} of {key.owner}?",
+                "Its secret and public id stay: every client keeps working, now as the new "
+                "owner's key (its metadata and limit pool apply). Its usage and history stay "
+                "with it. Refused if the new owner has a key of this name. u undoes it.",
+                prompt="New owner:",
+                parse=check_owner,
+                confirm_label="Transfer",
+                placeholder="payments",
+                max_length=64,
+            )
+
+        def transfer(store: KeyStore, key: KeyInfo, to: Answer[Any]) -> Written:
+            batch = store.transfer_keys([key], to.value)
+            return BatchDone(batch, f"Key {key.name!r} now belongs to {batch.after[0].owner}.")
+
+        self._ask_then(ask, transfer, key)
+
+    def edit_tags(self, key: KeyInfo) -> None:
+        """Replace one key's tags (the detail's g), as `keys set-tags` takes them; u undoes."""
+
+        def ask(key: KeyInfo) -> AskValueDialog[Any]:
+            return AskValueDialog(
+                f"Set the tags of key {key.name!r} of {key.owner}?",
+                f"Now: {pairs_words(key.tags) or 'none'}. KEY=VALUE words for filters "
+                "(tag:env=prod); services never see them. none (or blank) clears them.",
+                prompt="Tags (KEY=VALUE each, or none):",
+                parse=parse_tags,
+                confirm_label="Set tags",
+                value=pairs_words(key.tags),
+                placeholder="env=prod team=payments",
+            )
+
+        def set_tags(store: KeyStore, key: KeyInfo, tags: Answer[Any]) -> Written:
+            batch = store.set_tags_of_keys([key], tags.value)
+            now = pairs_words(batch.after[0].tags) or "none"
+            return BatchDone(batch, f"Key {key.name!r} of {key.owner} now has the tags {now}.")
+
+        self._ask_then(ask, set_tags, key)
 
     def apply_rightsize(self, proposal: Proposal) -> None:
         """Ask, naming the key and the scopes to drop; then the CLI's `rightsize --apply` path."""

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from apikey_tui.errors import InvalidInputError
 from apikey_tui.limits.model import Limit
 from apikey_tui.names import counted
 from apikey_tui.store import Batch, KeyInfo
+from apikey_tui.store.metadata import Pairs, check_tags, pairs_words
 from apikey_tui.tui.times import absolute
 
 # A batch's action as the change it made ('the expiry change of …', not 'the set expiry of …').
@@ -15,6 +17,9 @@ _CHANGE = {
     "set expiry": "expiry change",
     "set scopes": "scopes change",
     "set limits": "limits change",
+    "set networks": "networks change",
+    "set tags": "tags change",
+    "set meta": "metadata change",
 }
 
 
@@ -52,8 +57,38 @@ def comes_back(before: KeyInfo, now: KeyInfo) -> str:
         parts.append(
             f"its scopes go back to {' '.join(before.scopes)} (now {' '.join(now.scopes)})"
         )
+    if before.owner != now.owner:
+        parts.append(f"it goes back to {before.owner} (now {now.owner})")
+    if before.tags != now.tags:
+        parts.append(
+            f"its tags go back to {pairs_words(before.tags) or 'none'} "
+            f"(now {pairs_words(now.tags) or 'none'})"
+        )
     if before.limits != now.limits:
         parts.append(
             f"its limits go back to {limits_words(before.limits)} (now {limits_words(now.limits)})"
         )
+    if before.networks != now.networks:
+        parts.append(
+            f"its networks go back to {networks_words(before)} (now {networks_words(now)})"
+        )
     return "; ".join(parts) or "it gets back what it had (nothing differs)"
+
+
+def parse_tags(text: str) -> Pairs:
+    """Tags typed as `keys set-tags` takes them: KEY=VALUE words, or none (or blank)."""
+    words = text.split()
+    if [w.lower() for w in words] in ([], ["none"]):
+        return ()
+    pairs = []
+    for word in words:
+        name, sep, value = word.partition("=")
+        if not sep:
+            raise InvalidInputError(f"{word!r} is not KEY=VALUE")
+        pairs.append((name, value))
+    return check_tags(pairs)
+
+
+def networks_words(key: KeyInfo) -> str:
+    """'shadow: allow 10.0.0.0/8', or 'anywhere'."""
+    return "anywhere" if key.networks is None else key.networks.summary(3)

@@ -8,7 +8,7 @@ import logging
 import secrets
 import sys
 import time
-from collections.abc import Callable, Collection, Generator, Iterable, Iterator
+from collections.abc import Callable, Collection, Generator, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -25,6 +25,7 @@ from apikey_tui.errors import (
     InsufficientScopeError,
     InvalidKeyError,
     LimitsUnavailableError,
+    NetworkNotAllowedError,
     RateLimitedError,
     SchemaVersionError,
     StoreUnavailableError,
@@ -32,8 +33,8 @@ from apikey_tui.errors import (
 )
 from apikey_tui.hashing import SecretHasher, fingerprint
 from apikey_tui.keyformat import ParsedKey
-from apikey_tui.limits import ADMITTED, LEASE_DEFAULT, AppliedLimit, FailMode
-from apikey_tui.store.credentials import Change, Credential, credential_source
+from apikey_tui.limits import ADMITTED, LEASE_DEFAULT, AppliedLimit, FailMode, Lease
+from apikey_tui.store.credentials import NO_META, Change, Credential, credential_source
 from apikey_tui.verifier.authorization import parse_key, split_credentials
 from apikey_tui.verifier.changes import ChangeFeed
 from apikey_tui.verifier.freshness import (
@@ -47,7 +48,15 @@ from apikey_tui.verifier.key_index import KeyIndex, Verdict
 from apikey_tui.verifier.last_used import LastUsedWriter
 from apikey_tui.verifier.metrics import VerifierStats
 from apikey_tui.verifier.port import CredentialSource
-from apikey_tui.verifier.restrictions import Restrictions, applied_limits, refusal
+from apikey_tui.verifier.restrictions import (
+    REFUSE,
+    WOULD_REFUSE,
+    Placement,
+    Restrictions,
+    applied_limits,
+    placement,
+    refusal,
+)
 from apikey_tui.verifier.use_counts import DEFAULT_LIMIT, HASHABLE, UseCounts
 
 __all__ = ["Caller", "Verifier"]
@@ -68,7 +77,10 @@ class Caller:
     """Who is calling: the key's owner, name, public id and scopes.
 
     limits: the limits each of its requests must have room in (the key's own, then its owner's
-    pool), held here so a warm check reads them with the key (`verifier.restrictions`).
+    pool), held here so a warm check reads them with the key (`verifier.restrictions`);
+    leases: the limiter's lease of each, in the same order, spent without a lookup or a lock.
+    networks: where its requests may come from (its own rules and its owner's), None for
+    anywhere; held here likewise.
     """
 
     owner: str
@@ -76,6 +88,11 @@ class Caller:
     public_id: str
     scopes: frozenset[str]
     limits: tuple[AppliedLimit, ...] = field(default=(), compare=False, repr=False)
+    networks: Placement | None = field(default=None, compare=False, repr=False)
+    leases: tuple[Lease, ...] = field(default=(), compare=False, repr=False)
+    # The owner's metadata with the key's on top (schema version 11), read-only: read with the
+    # key, so a request reads it from memory (`store.metadata.caller_meta`).
+    meta: Mapping[str, str] = field(default_factory=lambda: NO_META, compare=False, repr=False)
 
 
 @dataclass(slots=True)
@@ -181,6 +198,7 @@ class Verifier:
         )
         self._record = record_usage
         self._tallies = self._uses.tallies
+        self._sources = self._uses.sources  # the last client address noted per key
         self.stats = VerifierStats(self._gate, self._freshness, revocation_bound, self._uses)
         event.listen(self._engine, "handle_error", self.stats.database_error)
         self._salted = hashlib.sha256(secrets.token_bytes(32))  # per-process salt
@@ -188,6 +206,7 @@ class Verifier:
         self._stale: dict[bytes, _Entry] = {}  # verified, changed since: re-read, no argon2
         self._by_id: dict[str, bytes] = {}
         self._scope_sets: dict[frozenset[str], frozenset[str]] = {}
+        self._metas: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}
         self._ready = False
         self._rehash_refused = self._fingerprint_refused = False
         self._connections: dict[int, Any] = {}
@@ -222,7 +241,11 @@ class Verifier:
     # --- the request path ---------------------------------------------------------------------
 
     def cached(
-        self, authorization: str | None, required_scopes: Collection[str] = ()
+        self,
+        authorization: str | None,
+        required_scopes: Collection[str] = (),
+        client: str | None = None,
+        route: str | None = None,
     ) -> Caller | None:
         """The caller if this key was verified before and nothing changed since, else None.
 
@@ -233,21 +256,35 @@ class Verifier:
         if caller is None:
             return None
         if not caller.limits:
-            return self.authorize(caller, required_scopes)
+            return self.authorize(caller, required_scopes, client, route)
+        if caller.networks is not None:
+            self._placed(caller, client, route)
         self._scoped(caller, required_scopes)
         # A limit whose lease is spent needs the store: that is verify_async's, in a thread.
         if not self._limited(caller, local=True):
             return None
-        return self.authorize(caller, required_scopes, True)
+        return self.authorize(caller, required_scopes, client, route, _spent=True)
 
-    def verify(self, authorization: str | None, required_scopes: Collection[str] = ()) -> Caller:
-        """Return the caller, or raise an AuthError that knows its HTTP answer."""
+    def verify(
+        self,
+        authorization: str | None,
+        required_scopes: Collection[str] = (),
+        client: str | None = None,
+        route: str | None = None,
+    ) -> Caller:
+        """Return the caller, or raise an AuthError that knows its HTTP answer.
+
+        client: the address the request comes from (the integration's peer, or the address a
+        trusted proxy names: `networks.TrustedProxies`); None when unknown, which a key with
+        network rules is refused for. route: the request's path, recorded with a refusal for
+        the network (and a shadow mode's would-be refusal).
+        """
         # Memory first, outside the cold path's machinery (refusal counting, a generator, a
         # deadline): those cost a warm check twice what the check itself does.
         caller = self._warm(authorization)
         if caller is None:
             caller = self._identify(authorization)
-        return self.authorize(caller, required_scopes)
+        return self.authorize(caller, required_scopes, client, route)
 
     def identify(self, authorization: str | None) -> Caller:
         """The caller, checking the key but no scope and recording no use (blocking).
@@ -273,7 +310,11 @@ class Verifier:
         return caller
 
     async def verify_async(
-        self, authorization: str | None, required_scopes: Collection[str] = ()
+        self,
+        authorization: str | None,
+        required_scopes: Collection[str] = (),
+        client: str | None = None,
+        route: str | None = None,
     ) -> Caller:
         """Like verify; database and argon2 work never blocks the event loop."""
         with self._refusals():
@@ -286,12 +327,14 @@ class Verifier:
             except StopIteration as done:
                 caller: Caller = done.value
         if not caller.limits:
-            return self.authorize(caller, required_scopes)
+            return self.authorize(caller, required_scopes, client, route)
+        if caller.networks is not None:
+            self._placed(caller, client, route)
         self._scoped(caller, required_scopes)
         if not self._limited(caller, local=True):  # the store's answer, never on the loop
             work = self._gate.submit(object(), lambda: self._limited(caller), inline=False)
             await self._gate.wait_async(work, time.monotonic() + self._gate.timeout)
-        return self.authorize(caller, required_scopes, True)
+        return self.authorize(caller, required_scopes, client, route, _spent=True)
 
     @contextmanager
     def _refusals(self) -> Iterator[None]:
@@ -408,7 +451,8 @@ class Verifier:
             if entry.expires_at is not None and self._clock() >= entry.expires_at:
                 return None
             epoch = self._last_used.epoch  # no clock read: the writer's thread moves it
-            if entry.noted is not epoch:
+            # A key with network rules is noted once its request passed them (`_placed`).
+            if entry.noted is not epoch and entry.caller.networks is None:
                 entry.noted = epoch
                 self._last_used.note(entry.caller.public_id)
         except Exception:  # UnicodeEncodeError (a lone surrogate) included
@@ -417,22 +461,43 @@ class Verifier:
         return entry.caller
 
     def authorize(
-        self, caller: Caller, required: Collection[str], _limits_spent: bool = False
+        self,
+        caller: Caller,
+        required: Collection[str],
+        client: str | None = None,
+        route: str | None = None,
+        *,
+        _spent: bool = False,
     ) -> Caller:
-        """The caller if it holds every required scope (else InsufficientScopeError, 403) and
-        its limits have room (else RateLimitedError, 429, or LimitsUnavailableError, 503: see
+        """The caller if its network rules admit `client` (else NetworkNotAllowedError, 403),
+        it holds every required scope (else InsufficientScopeError, 403) and its limits have
+        room (else RateLimitedError, 429, or LimitsUnavailableError, 503: see
         `verifier.restrictions`); either way one request of this key is recorded (`verify`
         calls it; see `identify`). Blocking only when a limit needs a new lease.
 
-        _limits_spent: internal, for cached and verify_async, which spent the limits already.
+        _spent: internal, for cached and verify_async, which judged the network and spent the
+        limits already.
         """
+        networks = caller.networks
+        if (
+            networks is not None
+            and not _spent
+            and (
+                # A pass of a key whose use was noted this epoch costs no call of _placed.
+                networks.judge(client) or networks.noted is not self._last_used.epoch
+            )
+        ):
+            self._placed(caller, client, route)
         if required and not caller.scopes.issuperset(required):
             self._scoped(caller, required)
-        if caller.limits and not _limits_spent:
+        if caller.limits and not _spent:
             # Inline: the warm path of a limited key with tokens in hand (docs/reference/limits.md)
-            decision = self._limiter.admit(caller.limits, time.monotonic())
-            if decision is not ADMITTED:
-                self._refuse(caller, decision)
+            # spends them without a lock; admit leases, refuses, or spends under the lock.
+            limiter = self._limiter
+            if not limiter.spend(caller.leases):
+                decision = limiter.admit(caller.limits, time.monotonic())
+                if decision is not ADMITTED:
+                    self._refuse(caller, decision)
         if self._record:  # the warm path's only recording cost: two lookups and a C next()
             spelling = required if required.__class__ in HASHABLE else tuple(required)
             try:  # no thread switch inside this line: CPython hands the GIL over only at
@@ -441,7 +506,36 @@ class Verifier:
                 next(self._tallies[spelling][caller.public_id])
             except KeyError:  # this key's first such request here
                 self._uses.allowed(caller.public_id, spelling)
+            # Where it came from, for `keys networks --propose`: noted when it differs from the
+            # last address noted for this key (the usage writer forgets those every minute).
+            if client is not None and self._sources.get(caller.public_id) != client:
+                self._uses.came_from(caller.public_id, client)
         return caller
+
+    def _placed(self, caller: Caller, client: str | None, route: str | None) -> None:
+        """Raise NetworkNotAllowedError (403, recorded as its own kind) unless the caller's
+        network rules admit client; a shadow mode's would-be refusal is recorded and passes.
+
+        Before the scopes and the limits: a refusal here consumes no limit and no last-used
+        time. An admitted request notes the key's use (once per epoch, as the warm path does).
+        """
+        assert caller.networks is not None
+        verdict = caller.networks.judge(client)
+        public_id = caller.public_id
+        if verdict:
+            if verdict == REFUSE:
+                self.stats.network_refused += 1
+                if self._record:
+                    self._uses.network(public_id, client, route, refused=True)
+                raise NetworkNotAllowedError()
+            if verdict == WOULD_REFUSE:
+                self.stats.network_shadowed += 1
+                if self._record:
+                    self._uses.network(public_id, client, route, refused=False)
+        epoch = self._last_used.epoch
+        if caller.networks.noted is not epoch:  # noted once per epoch, on its Placement
+            caller.networks.noted = epoch
+            self._last_used.note(public_id)
 
     def _scoped(self, caller: Caller, required: Collection[str]) -> None:
         """Raise InsufficientScopeError (403, recorded) unless the caller holds required."""
@@ -456,6 +550,8 @@ class Verifier:
         """Spend a request of each of the caller's limits, or raise its refusal (429, 503).
 
         local: never ask the store; False when only the store can say (nothing spent)."""
+        if self._limiter.spend(caller.leases):
+            return True
         if local:
             decision = self._limiter.admit_local(caller.limits, time.monotonic())
             if decision is None:
@@ -577,7 +673,8 @@ class Verifier:
                 self._drop(parsed.public_id)
                 self._entries[digest] = entry
                 self._by_id[entry.caller.public_id] = digest  # the caller's string: one a key
-        self._last_used.note(parsed.public_id)
+        if entry.caller.networks is None:  # else noted once its request passes them (_placed)
+            self._last_used.note(entry.caller.public_id)  # the cached string, not a second copy
         if self._record:
             self._uses.start()  # warm hits append to it from now on
         return entry.caller
@@ -638,7 +735,21 @@ class Verifier:
         # Many keys share a few scope sets and owners: one object each saves ~250 bytes a key.
         scopes = self._scope_sets.setdefault(scopes, scopes)
         limits = applied_limits(stored)
-        return Caller(sys.intern(info.owner), info.name, info.public_id, scopes, limits)
+        networks = placement(stored)
+        leases = self._limiter.leases(limits) if limits else ()
+        meta = stored.meta
+        if meta:  # many keys carry their owner's metadata alone: one object each
+            meta = self._metas.setdefault(tuple(meta.items()), meta)
+        return Caller(
+            sys.intern(info.owner),
+            info.name,
+            info.public_id,
+            scopes,
+            limits,
+            networks,
+            leases,
+            meta,
+        )
 
     # --- resources ----------------------------------------------------------------------------
 

@@ -231,6 +231,10 @@ class PushFreshness:
                     )
                     connection = self._connection
                     connection.execute(f"LISTEN {CHANGE_CHANNEL}")
+                    row = connection.execute("SELECT coalesce(current_schema(), '')").fetchone()
+                    # Every writer names its schema: a store refuses a schema not its own
+                    # release's, and releases before this one cannot write to this schema.
+                    ours = row[0] if row else ""
                     self._fd = connection.fileno()
                     if not self._probe(connection):
                         log.warning(
@@ -244,7 +248,7 @@ class PushFreshness:
                     if failing:
                         log.warning("API key changes reach this process by push again")
                     wait, failing = self.RETRY[0], False
-                    self._heartbeat(connection)
+                    self._heartbeat(connection, ours)
             except StoreUnavailableError as exc:
                 if not failing:
                     log.warning(
@@ -278,16 +282,17 @@ class PushFreshness:
                 return True
         return False
 
-    def _heartbeat(self, connection: Any) -> None:
+    def _heartbeat(self, connection: Any, ours: str) -> None:
+        """Prove the connection alive every quarter bound; count the notices of our schema."""
         period = self._bound / 4
         while not self._stop.is_set():
             sent = time.monotonic()
             connection.execute("SELECT 1")
-            for _ in connection.notifies(timeout=0):  # those that came with the answer
-                self._pushes += 1
+            for notice in connection.notifies(timeout=0):  # those that came with the answer
+                self._pushes += notice.payload == ours
             self._alive_at = sent
-            for _ in connection.notifies(timeout=period):
-                self._pushes += 1
+            for notice in connection.notifies(timeout=period):
+                self._pushes += notice.payload == ours
 
     def _after_fork(self) -> None:
         """In a child: the parent's thread is gone and its connection is parked, not closed."""

@@ -18,6 +18,7 @@ from apikey_tui.errors import (
     InsufficientScopeError,
     MalformedHeaderError,
     MissingKeyError,
+    NetworkNotAllowedError,
     VerifierUnavailableError,
 )
 
@@ -40,9 +41,20 @@ COUNTERS = (
     "unavailable",
     "limited",
     "limits_unavailable",
+    "network_refused",
+    "network_shadowed",
 )
 # What a check ends in: the label values of apikey_tui_verifier_checks_total.
-OUTCOMES = ("ok", "missing", "malformed", "invalid", "forbidden", "limited", "unavailable")
+OUTCOMES = (
+    "ok",
+    "missing",
+    "malformed",
+    "invalid",
+    "forbidden",
+    "network",
+    "limited",
+    "unavailable",
+)
 
 
 class Timings:
@@ -132,6 +144,9 @@ class VerifierStats:
         # A good key with its scopes refused by a limit: 429 (limited), or 503 because the store
         # of counts failed and limits fail closed (limits_unavailable, an `unavailable` outcome).
         self.limited = self.limits_unavailable = 0
+        # A good key used from where its network rules refuse it: 403 (network_refused), or
+        # admitted because those rules are in shadow mode (network_shadowed: ok, and recorded).
+        self.network_refused = self.network_shadowed = 0
         self._ok_high = 0  # the most ok checks outcomes() has reported
 
     def refused(self, error: AuthError) -> None:
@@ -142,7 +157,7 @@ class VerifierStats:
             self.malformed += 1
         elif isinstance(error, VerifierUnavailableError):
             self.unavailable += 1
-        elif not isinstance(error, InsufficientScopeError):
+        elif not isinstance(error, InsufficientScopeError | NetworkNotAllowedError):
             self.invalid += 1
 
     def database_error(self, _context: Any = None) -> None:
@@ -157,7 +172,7 @@ class VerifierStats:
         highest value seen keeps it a counter (a drop would read as a reset); the extra one is
         absorbed by the next ok check.
         """
-        refused = self.forbidden + self.limited + self.limits_unavailable
+        refused = self.forbidden + self.network_refused + self.limited + self.limits_unavailable
         ok = self.hits + self.cold_answers - refused
         if ok > self._ok_high:
             self._ok_high = ok
@@ -167,6 +182,7 @@ class VerifierStats:
             "malformed": self.malformed,
             "invalid": self.invalid,
             "forbidden": self.forbidden,
+            "network": self.network_refused,
             "limited": self.limited,
             "unavailable": self.unavailable + self.limits_unavailable,
         }

@@ -33,10 +33,15 @@ from apikey_tui.db.models import (
     MINUTE,
     USAGE_ALLOWED,
     USAGE_FORBIDDEN,
+    USAGE_FROM,
     USAGE_LIMITED,
+    USAGE_NETWORK,
+    USAGE_SHADOW,
     USAGE_WRONG_SECRET,
     usage_minute,
 )
+from apikey_tui.names import printable
+from apikey_tui.networks import address_of, aggregate
 from apikey_tui.verifier.metrics import Timings
 
 log = logging.getLogger("apikey_tui.verifier")
@@ -47,6 +52,13 @@ DRAIN_INTERVAL = 1.0  # seconds between drains of the request path's deque
 UsageRow = tuple[str, int, int, int, str, int]  # public_id, minute, span, kind, scope, requests
 # Required scopes kept as given (RouteScopes: tuple); other collections become a tuple.
 HASHABLE = (tuple, frozenset)
+# Client networks (kind USAGE_FROM) kept per key per batch: past these, one row "*" says the
+# key came from more, so a proposal knows it cannot cover them all. The same bound holds for a
+# key's (would-be) refusals for the network, each a network and a route the client chooses: past
+# it their row is "*", so a flood to distinct paths writes 65 rows per batch, not one a request.
+NETWORKS_PER_KEY = 64
+MORE_NETWORKS = "*"
+ROUTE_MAX = 200  # characters of a route kept with a refusal for the network
 
 
 class _Tally:
@@ -87,6 +99,9 @@ class UseCounts:
         # `allowed` only when that lookup fails; the object is kept (cleared, not replaced).
         # Scopes first: a few spellings, each with one big dict (~190 bytes a tally in all).
         self.tallies: dict[Any, dict[str, count[int]]] = {}
+        # The last client address noted per key (`came_from`); forgotten at each minute's turn,
+        # so a key used from one place all day is noted in every minute it was used.
+        self.sources: dict[str, str] = {}
         self.reset()
 
     def reset(self) -> None:
@@ -96,6 +111,9 @@ class UseCounts:
         self._tally_lock = threading.Lock()
         self._noted: deque[tuple[Any, ...]] = deque()
         self.tallies.clear()
+        self.sources.clear()
+        # Network rows (USAGE_FROM, USAGE_NETWORK, USAGE_SHADOW) per (key, kind) in _counts.
+        self._networks: Counter[tuple[str, int]] = Counter()
         # Every tally in `tallies`, and what its counter will give at the next
         # reading if no request advanced it (a prefix: tallies listed since read as 0). A
         # reading is a `next()` too, one C call in the thread that cannot lose a request's.
@@ -164,6 +182,24 @@ class UseCounts:
         """One request refused with 429: the limit named by policy ('key:600/m') was spent."""
         self._refusal(public_id, USAGE_LIMITED, policy)
 
+    def came_from(self, public_id: str, client: str) -> None:
+        """An admitted request of this key came from this address (aggregated when drained)."""
+        self.sources[public_id] = client
+        self._refusal(public_id, USAGE_FROM, client)
+
+    def network(
+        self, public_id: str, client: str | None, route: str | None, *, refused: bool
+    ) -> None:
+        """One request from an address the key's network rules refuse: refused (403), or
+        admitted by rules in shadow mode (a would-be refusal)."""
+        kind = USAGE_NETWORK if refused else USAGE_SHADOW
+        if len(self._noted) < self._backlog:
+            self._noted.append((public_id, kind, client or "", route or ""))
+        else:
+            self.dropped += 1
+        if self._thread is None:
+            self.start()
+
     def _refusal(self, public_id: str, kind: int, scope: str) -> None:
         if len(self._noted) < self._backlog:
             self._noted.append((public_id, kind, scope))
@@ -218,6 +254,8 @@ class UseCounts:
         with self._flush_lock:
             minute, self._minute = self._minute, usage_minute(self._clock())
             dropped = counted = 0
+            if minute != self._minute:
+                self.sources.clear()
             if read_tallies or minute != self._minute:
                 counted, dropped = self._read_tallies(minute)
             noted = self._noted
@@ -229,11 +267,28 @@ class UseCounts:
             for item, times in grouped.items():
                 if len(item) == 2:  # allowed past the tallies' limit: (public id, scopes)
                     entry = (item[0], minute, USAGE_ALLOWED, " ".join(sorted(set(item[1]))))
+                elif len(item) == 4:  # the network: (public id, kind, client, route)
+                    scope = _network_scope(item[2], item[3])
+                    entry = self._bounded((item[0], minute, item[1], scope))
+                elif item[1] == USAGE_FROM:  # (public id, kind, client)
+                    address = address_of(item[2])
+                    if address is None:
+                        continue
+                    entry = self._bounded((item[0], minute, USAGE_FROM, aggregate(address)))
                 else:  # refused: (public id, kind, scope text)
                     entry = (item[0], minute, item[1], item[2])
                 dropped += self._count(entry, times)
             self.recorded += counted + drained - dropped
             self.dropped += dropped
+
+    def _bounded(self, entry: tuple[str, int, int, str]) -> tuple[str, int, int, str]:
+        """A network row's count, or its key's "*" row past NETWORKS_PER_KEY of its kind."""
+        if entry not in self._counts:
+            public_id, minute, kind, _ = entry
+            if self._networks[public_id, kind] >= NETWORKS_PER_KEY:
+                return (public_id, minute, kind, MORE_NETWORKS)
+            self._networks[public_id, kind] += 1
+        return entry
 
     def _read_tallies(self, minute: int) -> tuple[int, int]:
         """Count every tally's advance since its last reading in this minute: (counted, dropped).
@@ -295,6 +350,7 @@ class UseCounts:
             while True:
                 if self._unwritten is None:
                     rows, self._counts = self._counts, {}
+                    self._networks = Counter()
                     if not rows:
                         return
                     self._unwritten = (uuid.uuid4().hex, rows)
@@ -336,3 +392,10 @@ class UseCounts:
         if lost:
             self.dropped += lost
             log.warning("%d API key uses could not be recorded before closing", lost)
+
+
+def _network_scope(client: str, route: str) -> str:
+    """A network refusal's scope text: the client's network (never the address) and route."""
+    address = address_of(client) if client else None
+    where = "unknown" if address is None else aggregate(address)
+    return f"{where} {printable(route)[:ROUTE_MAX]}".rstrip()

@@ -14,8 +14,11 @@ from textual.widgets import DataTable, Sparkline, Static
 
 from apikey_tui.errors import KeyNotFoundError
 from apikey_tui.names import counted, printable
+from apikey_tui.networks import NetworkRules
 from apikey_tui.store import Event, KeyDetail, KeyInfo, KeyStore, Leak, ScopeInfo, states
 from apikey_tui.store.limit_use import LimitUse, LimitUses
+from apikey_tui.store.metadata import pairs_words
+from apikey_tui.store.network_use import NetworkUse
 from apikey_tui.store.rightsizing import Proposal
 from apikey_tui.store.usage import DEFAULT_WINDOW, KeyUsage
 from apikey_tui.tui.fitting_footer import FittingFooter
@@ -43,7 +46,10 @@ class KeyRequests(Protocol):
     def set_expiry(self, key: KeyInfo) -> None: ...
     def edit_scopes(self, key: KeyInfo, catalog: list[ScopeInfo]) -> None: ...
     def edit_limits(self, key: KeyInfo) -> None: ...
+    def transfer(self, key: KeyInfo) -> None: ...
+    def edit_tags(self, key: KeyInfo) -> None: ...
     def apply_rightsize(self, proposal: Proposal) -> None: ...
+    def apply_networks(self, key: KeyInfo, use: NetworkUse) -> None: ...
     def undo(self) -> None: ...
     def copy_name(self, key: KeyInfo) -> None: ...
     def copy_public_id(self, key: KeyInfo) -> None: ...
@@ -193,7 +199,37 @@ def proposal_text(proposal: Proposal | None, report: KeyUsage, now: datetime) ->
     return f"no proposal: every scope was used in the last {WINDOW}"
 
 
-DetailData = tuple[KeyDetail, list[ScopeInfo], list[Leak], KeyUsage, Proposal | None, LimitUses]
+def network_rows(
+    info: KeyInfo, owner: NetworkRules | None, use: NetworkUse | None, width: int = 200
+) -> list[tuple[str, str]]:
+    """The key's rules and mode, its owner's, its recent (would-be) refusals and the proposal;
+    nothing at all for a key that has no rules, no refusals and no recorded networks."""
+    if use is None or (info.networks is None and owner is None and not use.came_from):
+        return []
+    rows = [("Networks", info.networks.summary() if info.networks else "anywhere")]
+    if owner is not None:
+        rows.append(("", f"and the owner's: {owner.summary()}"))
+    for refusal in use.refusals[:5]:
+        what = "would refuse" if refusal.shadow else "refused"
+        rows.append(
+            ("", f"{what} {refusal.requests:,} from {refusal.network} {refusal.route}".rstrip())
+        )
+    if use.came_from:
+        proposal = " ".join(str(c) for c in use.proposal[:6])
+        more = f" and {len(use.proposal) - 6} more" if len(use.proposal) > 6 else ""
+        rows.append(("", f"proposal ({use.days} d): {proposal}{more} · N applies it (shadow)"))
+    return [(label, clip(text, width)) for label, text in rows]
+
+
+DetailData = tuple[
+    KeyDetail,
+    list[ScopeInfo],
+    list[Leak],
+    KeyUsage,
+    Proposal | None,
+    LimitUses,
+    tuple[NetworkRules | None, NetworkUse],
+]
 
 
 class KeyDetailScreen(LiveScreen[DetailData]):
@@ -211,6 +247,7 @@ class KeyDetailScreen(LiveScreen[DetailData]):
         self.usage: KeyUsage | None = None
         self.proposal: Proposal | None = None
         self.limit_uses = LimitUses(())
+        self.networks: NetworkUse | None = None
         self.writes = writes
         self._asked_delete = False  # the admin pressed d here: the table reports the deletion
         self._gone = False
@@ -239,14 +276,26 @@ class KeyDetailScreen(LiveScreen[DetailData]):
 
     def read_store(self, store: KeyStore) -> DetailData:
         owner, name = self.key.owner, self.key.name
-        detail = store.key_detail(owner, name)
+        try:
+            detail = store.key_detail(owner, name)
+        except KeyNotFoundError:
+            # Transferred (here or elsewhere): the same public id under another owner is still
+            # this key; follow it rather than say it is gone.
+            moved = store.credential(self.key.public_id)
+            if moved is None or moved.info.name != name or moved.info.owner == owner:
+                raise
+            owner = moved.info.owner
+            detail = store.key_detail(owner, name)
         report = store.key_usage(owner, name, DEFAULT_WINDOW)
         # The CLI's `keys rightsize NAME` read: the same proposal, and the same apply path.
         proposals = store.rightsize(DEFAULT_WINDOW, owner=owner, name=name).proposals
         proposal = proposals[0] if proposals else None
         # Never fails: a store of counts that cannot be asked makes the use unknown.
         uses = store.limit_use(detail.info)
-        return detail, store.list_scopes(), store.leaks(owner, name), report, proposal, uses
+        # The CLI's `keys networks NAME` read: the same proposal, and the same apply path.
+        networks = (store.owner_networks(owner), store.network_use(owner, name))
+        leaks = store.leaks(owner, name)
+        return detail, store.list_scopes(), leaks, report, proposal, uses, networks
 
     def read_failed(self, failure: Failure) -> Message:
         if isinstance(failure.error, KeyNotFoundError):
@@ -254,9 +303,11 @@ class KeyDetailScreen(LiveScreen[DetailData]):
         return super().read_failed(failure)
 
     def show(self, data: DetailData) -> None:
-        self.detail, self.catalog, self.leaks, self.usage, self.proposal, uses = data
+        self.detail, self.catalog, self.leaks, self.usage, self.proposal, uses, nets = data
         self.limit_uses = uses
+        fence, self.networks = nets
         info, now = self.detail.info, self.session.store.clock()
+        self.key = info  # a transfer moves it to another owner: the next read follows
         origin = self.detail.origin
         if origin is None:
             made = ("Created by", "unknown (no event recorded)")
@@ -276,7 +327,16 @@ class KeyDetailScreen(LiveScreen[DetailData]):
             ("Rotated" if rotated else "Created", absolute(info.created_at, seconds=True)),
             ("Last used", relative_and_absolute(info.last_used_at, now)),
             made,
+            # The key's maker, when the row above names another act (a rotation) or nothing.
+            *(
+                [("Made by", info.created_by)]
+                if info.created_by and (rotated or not origin)
+                else []
+            ),
+            *([("Tags", pairs_words(info.tags))] if info.tags else []),
+            *([("Metadata", pairs_words(info.meta))] if info.meta else []),
             *limit_rows(uses, now, max(self.size.width - _LABEL - 2, 20)),
+            *network_rows(info, fence, self.networks, max(self.size.width - _LABEL - 2, 20)),
         ]
         fields = Content("\n").join(
             Content.assemble((label.ljust(_LABEL), "bold"), printable(value))
@@ -339,6 +399,7 @@ class KeyDetailScreen(LiveScreen[DetailData]):
         toggle = "enable" if self.detail is not None and self.detail.info.disabled else "disable"
         grace = " · O end grace" if self.check_action("end_grace", ()) else ""
         rightsize = " · p right-size" if self.check_action("apply_rightsize", ()) else ""
+        rightsize += " · N networks" if self.check_action("apply_networks", ()) else ""
         # The undo first, naming its key: it may be another key's change (the last one made).
         undoable = self.session.undoable
         undo = f"u undo {change_of(undoable)} · " if undoable is not None else ""
@@ -356,6 +417,8 @@ class KeyDetailScreen(LiveScreen[DetailData]):
             return info is not None and states.in_grace(info, self.session.store.clock())
         if action == "apply_rightsize":  # p only while there is a proposal to apply
             return not self._gone and self.proposal is not None
+        if action == "apply_networks":  # N only while the key was used from somewhere
+            return not self._gone and self.networks is not None and bool(self.networks.came_from)
         return True
 
     def on_key_vanished(self, message: KeyVanished) -> None:
@@ -392,12 +455,30 @@ class KeyDetailScreen(LiveScreen[DetailData]):
         if (key := self._current()) is not None:
             self.writes.edit_limits(key)
 
+    def action_transfer(self) -> None:
+        if (key := self._current()) is not None:
+            self.writes.transfer(key)
+
+    def action_edit_tags(self) -> None:
+        if (key := self._current()) is not None:
+            self.writes.edit_tags(key)
+
     def action_apply_rightsize(self) -> None:
         """Ask, naming the key and the scopes to drop; then the CLI's `rightsize --apply` path."""
         if self._gone or self.proposal is None:
             self.notify("No right-size proposal for this key.", severity="warning")
             return
         self.writes.apply_rightsize(self.proposal)
+
+    def action_apply_networks(self) -> None:
+        """Ask, naming the networks; then the CLI's `keys networks --apply` path (shadow)."""
+        key = self._current()
+        if key is None:
+            return
+        if self.networks is None or not self.networks.came_from:
+            self.notify("No networks recorded for this key yet.", severity="warning")
+            return
+        self.writes.apply_networks(key, self.networks)
 
     def action_delete(self) -> None:
         key = self._current()

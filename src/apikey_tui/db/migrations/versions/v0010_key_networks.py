@@ -1,0 +1,72 @@
+"""Schema version 10: where a key may be used from, per key and per owner, and usage by network.
+
+A new nullable column apikey_tui_key.networks holds a key's network rules ('shadow +10.0.0.0/8
+-10.9.0.0/16', None for anywhere) and a new table apikey_tui_owner_network (owner, networks) an
+owner's, which every key of the owner must pass too. Usage rows of kinds 4, 5 and 6 count
+requests refused for the network, would-be refusals in shadow mode, and the client networks a
+key was used from (no schema change: the kind is a small integer, the scope text the network).
+On PostgreSQL every role that may read apikey_tui_key is granted SELECT on the owner table, so
+verifiers read owner rules without a new `db grant-verifier`. Verifiers from schema version 4
+on keep working beside it; they do not enforce networks (docs/reference/networks.md).
+
+Revision ID: 0010
+Revises: 0009
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0010"
+down_revision: str | None = "0009"
+branch_labels: str | None = None
+depends_on: str | None = None
+
+_meta = sa.table("apikey_tui_meta", sa.column("key", sa.String), sa.column("value", sa.String))
+# Every role that may read keys may read owners' rules: a verifier needs both for one check.
+_GRANT_OWNER_NETWORKS = """
+DO $$
+DECLARE grantee oid;
+BEGIN
+  FOR grantee IN
+    SELECT DISTINCT a.grantee FROM pg_catalog.pg_class c, aclexplode(c.relacl) a
+    WHERE c.oid = 'apikey_tui_key'::regclass AND a.privilege_type = 'SELECT'
+      AND a.grantee <> c.relowner
+  LOOP
+    IF grantee = 0 THEN
+      EXECUTE 'GRANT SELECT ON TABLE apikey_tui_owner_network TO PUBLIC';
+    ELSE
+      EXECUTE format('GRANT SELECT ON TABLE apikey_tui_owner_network TO %s', grantee::regrole);
+    END IF;
+  END LOOP;
+END
+$$
+"""
+
+
+def _set_version(version: str) -> None:
+    op.execute(_meta.update().where(_meta.c.key == "schema_version").values(value=version))
+
+
+def upgrade() -> None:
+    """Add the key's networks column and the owners' networks table."""
+    # ADD COLUMN in place on SQLite (see 0009: batch mode would copy the key table).
+    op.add_column("apikey_tui_key", sa.Column("networks", sa.Text(), nullable=True))
+    op.create_table(
+        "apikey_tui_owner_network",
+        sa.Column("owner", sa.String(length=64), nullable=False),
+        sa.Column("networks", sa.Text(), nullable=False),
+        sa.PrimaryKeyConstraint("owner"),
+    )
+    if op.get_bind().dialect.name == "postgresql":
+        op.execute(_GRANT_OWNER_NETWORKS)
+    _set_version("10")
+
+
+def downgrade() -> None:
+    """Back to schema version 9: network rules are forgotten, and usage by network with them."""
+    op.execute("DELETE FROM apikey_tui_usage WHERE kind IN (4, 5, 6)")
+    op.drop_table("apikey_tui_owner_network")
+    op.drop_column("apikey_tui_key", "networks")
+    _set_version("9")

@@ -1,0 +1,138 @@
+"""Owners in the app at 70x24: the `:owners` view, its pool with undo, offboarding, and a
+key's transfer and tags from its detail."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.pilot import Pilot
+from textual.widgets import DataTable, Input, Static
+
+from apikey_tui.limits import parse_limit
+from apikey_tui.store import KeyStore
+from apikey_tui.tui.dialogs.ask_value import AskValueDialog
+from apikey_tui.tui.dialogs.confirm import ConfirmDialog
+from apikey_tui.tui.keys_screen import KeysScreen
+from apikey_tui.tui.screens.key_detail import KeyDetailScreen
+from apikey_tui.tui.screens.owners import OwnersScreen
+from tests.tui.conftest import Toasts, make_app
+from tests.tui.test_app import settle
+from tests.tui.test_views import open_detail, shown
+
+SMALL = (70, 24)
+
+
+async def jump(pilot: Pilot[Any], view: str) -> None:
+    """Type `:view` and Enter, as an admin does."""
+    await settle(pilot)
+    await pilot.press("colon")
+    await pilot.pause()
+    await pilot.press(*view, "enter")
+    await settle(pilot)
+
+
+def rows(app: Any) -> list[list[str]]:
+    table = app.screen.query_one("#owner-table", DataTable)
+    return [[str(c).strip() for c in table.get_row_at(i)] for i in range(table.row_count)]
+
+
+async def test_owners_view_lists_kinds_members_and_key_counts_at_70x24(
+    tui_store: KeyStore,
+) -> None:
+    """`:owners` lists each owner with kind, key count, members and pool, fitting 70 columns;
+    Enter shows the owner's keys."""
+    tui_store.add_owner("payments", "team", members=["alice", "bob"])
+    tui_store.create_key("payments", "deploy", ["project"])
+    tui_store.create_key("alice", "laptop", ["project"])
+    app = make_app(tui_store)
+    async with app.run_test(size=SMALL) as pilot:
+        await jump(pilot, "owners")
+        assert isinstance(app.screen, OwnersScreen)
+        assert rows(app) == [
+            ["alice", "person", "1", "-", "none"],
+            ["bob", "person", "0", "-", "none"],
+            ["payments", "team", "1", "alice bob", "none"],
+        ]
+        assert shown(app, "#status").startswith("3 owners (1 teams, 0 service accounts)")
+        assert app.screen.query_one("#owner-table", DataTable).size.width <= 70
+        await pilot.press("down", "down", "enter")
+        await settle(pilot)
+        assert isinstance(app.screen, KeysScreen) and app.owner == "payments"
+
+
+async def test_the_pool_is_edited_in_the_owners_view_and_undone(tui_store: KeyStore) -> None:
+    """L on a team sets its pool (one owner.limits event); u puts back what it had."""
+    tui_store.add_owner("payments", "team")
+    app = make_app(tui_store)
+    toasts = Toasts()
+    async with app.run_test(size=SMALL, message_hook=toasts.hook) as pilot:
+        await jump(pilot, "owners")
+        await pilot.press("down", "L")
+        await pilot.pause()
+        dialog = app.screen
+        assert isinstance(dialog, AskValueDialog)
+        dialog.query_one(Input).value = "600/m"
+        await pilot.press("enter")
+        await settle(pilot)
+        assert tui_store.owner_limits("payments") == (parse_limit("600/m"),)
+        assert "Press u to undo" in toasts.messages[-1]
+        await pilot.press("u")
+        await settle(pilot)
+    assert tui_store.owner_limits("payments") == ()
+
+
+async def test_offboarding_preview_and_apply_from_the_owners_view(tui_store: KeyStore) -> None:
+    """b on a person shows what they hold; Offboard disables their own key, keeps the
+    team's, ends their membership; u undoes it."""
+    tui_store.add_owner("payments", "team", members=["alice"])
+    tui_store.create_key("alice", "laptop", ["project"])
+    tui_store.create_key("payments", "deploy", ["project"])
+    app = make_app(tui_store)
+    async with app.run_test(size=SMALL) as pilot:
+        await jump(pilot, "owners")
+        await pilot.press("b")
+        await settle(pilot)
+        assert isinstance(app.screen, ConfirmDialog)
+        body = str(app.screen.query_one(".dialog-body", Static).render())
+        assert "alice/laptop · owns" in body and "leaves payments (team" in body
+        await pilot.press("y")
+        await settle(pilot)
+        assert tui_store.get_key("alice", "laptop").disabled
+        assert not tui_store.get_key("payments", "deploy").disabled
+        assert tui_store.get_owner("payments").members == ()
+        await pilot.press("u")
+        await settle(pilot)
+    assert not tui_store.get_key("alice", "laptop").disabled
+    assert tui_store.get_owner("payments").members == ("alice",)
+
+
+async def test_transfer_and_tags_from_a_keys_detail(tui_store: KeyStore) -> None:
+    """T gives the key to another owner (the detail follows it); g sets its tags, shown in
+    the detail; u undoes the tags."""
+    tui_store.add_owner("payments", "team")
+    made = tui_store.create_key("alice", "laptop", ["project"], tags=[("env", "dev")])
+    app = make_app(tui_store)
+    async with app.run_test(size=SMALL) as pilot:
+        await open_detail(pilot)
+        assert "Tags         env=dev" in shown(app, "#detail-fields")
+        await pilot.press("T")
+        await pilot.pause()
+        assert isinstance(app.screen, AskValueDialog)
+        app.screen.query_one(Input).value = "payments"
+        await pilot.press("enter")
+        await settle(pilot)
+        assert tui_store.get_key("payments", "laptop").public_id == made.info.public_id
+        assert isinstance(app.screen, KeyDetailScreen)
+        assert "Owner        payments" in shown(app, "#detail-fields")
+        await pilot.press("g")
+        await pilot.pause()
+        app.screen.query_one(Input).value = "env=prod team=pay"
+        await pilot.press("enter")
+        await settle(pilot)
+        assert tui_store.get_key("payments", "laptop").tags == (("env", "prod"), ("team", "pay"))
+        assert "Tags         env=prod team=pay" in shown(app, "#detail-fields")
+        await pilot.press("u")
+        await pilot.pause()
+        await pilot.press("y")
+        await settle(pilot)
+    assert tui_store.get_key("payments", "laptop").tags == (("env", "dev"),)
