@@ -149,7 +149,9 @@ def starlette_timed() -> Any:
     return _Stamp(middleware, inner)
 
 
-KNOCKOUTS = ("route_rules", "header", "split", "digest", "warm", "authorize")
+# The warm path's steps as the code has them: the split and the salted SHA-256 are inline in
+# Verifier._warm (a call there cost a tenth of the path), so they go with it.
+KNOCKOUTS = ("route_rules", "header", "warm", "authorize")
 
 
 def starlette_knockout() -> Any:
@@ -161,7 +163,6 @@ def starlette_knockout() -> Any:
     """
     import apikey_tui.integrations.asgi_messages as asgi_messages
     import apikey_tui.integrations.routes as routes
-    import apikey_tui.verifier as verifier_module
 
     out = {s for s in os.environ.get("BENCH_KNOCKOUT", "").split(",") if s}
     unknown = out - set(KNOCKOUTS)
@@ -183,11 +184,6 @@ def starlette_knockout() -> Any:
     if "header" in out:
         module = vars(asgi_messages)
         module["authorization_header"] = once("header", module["authorization_header"])
-    if "split" in out:
-        module = vars(verifier_module)
-        module["split_credentials"] = once("split", module["split_credentials"])
-    if "digest" in out:
-        Verifier._digest = once("digest", Verifier._digest)  # type: ignore[method-assign]
     if "warm" in out:
         Verifier._warm = once("warm", Verifier._warm)  # type: ignore[method-assign]
     if "authorize" in out:

@@ -26,12 +26,13 @@ from typing import Any
 from apikey_tui import keyformat
 from apikey_tui.store import KeyStore
 from benchmarks.bulk import fill
+from benchmarks.mode import reps
 from benchmarks.servers import WRK_CONNECTIONS, WRK_THREADS, Load, Server, database, wrk
 
 FORGE = (Path(__file__).resolve().parent / "forge.lua").read_text()
-SECONDS = float(os.environ.get("BENCH_SECONDS", "8"))
+SECONDS = float(os.environ.get("BENCH_SECONDS", reps(8, 4)))
 FLOODS = 3  # unknown-id floods back to back, RSS read after each
-TRIALS = int(os.environ.get("BENCH_TRIALS", "20"))
+TRIALS = int(os.environ.get("BENCH_TRIALS", reps(20, 8)))
 KEYS = 1000  # real keys in the database besides the owner's
 PATH = "/projects"
 CLI = Path(sys.executable).with_name("apikey-tui")
@@ -77,7 +78,9 @@ def unknown_id_flood(url: str, revocation_bound: str = "1.0") -> dict[str, Any]:
         assert server.get(PATH, {"Authorization": f"ApiKey {keys[0]}"})[0] == 200
     statuses = [_statuses(run) for run in runs]
     forged = sum(run.requests for run in runs)
-    assert all(s["503"] == 0 and s["other"] == 0 for s in statuses), statuses
+    # 401, or 503 where the verifier may not be sure (PostgreSQL: once a flood spent the log
+    # re-reads and the lookup budget, docs/reference/verifier.md); never a 200 or a 500.
+    assert all(s["other"] == 0 for s in statuses), statuses
     statements = after["statements"] - before["statements"]
     return {
         "revocation_bound_s": float(revocation_bound),
@@ -88,6 +91,7 @@ def unknown_id_flood(url: str, revocation_bound: str = "1.0") -> dict[str, Any]:
         "flood_cpu_us_median": statistics.median(run.cpu_ms_per_request for run in runs) * 1000,
         "forged_ids": forged,
         "answers_401": sum(s["401"] for s in statuses),
+        "answers_503": sum(s["503"] for s in statuses),
         "rss_mib": rss,
         "rss_growth_mib": rss[-1] - rss[0],
         "sql_statements": statements,

@@ -28,9 +28,10 @@ from typing import Any
 from tests.test_proxies import Process, call, start_nginx, start_serve_auth, start_upstream
 
 from apikey_tui.store import KeyStore
+from benchmarks.mode import reps
 
-PAIRS = int(os.environ.get("BENCH_PAIRS", "8"))
-SECONDS = float(os.environ.get("BENCH_SECONDS", "5"))
+PAIRS = int(os.environ.get("BENCH_PAIRS", reps(8, 4)))
+SECONDS = float(os.environ.get("BENCH_SECONDS", reps(5, 3)))
 # serve-auth's HTTP parsers, measured one after the other: the default install's, then h11.
 PARSERS = os.environ.get("BENCH_HTTP", "auto,h11").split(",")
 PATH = "/projects"
@@ -154,7 +155,7 @@ function done(summary, latency, requests)
   io.write(string.format("STATUS 401=%d 429=%d other=%d\\n", a, b, c))
 end
 """
-REFUSAL_PAIRS = int(os.environ.get("BENCH_REFUSAL_PAIRS", "10"))
+REFUSAL_PAIRS = int(os.environ.get("BENCH_REFUSAL_PAIRS", reps(10, 4)))
 REFUSAL_SECONDS = float(os.environ.get("BENCH_REFUSAL_SECONDS", "3"))
 
 

@@ -8,8 +8,10 @@ import time
 from collections.abc import Callable
 
 from apikey_tui.limits import AppliedLimit, Grant, Limit, Limiter
+from benchmarks.mode import reps
 
-PAIRS = 31
+PAIRS = reps(31, 5)
+LEASE = 1_000_000  # tokens a lease holds: the pairs never meet a take
 
 
 class _Generous:
@@ -40,7 +42,7 @@ def admit_cost() -> dict[str, float]:
     """Adjacent pairs: admit() of one limit with a lease in hand, and of a key with no limits.
 
     The lease is a million tokens of a day-long limit, so the pairs never meet a take."""
-    limiter = Limiter(_Generous(), lease=1_000_000)
+    limiter = Limiter(_Generous(), lease=LEASE)
     limited = (AppliedLimit("key:akbench", Limit(999_999_999, 86_400)),)
     unlimited: tuple[AppliedLimit, ...] = ()
     now = time.monotonic()
@@ -81,7 +83,7 @@ def verify_cost() -> dict[str, float]:
         metered = "ApiKey " + store.create_key("b", "metered", ["project"], limits=[day]).plaintext
         free = "ApiKey " + store.create_key("b", "free", ["project"]).plaintext
         store.close()
-        verifier = Verifier.from_url(url, hasher=cheap, limits_lease=1_000_000)
+        verifier = Verifier.from_url(url, hasher=cheap, limits_lease=LEASE)
         scopes = ("project",)
         for header in (metered, free):  # warm: cached, and the limit's lease taken
             verifier.verify(header, scopes)
@@ -101,12 +103,15 @@ def verify_cost() -> dict[str, float]:
             "verify_limited_us": per_call_us(lambda: verifier.verify(metered, scopes)),
             "verify_free_us": per_call_us(lambda: verifier.verify(free, scopes)),
             "store_calls": float(verifier.restrictions.limiter.store_calls),
+            # every check of the metered key: the warm-up, the pairs' batches, the last batch
+            "admitted": 1 + (PAIRS + 1) * 20_000,
+            "pairs": PAIRS,
         }
         verifier.close()
     return found
 
 
-def in_server(pairs: int = 8, seconds: float = 5) -> dict[str, float]:
+def in_server(pairs: int = reps(8, 3), seconds: float = 5) -> dict[str, float]:
     """Inside uvicorn (`apps.starlette_checked`, SQLite, the key database's store): wrk with a
     limited key against the same server with an unlimited one, in adjacent order-alternating
     pairs; with a lease always in hand (1,000,000 tokens) and with the default lease of 16."""
@@ -139,62 +144,93 @@ def in_server(pairs: int = 8, seconds: float = 5) -> dict[str, float]:
                 found[f"{name}_rps_min"], found[f"{name}_rps_max"] = min(rps), max(rps)
                 found[f"{name}_cpu_ratio"] = statistics.median(cpu)
                 found[f"{name}_cpu_min"], found[f"{name}_cpu_max"] = min(cpu), max(cpu)
+    found["server_pairs"] = pairs
     return found
 
 
-def markdown(found: dict[str, float]) -> str:
-    """The RESULTS.md section."""
-    return "\n".join(
-        [
-            "## Limits: a check with a lease in hand (`bench_limits.py`)",
-            "",
-            "| what | time |",
-            "|---|---|",
-            f"| `admit()` of one limit, lease in hand | {found['with_limit_us']:.2f} µs |",
-            f"| `admit()` of a key with no limits | {found['without_us']:.2f} µs |",
-            f"| `spend()` of one held lease, without the lock (a warm check's path; its "
-            f"clock read included) | {found['spend_us']:.2f} µs |",
-            f"| added by the limit, median of {PAIRS} adjacent pairs "
-            f"(target ≤ 0.3 µs) | {found['extra_us_median']:.2f} µs |",
-            f"| the loop's own call (`lambda: None`) | {found['no_call_us']:.2f} µs |",
-            "",
-            "Inside the verifier a key without limits never calls the limiter (one attribute "
-            "test); a limited key's warm check calls `spend()` on the leases its cached caller "
-            "holds (no lock, no lookup: a C `next()` and a clock read):",
-            "",
-            "| what | time |",
-            "|---|---|",
-            f"| warm `verify()` of a key with a limit, lease in hand | "
-            f"{found['verify_limited_us']:.2f} µs |",
-            f"| warm `verify()` of a key with no limits | {found['verify_free_us']:.2f} µs |",
-            f"| added by the limit, median of {PAIRS} adjacent pairs (target ≤ 0.3 µs) | "
-            f"{found['verify_extra_us_median']:.2f} µs |",
-            f"| store round trips over the whole run (lease of 1,000,000) | "
-            f"{found['store_calls']:.0f} |",
-            "",
-            "Inside uvicorn (`apps.starlette_checked`, SQLite, wrk 1 thread 16 connections, 8 "
-            "adjacent order-alternating pairs of 5 s on one server, a limited key against an "
-            "unlimited one; median ratio, lowest and highest pair in brackets; target ≤ 1.1x):",
-            "",
-            "| lease | unlimited / limited requests/s | limited / unlimited CPU per request |",
-            "|---|---|---|",
-            *(
-                f"| {label} | {found[f'{name}_rps_ratio']:.2f} ({found[f'{name}_rps_min']:.2f} "
-                f"to {found[f'{name}_rps_max']:.2f}) | {found[f'{name}_cpu_ratio']:.2f} "
-                f"({found[f'{name}_cpu_min']:.2f} to {found[f'{name}_cpu_max']:.2f}) |"
-                for name, label in (
-                    ("in_hand", "always in hand (1,000,000 tokens)"),
-                    ("lease16", "the default, 16 tokens (a store take every 16 requests)"),
-                )
-                if f"{name}_rps_ratio" in found
-            ),
-            "",
-            "",
-        ]
-    )
+def markdown(found: dict[str, float]) -> list[str]:
+    """The RESULTS.md section, each added cost judged against issue 28's targets."""
+    admit, verify = found["extra_us_median"], found["verify_extra_us_median"]
+    per_admitted = found["store_calls"] / found["admitted"]
+    bound = 1 / LEASE + 0.01
+    pairs = found.get("pairs", 31)
+
+    def met(ok: bool) -> str:
+        return "met" if ok else "**missed**"
+
+    lines = [
+        "## Limits: a check with a lease in hand (`bench_limits.py`)",
+        "",
+        "| what | time | target (issue 28) |",
+        "|---|---|---|",
+        f"| `admit()` of one limit, lease in hand | {found['with_limit_us']:.2f} µs | |",
+        f"| `admit()` of a key with no limits | {found['without_us']:.2f} µs | |",
+        *(
+            [
+                "| `spend()` of one held lease, without the lock (a warm check's path; its"
+                f" clock read included) | {found['spend_us']:.2f} µs | |"
+            ]
+            if "spend_us" in found
+            else []
+        ),
+        f"| added by the limit, median of {pairs} adjacent pairs | {admit:.2f} µs"
+        f" (up to {found['extra_us_max']:.2f}) | ≤ 0.3 µs {met(admit <= 0.3)} |",
+        f"| the loop's own call (`lambda: None`) | {found['no_call_us']:.2f} µs | |",
+        "",
+        "Inside the verifier a key without limits never calls the limiter (one attribute test);"
+        " a limited key's warm check calls `spend()` on the leases its cached caller holds (no"
+        " lock, no lookup: a C `next()` and a clock read):",
+        "",
+        "| what | result | target (issue 28) |",
+        "|---|---|---|",
+        f"| warm `verify()` of a key with a limit, lease in hand |"
+        f" {found['verify_limited_us']:.2f} µs | |",
+        f"| warm `verify()` of a key with no limits | {found['verify_free_us']:.2f} µs | |",
+        f"| added by the limit, median of {pairs} adjacent pairs | {verify:.2f} µs |"
+        f" ≤ 0.3 µs {met(verify <= 0.3)} |",
+        f"| store round trips per admitted check (lease of {LEASE:,}):"
+        f" {found['store_calls']:.0f} in {found['admitted']:,.0f} |"
+        f" {per_admitted:.1e} | ≤ 1/L + 1 % {met(per_admitted <= bound)} |",
+        "",
+    ]
+    if "in_hand_rps_ratio" not in found:
+        return [*lines, "Inside uvicorn: not measured in this run.", ""]
+    server_pairs = found.get("server_pairs", 8)
+    in_hand = max(found["in_hand_rps_ratio"], found["in_hand_cpu_ratio"])
+    lines += [
+        "Inside uvicorn (`apps.starlette_checked`, SQLite, wrk 1 thread 16 connections,"
+        f" {server_pairs:.0f} adjacent order-alternating pairs of 5 s on one server, a limited key"
+        " against an unlimited one; median ratio, lowest and highest pair in brackets; the target"
+        " is judged on both medians):",
+        "",
+        "| lease | unlimited / limited requests/s | limited / unlimited CPU per request |"
+        " target (issue 28) |",
+        "|---|---|---|---|",
+    ]
+    for name, label in (
+        ("in_hand", "always in hand (1,000,000 tokens)"),
+        ("lease16", "the default, 16 tokens (a store take every 16 requests)"),
+    ):
+        if f"{name}_rps_ratio" not in found:
+            continue
+        goal = f"≤ 1.1x {met(in_hand <= 1.1)}" if name == "in_hand" else "(recorded)"
+        lines.append(
+            f"| {label} | {found[f'{name}_rps_ratio']:.2f} ({found[f'{name}_rps_min']:.2f}"
+            f" to {found[f'{name}_rps_max']:.2f}) | {found[f'{name}_cpu_ratio']:.2f}"
+            f" ({found[f'{name}_cpu_min']:.2f} to {found[f'{name}_cpu_max']:.2f}) | {goal} |"
+        )
+    lines += [
+        "",
+        "With the default lease on SQLite every 16th request takes a lease in its own write"
+        " transaction (`PRAGMA synchronous=FULL`: a sync to disk) through a CheckGate thread,"
+        " which is what the second row's CPU per request pays: a larger `limits_lease` (or"
+        " Redis) is what a busy SQLite service wants; not a target of issue 28, which asks for"
+        " the lease in hand. Overshoot and the refused requests' round trips are counted by the"
+        " tests (`tests/test_limits*.py`), not timed here.",
+        "",
+    ]
+    return lines
 
 
 if __name__ == "__main__":
-    result = {**admit_cost(), **verify_cost(), **in_server()}
-    print(json.dumps(result))
-    print(markdown(result))
+    print(json.dumps({**admit_cost(), **verify_cost(), **in_server()}))

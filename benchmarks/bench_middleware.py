@@ -21,10 +21,13 @@ from typing import Any
 from apikey_tui.store import KeyStore
 from benchmarks import apps
 from benchmarks.apps import KNOCKOUTS
+from benchmarks.mode import reps
 from benchmarks.servers import Load, Server, database, wrk
 
-PAIRS = int(os.environ.get("BENCH_PAIRS", "8"))
-SECONDS = float(os.environ.get("BENCH_SECONDS", "5"))
+PAIRS = int(os.environ.get("BENCH_PAIRS", reps(8, 4)))
+SECONDS = float(os.environ.get("BENCH_SECONDS", reps(5, 3)))
+ROUNDS = reps(5, 3)  # knockout rounds
+LOOPS = reps(31, 11)  # in-process rounds
 
 
 def paired(
@@ -90,7 +93,7 @@ def in_server_span(url: str, key: str, lua: str, rounds: int = 4) -> dict[str, f
     return result
 
 
-def where_the_time_goes(url: str, key: str, lua: str, rounds: int = 5) -> dict[str, Any]:
+def where_the_time_goes(url: str, key: str, lua: str, rounds: int = ROUNDS) -> dict[str, Any]:
     """The middleware's span with each step made constant in turn (see apps.starlette_knockout).
 
     A step's cost is the median span with every step in place minus the span without it;
@@ -118,6 +121,7 @@ def where_the_time_goes(url: str, key: str, lua: str, rounds: int = 5) -> dict[s
     p50 = {name: statistics.median(s["p50_us"] for s in spans[name]) for name in variants}
     p10 = {name: statistics.median(s["p10_us"] for s in spans[name]) for name in variants}
     return {
+        "rounds": rounds,
         "span_p50_us": p50,
         "span_p10_us": p10,
         "step_cost_p50_us": {step: p50["none"] - p50[step] for step in KNOCKOUTS},
@@ -125,7 +129,7 @@ def where_the_time_goes(url: str, key: str, lua: str, rounds: int = 5) -> dict[s
     }
 
 
-def in_process(url: str, key: str, rounds: int = 31, requests: int = 1000) -> dict[str, float]:
+def in_process(url: str, key: str, rounds: int = LOOPS, requests: int = 1000) -> dict[str, float]:
     """Microseconds per request through each app's ASGI stack with no server: the four apps
     called in turn, `rounds` times, each round `requests` calls; medians of the rounds.
 
@@ -171,6 +175,7 @@ def in_process(url: str, key: str, rounds: int = 31, requests: int = 1000) -> di
                     await one(variants[name])
                 times[name].append((time.perf_counter() - start) / requests * 1e6)
         result = {f"{name}_us": statistics.median(t) for name, t in times.items()}
+        result["rounds"] = rounds
         result["middleware_added_us"] = statistics.median(
             a - b for a, b in zip(times["starlette_checked"], times["starlette_plain"], strict=True)
         )
@@ -183,7 +188,9 @@ def in_process(url: str, key: str, rounds: int = 31, requests: int = 1000) -> di
     return asyncio.run(measure())
 
 
-def sync_in_process(url: str, key: str, rounds: int = 31, requests: int = 2000) -> dict[str, float]:
+def sync_in_process(
+    url: str, key: str, rounds: int = LOOPS, requests: int = 2000
+) -> dict[str, float]:
     """Microseconds per request through the WSGI middleware against a hand-written one (SHA-256
     of the key and a dict lookup, the floor a sync integration is held to: within 1.5 µs) and
     the bare app, called in alternating rounds (this thread's CPU time); medians of the rounds
@@ -235,6 +242,7 @@ def sync_in_process(url: str, key: str, rounds: int = 31, requests: int = 2000) 
             times[name].append((time.thread_time() - start) / requests * 1e6)
     verifier.close()
     result = {f"{name}_us": statistics.median(t) for name, t in times.items()}
+    result["rounds"] = rounds
     result["wsgi_over_handwritten_us"] = statistics.median(
         a - b for a, b in zip(times["wsgi_library"], times["wsgi_handwritten"], strict=True)
     )

@@ -64,33 +64,47 @@ def verify_cost() -> dict[str, float]:
         found["verify_free_us"] = per_call_us(lambda: verifier.verify(free, scopes, CLIENT))
         found["verify_free_no_client_us"] = per_call_us(lambda: verifier.verify(free, scopes))
         verifier.close()
+    found["pairs"] = PAIRS
     return found
 
 
-def markdown(found: dict[str, float]) -> str:
-    """The RESULTS.md section."""
-    return "\n".join(
-        [
-            "## Network rules: a warm check from an allowed address (`bench_networks.py`)",
-            "",
-            "| what | time |",
-            "|---|---|",
-            f"| warm `verify()` of a key with no rules | {found['verify_free_us']:.2f} µs |",
-            f"| the same without a client address | {found['verify_free_no_client_us']:.2f} µs |",
-            f"| warm `verify()` of a key with 10 allow networks | {found['verify_10_us']:.2f} µs |",
-            f"| warm `verify()` of a key with 1,000 allow networks | "
-            f"{found['verify_1000_us']:.2f} µs |",
-            f"| added by 10 rules, median of {PAIRS} adjacent pairs (target ≤ 0.3 µs) | "
-            f"{found['extra_10_us_median']:.2f} µs |",
-            f"| added by 1,000 rules, median of {PAIRS} adjacent pairs (target ≤ 0.5 µs) | "
-            f"{found['extra_1000_us_median']:.2f} µs |",
-            "",
-            "The peer is parsed once per process (a bounded cache of its text), then the check "
-            "is two bisects over sorted integer ranges (deny, allow): 1,000 rules cost a few "
-            "more halvings than 10. No query and no `ipaddress` object on the way.",
-            "",
-        ]
-    )
+def markdown(found: dict[str, float]) -> list[str]:
+    """The RESULTS.md section, each added cost judged against its target."""
+    ten, many = found["extra_10_us_median"], found["extra_1000_us_median"]
+    pairs = found.get("pairs", 31)
+
+    def met(ok: bool) -> str:
+        return "met" if ok else "**missed**"
+
+    return [
+        "## Network rules: a warm check from an allowed address (`bench_networks.py`)",
+        "",
+        "Warm `verify()` checks of one key from one client (SQLite, the client inside an allowed"
+        f" network), in {pairs} adjacent order-alternating pairs of a key with rules and one"
+        " without; the cost a rule set adds is the median of the pairs' differences.",
+        "",
+        "| what | time | target |",
+        "|---|---|---|",
+        f"| warm `verify()` of a key with no rules | {found['verify_free_us']:.2f} µs | |",
+        f"| the same without a client address | {found['verify_free_no_client_us']:.2f} µs | |",
+        f"| warm `verify()` of a key with 10 allow networks | {found['verify_10_us']:.2f} µs | |",
+        f"| warm `verify()` of a key with 1,000 allow networks |"
+        f" {found['verify_1000_us']:.2f} µs | |",
+        f"| added by 10 rules | **{ten:.2f} µs** | ≤ 0.3 µs {met(ten <= 0.3)} |",
+        f"| added by 1,000 rules | **{many:.2f} µs** | ≤ 0.5 µs {met(many <= 0.5)} |",
+        "",
+        "Pairs a few tenths of a microsecond apart move by about as much between runs on this"
+        " shared machine; whole processes timed in turns (1,000,000 checks each, CPU seconds,"
+        " 2026-11-27) put both rule sets at 0.26 µs a check.",
+        "",
+        "The peer is parsed once per process (a bounded cache of address text → integer); a key"
+        " with one enforced allow list and no deny then costs one dict lookup and one bisect over"
+        " its sorted, merged ranges (other rule sets: a bisect over deny, then allow, per set)."
+        " 1,000 rules cost a few more halvings than 10. No query and no `ipaddress` object on the"
+        " way; shadow mode's would-be refusals and a refusal's record are a deque append"
+        " (`tests/test_networks_verifier.py` counts 0 SQL statements over 400 of them).",
+        "",
+    ]
 
 
 def loop(rules_count: int, checks: int) -> None:
@@ -123,6 +137,4 @@ if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "loop":  # farm-bench --vs: loop 10 N vs loop 0 N
         loop(int(sys.argv[2]), int(sys.argv[3]))
         sys.exit(0)
-    result = verify_cost()
-    print(json.dumps(result))
-    print(markdown(result))
+    print(json.dumps(verify_cost()))

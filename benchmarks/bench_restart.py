@@ -16,9 +16,10 @@ from typing import Any
 from apikey_tui.errors import AuthError
 from apikey_tui.hashing import SecretHasher
 from apikey_tui.verifier import Verifier
-from benchmarks.bench_verifier import database
 from benchmarks.bulk import fill
+from benchmarks.mode import reps
 from benchmarks.scale_data import fast_fill
+from benchmarks.servers import database
 
 SIZES = [int(n) for n in os.environ.get("BENCH_RESTART_KEYS", "100000,1000000").split(",")]
 VALID = 5000  # distinct valid keys presented by the closed loop
@@ -71,7 +72,7 @@ def under_traffic(url: str, keys: list[str]) -> dict[str, Any]:
     }
 
 
-def index_rss(url: str, key: str, count: int, runs: int = 3) -> dict[str, float]:
+def index_rss(url: str, key: str, count: int, runs: int = reps(3, 1)) -> dict[str, float]:
     """RSS a fresh process gains by loading the key index of `count` keys (median of `runs`
     fresh processes: glibc's heap makes single runs differ by a few MiB)."""
     code = (

@@ -22,9 +22,10 @@ from typing import Any
 
 from apikey_tui.hashing import SecretHasher
 from apikey_tui.store import KeyStore
+from benchmarks.mode import reps
 from benchmarks.servers import database
 
-ROUNDS = int(os.environ.get("BENCH_ROUNDS", "200"))
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", reps(200, 50)))
 # Extra busy processes during the rounds (the scale issue measured p99 at a load of about 5).
 LOAD = int(os.environ.get("BENCH_LOAD", "0"))
 CLI = Path(sys.executable).with_name("apikey-tui")

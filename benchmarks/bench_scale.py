@@ -18,8 +18,8 @@ from apikey_tui.errors import AuthError
 from apikey_tui.hashing import SecretHasher
 from apikey_tui.store import KeyStore
 from apikey_tui.verifier import Verifier
-from benchmarks.bench_verifier import database
 from benchmarks.scale_data import fast_fill
+from benchmarks.servers import database
 
 CHEAPEST = SecretHasher("cheapest")
 MILLION = int(os.environ.get("BENCH_SCALE_KEYS", "1000000"))

@@ -31,9 +31,10 @@ from apikey_tui.tui.app import ApiKeysApp
 from apikey_tui.tui.key_table import KeyTable
 from apikey_tui.tui.keys_screen import KeysScreen
 from benchmarks.bulk import fill
+from benchmarks.mode import reps
 
 SIZE = (120, 40)
-TRIPLES = 15
+TRIPLES = reps(15, 5)
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -18,10 +18,12 @@ from apikey_tui.store import KeyStore
 from apikey_tui.store.credentials import credential_source
 from apikey_tui.verifier import Verifier
 from apikey_tui.verifier.use_counts import UseCounts
-from benchmarks.bench_verifier import database, per_call_us
+from benchmarks.bench_verifier import per_call_us
 from benchmarks.bulk import fill
+from benchmarks.mode import reps
+from benchmarks.servers import database
 
-PAIRS = 60
+PAIRS = reps(60, 20)
 FLUSH_KEYS = 100_000
 READ_KEYS = 10_000
 YEAR_DAYS = 365

@@ -88,7 +88,7 @@ def view(keys: int, every: int = EVERY, kind: str = "sqlite") -> dict[str, Any]:
     read (every proposal and refusal)."""
     from apikey_tui.store.usage import DEFAULT_WINDOW
     from apikey_tui.tui.screens.usage import LIMIT, UsageScreen
-    from benchmarks.bench_verifier import database
+    from benchmarks.servers import database
 
     with database(kind) as url:
         fast_fill(url, keys)

@@ -7,21 +7,15 @@ import json
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-
-import psycopg
 
 from apikey_tui.hashing import SecretHasher
 from apikey_tui.verifier import Verifier
 from benchmarks.bulk import fill
-
-POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+from benchmarks.servers import database
 
 
 def per_call_us(call: Callable[[], object], batches: int = 200, size: int = 250) -> float:
@@ -33,23 +27,6 @@ def per_call_us(call: Callable[[], object], batches: int = 200, size: int = 250)
             call()
         means.append((time.perf_counter_ns() - start) / size / 1000)
     return statistics.median(means)
-
-
-@contextmanager
-def database(kind: str) -> Iterator[str]:
-    """A fresh SQLite file, or a fresh schema on the machine's PostgreSQL."""
-    if kind == "sqlite":
-        yield f"sqlite:///{tempfile.mkdtemp()}/keys.db"
-        return
-    schema = f"bench_{uuid.uuid4().hex[:8]}"
-    plain = POSTGRES.replace("+psycopg", "")
-    with psycopg.connect(plain, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    try:
-        yield f"{POSTGRES}?options=-csearch_path%3D{schema}"
-    finally:
-        with psycopg.connect(plain, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 def checks(kind: str) -> dict[str, float]:
@@ -209,6 +186,7 @@ import ctypes, gc, json, os, sys
 from apikey_tui.hashing import SecretHasher
 from apikey_tui.verifier import Verifier
 from benchmarks.bulk import fill
+from benchmarks.servers import database
 url, count, record = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
 def rss():
     with open("/proc/self/statm") as f:

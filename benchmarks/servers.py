@@ -85,8 +85,9 @@ class Server:
                     return
             except OSError:
                 time.sleep(0.1)
+        output = self.output()  # before stop() closes the log
         self.stop()
-        raise RuntimeError(f"{factory} did not start:\n{self.output()}")
+        raise RuntimeError(f"{factory} did not start:\n{output}")
 
     def __enter__(self) -> Server:
         return self
