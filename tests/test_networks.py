@@ -184,3 +184,14 @@ def test_an_ipv6_network_never_admits_ipv4_clients() -> None:
         "10.0.0.0/24",
         "::/56",
     ]
+
+
+def test_a_text_longer_than_any_address_is_unknown_and_not_kept() -> None:
+    """A 4 KB 'address' (a forwarding header's hop) is no address, and the parse cache keeps
+    no entry for it: a flood of long hops cannot fill memory 4,096 strings at a time."""
+    from apikey_tui.networks import ADDRESSES
+
+    long = "1" * 4096
+    assert address_of(long) is None
+    assert long not in ADDRESSES
+    assert address_of("ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255") is not None  # 45 chars

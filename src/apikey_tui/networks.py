@@ -61,6 +61,8 @@ def address_of(text: str | None) -> int | None:
         return ADDRESSES[text]
     except KeyError:
         pass
+    if len(text) > 45:  # no address is longer (IPv6 text at most): not kept, never parsed
+        return None
     value = parse_address(text)
     if len(ADDRESSES) >= _ADDRESS_CACHE:
         ADDRESSES.clear()  # a flood of distinct addresses: start again, bounded
