@@ -213,12 +213,12 @@ def applied(ctx: StoreContext, person: str, batch: str | None = None) -> Batch:
                 f"the offboarding of {person} (batch {found}) was undone already, "
                 f"{format_moment(undo.at)} by {undo.actor}; nothing was done"
             )
+        keyed = [e for e in events if e.action in ("key.disable", "key.transfer") and e.public_id]
+        later = _first_events_after(session, [e.public_id for e in keyed if e.public_id], last)
         before: list[KeyInfo] = []
         after: list[KeyInfo] = []
-        for event in events:
-            if event.action not in ("key.disable", "key.transfer") or not event.public_id:
-                continue
-            now = _as_left(ctx, session, event, last)
+        for event in keyed:
+            now = _as_left(ctx, session, event, later.get(event.public_id or ""))
             if event.action == "key.disable":
                 before.append(replace(now, disabled_at=None, disabled_reason=None))
             elif (was := moved_from(event.detail)) is not None:
@@ -269,21 +269,33 @@ def _offboarding(session: Session, person: str, batch: str | None) -> str:
     )
 
 
-def _as_left(ctx: StoreContext, session: Session, event: EventRow, last: int) -> KeyInfo:
+def _first_events_after(session: Session, ids: list[str], last: int) -> dict[str, EventRow]:
+    """Each public id's first event after event id `last`, for those that have one: one read
+    of the trail from `last` on, however many keys the batch holds."""
+    found: dict[str, EventRow] = {}
+    if not ids:
+        return found
+    query = (
+        select(EventRow)
+        .where(col(EventRow.id) > last, col(EventRow.public_id).in_(ids))
+        .order_by(col(EventRow.id))
+    )
+    for row in session.exec(query):
+        found.setdefault(row.public_id or "", row)
+    return found
+
+
+def _as_left(
+    ctx: StoreContext, session: Session, event: EventRow, later: EventRow | None
+) -> KeyInfo:
     """The key an event of the batch changed, now; refused if it changed after the batch
-    (gone, recreated or rotated: a new public id; or any later event of its public id)."""
+    (gone, recreated or rotated: a new public id; or `later`, an event of it since)."""
     where = f"key {event.key_name!r} of {event.owner}"
     row = session.exec(select(KeyRow).where(KeyRow.public_id == event.public_id)).first()
     if row is None:
         raise KeyStateError(
             f"{where} was deleted, recreated or rotated after the offboarding; nothing was undone"
         )
-    later = session.exec(
-        select(EventRow)
-        .where(EventRow.public_id == event.public_id, col(EventRow.id) > last)
-        .order_by(col(EventRow.id))
-        .limit(1)
-    ).first()
     now = read_info(session, row, ctx.clock())
     if now.leaked and event.action == "key.disable":  # undone, it would work again
         raise KeyStateError(lifecycle.leaked_refusal(now.owner, now.name, "restored"))
