@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from sqlmodel import delete
+from sqlmodel import col, delete
 
 from apikey_tui.cli import main, prompts
 from apikey_tui.db.models import EventRow
@@ -192,7 +192,7 @@ def test_an_offboarding_from_before_its_event_is_found_by_its_words(store: KeySt
     _alice(store)
     done = store.offboard(store.offboard_preview("alice"))
     with store.session(write=True) as session:
-        session.exec(delete(EventRow).where(EventRow.action == OFFBOARD))  # type: ignore[call-overload]
+        session.exec(delete(EventRow).where(col(EventRow.action) == OFFBOARD))
         session.commit()
     assert store.offboarding("alice") == done
     store.undo(store.offboarding("alice"))
