@@ -174,14 +174,19 @@ def fetch(connection: Connection, statement: Select[Any], params: dict[str, Any]
     sql = raw.sql
     try:
         cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
-        # SQLAlchemy's own test before it calls listeners (iterating none costs more).
-        listened = connection._has_events or connection.engine._has_events
-        if listened:
-            for before in connection.dispatch.before_cursor_execute:
-                sql, values = before(connection, cursor, sql, values, None, False)
+        # SQLAlchemy's own test before it calls listeners (iterating none costs more), then
+        # whether any listens to these two events: the verifier's engine has others (connect,
+        # begin, handle_error), and walking an empty listener list costs ~3 us each time.
+        after = None
+        if connection._has_events or connection.engine._has_events:
+            dispatch = connection.dispatch
+            before, after = dispatch.before_cursor_execute, dispatch.after_cursor_execute
+            if before:
+                for listener in before:
+                    sql, values = listener(connection, cursor, sql, values, None, False)
         cursor.execute(sql, values)
-        if listened:
-            connection.dispatch.after_cursor_execute(connection, cursor, sql, values, None, False)
+        if after:
+            after(connection, cursor, sql, values, None, False)
         found = cursor.fetchall()
         cursor.close()
     except Exception:  # sqlite3.Error: once more the ordinary way (listeners, metric, mapper)

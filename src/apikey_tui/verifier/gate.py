@@ -129,19 +129,24 @@ class CheckGate:
                     thread.start()
                     self._threads.append(thread)
                 self._queue.put((future, work, time.monotonic()))  # type: ignore[arg-type]
-        future.add_done_callback(lambda done: self._finished(key, done))  # type: ignore[arg-type]
-        if here:
-            future.set_running_or_notify_cancel()
-            started = time.monotonic()
-            self.waited.observe(0.0)  # no queue: counted, so runs and waits stay one per run
-            try:
-                future.set_result(work())
-            except BaseException as exc:  # the caller (and any joiner) re-raises it
-                future.set_exception(exc)
-            finally:
-                with self._lock:
-                    self._inline -= 1
-            self.ran.observe(time.monotonic() - started)
+        if not here:
+            future.add_done_callback(lambda done: self._finished(key, done))  # type: ignore[arg-type]
+            return future
+        # In the caller's thread: no done-callback, the run leaves _pending under the lock that
+        # counts it out (a SQLite re-read runs two of these; each callback and lock is a share).
+        future.set_running_or_notify_cancel()
+        started = time.monotonic()
+        try:
+            future.set_result(work())
+        except BaseException as exc:  # the caller (and any joiner) re-raises it
+            future.set_exception(exc)
+        finally:
+            with self._lock:
+                self._inline -= 1
+                if self._pending.get(key) is future:
+                    del self._pending[key]
+        self.waited.observe(0.0)  # no queue: counted, so runs and waits stay one per run
+        self.ran.observe(time.monotonic() - started)
         return future
 
     def _finished(self, key: Hashable, done: Future[object]) -> None:
