@@ -373,3 +373,36 @@ def test_a_prepared_read_that_fails_is_mapped_and_counted_like_any_other(tmp_pat
             change_log.fetch(conn, change_log.POSITION, {})
     assert len(errors) == 1
     engine.dispose()
+
+
+def test_a_kept_read_connection_that_fails_is_never_reused_and_other_errors_pass(
+    sqlite_url: str,
+) -> None:
+    """ReusedConnections: a good read keeps its connection; a failed one lets every kept
+    connection go (the next read connects) and comes out typed; a non-database error raised
+    inside a read passes unchanged, and that connection is let go too."""
+    from apikey_tui.errors import StoreUnavailableError
+
+    KeyStore.open(sqlite_url, hasher=CHEAP).close()
+    engine = _engine(sqlite_url)
+    reads = change_log.ReusedConnections(engine)
+    try:
+        with reads.connection() as first:
+            assert change_log.position(first) >= 0
+        with reads.connection() as again:
+            assert again is first  # kept and reused
+            with pytest.raises(StoreUnavailableError, match="no such table"):
+                with reads.connection() as second:  # a second reader at once: its own
+                    assert second is not first
+                    second.exec_driver_sql("SELECT * FROM no_such_table")
+        assert reads._free == [first]  # the failed one was closed, not kept
+        with pytest.raises(ValueError, match="not a database error"):
+            with reads.connection() as conn:
+                assert conn is first
+                raise ValueError("not a database error")
+        assert reads._free == [] and first.closed
+        with reads.connection() as fresh:
+            assert fresh is not first and change_log.position(fresh) >= 0
+    finally:
+        reads.close()
+        engine.dispose()
