@@ -116,6 +116,33 @@ def test_a_changed_key_alone_is_reread(
     assert verifier.verify(f"ApiKey {keys[3]}").scopes == {"serving"}
 
 
+def test_a_sqlite_reread_of_a_changed_key_is_two_statements_and_leaves_no_run_pending(
+    sqlite_url: str,
+) -> None:
+    """On SQLite, each re-read of a cached key an admin just changed runs exactly the log read
+    and the key's own read (no BEGIN, ROLLBACK or position read) and leaves no check pending."""
+    store = KeyStore.open(sqlite_url, hasher=CHEAP)
+    engine = _engine(sqlite_url)
+    statements = Statements(engine)
+    verifier = Verifier(engine, hasher=CHEAP)
+    try:
+        header = f"ApiKey {store.create_key('alice', 'k', ['project']).plaintext}"
+        verifier.verify(header)
+        for scopes in (["project", "serving"], ["project"], ["serving"]):
+            store.set_key_scopes("alice", "k", scopes)
+            seen = len(statements.seen)
+            assert verifier.verify(header).scopes == set(scopes)
+            ran = statements.seen[seen:]
+            assert len(ran) == 2
+            assert LOG_READ in ran[0] and CREDENTIAL_READ not in ran[0]
+            assert CREDENTIAL_READ in ran[1]
+            assert not verifier._gate._pending  # the inline runs were counted out
+        assert verifier.stats.argon2 == 1
+    finally:
+        verifier.close()
+        store.close()
+
+
 def test_a_service_answers_its_first_request_while_the_index_loads(
     store: KeyStore, checker: tuple[Verifier, Statements]
 ) -> None:
@@ -287,7 +314,8 @@ def test_the_prepared_reads_give_what_sqlalchemy_gives_and_its_listeners_see_the
     store: KeyStore, database_url: str
 ) -> None:
     """change_log.fetch (SQLite: the SQL on the driver's connection) returns the rows, values
-    and names SQLAlchemy's execute returns, and before_cursor_execute still sees each read."""
+    and names SQLAlchemy's execute returns, and before_ and after_cursor_execute still see
+    each read."""
     from apikey_tui.limits import Limit
     from apikey_tui.store.credentials import _CREDENTIAL
 
@@ -301,6 +329,8 @@ def test_the_prepared_reads_give_what_sqlalchemy_gives_and_its_listeners_see_the
     assert old is not None
     engine = _engine(database_url)
     statements = Statements(engine)
+    after: list[str] = []
+    event.listen(engine, "after_cursor_execute", lambda _c, _k, sql, *_a: after.append(sql))
     reads = change_log.ReusedConnections(engine)
     ids = [store.get_key("alice", name).public_id for name in ("plain", "full")]
     asked: list[tuple[Any, dict[str, Any]]] = [
@@ -315,6 +345,7 @@ def test_the_prepared_reads_give_what_sqlalchemy_gives_and_its_listeners_see_the
                 seen = len(statements.seen)
                 fetched = change_log.fetch(conn, statement, params)
                 assert len(statements.seen) == seen + 1
+                assert after[-1] == statements.seen[-1] and len(after) == seen + 1
                 expected = conn.execute(statement, params).all()
             assert [tuple(row) for row in fetched] == [tuple(row) for row in expected]
             assert [row._asdict() for row in fetched] == [row._asdict() for row in expected]
@@ -342,3 +373,36 @@ def test_a_prepared_read_that_fails_is_mapped_and_counted_like_any_other(tmp_pat
             change_log.fetch(conn, change_log.POSITION, {})
     assert len(errors) == 1
     engine.dispose()
+
+
+def test_a_kept_read_connection_that_fails_is_never_reused_and_other_errors_pass(
+    sqlite_url: str,
+) -> None:
+    """ReusedConnections: a good read keeps its connection; a failed one lets every kept
+    connection go (the next read connects) and comes out typed; a non-database error raised
+    inside a read passes unchanged, and that connection is let go too."""
+    from apikey_tui.errors import StoreUnavailableError
+
+    KeyStore.open(sqlite_url, hasher=CHEAP).close()
+    engine = _engine(sqlite_url)
+    reads = change_log.ReusedConnections(engine)
+    try:
+        with reads.connection() as first:
+            assert change_log.position(first) >= 0
+        with reads.connection() as again:
+            assert again is first  # kept and reused
+            with pytest.raises(StoreUnavailableError, match="no such table"):
+                with reads.connection() as second:  # a second reader at once: its own
+                    assert second is not first
+                    second.exec_driver_sql("SELECT * FROM no_such_table")
+        assert reads._free == [first]  # the failed one was closed, not kept
+        with pytest.raises(ValueError, match="not a database error"):
+            with reads.connection() as conn:
+                assert conn is first
+                raise ValueError("not a database error")
+        assert reads._free == [] and first.closed
+        with reads.connection() as fresh:
+            assert fresh is not first and change_log.position(fresh) >= 0
+    finally:
+        reads.close()
+        engine.dispose()

@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -444,3 +444,61 @@ def test_closing_waits_for_a_check_still_running() -> None:
     release.set()
     closer.join(30)
     assert closed.is_set() and done.is_set() and future.result() == "checked"
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_an_inline_run_shares_its_outcome_with_those_who_join_it(fails: bool) -> None:
+    """A run in the caller's thread (CheckGate inline) is joined by later submits of its key,
+    sync and async: each gets its value (or its exception), the work runs once, and the key
+    leaves the pending runs afterwards; alone, the caller gets it with no Future made."""
+    import asyncio
+
+    from apikey_tui.verifier.gate import CheckGate
+
+    gate = CheckGate(workers=2, timeout=30.0, max_pending=4)
+    started, release = threading.Event(), threading.Event()
+    runs: list[int] = []
+
+    def work() -> str:
+        runs.append(1)
+        started.set()
+        assert release.wait(30)
+        if fails:
+            raise LookupError("the run failed")
+        return "checked"
+
+    outcome: list[object] = []
+
+    def inline_caller() -> None:
+        try:
+            outcome.append(gate.wait(gate.submit("k", work, inline=True), time.monotonic() + 30))
+        except LookupError as exc:
+            outcome.append(exc)
+
+    caller = threading.Thread(target=inline_caller)
+    caller.start()
+    assert started.wait(30)
+    joined = gate.submit("k", lambda: "never run", inline=True)
+    joined_again = gate.submit("k", lambda: "never run")
+    assert joined is joined_again  # one Future for every joiner
+    release.set()
+    caller.join(30)
+
+    async def waited() -> object:
+        try:
+            return await gate.wait_async(joined, time.monotonic() + 30)
+        except LookupError as exc:
+            return exc
+
+    if fails:
+        assert isinstance(outcome[0], LookupError)
+        assert asyncio.run(waited()) is outcome[0]
+        with pytest.raises(LookupError):
+            gate.wait(joined, time.monotonic() + 30)
+    else:
+        assert outcome == ["checked"] and asyncio.run(waited()) == "checked"
+        assert gate.wait(joined, time.monotonic() + 30) == "checked"
+    assert runs == [1] and not gate._pending and gate._inline == 0
+    alone = gate.submit("k", lambda: "alone", inline=True)
+    assert not isinstance(alone, Future) and gate.wait(alone, time.monotonic() + 1) == "alone"
+    gate.close()

@@ -56,13 +56,27 @@ def database_errors(engine: Engine, conflicts: Conflicts | None = None) -> Itera
     try:
         yield
     except Exception as exc:
-        if not isinstance(exc, _driver_errors()):
+        error = typed_error(engine, exc, conflicts)
+        if error is None:
             raise
-        meaning = (conflicts or {}).get(_conflict(exc) or "")
-        if meaning is not None:
-            raise meaning() from None
-        file = engine.url.database if engine.url.get_backend_name() == "sqlite" else None
-        raise _store_error(exc, mask_url(str(engine.url)), file) from None
+        raise error from None
+
+
+def typed_error(
+    engine: Engine, exc: Exception, conflicts: Conflicts | None = None
+) -> ApiKeyError | None:
+    """What `database_errors` raises for exc instead (None: no database error, raise it as it is).
+
+    For a hot path that cannot afford a generator's context manager (the verifier's reads,
+    `change_log.ReusedConnections`): the same mapping, called from an `__exit__`.
+    """
+    if not isinstance(exc, _driver_errors()):
+        return None
+    meaning = (conflicts or {}).get(_conflict(exc) or "")
+    if meaning is not None:
+        return meaning()
+    file = engine.url.database if engine.url.get_backend_name() == "sqlite" else None
+    return _store_error(exc, mask_url(str(engine.url)), file)
 
 
 def _conflict(exc: Exception) -> str | None:

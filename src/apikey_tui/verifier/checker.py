@@ -9,7 +9,6 @@ import secrets
 import sys
 import time
 from collections.abc import Callable, Collection, Generator, Iterable, Iterator, Mapping
-from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -43,7 +42,7 @@ from apikey_tui.verifier.freshness import (
     PushFreshness,
     freshness_for,
 )
-from apikey_tui.verifier.gate import CheckGate, FailureBudget, OutageLog, TokenBucket
+from apikey_tui.verifier.gate import CheckGate, FailureBudget, OutageLog, Run, TokenBucket
 from apikey_tui.verifier.key_index import KeyIndex, Verdict
 from apikey_tui.verifier.last_used import LastUsedWriter
 from apikey_tui.verifier.metrics import VerifierStats
@@ -349,7 +348,7 @@ class Verifier:
 
     def _answer(
         self, authorization: str | None, *, inline: bool
-    ) -> Generator[Future[Any], Any, Caller]:
+    ) -> Generator[Run[Any], Any, Caller]:
         """The one check, for verify and verify_async (httpx's habit: one generator, two drivers).
 
         It yields work submitted to the CheckGate and is sent that work's result; it returns
@@ -409,7 +408,7 @@ class Verifier:
         freshness = self._freshness
         return isinstance(freshness, PushFreshness) and freshness.peek() != self._feed.synced
 
-    def _synced(self, inline: bool) -> Generator[Future[Any], Any, None]:
+    def _synced(self, inline: bool) -> Generator[Run[Any], Any, None]:
         """Steps until a log read begun after this call has finished (at most two reads)."""
         ticket = self._feed.ticket()
         while not self._feed.covers(ticket):

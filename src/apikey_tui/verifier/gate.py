@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import TypeVar
+from typing import Generic, TypeAlias, TypeVar
 
 from apikey_tui.errors import VerifierUnavailableError
 from apikey_tui.verifier.metrics import Timings
@@ -59,6 +59,34 @@ class OutageLog:
         self._lock = threading.Lock()
 
 
+class Done(Generic[T]):
+    """The outcome of an inline run nobody joined: what `CheckGate.wait` reads of a Future."""
+
+    __slots__ = ("_error", "_value")
+
+    def __init__(self, value: T, error: BaseException | None) -> None:
+        self._value, self._error = value, error
+
+    def result(self, timeout: float | None = None) -> T:
+        """The run's value, or its exception raised (timeout: a Future's, unused: it is done)."""
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+# What CheckGate.submit returns: a Future (a gate thread's run, or one joined), or a Done.
+Run: TypeAlias = "Future[T] | Done[T]"
+
+
+class _Inline:
+    """An inline run under way in `_pending`: joiners wait on `joined`, made by the first."""
+
+    __slots__ = ("joined",)
+
+    def __init__(self) -> None:
+        self.joined: Future[object] | None = None
+
+
 class CheckGate:
     """Runs database and argon2 work in a few threads; a request waits for it at most `timeout`.
 
@@ -86,7 +114,7 @@ class CheckGate:
         self._queue: queue.SimpleQueue[tuple[Future[object], Callable[[], object], float] | None]
         self._queue = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
-        self._pending: dict[Hashable, Future[object]] = {}
+        self._pending: dict[Hashable, Future[object] | _Inline] = {}
         self._inline = 0  # runs under way in callers' threads
         self._lock = threading.Lock()
 
@@ -102,26 +130,33 @@ class CheckGate:
                     future.set_exception(exc)
                 self.ran.observe(time.monotonic() - started)
 
-    def submit(self, key: Hashable, work: Callable[[], T], *, inline: bool = False) -> Future[T]:
+    def submit(self, key: Hashable, work: Callable[[], T], *, inline: bool = False) -> Run[T]:
         """Start work (or join the run already under way for key); 503 when the queue is full.
 
         With `inline` (a caller that may block: a sync request on SQLite, whose reads never
         wait long), the work runs in the calling thread while fewer than `workers` others do:
-        the handoff to a gate thread and back costs more than a SQLite read (~200 us).
+        the handoff to a gate thread and back costs more than a SQLite read (~200 us). Such a
+        run makes a Future only for a joiner; alone, its outcome comes back as a `Done`.
         """
         with self._lock:
             running = self._pending.get(key)
             if running is not None:
+                if isinstance(running, _Inline):  # the first joiner makes the Future
+                    if running.joined is None:
+                        running.joined = Future()
+                        running.joined.set_running_or_notify_cancel()  # never cancelled
+                    return running.joined  # type: ignore[return-value]
                 return running  # type: ignore[return-value]
             if len(self._pending) >= self.max_pending:
                 self.rejected += 1
                 raise VerifierUnavailableError()
-            future: Future[T] = Future()
-            self._pending[key] = future  # type: ignore[assignment]
             here = inline and self._inline < self.workers
             if here:
                 self._inline += 1
+                marker = self._pending[key] = _Inline()
             else:
+                future: Future[T] = Future()
+                self._pending[key] = future  # type: ignore[assignment]
                 if len(self._threads) < min(self.workers, len(self._pending)):
                     thread = threading.Thread(
                         target=self._work, name="apikey-tui-check", daemon=True
@@ -129,27 +164,39 @@ class CheckGate:
                     thread.start()
                     self._threads.append(thread)
                 self._queue.put((future, work, time.monotonic()))  # type: ignore[arg-type]
-        future.add_done_callback(lambda done: self._finished(key, done))  # type: ignore[arg-type]
-        if here:
-            future.set_running_or_notify_cancel()
-            started = time.monotonic()
-            self.waited.observe(0.0)  # no queue: counted, so runs and waits stay one per run
-            try:
-                future.set_result(work())
-            except BaseException as exc:  # the caller (and any joiner) re-raises it
-                future.set_exception(exc)
-            finally:
-                with self._lock:
-                    self._inline -= 1
-            self.ran.observe(time.monotonic() - started)
-        return future
+        if not here:
+            future.add_done_callback(lambda done: self._finished(key, done))  # type: ignore[arg-type]
+            return future
+        # In the caller's thread. Without a joiner (nearly always) no Future, no Condition, no
+        # callback: a SQLite re-read runs two of these, and those were a tenth of its Python.
+        started = time.monotonic()
+        value: T | None = None
+        error: BaseException | None = None
+        try:
+            value = work()
+        except BaseException as exc:  # the caller (and any joiner) re-raises it
+            error = exc
+        finally:
+            with self._lock:
+                self._inline -= 1
+                if self._pending.get(key) is marker:
+                    del self._pending[key]
+                joined = marker.joined
+        self.waited.observe(0.0)  # no queue: counted, so runs and waits stay one per run
+        self.ran.observe(time.monotonic() - started)
+        if joined is not None:
+            if error is None:
+                joined.set_result(value)
+            else:
+                joined.set_exception(error)
+        return Done(value, error)  # type: ignore[arg-type]
 
     def _finished(self, key: Hashable, done: Future[object]) -> None:
         with self._lock:
             if self._pending.get(key) is done:
                 del self._pending[key]
 
-    def wait(self, future: Future[T], deadline: float) -> T:
+    def wait(self, future: Run[T], deadline: float) -> T:
         """The result of the work, or 503 when the deadline passes first."""
         try:
             return future.result(timeout=max(0.0, deadline - time.monotonic()))
@@ -160,8 +207,10 @@ class CheckGate:
             )
             raise VerifierUnavailableError() from None
 
-    async def wait_async(self, future: Future[T], deadline: float) -> T:
+    async def wait_async(self, future: Run[T], deadline: float) -> T:
         """Like wait, without blocking the event loop."""
+        if isinstance(future, Done):
+            return future.result()
         try:
             return await asyncio.wait_for(
                 asyncio.shield(asyncio.wrap_future(future)), max(0.0, deadline - time.monotonic())
