@@ -6,7 +6,8 @@ import gc
 import itertools
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from datetime import datetime, timedelta
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -21,7 +22,7 @@ from apikey_tui.store import KeyStore
 from apikey_tui.verifier import Verifier, last_used
 from apikey_tui.verifier.freshness import CommitFreshness
 from apikey_tui.verifier.last_used import LastUsedWriter
-from tests.conftest import CHEAP
+from tests.conftest import CHEAP, FakeClock
 
 
 def python_calls(call: Callable[[], object]) -> list[str]:
@@ -217,3 +218,34 @@ def test_the_writer_moves_the_epoch_off_the_request_path(monkeypatch: pytest.Mon
         assert writer.epoch is not first
     finally:
         writer.close()
+
+
+def test_keys_noted_within_a_second_wait_under_one_time_and_a_failed_write_keeps_them() -> None:
+    """The last-used writer keeps one datetime for the keys it notes within a second (a list
+    slot a key, not a dict entry and a datetime each), later notes win, and a failed write
+    keeps every key with its time for the next."""
+    clock = FakeClock()
+    written: list[Mapping[str, datetime]] = []
+
+    def record(pending: Mapping[str, datetime]) -> None:
+        written.append(dict(pending))
+        if len(written) == 1:
+            raise OSError("database away")
+
+    writer = LastUsedWriter(record, interval=3600, clock=clock)
+    start = clock()
+    for n in range(100):
+        writer.note(f"ak{n}")
+        clock.advance(timedelta(milliseconds=5))  # 0.5 s in all
+    clock.advance(timedelta(seconds=2))
+    writer.note("ak0")
+    assert len({id(when) for when in writer.pending.values()}) == 2
+    writer.flush()  # fails: kept
+    writer.note("ak200")
+    writer.flush()
+    writer.close()
+    assert written[1] == {
+        **{f"ak{n}": start for n in range(1, 100)},
+        "ak0": start + timedelta(seconds=2.5),
+        "ak200": start + timedelta(seconds=2.5),
+    }
