@@ -10,7 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from apikey_tui import keyformat
 from apikey_tui.cli import main
@@ -255,6 +255,36 @@ def test_a_flush_writes_every_value_as_given(keys: KeyStore, clock: FakeClock) -
             text("SELECT public_id, minute, span, kind, scope, requests FROM apikey_tui_usage")
         ).all()
     assert sorted(tuple(r) for r in stored) == sorted(rows)
+
+
+def test_flushes_of_any_size_write_every_row_with_two_sqlite_statements(
+    sqlite_url: str, clock: FakeClock
+) -> None:
+    """Flushes of 1 to 1,203 rows are written whole with at most two distinct INSERTs (full
+    chunks and a row at a time), not one a remainder's length: SQLite's driver keeps each
+    distinct one prepared, ~0.6 KB a row, for the process's life (it kept one per flush)."""
+    store = KeyStore.open(sqlite_url, hasher=CHEAP, actor=ACTOR, clock=clock)
+    pid, now = store.create_key("alice", "svc", ["project"]).info.public_id, usage_minute(clock())
+    inserts: set[str] = set()
+
+    def seen(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        if "apikey_tui_usage " in statement and statement.startswith("INSERT"):
+            inserts.add(statement)
+
+    source = credential_source(store.engine, clock=clock)
+    event.listen(source.engine, "before_cursor_execute", seen)
+    written = 0
+    for size in (1, 7, 499, 500, 501, 1203):
+        source.record_usage(
+            [(pid, now - written - i, MINUTE, 1, "project", 1) for i in range(size)]
+        )
+        written += size
+    source.close()
+    with store.engine.connect() as conn:
+        stored = conn.execute(text("SELECT count(*), sum(requests) FROM apikey_tui_usage")).one()
+    store.close()
+    assert tuple(stored) == (written, written)
+    assert len(inserts) == 2
 
 
 def test_compaction_keeps_every_answer(keys: KeyStore, clock: FakeClock) -> None:
