@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import gc
+import itertools
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from datetime import datetime, timedelta
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -19,7 +22,7 @@ from apikey_tui.store import KeyStore
 from apikey_tui.verifier import Verifier, last_used
 from apikey_tui.verifier.freshness import CommitFreshness
 from apikey_tui.verifier.last_used import LastUsedWriter
-from tests.conftest import CHEAP
+from tests.conftest import CHEAP, FakeClock
 
 
 def python_calls(call: Callable[[], object]) -> list[str]:
@@ -123,12 +126,11 @@ def _objects_per_key(checker: Verifier) -> float:
     a scope set, an epoch) left out."""
     shared = {id(checker._last_used.epoch), id(None)}
     for entry in checker._entries.values():
-        shared |= {id(entry.caller.owner), id(entry.caller.scopes)}
-        shared |= {id(scope) for scope in entry.caller.scopes}
+        shared |= {id(entry.owner), id(entry.scopes), id(entry.meta), id(entry.limits)}
+        shared |= {id(scope) for scope in entry.scopes}
     seen: set[int] = set()
     for digest, entry in checker._entries.items():
-        caller = entry.caller
-        parts = [digest, entry, caller, caller.key_name, caller.public_id, entry.hash_tag]
+        parts = [digest, entry, entry.key_name, entry.public_id, entry.hash_tag]
         parts += [entry.expires_at, *[getattr(entry, name) for name in entry.__slots__]]
         seen |= {id(part) for part in parts if id(part) not in shared}
     for public_id, digest in checker._by_id.items():
@@ -136,9 +138,10 @@ def _objects_per_key(checker: Verifier) -> float:
     return len(seen) / len(checker._entries)
 
 
-def test_a_remembered_key_costs_six_objects(sqlite_url: str) -> None:
-    """Each verified key is a digest, an entry, its hash tag, a caller and the caller's two
-    strings: the id map reuses the caller's id and no key carries a timestamp (it held 8)."""
+def test_a_remembered_key_costs_five_objects(sqlite_url: str) -> None:
+    """Each verified key is a digest, its entry (which is its caller), its hash tag and the
+    caller's two strings: the id map reuses the caller's id and no key carries a timestamp
+    (it held 8, then 6: an entry and a caller apart)."""
     store = KeyStore.open(sqlite_url, hasher=CHEAP)
     keys = [store.create_key("alice", f"k{n}", ["project"]).plaintext for n in range(20)]
     store.close()
@@ -147,7 +150,42 @@ def test_a_remembered_key_costs_six_objects(sqlite_url: str) -> None:
         for key in keys:
             checker.verify(f"ApiKey {key}")
         assert checker.cache_size() == 20
-        assert _objects_per_key(checker) == 6
+        assert _objects_per_key(checker) == 5
+    finally:
+        checker.close()
+
+
+def _ours() -> int:
+    """Objects the collector tracks whose type is this project's, or a usage counter."""
+    return sum(
+        str(type(o).__module__).startswith("apikey_tui.") or isinstance(o, itertools.count)
+        for o in gc.get_objects()
+    )
+
+
+@pytest.mark.parametrize("record", [True, False])
+def test_a_remembered_key_adds_one_object_the_collector_tracks(
+    sqlite_url: str, record: bool
+) -> None:
+    """Once its use is recorded (a flush read the tallies), a verified key leaves one object of
+    ours behind, its entry, with usage recording on or off (it left four: an entry, a caller,
+    a usage tally and its counter)."""
+    store = KeyStore.open(sqlite_url, hasher=CHEAP)
+    keys = [store.create_key("alice", f"k{n}", ["project"]).plaintext for n in range(100)]
+    store.close()
+    checker = Verifier.from_url(sqlite_url, hasher=CHEAP, record_usage=record)
+    try:
+        for key in keys[:20]:  # threads and the writers' objects are made once, not per key
+            checker.verify(f"ApiKey {key}", ("project",))
+        checker.flush()
+        gc.collect()
+        before = _ours()
+        for key in keys[20:]:
+            checker.verify(f"ApiKey {key}", ("project",))
+        checker.flush()
+        gc.collect()
+        assert checker.cache_size() == 100
+        assert (_ours() - before) / 80 < 1.5  # a few made once besides
     finally:
         checker.close()
 
@@ -180,3 +218,34 @@ def test_the_writer_moves_the_epoch_off_the_request_path(monkeypatch: pytest.Mon
         assert writer.epoch is not first
     finally:
         writer.close()
+
+
+def test_keys_noted_within_a_second_wait_under_one_time_and_a_failed_write_keeps_them() -> None:
+    """The last-used writer keeps one datetime for the keys it notes within a second (a list
+    slot a key, not a dict entry and a datetime each), later notes win, and a failed write
+    keeps every key with its time for the next."""
+    clock = FakeClock()
+    written: list[Mapping[str, datetime]] = []
+
+    def record(pending: Mapping[str, datetime]) -> None:
+        written.append(dict(pending))
+        if len(written) == 1:
+            raise OSError("database away")
+
+    writer = LastUsedWriter(record, interval=3600, clock=clock)
+    start = clock()
+    for n in range(100):
+        writer.note(f"ak{n}")
+        clock.advance(timedelta(milliseconds=5))  # 0.5 s in all
+    clock.advance(timedelta(seconds=2))
+    writer.note("ak0")
+    assert len({id(when) for when in writer.pending.values()}) == 2
+    writer.flush()  # fails: kept
+    writer.note("ak200")
+    writer.flush()
+    writer.close()
+    assert written[1] == {
+        **{f"ak{n}": start for n in range(1, 100)},
+        "ak0": start + timedelta(seconds=2.5),
+        "ak200": start + timedelta(seconds=2.5),
+    }

@@ -46,7 +46,11 @@ from apikey_tui.store.types import Actor, KeyInfo
 
 # A flush of usage counts on SQLite is multi-row INSERTs of this many rows (6 values a row stays
 # under its 32,766 bound parameters), in one transaction; on PostgreSQL one COPY.
-USAGE_ROWS_PER_INSERT = 5000
+# Rows one SQLite INSERT carries. Every length of VALUES list is its own statement, which the
+# driver keeps prepared (128 of them, ~0.6 KB a row each): one length for full chunks and one
+# row for the rest (executemany) keep two, where a chunk per flush's remainder kept ~2 MB a
+# flush until 128 were cached (issue 31). 500 rows write as fast as 5,000.
+USAGE_ROWS_PER_INSERT = 500
 _USAGE_COLUMNS = ", ".join(c.name for c in UsageTable.columns)
 _USAGE_COPY = f"COPY {UsageTable.name} ({_USAGE_COLUMNS}) FROM STDIN"
 # A flush's mark: no row when the batch was written before (its answer was lost). No conflict
@@ -308,15 +312,15 @@ class CredentialReads(StoreContext):
                         copy.write_row(row)
                 return
             one = "(" + ", ".join(["?"] * 6) + ")"
-            for start in range(0, len(rows), USAGE_ROWS_PER_INSERT):
+            insert = f"INSERT INTO {UsageTable.name} ({_USAGE_COLUMNS}) VALUES "  # noqa: S608
+            full = len(rows) - len(rows) % USAGE_ROWS_PER_INSERT
+            # Only placeholders are joined in; every value is a bound parameter.
+            chunked = insert + ", ".join([one] * USAGE_ROWS_PER_INSERT)
+            for start in range(0, full, USAGE_ROWS_PER_INSERT):
                 chunk = rows[start : start + USAGE_ROWS_PER_INSERT]
-                values = ", ".join([one] * len(chunk))
-                flat = tuple(value for row in chunk for value in row)
-                conn.exec_driver_sql(
-                    # Only placeholders are joined in; every value is a bound parameter.
-                    f"INSERT INTO {UsageTable.name} ({_USAGE_COLUMNS}) VALUES {values}",  # noqa: S608
-                    flat,
-                )
+                conn.exec_driver_sql(chunked, tuple(value for row in chunk for value in row))
+            if full < len(rows):
+                conn.exec_driver_sql(insert + one, list(rows[full:]))  # executemany
 
 
 def credential_source(

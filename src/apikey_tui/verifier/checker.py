@@ -94,18 +94,40 @@ class Caller:
     meta: Mapping[str, str] = field(default_factory=lambda: NO_META, compare=False, repr=False)
 
 
-@dataclass(slots=True)
-class _Entry:
-    """A key this process has verified: a salted digest of it, never the key itself.
+class _Entry(Caller):
+    """A key this process has verified, remembered by a salted digest of it (never the key):
+    its Caller, with what the cache needs besides in the same object (one a key, not two).
 
     `hash_tag` fingerprints the stored argon2 hash, to notice a recreated key cheaply.
-    `noted` is the last-used writer's epoch in which this key's use was last noted.
+    `noted` is the last-used writer's epoch in which this key's use was last noted. The Caller's
+    fields stay frozen: a changed key gets a new entry; these three are set with
+    `object.__setattr__` (Caller's frozen `__setattr__` refuses every name).
     """
 
-    caller: Caller
+    __slots__ = ("expires_at", "hash_tag", "noted")
     hash_tag: int
     expires_at: datetime | None  # refused from this moment on, cache or not
     noted: object
+
+    # Compared, hashed and shown as the Caller it is: what services hold.
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Caller):
+            return _fields(self) == _fields(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(_fields(self))
+
+    def __repr__(self) -> str:
+        return "Caller" + Caller.__repr__(self).removeprefix(type(self).__qualname__)
+
+
+def _fields(caller: Caller) -> tuple[str, str, str, frozenset[str]]:
+    """What makes two callers equal (Caller's compared fields)."""
+    return (caller.owner, caller.key_name, caller.public_id, caller.scopes)
+
+
+_set = object.__setattr__  # an entry's own slots, past Caller's frozen __setattr__
 
 
 def _tag(secret_hash: str) -> int:
@@ -451,13 +473,13 @@ class Verifier:
                 return None
             epoch = self._last_used.epoch  # no clock read: the writer's thread moves it
             # A key with network rules is noted once its request passed them (`_placed`).
-            if entry.noted is not epoch and entry.caller.networks is None:
-                entry.noted = epoch
-                self._last_used.note(entry.caller.public_id)
+            if entry.noted is not epoch and entry.networks is None:
+                _set(entry, "noted", epoch)
+                self._last_used.note(entry.public_id)
         except Exception:  # UnicodeEncodeError (a lone surrogate) included
             return None
         self.stats.hits += 1  # the warm path's only metrics cost: a plain int
-        return entry.caller
+        return entry
 
     def authorize(
         self,
@@ -639,13 +661,13 @@ class Verifier:
         if entry is not None and entry.hash_tag == tag:
             # Known key, cache entry merely stale: the database still holds the same hash.
             self.stats.revalidated += 1
-            caller = self._caller(stored)
+            fresh = self._entry(stored, tag, expires_at, entry.noted)
             with self._feed.lock:
-                if self._feed.may_cache(parsed.public_id, mark):
-                    entry.caller, entry.expires_at = caller, expires_at
-                    if self._stale.pop(digest, None) is not None:
-                        self._entries[digest] = entry
-            return caller
+                if self._feed.may_cache(parsed.public_id, mark) and (
+                    self._stale.pop(digest, None) is not None or digest in self._entries
+                ):
+                    self._entries[digest] = fresh
+            return fresh
         if (
             stored.fingerprint is None
             and entry is None
@@ -666,17 +688,17 @@ class Verifier:
             self._add_fingerprint(parsed)
         if self._hasher.needs_rehash(stored.secret_hash):
             tag = self._upgrade_hash(parsed, stored)
-        entry = _Entry(self._caller(stored), tag, expires_at, self._last_used.epoch)
+        entry = self._entry(stored, tag, expires_at, self._last_used.epoch)
         with self._feed.lock:
             if self._feed.may_cache(parsed.public_id, mark):
                 self._drop(parsed.public_id)
                 self._entries[digest] = entry
-                self._by_id[entry.caller.public_id] = digest  # the caller's string: one a key
-        if entry.caller.networks is None:  # else noted once its request passes them (_placed)
-            self._last_used.note(entry.caller.public_id)  # the cached string, not a second copy
+                self._by_id[entry.public_id] = digest  # the caller's string: one a key
+        if entry.networks is None:  # else noted once its request passes them (_placed)
+            self._last_used.note(entry.public_id)  # the cached string, not a second copy
         if self._record:
             self._uses.start()  # warm hits append to it from now on
-        return entry.caller
+        return entry
 
     def _add_fingerprint(self, parsed: ParsedKey) -> None:
         """Give a key made by 0.1.0, just verified, its fingerprint: wrong secrets for it then
@@ -728,7 +750,10 @@ class Verifier:
             self._entries.pop(digest, None)
             self._stale.pop(digest, None)
 
-    def _caller(self, stored: Credential) -> Caller:
+    def _entry(
+        self, stored: Credential, tag: int, expires_at: datetime | None, noted: object
+    ) -> _Entry:
+        """The cache entry (and Caller) of a key just read."""
         info = stored.info
         scopes = frozenset(info.scopes)
         # Many keys share a few scope sets and owners: one object each saves ~250 bytes a key.
@@ -739,7 +764,7 @@ class Verifier:
         meta = stored.meta
         if meta:  # many keys carry their owner's metadata alone: one object each
             meta = self._metas.setdefault(tuple(meta.items()), meta)
-        return Caller(
+        entry = _Entry(
             sys.intern(info.owner),
             info.name,
             info.public_id,
@@ -749,6 +774,10 @@ class Verifier:
             leases,
             meta,
         )
+        _set(entry, "hash_tag", tag)
+        _set(entry, "expires_at", expires_at)
+        _set(entry, "noted", noted)
+        return entry
 
     # --- resources ----------------------------------------------------------------------------
 

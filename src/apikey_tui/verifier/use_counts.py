@@ -8,12 +8,14 @@ thread drains the deque every second, reads the tallies at every minute boundary
 flush, and appends the counts per (key, minute, kind, scope set) to the usage table at least
 every flush interval as one transaction, marked with the batch's own id: a batch whose write
 failed is retried unchanged under the same id, so one whose commit succeeded but whose answer
-was lost is not written twice. Nothing is swapped under a request's feet: the deque
-is popped item by item, and a tally is read with `next()` too (the thread knows its own
-readings and subtracts them), so no request racing a drain is lost. Memory is bounded: at most
-`limit` tallies, `backlog` undrained requests and `limit` distinct counts (a batch waiting for
-its retry included); past these, a request is dropped (and counted as dropped), never waited
-for.
+was lost is not written twice. Nothing is swapped under a request's feet: the deque is popped
+item by item, and a reading takes every tally out of the request path in one C call (a request
+found its tally and advanced it before that call or finds none after it) and then reads them,
+so no request racing a drain is lost. A reading frees every tally: a key holds one only while it
+is in use (its next request makes it again), not for as long as it is cached. Memory is
+bounded: at most `limit` tallies made between two readings, `backlog` undrained requests and
+`limit` distinct counts (a batch waiting for its retry included); past these, a request is
+dropped (and counted as dropped), never waited for.
 """
 
 from __future__ import annotations
@@ -24,8 +26,7 @@ import time
 import uuid
 from collections import Counter, deque
 from collections.abc import Callable, Collection, Sequence
-from itertools import compress, count, repeat, starmap
-from operator import attrgetter, eq, ne
+from itertools import count, repeat, starmap
 from typing import Any
 
 from apikey_tui.clock import Clock
@@ -61,16 +62,6 @@ MORE_NETWORKS = "*"
 ROUTE_MAX = 200  # characters of a route kept with a refusal for the network
 
 
-class _Tally:
-    """One key's counter for one spelling of the required scopes."""
-
-    __slots__ = ("counter", "public_id", "scope", "spelling")
-
-    def __init__(self, public_id: str, spelling: Any, scope: str) -> None:
-        self.counter: count[int] = count()
-        self.public_id, self.spelling, self.scope = public_id, spelling, scope
-
-
 class UseCounts:
     """Counts allowed, forbidden and wrong-secret requests per public id; writes them in batches.
 
@@ -97,7 +88,8 @@ class UseCounts:
         # The request path's tallies: required scopes (as passed) -> public id -> counter. The
         # verifier's warm path advances `tallies[required][public_id]` itself and calls
         # `allowed` only when that lookup fails; the object is kept (cleared, not replaced).
-        # Scopes first: a few spellings, each with one big dict (~190 bytes a tally in all).
+        # Scopes first: a few spellings, each with one dict of the keys used since the last
+        # reading (a counter and a dict entry each, ~120 bytes, freed by the reading).
         self.tallies: dict[Any, dict[str, count[int]]] = {}
         # The last client address noted per key (`came_from`); forgotten at each minute's turn,
         # so a key used from one place all day is noted in every minute it was used.
@@ -114,14 +106,8 @@ class UseCounts:
         self.sources.clear()
         # Network rows (USAGE_FROM, USAGE_NETWORK, USAGE_SHADOW) per (key, kind) in _counts.
         self._networks: Counter[tuple[str, int]] = Counter()
-        # Every tally in `tallies`, and what its counter will give at the next
-        # reading if no request advanced it (a prefix: tallies listed since read as 0). A
-        # reading is a `next()` too, one C call in the thread that cannot lose a request's.
-        self._listed: list[_Tally] = []
-        self._reads: list[int] = []
+        self._made = 0  # tallies made since the last reading (at most `limit`)
         self._texts: dict[Any, str] = {}  # a spelling's scope text, one string for its tallies
-        self._retiring: list[tuple[_Tally, int]] = []  # unlisted, with their next reading
-        self._crowded = False  # a tally was refused for the limit: retire idle ones
         self._minute = usage_minute(self._clock())
         self._counts: dict[tuple[str, int, int, str], int] = {}
         # A batch whose write failed, kept as it was for its retry under the same id (its commit
@@ -158,15 +144,13 @@ class UseCounts:
             counters = self.tallies.get(spelling)
             counter = None if counters is None else counters.get(public_id)
             if counter is None:
-                if len(self._listed) >= self._limit:
-                    self._crowded = True  # nothing kept for it: spellings stay within the limit
-                    return False
+                if self._made >= self._limit:
+                    return False  # nothing kept for it: spellings stay within the limit
                 if counters is None:
                     counters = self.tallies[spelling] = {}
                     self._texts[spelling] = " ".join(sorted(set(spelling)))
-                tally = _Tally(public_id, spelling, self._texts[spelling])
-                self._listed.append(tally)
-                counter = counters[public_id] = tally.counter
+                counter = counters[public_id] = count()
+                self._made += 1
             next(counter)
             return True
 
@@ -291,54 +275,32 @@ class UseCounts:
         return entry
 
     def _read_tallies(self, minute: int) -> tuple[int, int]:
-        """Count every tally's advance since its last reading in this minute: (counted, dropped).
+        """Take every tally out of the request path and count it: (counted, dropped).
 
-        When a tally was refused for the limit, the tallies idle since their last reading are
-        unlisted, and read once more at the next reading (a request that found one just before
-        is still counted).
+        Taken under the lock that makes them, in one C call (`dict.clear`): a request that found
+        its counter advanced it before (no thread switch between its lookup and its `next()`)
+        and one after makes a new tally. So each taken counter is final; its reading, a
+        `next()`, gives how many requests advanced it.
         """
-        tallies = self._listed[:]  # one C call: requests may list new tallies meanwhile
-        n = len(tallies)
-        reads = self._reads + [0] * (n - len(self._reads))
-        # Each counter advanced once more by this reading, all in C.
-        raws = list(map(next, map(attrgetter("counter"), tallies)))
-        counted = dropped = 0
-        retiring, self._retiring = self._retiring, []
-        for tally, read in retiring:  # unlisted at the last reading: read once more
-            times = next(tally.counter) - read
-            if times:
-                counted += times
-                dropped += self._count((tally.public_id, minute, USAGE_ALLOWED, tally.scope), times)
-        counts, limit = self._counts, self._room
-        # Only the tallies that moved cost Python work, and no allocation but their entry.
-        for i in compress(range(n), map(ne, raws, reads)):
-            tally, times = tallies[i], raws[i] - reads[i]
-            counted += times
-            entry = (tally.public_id, minute, USAGE_ALLOWED, tally.scope)
-            held = counts.get(entry)
-            if held is not None:
-                counts[entry] = held + times
-            elif len(counts) < limit:
-                counts[entry] = times
-            else:
-                dropped += times
-        after = [raw + 1 for raw in raws]
-        crowded, self._crowded = self._crowded, False
-        if not crowded:
-            self._reads = after
-            return counted, dropped
-        idle = set(compress(range(n), map(eq, raws, reads)))  # idle since the reading before
         with self._tally_lock:
-            for i in idle:
-                tally = tallies[i]
-                spellings = self.tallies[tally.spelling]
-                del spellings[tally.public_id]
-                if not spellings:  # spellings stay within the limit too
-                    del self.tallies[tally.spelling], self._texts[tally.spelling]
-                self._retiring.append((tally, after[i]))
-            kept = [i for i in range(n) if i not in idle]
-            self._listed = [tallies[i] for i in kept] + self._listed[n:]
-            self._reads = [after[i] for i in kept]
+            taken, texts = list(self.tallies.items()), self._texts
+            self.tallies.clear()
+            self._texts, self._made = {}, 0
+        counted = dropped = 0
+        counts, limit = self._counts, self._room
+        for spelling, counters in taken:
+            scope = texts[spelling]
+            for public_id, counter in counters.items():
+                times = next(counter)
+                counted += times
+                entry = (public_id, minute, USAGE_ALLOWED, scope)
+                held = counts.get(entry)
+                if held is not None:
+                    counts[entry] = held + times
+                elif len(counts) < limit:
+                    counts[entry] = times
+                else:
+                    dropped += times
         return counted, dropped
 
     def flush(self) -> None:
