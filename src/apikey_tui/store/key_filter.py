@@ -9,12 +9,11 @@ owner:b`).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Table, and_, false, literal, literal_column, or_
+from sqlalchemy import Table, false, literal, literal_column, or_
 from sqlalchemy import select as sa_select
 
 from apikey_tui.db.models import OWNER_KINDS, OwnerRow
@@ -22,9 +21,6 @@ from apikey_tui.store import states
 from apikey_tui.store.records import KEY_TABLE, SCOPE_TABLE
 
 FIELDS = ("tag", "owner", "kind", "state", "scope")
-# pg_trgm finds a LIKE's text through its index only from a run of three letters or digits;
-# without one it reads the whole index (half a second at a million keys), worse than a scan.
-_TRIGRAM = re.compile(r"[0-9A-Za-z]{3}")
 OWNER_TABLE: Table = OwnerRow.__table__  # type: ignore[attr-defined]
 
 
@@ -53,9 +49,13 @@ def parse(text: str) -> Terms:
     return Terms(" ".join(free), {k: tuple(v) for k, v in values.items()})
 
 
-def tag_words(terms: Terms) -> list[str]:
-    """The text each tag term looks for in a key's tags: 'env=prod', or 'env=' (any value)."""
-    return [_tag_word(value) for value in terms.values.get("tag", ())]
+def term_words(terms: Terms) -> list[list[str]]:
+    """The words of the keys' terms index (`db.key_indexes.term_ids`) that the tag and scope
+    terms look for, one list of alternatives per field: 'tag:env=prod', 'tag:env' (any
+    value), 'scope:serving'."""
+    fields = [[f"tag:{value}" for value in terms.values.get("tag", ())]]
+    fields.append([f"scope:{value}" for value in terms.values.get("scope", ())])
+    return [words for words in fields if words]
 
 
 def _tag_word(value: str) -> str:
@@ -101,21 +101,9 @@ def conditions(terms: Terms, now: datetime, *, sqlite: bool = False) -> list[Any
                     .exists()
                 )
             else:  # tag: NAME=VALUE exactly, or NAME (any value)
-                word = _tag_word(value)
-                if not sqlite and _TRIGRAM.search(word):
-                    # A regular expression on the bare column: the pg_trgm index over tags
-                    # serves it (`db.key_indexes`), and the planner estimates it from the
-                    # column's statistics (a LIKE on padded text it guesses at, badly).
-                    literal_word = "".join(c if c.isalnum() else "\\" + c for c in word)
-                    end = "( |$)" if "=" in value else ""
-                    alternatives.append(
-                        and_(
-                            key.tags.like(f"%{_escaped(word)}%", escape="\\"),
-                            key.tags.regexp_match(f"(^| ){literal_word}{end}"),
-                        )
-                    )
-                    continue
-                escaped = _escaped(word)
+                # No index serves this text: the keys' terms index names the few keys a rare
+                # tag is on (`queries.matching`); a common tag is met soon in the window's order.
+                escaped = _escaped(_tag_word(value))
                 pattern = f"% {escaped} %" if "=" in value else f"% {escaped}%"
                 spaced = literal(" ") + key.tags + literal(" ")
                 alternatives.append(spaced.like(pattern, escape="\\"))

@@ -232,13 +232,17 @@ def matching(
     if "\x00" in query.text:
         # No owner, name, id or scope holds a NUL; PostgreSQL and FTS5 refuse one outright.
         return [false()]
-    if sqlite and "tag" in read.values and _searchable(ctx, conn):
-        # As for free text below: a rare tag would scan every key; the tags' trigram table
-        # names the few keys that may hold one, and the exact tag terms still decide.
-        tagged = key_indexes.tagged_ids(conn, key_filter.tag_words(read), SPARSE)
-        if tagged is not None:
-            terms.append(key.c.id.in_(tagged))
-            owner_unindexed = True  # read the few ids, not the owner's every key
+    fields = key_filter.term_words(read)
+    if fields and _searchable(ctx, conn):
+        # Tag and scope terms through the keys' terms index, which intersects their lists of
+        # keys: terms few keys hold together (rare ones, or common ones that never meet: a
+        # walk in the window's order would read every key to find none) name those few keys
+        # at once, and the exact terms still decide. Common together: the walk finds a
+        # screenful soon.
+        ids = key_indexes.term_ids(conn, fields, SPARSE)
+        if ids is not None:
+            terms.append(key.c.id.in_(ids))
+            owner_unindexed = sqlite  # read the few ids, not the owner's every key
     if needle and not (query.owner and needle.lower() in query.owner.lower()):
         pattern = like_pattern(needle)
 
