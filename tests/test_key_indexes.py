@@ -294,7 +294,9 @@ def test_triggers_keep_the_terms_index_true_to_the_keys(database_url: str) -> No
                     "VALUES ('integrity-check')"
                 )
                 conn.execute(text(check))  # raises if the index and its rows disagree
-            ids = dict(conn.execute(text("SELECT name, id FROM apikey_tui_key")).all())
+            ids: dict[str, int] = dict(
+                conn.execute(text("SELECT name, id FROM apikey_tui_key")).all()
+            )
             a, b = ids["a"], ids["b"]
 
             def found(*fields: list[str], limit: int = 10) -> list[int] | None:

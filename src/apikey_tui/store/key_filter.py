@@ -103,7 +103,16 @@ def conditions(terms: Terms, now: datetime, *, sqlite: bool = False) -> list[Any
             else:  # tag: NAME=VALUE exactly, or NAME (any value)
                 # No index serves this text: the keys' terms index names the few keys a rare
                 # tag is on (`queries.matching`); a common tag is met soon in the window's order.
-                escaped = _escaped(_tag_word(value))
+                word = _tag_word(value)
+                if not sqlite:
+                    # A regular expression on the bare column, which PostgreSQL estimates from
+                    # the column's statistics: it then walks the window's order for a common
+                    # tag. Padded text it guesses a few dozen keys, and reads every key.
+                    literal_word = "".join(c if c.isalnum() else "\\" + c for c in word)
+                    end = "( |$)" if "=" in value else ""
+                    alternatives.append(key.tags.regexp_match(f"(^| ){literal_word}{end}"))
+                    continue
+                escaped = _escaped(word)
                 pattern = f"% {escaped} %" if "=" in value else f"% {escaped}%"
                 spaced = literal(" ") + key.tags + literal(" ")
                 alternatives.append(spaced.like(pattern, escape="\\"))
