@@ -348,3 +348,45 @@ def test_tokens_a_refused_spend_took_go_back_but_never_into_a_newer_window() -> 
     while limiter.admit((key,), 1.0) is ADMITTED:
         more += 1
     assert 1 + more == 32 == store.used[key.key, 16667]
+
+
+def test_a_burst_that_finds_a_lease_spent_sends_one_take_not_one_each() -> None:
+    """Eight threads that need a lease at once share the one take under way: one store call,
+    and its lease admits them all (no take per request, no surplus leased and stranded)."""
+    import threading
+
+    class SlowStore(MemoryStore):
+        """Holds each take until eight are under way or a second has passed."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.arrived = threading.Semaphore(0)
+            self.under_way = 0
+            self.lock = threading.Lock()
+
+        def take(self, limit_key: str, n: int, window_seconds: int, want: int, known: str) -> Grant:
+            with self.lock:
+                self.under_way += 1
+                if self.under_way == 8:
+                    self.arrived.release(8)
+            self.arrived.acquire(timeout=1.0)
+            with self.lock:
+                return super().take(limit_key, n, window_seconds, want, known)
+
+    store = SlowStore()
+    limiter = Limiter(store, lease=16)
+    limits = (AppliedLimit("key:a", Limit(1000, 60)),)
+    start = threading.Barrier(8)
+    answers: list[object] = []
+
+    def ask() -> None:
+        start.wait()
+        answers.append(limiter.admit(limits, 0.0))
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert answers == [ADMITTED] * 8
+    assert store.calls == 1

@@ -28,9 +28,10 @@ from starlette.testclient import TestClient
 from apikey_tui import keyformat
 from apikey_tui.cli import main
 from apikey_tui.hashing import SecretHasher, fingerprint
-from apikey_tui.leaks.clients import RateLimit, client_address, parse_networks
+from apikey_tui.leaks.clients import RateLimit
 from apikey_tui.leaks.reports import load_public_keys
 from apikey_tui.leaks.server import REVOKE_ACCEPTED, LeaksApp
+from apikey_tui.networks import TrustedProxies
 from apikey_tui.store import LEAK_EVENT, KeyStore
 from tests.conftest import ACTOR, CHEAP, every_fingerprint
 from tests.test_proxies import Process
@@ -271,7 +272,7 @@ def test_revoke_is_rate_limited_per_client_address(store: KeyStore, signer: Sign
 def test_forwarded_for_counts_only_behind_a_trusted_proxy(store: KeyStore, signer: Signer) -> None:
     """Behind a trusted proxy each forwarded client has its own limit; from anyone else
     X-Forwarded-For is ignored (a client cannot dodge its limit by writing one)."""
-    trusted = parse_networks(["127.0.0.1"])
+    trusted = TrustedProxies(["127.0.0.1"])
     proxied = make_client(
         store, signer, revoke_per_minute=1, trusted_proxies=trusted, client=("127.0.0.1", 1)
     )
@@ -291,16 +292,25 @@ def test_forwarded_for_counts_only_behind_a_trusted_proxy(store: KeyStore, signe
         assert codes == [202, 429]
 
 
-def test_client_address_walks_forwarded_for_from_the_right() -> None:
-    """The client is the rightmost X-Forwarded-For address that is not a trusted proxy."""
-    trusted = parse_networks(["10.0.0.0/8"])
-    assert client_address("10.0.0.1", [b"6.6.6.6, 198.51.100.7, 10.0.0.2"], trusted) == (
-        "198.51.100.7"
+def test_a_trusted_proxy_without_a_readable_hop_counts_as_one_client(
+    store: KeyStore, signer: Signer
+) -> None:
+    """Behind a trusted proxy, requests whose forwarding hop cannot be read (none, garbled)
+    share the proxy's own limit: unplaceable clients never get a bucket each."""
+    trusted = TrustedProxies(["127.0.0.1"])
+    proxied = make_client(
+        store, signer, revoke_per_minute=1, trusted_proxies=trusted, client=("127.0.0.1", 1)
     )
-    assert client_address("203.0.113.1", [b"198.51.100.7"], trusted) == "203.0.113.1"
-    assert client_address("10.0.0.1", [], trusted) == "10.0.0.1"
-    assert client_address("10.0.0.1", [b"garbage, 198.51.100.7"], trusted) == "198.51.100.7"
-    assert client_address("10.0.0.1", [b"198.51.100.7, garbage"], trusted) == "10.0.0.1"
+    with proxied as client:
+        codes = [
+            client.post("/revoke", json={"credentials": []}, headers=headers).status_code
+            for headers in (
+                {},
+                {"x-forwarded-for": "198.51.100.7, garbage"},
+                {"x-forwarded-for": "nope"},
+            )
+        ]
+    assert codes == [202, 429, 429]
 
 
 def test_rate_limit_counts_ipv6_per_64_and_refills() -> None:

@@ -298,10 +298,11 @@ def parse_networks(values: Iterable[str]) -> tuple[Cidr, ...]:
 
 
 def rules_of_text(text: str | None) -> NetworkRules | None:
-    """Stored rules read back: None for none, UNREADABLE for anything not understood."""
-    if text is None or not text.strip():
+    """Stored rules read back: None (NULL) for none, UNREADABLE for anything not understood,
+    an empty or blank text included: no writer of ours stores one, so it is not "no rules"."""
+    if text is None:
         return None
-    mode, *entries = text.split()
+    mode, *entries = text.split() or [""]
     try:
         if mode not in MODES or not entries or any(e[:1] not in "+-" for e in entries):
             return UNREADABLE

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.cells import cell_len
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Input, Static
 
@@ -53,7 +54,7 @@ async def test_owners_view_lists_kinds_members_and_key_counts_at_70x24(
             ["bob", "person", "0", "-", "none"],
             ["payments", "team", "1", "alice bob", "none"],
         ]
-        assert shown(app, "#status").startswith("3 owners (1 teams, 0 service accounts)")
+        assert shown(app, "#status").startswith("3 owners (1 team, 0 service accounts)")
         assert app.screen.query_one("#owner-table", DataTable).size.width <= 70
         await pilot.press("down", "down", "enter")
         await settle(pilot)
@@ -104,6 +105,28 @@ async def test_offboarding_preview_and_apply_from_the_owners_view(tui_store: Key
         await settle(pilot)
     assert not tui_store.get_key("alice", "laptop").disabled
     assert tui_store.get_owner("payments").members == ("alice",)
+
+
+async def test_the_status_line_fits_70_columns_with_undo_in_it(tui_store: KeyStore) -> None:
+    """At 70 columns the Owners view's status line fits its width after an offboarding: the
+    counts, u undo and Enter keys stay; hints the footer shows go; at 120 all are there."""
+    tui_store.add_owner("payments", "team", members=["alice"])
+    tui_store.add_owner("svc-billing", "service", members=["alice"])
+    tui_store.create_key("alice", "laptop", ["project"])
+    app = make_app(tui_store)
+    async with app.run_test(size=SMALL) as pilot:
+        await jump(pilot, "owners")
+        await pilot.press("b")
+        await settle(pilot)
+        await pilot.press("y")
+        await settle(pilot)
+        status = app.screen.query_one("#status", Static)
+        line = shown(app, "#status")
+        assert cell_len(line) <= status.content_region.width == 68, line
+        assert line == "3 owners (1 team, 1 service account) · u undo · Enter keys · L pool"
+        await pilot.resize_terminal(120, 24)
+        await settle(pilot)
+        assert shown(app, "#status").endswith("u undo · Enter keys · L pool · b offboard")
 
 
 async def test_transfer_and_tags_from_a_keys_detail(tui_store: KeyStore) -> None:

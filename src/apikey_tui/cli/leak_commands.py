@@ -179,16 +179,17 @@ def run_serve(call: Call) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    from apikey_tui.leaks.clients import parse_networks
+    from apikey_tui.errors import InvalidInputError
+    from apikey_tui.networks import TrustedProxies
 
     try:
         keys = {"github": reports.load_public_keys(args.github_keys)}
         if args.depsdev_keys:
             keys["depsdev"] = reports.load_public_keys(args.depsdev_keys)
-        trusted = parse_networks(args.trusted_proxy)
+        trusted = TrustedProxies(args.trusted_proxy)
         on_leak = shlex.split(args.on_leak) if args.on_leak is not None else None
         auth_server.protocol(args.http)  # --http httptools without httptools
-    except ValueError as exc:  # a bad key file, address or command: refuse to start
+    except (ValueError, InvalidInputError) as exc:  # a bad key file, address or command
         print(f"apikey-tui: {printable(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     if on_leak == []:

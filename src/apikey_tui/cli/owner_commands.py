@@ -7,7 +7,7 @@ import sys
 
 from apikey_tui.cli import arguments as a
 from apikey_tui.cli.key_listing import key_json, print_rows, when
-from apikey_tui.cli.output import EXIT_REFUSED, emit, usage_error
+from apikey_tui.cli.output import EXIT_REFUSED, EXIT_USAGE, emit, usage_error
 from apikey_tui.cli.prompts import confirmed
 from apikey_tui.cli.records import MUST_EXIST, Arg, Command
 from apikey_tui.errors import InvalidInputError
@@ -179,6 +179,12 @@ def offboard(call: Call) -> int:
     from apikey_tui.store.offboarding import transfers_of
 
     store, args = call.store(), call.args
+    if args.undo is not None:
+        if args.apply or args.transfer or args.reason:
+            return usage_error(
+                "offboard: --undo goes alone (not with --apply, --transfer, --reason)"
+            )
+        return _undo(call)
     seen = store.offboard_preview(args.person)
     moves = transfers_of(seen, args.transfer)
     now = store.clock()
@@ -204,11 +210,60 @@ def offboard(call: Call) -> int:
     batch = store.offboard(seen, reason=args.reason, transfers=moves)
     print(
         f"Offboarded {printable(args.person)}: {counted(len(batch.after), 'key')} changed, "
-        f"{counted(len(batch.memberships), 'membership')} ended (batch {batch.id} in the "
-        "audit trail; `keys enable`, `keys transfer` and `owners members --add` reverse it).",
+        f"{counted(len(batch.memberships), 'membership')} ended (batch {batch.id}; "
+        f"`offboard {args.person} --undo` reverses it).",
         file=sys.stderr,
     )
     return emit(args, {**data, "applied": True, "batch": batch.id}, lambda out: None)
+
+
+def _undo(call: Call) -> int:
+    """`offboard PERSON --undo [BATCH]`: the offboarding read from the audit trail, shown,
+    asked (in a terminal, default no), then reversed whole by the app's undo."""
+    from apikey_tui.store.offboarding import NoOffboardingError
+
+    store, args = call.store(), call.args
+    try:
+        done = store.offboarding(args.person, args.undo or None)
+    except NoOffboardingError as exc:  # a person or batch the trail does not know: usage
+        print(f"apikey-tui: {printable(str(exc))}", file=sys.stderr)
+        return EXIT_USAGE
+    person = printable(args.person)
+    print(f"Undo the offboarding of {person} (batch {done.id}):", file=sys.stderr)
+    for was, key in zip(done.before, done.after, strict=True):
+        what = f"back to {was.owner}" if was.owner != key.owner else "enable"
+        print(f"  {printable(key.owner)}/{printable(key.name)}: {what}", file=sys.stderr)
+    for owner, _ in done.memberships:
+        print(f"  back in {printable(owner)}", file=sys.stderr)
+    if not confirmed(f"Undo the offboarding of {args.person}?", assume_yes=False):
+        print("Cancelled: nothing was done.", file=sys.stderr)
+        return EXIT_REFUSED
+    undo = store.undo(done)
+    now = store.clock()
+    moved = sum(b.owner != a.owner for b, a in zip(done.before, done.after, strict=True))
+    print(
+        f"Undid the offboarding of {person} (batch {done.id}): "
+        f"{counted(len(done.after) - moved)} enabled, {moved} moved back, "
+        f"{counted(len(done.memberships), 'membership')} restored (batch {undo.id}).",
+        file=sys.stderr,
+    )
+    data = {
+        "person": args.person,
+        "undone": done.id,
+        "batch": undo.id,
+        "keys": [key_json(k, now) for k in undo.after],
+        "memberships": [{"owner": o, "member": m} for o, m in done.memberships],
+    }
+    return emit(args, data, lambda out: None)
+
+
+def batch_id(text: str) -> str:
+    """A batch id (argparse type): 12 hex digits, as the audit trail and --apply show it."""
+    from apikey_tui.store.audit import batch_of
+
+    if text and batch_of(f"batch {text}") != text:  # "": --undo alone (argparse types const)
+        raise argparse.ArgumentTypeError(f"expected a batch id of 12 hex digits, got {text[:40]!a}")
+    return text
 
 
 def transfer_pair(text: str) -> tuple[str, str]:
@@ -367,9 +422,20 @@ OFFBOARD = Command(
             help="give FROM's keys (an owner, or OWNER/NAME for one key) to TO instead",
         ),
         Arg("--reason", default="", help="the disabled keys' reason (default: offboarded: …)"),
+        Arg(
+            "--undo",
+            nargs="?",
+            const="",
+            type=batch_id,
+            metavar="BATCH",
+            help="reverse their newest applied offboarding (or BATCH) whole, from the audit "
+            "trail: keys enabled and moved back, memberships restored (asks first in a "
+            "terminal); refused if a key changed since",
+        ),
     ),
     examples=(
         "apikey-tui offboard alice                     # a dry run: what alice holds",
         "apikey-tui offboard alice --apply --transfer svc-billing=payments",
+        "apikey-tui offboard alice --undo              # reverses that --apply",
     ),
 )

@@ -1,25 +1,13 @@
-"""Who is asking serve-leaks: the client address under the trusted-proxy rule, and its rate."""
+"""How often one client may ask serve-leaks: a token bucket per address."""
 
 from __future__ import annotations
 
 import ipaddress
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
-
-
-def parse_networks(values: Iterable[str]) -> tuple[Network, ...]:
-    """Addresses or networks (`10.0.0.1`, `10.0.0.0/8`, `::1`); ValueError on a bad one."""
-    networks = []
-    for value in values:
-        try:
-            networks.append(ipaddress.ip_network(value.strip(), strict=False))
-        except ValueError:
-            raise ValueError(f"not an IP address or network: {value[:60]!r}") from None
-    return tuple(networks)
 
 
 def _address(text: str) -> Address | None:
@@ -27,33 +15,6 @@ def _address(text: str) -> Address | None:
         return ipaddress.ip_address(text.strip())
     except ValueError:
         return None
-
-
-def client_address(
-    peer: str | None, forwarded_for: Iterable[bytes], trusted: tuple[Network, ...]
-) -> str:
-    """The address a request comes from, for rate limits and the audit trail.
-
-    The TCP peer, unless it is a trusted proxy: then X-Forwarded-For is read from the right
-    (the entry the nearest proxy added) past every trusted proxy, and the first address that is
-    not one is the client. Entries left of it were written by the client and are never
-    believed. A trusted proxy that sent no usable entry leaves its own address: all its
-    clients then share one limit, which is stricter, never looser.
-    """
-    here = _address(peer) if peer else None
-    if here is None:
-        return peer or "unknown"
-    if not any(here in network for network in trusted):
-        return str(here)
-    entries = [e for header in forwarded_for for e in header.decode("latin-1").split(",")]
-    for entry in reversed(entries):
-        address = _address(entry)
-        if address is None:
-            break  # a garbled entry: nothing left of it can be placed
-        here = address
-        if not any(address in network for network in trusted):
-            break
-    return str(here)
 
 
 class RateLimit:

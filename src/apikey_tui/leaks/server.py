@@ -22,8 +22,9 @@ from typing import Any
 from apikey_tui import keyformat
 from apikey_tui.errors import LeakRequestError, StoreUnavailableError
 from apikey_tui.integrations.asgi_messages import HTTPApp, Receive, Scope, Send, respond
+from apikey_tui.integrations.clients import asgi_client
 from apikey_tui.keyformat import MalformedKey
-from apikey_tui.leaks.clients import Network, RateLimit, client_address
+from apikey_tui.leaks.clients import RateLimit
 from apikey_tui.leaks.reports import (
     DEPSDEV,
     GITHUB,
@@ -36,6 +37,7 @@ from apikey_tui.leaks.reports import (
 )
 from apikey_tui.leaks.verdicts import judge, mask, token_sha256
 from apikey_tui.names import printable
+from apikey_tui.networks import TrustedProxies
 from apikey_tui.store import Actor, KeyStore, Leak
 from apikey_tui.verifier.gate import FailureBudget
 
@@ -80,7 +82,7 @@ class LeaksApp(HTTPApp):
         delete: bool = False,
         on_leak: Sequence[str] | None = None,
         revoke_per_minute: int = 30,
-        trusted_proxies: tuple[Network, ...] = (),
+        trusted_proxies: TrustedProxies | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
@@ -89,7 +91,8 @@ class LeaksApp(HTTPApp):
         self.on_leak = list(on_leak) if on_leak else None
         self.rate = RateLimit(revoke_per_minute, clock=monotonic)
         self.legacy = FailureBudget(LEGACY_BURST, LEGACY_PER_SECOND, clock=monotonic)
-        self.trusted = trusted_proxies
+        # The services' one reading of the trusted-proxy rule (`integrations.clients`).
+        self._client = asgi_client(trusted_proxies or TrustedProxies())
         self._pending: set[asyncio.Task[None]] = set()
         # Separate threads: a signed report never waits behind revocations, which take one
         # thread (one core's worth of argon2 at most) and queue for it.
@@ -109,13 +112,10 @@ class LeaksApp(HTTPApp):
             raise LeakRequestError(404, "serve-leaks answers POST /github, /depsdev and /revoke")
         if scope["method"] != "POST":
             raise LeakRequestError(405, "only POST", headers=(("allow", "POST"),))
-        address = printable(  # logged and kept in the trail: a peer that is not an IP is shown
-            client_address(
-                (scope.get("client") or (None, 0))[0],
-                [v for k, v in scope["headers"] if k.lower() == b"x-forwarded-for"],
-                self.trusted,
-            )
-        )
+        # Logged and kept in the trail, and the rate limit's bucket. A client the rule cannot
+        # place (a trusted proxy that sent no readable hop) counts as its peer: all of that
+        # proxy's unplaceable clients share one limit, which is stricter, never looser.
+        address = printable(self._client(scope) or _peer(scope))
         if signer is None:
             await self._revoke(scope, receive, send, address)
             return
@@ -315,3 +315,8 @@ async def _body(scope: Scope, receive: Receive) -> bytes:
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
+
+
+def _peer(scope: Scope) -> str:
+    client = scope.get("client")
+    return str(client[0]) if client else "unknown"

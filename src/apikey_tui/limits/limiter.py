@@ -91,6 +91,9 @@ class Limiter:
         self._boot = ""  # the store's boot id last seen: '' until the first take
         self._down_until = float("-inf")  # monotonic: the store failed; not asked before this
         self._local: dict[str, tuple[int, int]] = {}  # fail-open: key -> (window, admitted)
+        # Limit keys with a take under way, and the event set when it ends: a burst of requests
+        # that find a lease spent waits for that one take instead of each sending its own.
+        self._taking: dict[str, threading.Event] = {}
         self.store_calls = 0  # takes sent (the round trips), for metrics and the tests
         self.store_failures = 0
         reset_in_child(self._after_fork)
@@ -202,7 +205,12 @@ class Limiter:
         lease.held = (deadline, repeat(1, left + more) if left + more else _NONE)
 
     def _admit_cold(self, limits: Sequence[AppliedLimit], now: float) -> Decision:
-        """Lease what is missing (one take per limit, outside the lock), then spend or refuse."""
+        """Lease what is missing (one take per limit, outside the lock), then spend or refuse.
+
+        Single-flight per limit key: while one thread's take is under way, the others that
+        need that key wait for it and look again, rather than each leasing tokens of their own
+        (a burst at a window's start would otherwise send a take per request, and strand the
+        surplus leases in this process)."""
         while True:
             with self._lock:
                 missing = self._missing(limits, now)
@@ -214,8 +222,18 @@ class Limiter:
                     continue  # a spender took the last token meanwhile: look again
                 if now < self._down_until:
                     return self._during_outage(limits, now)
-                known_boot = self._boot
-                self.store_calls += 1
+                flight = self._taking.get(missing.key)
+                if flight is None:
+                    flight = self._taking[missing.key] = threading.Event()
+                    known_boot = self._boot
+                    self.store_calls += 1
+                else:
+                    known_boot = None  # another thread's take: wait for it below
+            if known_boot is None:
+                # Bounded by the taker's own store timeouts; a taker that failed marks the
+                # store down, which the next look answers without a take.
+                flight.wait()
+                continue
             limit = missing.limit
             try:
                 grant = self._store.take(
@@ -227,8 +245,14 @@ class Limiter:
                     self.store_failures += 1
                     self._down_until = now + self._outage.retry_seconds
                     return self._during_outage(limits, now)
-            with self._lock:
-                self._merge(missing.key, grant, now)
+            else:
+                with self._lock:
+                    self._merge(missing.key, grant, now)
+            finally:
+                with self._lock:
+                    if self._taking.get(missing.key) is flight:
+                        del self._taking[missing.key]
+                flight.set()
 
     def _missing(self, limits: Sequence[AppliedLimit], now: float) -> AppliedLimit | Refused | None:
         """Under the lock: the first limit with no tokens in hand (None if all have some), or a
@@ -314,5 +338,6 @@ class Limiter:
                 float("-inf"),
             )
         self._local = {}
+        self._taking = {}  # the parent's takes are not this process's to wait for
         self._down_until = float("-inf")
         self._store.forget_connections()

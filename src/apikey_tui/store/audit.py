@@ -14,7 +14,7 @@ from sqlmodel import Session, col, select
 from apikey_tui.db.models import EventRow, KeyRow, PreviousIdRow
 from apikey_tui.store.context import StoreContext
 from apikey_tui.store.credentials import announce
-from apikey_tui.store.records import key_row, like_pattern, read_info
+from apikey_tui.store.records import key_row, like_escaped, like_pattern, read_info
 from apikey_tui.store.types import Event, KeyDetail, KeyInfo
 
 # A batch's events carry its id at the start of their detail ("batch 3f9c2e1a7b04: …"): the
@@ -38,6 +38,35 @@ def batch_of(detail: str) -> str | None:
     """The batch id a stored detail starts with, or None for an event of its own."""
     found = _BATCH.match(detail)
     return found.group(1) if found else None
+
+
+def undoing(batch: str) -> str:
+    """How an undo's events name the batch they reverse ("undoes batch 3f9c2e1a7b04"), in
+    their detail after their own batch id; `undone_by` finds them by it."""
+    return f"undoes batch {batch}"
+
+
+def batch_events(session: Session, batch: str) -> list[EventRow]:
+    """Every event of one batch, oldest first. The id is in the detail text, so this reads the
+    whole trail (as a key's history does): an undo from the trail is rare, the trail unindexed.
+    """
+    mine = or_(
+        col(EventRow.detail) == f"batch {batch}",
+        col(EventRow.detail).like(f"batch {like_escaped(batch)}: %", escape="\\"),
+    )
+    rows = session.exec(select(EventRow).where(mine).order_by(col(EventRow.id)))
+    return [r for r in rows if batch_of(r.detail) == batch]  # LIKE ignores case; ids do not
+
+
+def undone_by(session: Session, batch: str, since: int) -> EventRow | None:
+    """The first event after event id `since` of an undo of the batch, if it was undone."""
+    words = like_escaped(undoing(batch))
+    query = (
+        select(EventRow)
+        .where(col(EventRow.id) > since, col(EventRow.detail).like(f"%{words}%", escape="\\"))
+        .order_by(col(EventRow.id))
+    )
+    return next((r for r in session.exec(query) if undoing(batch) in r.detail), None)
 
 
 def record(

@@ -315,13 +315,14 @@ def restore(ctx: StoreContext, done: Batch) -> Batch:
             lifecycle.replace_scopes(session, row, target.scopes)
         session.flush()
         info = read_info(session, row, ctx.clock())
-        undone = f"batch {done.id}" if done.id is not None else "the change"
-        detail = f"undoes {undone} ({done.action})"
+        undone = audit.undoing(done.id) if done.id is not None else "undoes the change"
+        detail = f"{undone} ({done.action})"
         audit.record(ctx, session, "key.restore", info, detail=detail, batch=batch)
         return info
 
     def members_back(session: Session, batch: str | None) -> None:
-        note = f"undoes batch {done.id} ({done.action})"
+        assert done.id is not None  # memberships come with an offboarding's batch
+        note = f"{audit.undoing(done.id)} ({done.action})"
         owners.add_members_in(ctx, session, done.memberships, note, batch)
 
     restored = tuple({s for k in done.before for s in k.scopes})

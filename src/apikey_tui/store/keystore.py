@@ -347,6 +347,11 @@ class KeyStore(CredentialReads):
         """Offboard as previewed, in one batch `undo` reverses (`offboarding.apply`)."""
         return offboarding.apply(self, seen, reason=reason, transfers=transfers)
 
+    def offboarding(self, person: str, batch: str | None = None) -> Batch:
+        """The person's newest applied offboarding (or that batch) read from the audit trail,
+        for `undo` (`offboarding.applied`)."""
+        return offboarding.applied(self, person, batch)
+
     # --- owners' limits: one pool for all of an owner's keys (`owner_limits`) ----------------
 
     def owner_limits(self, owner: str) -> tuple[Limit, ...]:

@@ -10,24 +10,25 @@ in one transaction under one batch id that `bulk.restore` undoes.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import or_
+from sqlalchemy import and_, or_
 from sqlmodel import Session, col, select
 
-from apikey_tui.db.models import SERVICE, OwnerMemberRow, OwnerRow
-from apikey_tui.errors import InvalidInputError
-from apikey_tui.names import check_owner, check_reason
-from apikey_tui.store import bulk, lifecycle, owners, states, usage
+from apikey_tui.db.models import SERVICE, EventRow, KeyRow, OwnerMemberRow, OwnerRow
+from apikey_tui.errors import InvalidInputError, KeyStateError
+from apikey_tui.names import check_owner, check_reason, counted, format_moment
+from apikey_tui.store import audit, bulk, lifecycle, owners, states, usage
 from apikey_tui.store.bulk import Batch
 from apikey_tui.store.context import StoreContext
-from apikey_tui.store.records import KEY_TABLE, key_info
-from apikey_tui.store.transfer import transfer_in
+from apikey_tui.store.records import KEY_TABLE, key_info, like_escaped, read_info
+from apikey_tui.store.transfer import moved_from, transfer_in
 from apikey_tui.store.types import KeyInfo
 
 OWNS, MADE, RESPONSIBLE = "owns", "made", "responsible"
+OFFBOARD = "owner.offboard"  # the event of an applied offboarding (owner: the person)
 WINDOW = timedelta(days=30)  # the busiest scopes: the usage of the last 30 days
 
 
@@ -173,9 +174,137 @@ def apply(
     def finish(session: Session, batch: str | None) -> None:
         note = f"offboarding {seen.person}"
         ended.extend(owners.remove_memberships_in(ctx, session, seen.person, note, batch))
+        # One event for the offboarding itself: `undo` finds the person's batch by it, whatever
+        # the reason said, and the trail shows what was done in one line.
+        moved = sum(k in moves for k in ((k.owner, k.name) for k in todo))
+        disabled = counted(len(todo) - moved)
+        detail = (
+            f"{disabled} disabled, {moved} transferred; {counted(len(ended), 'membership')} ended"
+        )
+        audit.record(ctx, session, OFFBOARD, detail=detail, owner=seen.person, batch=batch)
 
     done = bulk.run_batch(ctx, "offboard", todo, step, finish=finish)
     return Batch(done.id, done.action, done.before, done.after, (), tuple(ended))
+
+
+class NoOffboardingError(InvalidInputError):
+    """No applied offboarding of the person (with that batch id) is in the audit trail."""
+
+
+def applied(ctx: StoreContext, person: str, batch: str | None = None) -> Batch:
+    """An applied offboarding of person as the audit trail holds it (a new process has no
+    batch in memory): the newest one, or the one of that batch id. `bulk.restore`, the app's
+    undo, reverses it: the keys it disabled enabled, those it transferred moved back, the
+    memberships it ended restored, in one transaction and one new batch.
+
+    Its keys' after is each key now, their before that with what the batch did taken back.
+    Refused (KeyStateError) if the batch was undone already, if one of its keys has an event
+    after it (changed since: the trail's form of the rule `bulk.restore` applies again to the
+    batch under the rows' locks), or if a key it disabled has leaked (a leaked secret never
+    works again); NoOffboardingError if the trail holds no such offboarding.
+    """
+    check_owner(person)
+    with ctx.session() as session:
+        found = _offboarding(session, person, batch)
+        events = audit.batch_events(session, found)
+        first, last = events[0].id or 0, events[-1].id or 0
+        if (undo := audit.undone_by(session, found, first)) is not None:
+            raise KeyStateError(
+                f"the offboarding of {person} (batch {found}) was undone already, "
+                f"{format_moment(undo.at)} by {undo.actor}; nothing was done"
+            )
+        keyed = [e for e in events if e.action in ("key.disable", "key.transfer") and e.public_id]
+        later = _first_events_after(session, [e.public_id for e in keyed if e.public_id], last)
+        before: list[KeyInfo] = []
+        after: list[KeyInfo] = []
+        for event in keyed:
+            now = _as_left(ctx, session, event, later.get(event.public_id or ""))
+            if event.action == "key.disable":
+                before.append(replace(now, disabled_at=None, disabled_reason=None))
+            elif (was := moved_from(event.detail)) is not None:
+                before.append(replace(now, owner=was))
+            else:
+                raise KeyStateError(
+                    f"batch {found}: the transfer of key {now.name!r} names no owner it came "
+                    "from; nothing was done"
+                )
+            after.append(now)
+    ended = tuple((e.owner, person) for e in events if e.action == "owner.members" and e.owner)
+    if not after and not ended:
+        raise KeyStateError(
+            f"the offboarding of {person} (batch {found}) changed nothing; nothing to undo"
+        )
+    return Batch(found, "offboard", tuple(before), tuple(after), (), ended)
+
+
+def _offboarding(session: Session, person: str, batch: str | None) -> str:
+    """The batch id of the person's newest applied offboarding (or of `batch`, if it is one).
+
+    Found by its `owner.offboard` event; a batch applied before that event existed (0.9.0) by
+    the words its events hold: "offboarding PERSON" (transfers, memberships) or the default
+    reason "offboarded: PERSON" of the keys it disabled.
+    """
+    who = like_escaped(person)
+    detail, action, owner = col(EventRow.detail), col(EventRow.action), col(EventRow.owner)
+    mine = or_(
+        and_(action == OFFBOARD, owner == person),
+        detail.like(f"batch %; offboarding {who}", escape="\\"),
+        and_(
+            action == "key.disable",
+            owner == person,
+            detail.like(f"batch %: offboarded: {who}", escape="\\"),
+        ),
+    )
+    if batch is not None:
+        mine = and_(mine, detail.like(f"batch {batch}%"))
+    rows = session.exec(select(EventRow).where(mine).order_by(col(EventRow.id).desc()))
+    for row in rows:
+        found = audit.batch_of(row.detail)
+        exact = row.owner == person or row.detail.endswith(f"; offboarding {person}")
+        if found is not None and exact and (batch is None or found == batch):
+            return found
+    which = f"with batch {batch} " if batch is not None else ""
+    raise NoOffboardingError(
+        f"no applied offboarding of {person} {which}is in the audit trail; nothing was done"
+    )
+
+
+def _first_events_after(session: Session, ids: list[str], last: int) -> dict[str, EventRow]:
+    """Each public id's first event after event id `last`, for those that have one: one read
+    of the trail from `last` on, however many keys the batch holds."""
+    found: dict[str, EventRow] = {}
+    if not ids:
+        return found
+    query = (
+        select(EventRow)
+        .where(col(EventRow.id) > last, col(EventRow.public_id).in_(ids))
+        .order_by(col(EventRow.id))
+    )
+    for row in session.exec(query):
+        found.setdefault(row.public_id or "", row)
+    return found
+
+
+def _as_left(
+    ctx: StoreContext, session: Session, event: EventRow, later: EventRow | None
+) -> KeyInfo:
+    """The key an event of the batch changed, now; refused if it changed after the batch
+    (gone, recreated or rotated: a new public id; or `later`, an event of it since)."""
+    where = f"key {event.key_name!r} of {event.owner}"
+    row = session.exec(select(KeyRow).where(KeyRow.public_id == event.public_id)).first()
+    if row is None:
+        raise KeyStateError(
+            f"{where} was deleted, recreated or rotated after the offboarding; nothing was undone"
+        )
+    now = read_info(session, row, ctx.clock())
+    if now.leaked and event.action == "key.disable":  # undone, it would work again
+        raise KeyStateError(lifecycle.leaked_refusal(now.owner, now.name, "restored"))
+    if later is not None:
+        raise KeyStateError(
+            f"key {now.name!r} of {now.owner} changed after the offboarding ({later.action}, "
+            f"{format_moment(later.at)}); nothing was undone"
+        )
+    return now
 
 
 def transfers_of(seen: Preview, given: Sequence[tuple[str, str]]) -> dict[tuple[str, str], str]:

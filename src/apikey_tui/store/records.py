@@ -129,5 +129,10 @@ def key_row(
 
 def like_pattern(text: str) -> str:
     """A LIKE pattern (escape backslash) that finds text anywhere in a stored column."""
-    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return f"%{escaped}%"
+    return f"%{like_escaped(text)}%"
+
+
+def like_escaped(text: str) -> str:
+    """Text as a LIKE pattern (escape backslash) that matches it literally: a caller adds the
+    wildcards it means (`like_pattern` finds text anywhere)."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")

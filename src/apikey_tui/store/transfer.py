@@ -7,6 +7,8 @@ metadata at their next check (SQLite) or within the push bound (PostgreSQL).
 
 from __future__ import annotations
 
+import re
+
 from sqlmodel import Session, select
 
 from apikey_tui.db.models import KeyRow
@@ -15,6 +17,16 @@ from apikey_tui.store import audit, owners
 from apikey_tui.store.context import StoreContext
 from apikey_tui.store.records import key_row, read_info
 from apikey_tui.store.types import KeyInfo
+
+# A key.transfer event's detail: "from OWNER to OWNER", then "; note" (owners hold no spaces),
+# after the batch id when it is part of one (`audit.with_batch`).
+_MOVED = re.compile(r"(?:^|: )from (\S+) to ([^\s;]+)(?:;|$)")
+
+
+def moved_from(detail: str) -> str | None:
+    """The owner a key.transfer event's stored detail says the key came from."""
+    found = _MOVED.search(detail)
+    return found.group(1) if found else None
 
 
 class NameTakenError(InvalidInputError):
@@ -52,6 +64,6 @@ def transfer_in(
     session.add(row)
     session.flush()
     info = read_info(session, row, ctx.clock())
-    detail = f"from {was} to {to}" + (f"; {note}" if note else "")
+    detail = f"from {was} to {to}" + (f"; {note}" if note else "")  # as _MOVED reads it
     audit.record(ctx, session, "key.transfer", info, detail=detail, batch=batch)
     return info

@@ -7,6 +7,8 @@ app's, for every screen (the key table, the usage lists, the audit trail).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.cells import cell_len, set_cell_size
 from textual.content import Content
 
@@ -58,3 +60,13 @@ def fit_middle(text: str, width: int, apart: tuple[int, int] | None = None) -> s
     while cell_len(end) > tail:  # wide characters: fewer of them
         end = end[1:]
     return set_cell_size(set_cell_size(text, head) + ELLIPSIS + end, width)
+
+
+def fit_parts(parts: Sequence[str], width: int) -> str:
+    """parts joined by ' · ' in width cells: the last ones dropped until the rest fit (a status
+    line's key hints, which the footer shows too), the first cut with '…' if it must be."""
+    kept = list(parts)
+    while len(kept) > 1 and cell_len(" · ".join(kept)) > width:
+        kept.pop()
+    line = " · ".join(kept)
+    return line if cell_len(line) <= width else fit(line, width)

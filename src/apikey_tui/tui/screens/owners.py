@@ -25,7 +25,7 @@ from apikey_tui.tui.dialogs.create_key import parse_limits
 from apikey_tui.tui.fitting_footer import FittingFooter
 from apikey_tui.tui.screens.live import LIST_MOVES, LiveScreen
 from apikey_tui.tui.session import Session
-from apikey_tui.tui.text import clip, literal
+from apikey_tui.tui.text import clip, fit_parts, literal
 from apikey_tui.tui.undo_words import limits_words
 
 
@@ -103,6 +103,7 @@ class OwnersScreen(LiveScreen[list[OwnerInfo]]):
 
     def on_resize(self) -> None:
         self._fill()
+        self.show_status()  # its hints fit the new width
 
     def _fill(self) -> None:
         table = self.query_one("#owner-table", DataTable)
@@ -145,13 +146,15 @@ class OwnersScreen(LiveScreen[list[OwnerInfo]]):
         self.query_one("#owner-about", Static).update(literal(clip(text, self.size.width)))
 
     def status_text(self) -> str:
-        teams = sum(o.kind == "team" for o in self.owners)
-        services = sum(o.kind == "service" for o in self.owners)
-        undo = " · u undo" if self._undo is not None else ""
-        return (
-            f"{counted(len(self.owners), 'owner')} ({teams} teams, {services} service accounts)"
-            f" · Enter keys · L pool · b offboard{undo}"
-        )
+        teams = counted(sum(o.kind == "team" for o in self.owners), "team")
+        services = counted(sum(o.kind == "service" for o in self.owners), "service account")
+        counts = f"{counted(len(self.owners), 'owner')} ({teams}, {services})"
+        # Undo first: a narrow terminal drops the hints at the end, which the footer shows too
+        # (all but Enter: the table takes it, so the footer leaves it out).
+        hints = ["u undo"] if self._undo is not None else []
+        parts = [counts, *hints, "Enter keys", "L pool", "b offboard"]
+        width = self.size.width - 2  # the status line's padding
+        return fit_parts(parts, width) if width > 0 else " · ".join(parts)
 
     # --- actions ------------------------------------------------------------------------------
 
