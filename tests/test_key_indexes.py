@@ -346,7 +346,8 @@ def test_two_common_terms_that_never_meet_read_few_rows_on_sqlite(sqlite_url: st
 
 def test_postgres_finds_terms_through_the_terms_gin_index(postgres_url: str) -> None:
     """The terms probe of two common scope and tag terms is planned through the terms table's
-    GIN index (EXPLAIN names it), and the window it narrows finds the one key holding both."""
+    GIN index (EXPLAIN names it), and the window it narrows finds the one key holding both;
+    terms common together give the same keys and count read through the terms by key id."""
     store = KeyStore.open(postgres_url, hasher=CHEAP, actor=ACTOR)
     statements: list[tuple[str, Any]] = []
 
@@ -372,6 +373,12 @@ def test_postgres_finds_terms_through_the_terms_gin_index(postgres_url: str) -> 
             cursor.execute("EXPLAIN " + statement, parameters)
             plan = "\n".join(row[0] for row in cursor.fetchall())
         assert "ix_apikey_tui_key_search_terms" in plan, plan
+        # Common together: the window and the count read the terms by key id, exactly.
+        common = KeyQuery(None, "tag:env=dev scope:project")
+        names = [k.name for k in store.key_window(common, 0, 50)]
+        assert names == [f"key-{n:05d}" for n in range(50)]
+        assert store.count_keys(common) == 5000
+        assert store.count_keys(KeyQuery(None, "tag:env scope:serving")) == 1
     finally:
         store.close()
 

@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from sqlalchemy import (
     Connection,
     Integer,
+    Select,
     Text,
     bindparam,
     column,
@@ -313,17 +314,14 @@ def term_ids(conn: Connection, fields: Sequence[Sequence[str]], limit: int) -> l
     else:
         if not present(conn):
             return None
-        # Every field one condition on the GIN index (any of its words: &&), all of them
-        # together in one scan of it.
-        wanted = [_PG_TERMS_TABLE.c.terms.overlap(list(words)) for words in fields]
         # A GIN index answers with a bitmap of every key holding the words (60 ms for a third
         # of a million), however few are wanted. The first keys stored tell common terms cheaply
         # (a few ms): met there often enough, the window's order meets a screenful soon too.
         first = select(_PG_TERMS_TABLE.c.terms).limit(SAMPLE).subquery()
-        holding = select(first.c.terms).where(
+        seen = select(first.c.terms).where(
             *(first.c.terms.overlap(list(words)) for words in fields)
         )
-        met = select(func.count()).select_from(holding.limit(COMMON).subquery())
+        met = select(func.count()).select_from(seen.limit(COMMON).subquery())
         if conn.execute(met).scalar_one() >= COMMON:
             return None
         # Off the sequential scan: the planner takes the words as independent, so for two
@@ -331,10 +329,18 @@ def term_ids(conn: Connection, fields: Sequence[Sequence[str]], limit: int) -> l
         # table to learn that none match.
         off = "SELECT current_setting('enable_seqscan'), set_config('enable_seqscan', 'off', true)"
         was = conn.execute(text(off)).scalar_one()
-        probe = select(_PG_TERMS_TABLE.c.key_id).where(*wanted).limit(limit)
+        probe = holding(fields).limit(limit)
         ids = list(conn.execute(probe).scalars())
         conn.execute(text("SELECT set_config('enable_seqscan', :was, true)"), {"was": was})
     return sorted(ids) if len(ids) < limit else None
+
+
+def holding(fields: Sequence[Sequence[str]]) -> Select[tuple[int]]:
+    """PostgreSQL: a query of the ids of the keys holding a word of every field (`term_ids`),
+    which the planner may answer from the terms' GIN index: every field one condition on it
+    (any of its words: &&), all of them together in one scan of it."""
+    wanted = [_PG_TERMS_TABLE.c.terms.overlap(list(words)) for words in fields]
+    return select(_PG_TERMS_TABLE.c.key_id).where(*wanted)
 
 
 def _any_value(word: str) -> str | None:

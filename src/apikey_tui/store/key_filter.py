@@ -9,6 +9,7 @@ owner:b`).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -67,9 +68,12 @@ def _escaped(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-def conditions(terms: Terms, now: datetime, *, sqlite: bool = False) -> list[Any]:
-    """WHERE terms of the fields (free text is `queries.matching`'s); a value no key can have
-    (an unknown kind or state word) is a term no key meets.
+def conditions(
+    terms: Terms, now: datetime, *, sqlite: bool = False, skip: Collection[str] = ()
+) -> list[Any]:
+    """WHERE terms of the fields (free text is `queries.matching`'s) but those in skip
+    (answered elsewhere); a value no key can have (an unknown kind or state word) is a term no
+    key meets.
 
     sqlite: a kind term reads the key's owner through a unary + there, which keeps SQLite off
     the owner index (without statistics it would read every team's keys through it, then
@@ -79,6 +83,8 @@ def conditions(terms: Terms, now: datetime, *, sqlite: bool = False) -> list[Any
     owner_column: Any = literal_column(f"+{KEY_TABLE.name}.owner") if sqlite else key.owner
     found: list[Any] = []
     for name, values in terms.values.items():
+        if name in skip:
+            continue
         alternatives: list[Any] = []
         for value in values:
             if name == "owner":
