@@ -48,16 +48,20 @@ def add_keys(store: KeyStore, count: int, owner: str, prefix: str) -> None:
 
 
 def drop_index(store: KeyStore) -> None:
-    """Take the trigram index away, as in a database made before it existed."""
+    """Take the trigram and terms indexes away, as in a database made before they existed."""
     with store.engine.begin() as conn:
         if conn.dialect.name == "sqlite":
-            for table in (key_indexes.SEARCH_TABLE, key_indexes.TAGS_TABLE):
+            for trigger in ("insert", "delete", "update"):
+                conn.execute(text(f"DROP TRIGGER {key_indexes.SEARCH_TABLE}_{trigger}"))
+            for trigger in key_indexes.SQLITE_TAG_TRIGGERS:
+                conn.execute(text(f"DROP TRIGGER IF EXISTS {trigger}"))
+            for table in (key_indexes.SEARCH_TABLE, key_indexes.TERMS_TABLE):
                 conn.execute(text(f"DROP TABLE {table}"))
-                for trigger in ("insert", "delete", "update"):
-                    conn.execute(text(f"DROP TRIGGER {table}_{trigger}"))
         else:
             for index in key_indexes.INDEXES:
                 conn.execute(text(f"DROP INDEX {index}"))
+            for statement in key_indexes.PG_TERMS_DROP:
+                conn.execute(text(statement))
 
 
 def matches(key: KeyInfo, needle: str) -> bool:
@@ -243,7 +247,7 @@ def test_sqlite_triggers_keep_the_index_true_to_the_keys(sqlite_url: str) -> Non
 
 def test_a_rare_tag_reads_few_rows_on_sqlite(sqlite_url: str) -> None:
     """A tag term matching 3 keys or none in 20,000, alone or with other terms, reads a tenth
-    of a scan's steps or less (the tags' trigram table names them), and finds the same keys."""
+    of a scan's steps or less (the keys' terms index names them), and finds the same keys."""
     store = KeyStore.open(sqlite_url, hasher=CHEAP, actor=ACTOR)
     try:
         add_keys(store, 20_000, "alice", "key")
@@ -269,10 +273,10 @@ def test_a_rare_tag_reads_few_rows_on_sqlite(sqlite_url: str) -> None:
         store.close()
 
 
-def test_sqlite_triggers_keep_the_tags_index_true_to_the_keys(sqlite_url: str) -> None:
-    """After tagging at creation, retagging, clearing and deleting, the tags' FTS5 index checks
-    out and names exactly the keys holding a tag."""
-    store = KeyStore.open(sqlite_url, hasher=CHEAP, actor=ACTOR)
+def test_triggers_keep_the_terms_index_true_to_the_keys(database_url: str) -> None:
+    """After tagging at creation, retagging, clearing, changing scopes and deleting, the keys'
+    terms index names exactly the keys holding a tag or scope, on both backends."""
+    store = KeyStore.open(database_url, hasher=CHEAP, actor=ACTOR)
     try:
         store.create_key("alice", "a", ["project"], tags=[("env", "prod")])
         store.create_key("alice", "b", ["project"], tags=[("env", "prod")])
@@ -281,47 +285,100 @@ def test_sqlite_triggers_keep_the_tags_index_true_to_the_keys(sqlite_url: str) -
         store.set_tags_of_keys([keys["a"]], [("env", "dev")])
         store.set_tags_of_keys([keys["c"]], [("env", "prod")])
         store.set_tags_of_keys([keys["b"]], [])
+        store.set_scopes_of_keys([keys["b"]], ["serving"])
         store.delete_key("alice", "c")
         with store.engine.begin() as conn:
-            check = (
-                "INSERT INTO apikey_tui_key_search_tags(apikey_tui_key_search_tags) "
-                "VALUES ('integrity-check')"
+            if conn.dialect.name == "sqlite":
+                check = (
+                    "INSERT INTO apikey_tui_key_search_terms(apikey_tui_key_search_terms) "
+                    "VALUES ('integrity-check')"
+                )
+                conn.execute(text(check))  # raises if the index and its rows disagree
+            ids: dict[str, int] = dict(
+                conn.execute(text("SELECT name, id FROM apikey_tui_key")).all()
             )
-            conn.execute(text(check))  # raises if the index and the table disagree
-            a = conn.execute(text("SELECT id FROM apikey_tui_key WHERE name = 'a'")).scalar()
-            assert key_indexes.tagged_ids(conn, ["env=dev"], 10) == [a]
-            assert key_indexes.tagged_ids(conn, ["env=prod"], 10) == []
-            assert key_indexes.tagged_ids(conn, ["env=dev"], 1) is None  # not fewer than 1
-            assert key_indexes.tagged_ids(conn, ["e="], 10) is None  # too short: scan
+            a, b = ids["a"], ids["b"]
+
+            def found(*fields: list[str], limit: int = 10) -> list[int] | None:
+                return key_indexes.term_ids(conn, list(fields), limit)
+
+            assert found(["tag:env=dev"]) == [a]
+            assert found(["tag:env"]) == [a]
+            assert found(["tag:env=prod"]) == []
+            assert found(["scope:serving"]) == [b]
+            assert found(["scope:project"]) == [a]
+            assert found(["scope:project", "scope:serving"]) == [a, b]
+            assert found(["scope:serving"], ["tag:env=dev"]) == []
+            assert found(["scope:project"], ["tag:env=dev", "tag:x=y"]) == [a]
+            assert found(["scope:project", "scope:serving"], limit=2) is None  # not fewer
+            assert found(["tag:env=a b"]) == []  # no tag holds a space
     finally:
         store.close()
 
 
-def test_postgres_can_plan_a_tag_term_through_the_trigram_index(postgres_url: str) -> None:
-    """A tag term's window query can be served by the pg_trgm index over tags."""
+def test_two_common_terms_that_never_meet_read_few_rows_on_sqlite(sqlite_url: str) -> None:
+    """`scope:serving tag:env=dev` where half the keys hold each and none both reads a tenth
+    of a walk's steps or less (the terms index intersects them), and finds the same keys."""
+    store = KeyStore.open(sqlite_url, hasher=CHEAP, actor=ACTOR)
+    try:
+        add_keys(store, 10_000, "alice", "key")  # scope project
+        add_keys(store, 10_000, "alice", "odd")  # scope serving
+        with store.engine.begin() as conn:
+            conn.execute(text("UPDATE apikey_tui_key SET tags = 'env=dev' WHERE name LIKE 'key-%'"))
+        store.create_key("bob", "both", ["serving"], tags=[("env", "dev")])
+        queries = [KeyQuery(owner, "scope:serving tag:env=dev") for owner in (None, "alice")]
+        queries.append(KeyQuery(None, "tag:env=dev scope:serving scope:none"))
+        indexed = [_sqlite_steps(store, q) for q in queries]
+        found = [[k.name for k in store.key_window(q, 0, 50)] for q in queries]
+        assert found == [["both"], [], ["both"]]
+        drop_index(store)
+        scanning = KeyStore.open(sqlite_url, hasher=CHEAP, actor=ACTOR)
+        try:
+            assert [[k.name for k in scanning.key_window(q, 0, 50)] for q in queries] == found
+            scanned = [_sqlite_steps(scanning, q) for q in queries]
+        finally:
+            scanning.close()
+        for query, few, walk in zip(queries, indexed, scanned, strict=True):
+            assert few * 10 < walk, (query, few, walk)
+    finally:
+        store.close()
+
+
+def test_postgres_finds_terms_through_the_terms_gin_index(postgres_url: str) -> None:
+    """The terms probe of two common scope and tag terms is planned through the terms table's
+    GIN index (EXPLAIN names it), and the window it narrows finds the one key holding both;
+    terms common together give the same keys and count read through the terms by key id."""
     store = KeyStore.open(postgres_url, hasher=CHEAP, actor=ACTOR)
     statements: list[tuple[str, Any]] = []
 
     def hook(conn: Any, cursor: Any, statement: str, parameters: Any, *args: Any) -> None:
-        if "ORDER BY" in statement and "LIMIT" in statement:
+        if "apikey_tui_key_search_terms" in statement and "&&" in statement:
             statements.append((statement, parameters))
 
     try:
         add_keys(store, 5000, "alice", "key")
-        store.create_key("bob", "rare", ["project"], tags=[("env", "rare")])
+        add_keys(store, 5000, "alice", "odd")
         with store.engine.begin() as conn:
-            conn.execute(text("ANALYZE apikey_tui_key"))
+            conn.execute(text("UPDATE apikey_tui_key SET tags = 'env=dev' WHERE name LIKE 'key-%'"))
+            conn.execute(text("ANALYZE"))
+        store.create_key("bob", "both", ["serving"], tags=[("env", "dev")])
         event.listen(store.engine, "before_cursor_execute", hook)
-        assert [k.name for k in store.key_window(KeyQuery(None, "tag:env=rare"), 0, 50)] == ["rare"]
+        query = KeyQuery(None, "scope:serving tag:env=dev")
+        assert [k.name for k in store.key_window(query, 0, 50)] == ["both"]
         event.remove(store.engine, "before_cursor_execute", hook)
         statement, parameters = statements[-1]
         with store.engine.connect() as conn:
             cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
-            cursor.execute("SET enable_seqscan = off")
-            cursor.execute("SET enable_indexscan = off")
+            cursor.execute("SET enable_seqscan = off")  # as the probe does
             cursor.execute("EXPLAIN " + statement, parameters)
             plan = "\n".join(row[0] for row in cursor.fetchall())
-        assert "ix_apikey_tui_key_tags_trgm" in plan, plan
+        assert "ix_apikey_tui_key_search_terms" in plan, plan
+        # Common together: the window and the count read the terms by key id, exactly.
+        common = KeyQuery(None, "tag:env=dev scope:project")
+        names = [k.name for k in store.key_window(common, 0, 50)]
+        assert names == [f"key-{n:05d}" for n in range(50)]
+        assert store.count_keys(common) == 5000
+        assert store.count_keys(KeyQuery(None, "tag:env scope:serving")) == 1
     finally:
         store.close()
 

@@ -276,6 +276,15 @@ def test_filter_grammar_gives_the_cli_and_the_app_the_same_keys(
         "owner:payments api": {"payments/api-prod", "payments/api-dev"},
         "state:disabled": {"alice/api-prod"},
         "kind:person tag:env": {"alice/api-prod"},
+        # through the keys' terms index: scopes and tags together, alternatives, none at all
+        "scope:serving tag:env=dev": set(),
+        "scope:serving tag:env": {"payments/web-prod"},
+        "scope:project tag:env=dev tag:env=prod": {
+            "payments/api-prod",
+            "payments/api-dev",
+            "alice/api-prod",
+        },
+        "scope:serving owner:payments api": set(),
     }
     for text, expected in cases.items():
         code, out, _ = _cli(capsys, database_url, "keys", "list", "--all", "--filter", text,

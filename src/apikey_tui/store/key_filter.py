@@ -9,12 +9,12 @@ owner:b`).
 
 from __future__ import annotations
 
-import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Table, and_, false, literal, literal_column, or_
+from sqlalchemy import Table, false, literal, literal_column, or_
 from sqlalchemy import select as sa_select
 
 from apikey_tui.db.models import OWNER_KINDS, OwnerRow
@@ -22,9 +22,6 @@ from apikey_tui.store import states
 from apikey_tui.store.records import KEY_TABLE, SCOPE_TABLE
 
 FIELDS = ("tag", "owner", "kind", "state", "scope")
-# pg_trgm finds a LIKE's text through its index only from a run of three letters or digits;
-# without one it reads the whole index (half a second at a million keys), worse than a scan.
-_TRIGRAM = re.compile(r"[0-9A-Za-z]{3}")
 OWNER_TABLE: Table = OwnerRow.__table__  # type: ignore[attr-defined]
 
 
@@ -53,9 +50,13 @@ def parse(text: str) -> Terms:
     return Terms(" ".join(free), {k: tuple(v) for k, v in values.items()})
 
 
-def tag_words(terms: Terms) -> list[str]:
-    """The text each tag term looks for in a key's tags: 'env=prod', or 'env=' (any value)."""
-    return [_tag_word(value) for value in terms.values.get("tag", ())]
+def term_words(terms: Terms) -> list[list[str]]:
+    """The words of the keys' terms index (`db.key_indexes.term_ids`) that the tag and scope
+    terms look for, one list of alternatives per field: 'tag:env=prod', 'tag:env' (any
+    value), 'scope:serving'."""
+    fields = [[f"tag:{value}" for value in terms.values.get("tag", ())]]
+    fields.append([f"scope:{value}" for value in terms.values.get("scope", ())])
+    return [words for words in fields if words]
 
 
 def _tag_word(value: str) -> str:
@@ -67,9 +68,12 @@ def _escaped(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-def conditions(terms: Terms, now: datetime, *, sqlite: bool = False) -> list[Any]:
-    """WHERE terms of the fields (free text is `queries.matching`'s); a value no key can have
-    (an unknown kind or state word) is a term no key meets.
+def conditions(
+    terms: Terms, now: datetime, *, sqlite: bool = False, skip: Collection[str] = ()
+) -> list[Any]:
+    """WHERE terms of the fields (free text is `queries.matching`'s) but those in skip
+    (answered elsewhere); a value no key can have (an unknown kind or state word) is a term no
+    key meets.
 
     sqlite: a kind term reads the key's owner through a unary + there, which keeps SQLite off
     the owner index (without statistics it would read every team's keys through it, then
@@ -79,6 +83,8 @@ def conditions(terms: Terms, now: datetime, *, sqlite: bool = False) -> list[Any
     owner_column: Any = literal_column(f"+{KEY_TABLE.name}.owner") if sqlite else key.owner
     found: list[Any] = []
     for name, values in terms.values.items():
+        if name in skip:
+            continue
         alternatives: list[Any] = []
         for value in values:
             if name == "owner":
@@ -101,19 +107,16 @@ def conditions(terms: Terms, now: datetime, *, sqlite: bool = False) -> list[Any
                     .exists()
                 )
             else:  # tag: NAME=VALUE exactly, or NAME (any value)
+                # No index serves this text: the keys' terms index names the few keys a rare
+                # tag is on (`queries.matching`); a common tag is met soon in the window's order.
                 word = _tag_word(value)
-                if not sqlite and _TRIGRAM.search(word):
-                    # A regular expression on the bare column: the pg_trgm index over tags
-                    # serves it (`db.key_indexes`), and the planner estimates it from the
-                    # column's statistics (a LIKE on padded text it guesses at, badly).
+                if not sqlite:
+                    # A regular expression on the bare column, which PostgreSQL estimates from
+                    # the column's statistics: it then walks the window's order for a common
+                    # tag. Padded text it guesses a few dozen keys, and reads every key.
                     literal_word = "".join(c if c.isalnum() else "\\" + c for c in word)
                     end = "( |$)" if "=" in value else ""
-                    alternatives.append(
-                        and_(
-                            key.tags.like(f"%{_escaped(word)}%", escape="\\"),
-                            key.tags.regexp_match(f"(^| ){literal_word}{end}"),
-                        )
-                    )
+                    alternatives.append(key.tags.regexp_match(f"(^| ){literal_word}{end}"))
                     continue
                 escaped = _escaped(word)
                 pattern = f"% {escaped} %" if "=" in value else f"% {escaped}%"

@@ -220,8 +220,13 @@ def matching(
     key, sqlite = KEY_TABLE, ctx.engine.dialect.name == "sqlite"
     terms: list[Any] = []
     read = key_filter.parse(query.text)
+    fields = key_filter.term_words(read)
+    # PostgreSQL's terms index holds the tags and scopes exactly: it answers those terms alone.
+    exact = not fields or sqlite or not _searchable(ctx, conn)
     if read:
-        terms += key_filter.conditions(read, ctx.clock() if now is None else now, sqlite=sqlite)
+        at = ctx.clock() if now is None else now
+        skip = () if exact else ("tag", "scope")
+        terms += key_filter.conditions(read, at, sqlite=sqlite, skip=skip)
     # SQLite keeps no statistics unless ANALYZE ran, so it takes any owner for a handful of
     # keys and reads through the owner index; a unary + keeps it off that index where a
     # better path exists (the order's own index, or the trigram candidates below).
@@ -232,13 +237,19 @@ def matching(
     if "\x00" in query.text:
         # No owner, name, id or scope holds a NUL; PostgreSQL and FTS5 refuse one outright.
         return [false()]
-    if sqlite and "tag" in read.values and _searchable(ctx, conn):
-        # As for free text below: a rare tag would scan every key; the tags' trigram table
-        # names the few keys that may hold one, and the exact tag terms still decide.
-        tagged = key_indexes.tagged_ids(conn, key_filter.tag_words(read), SPARSE)
-        if tagged is not None:
-            terms.append(key.c.id.in_(tagged))
-            owner_unindexed = True  # read the few ids, not the owner's every key
+    if fields and _searchable(ctx, conn):
+        # Tag and scope terms through the keys' terms index, which intersects their lists of
+        # keys: terms few keys hold together (rare ones, or common ones that never meet: a
+        # walk in the window's order would read every key to find none) name those few keys
+        # at once. Common together: the walk finds a screenful soon.
+        ids = key_indexes.term_ids(conn, fields, SPARSE)
+        if ids is not None:
+            terms.append(key.c.id.in_(ids))
+            owner_unindexed = sqlite  # read the few ids, not the owner's every key
+        elif not exact:
+            # The planner estimates this from the terms' statistics (each word's share of the
+            # keys), and walks the window's order, checking each key's terms by its id.
+            terms.append(key.c.id.in_(key_indexes.holding(fields)))
     if needle and not (query.owner and needle.lower() in query.owner.lower()):
         pattern = like_pattern(needle)
 

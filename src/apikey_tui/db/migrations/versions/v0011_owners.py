@@ -18,6 +18,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from apikey_tui.db import key_indexes
+
 revision = "0011"
 down_revision: str | None = "0010"
 branch_labels: str | None = None
@@ -95,12 +97,16 @@ def downgrade() -> None:
         batch.drop_column("kind")
         batch.alter_column("limits", existing_type=sa.String(length=200), nullable=False)
     op.drop_index("ix_apikey_tui_key_created_by", table_name="apikey_tui_key")
+    # The filter's indexes of tags (`db.key_indexes`, no part of the schema): SQLite will not
+    # drop a column its triggers name, and PostgreSQL's trigger function reads the column.
     if op.get_bind().dialect.name == "sqlite":
-        # The filter's index of tags (`db.key_indexes`, no part of the schema): SQLite will not
-        # drop a column its triggers name. PostgreSQL drops its index with the column.
-        for trigger in ("insert", "delete", "update"):
-            op.execute(f"DROP TRIGGER IF EXISTS apikey_tui_key_search_tags_{trigger}")
-        op.execute("DROP TABLE IF EXISTS apikey_tui_key_search_tags")
+        for trigger in key_indexes.SQLITE_TAG_TRIGGERS:
+            op.execute(f"DROP TRIGGER IF EXISTS {trigger}")
+        for table in (key_indexes.TAGS_TABLE, key_indexes.TERMS_TABLE):
+            op.execute(f"DROP TABLE IF EXISTS {table}")
+    else:
+        for statement in key_indexes.PG_TERMS_DROP:
+            op.execute(statement)
     # Not batch mode (see 0003): SQLite 3.35+ drops a column in place.
     op.drop_column("apikey_tui_key", "tags")
     op.drop_column("apikey_tui_key", "meta")
