@@ -148,9 +148,10 @@ def middleware_section(m: Any) -> list[str]:
             + (
                 ""
                 if over <= 1.5
-                else " What is left is the scopes the request is recorded under (the view's"
-                " permissions instantiated and judged once more), the usage tally and"
-                " `ApiKeyUser`."
+                else " What is left is mostly the verifier's warm path (`identify` and"
+                " `authorize`: the freshness test and the usage tally, which the WSGI middleware"
+                " pays too), then the settings' verifier and client reader, the remembered"
+                " scopes the request is recorded under and `ApiKeyUser`."
             ),
             "",
         ]

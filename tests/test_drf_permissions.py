@@ -416,3 +416,73 @@ def answer_within(send: Callable[[], Any], status: int, seconds: float = 10.0) -
         response = send()
     assert response.status_code == status
     return response
+
+
+# --- issue 31: the view's permissions are made and judged once per request ----------------------
+
+
+def test_each_request_makes_and_judges_the_views_permissions_once(keys: Keys) -> None:
+    """After a view's first request, each request makes its HasScopes once and asks it once
+    (DRF's own check_permissions): the scopes it is recorded under come from a cache, not
+    from a second making and judging of the view's permissions."""
+    from django.test import RequestFactory
+    from rest_framework.request import Request
+    from rest_framework.response import Response
+    from rest_framework.views import APIView
+
+    from apikey_tui.integrations.drf import ApiKeyAuthentication
+
+    counts = {"made": 0, "asked": 0}
+
+    class Counted(scopes("project")):  # type: ignore[misc]
+        def __init__(self) -> None:
+            counts["made"] += 1
+
+        def has_permission(self, request: Request, view: Any) -> bool:
+            counts["asked"] += 1
+            return bool(super().has_permission(request, view))
+
+    class View(APIView):  # type: ignore[misc]
+        authentication_classes = [ApiKeyAuthentication]
+        permission_classes = [Counted]
+
+        def get(self, request: Request) -> Response:
+            return Response({"user": str(request.user)})
+
+    view = View.as_view()
+    assert view(RequestFactory().get("/test/", headers=auth(keys.project))).status_code == 200
+    counts.update(made=0, asked=0)
+    for _ in range(3):
+        assert view(RequestFactory().get("/test/", headers=auth(keys.project))).status_code == 200
+    assert counts == {"made": 3, "asked": 3}
+    keys.verifier.flush()
+    usage = keys.store.key_usage("alice", "proj")
+    assert [(s.scope, s.requests) for s in usage.scopes] == [("project", 4)]
+
+
+def test_one_view_class_with_other_permissions_is_recorded_under_its_own(keys: Keys) -> None:
+    """Two as_view() of one class with different permission_classes record each request under
+    its own permissions' scopes (the remembered scopes are per permission classes, not per
+    view class)."""
+    from django.test import RequestFactory
+    from rest_framework.request import Request
+    from rest_framework.response import Response
+    from rest_framework.views import APIView
+
+    from apikey_tui.integrations.drf import ApiKeyAuthentication
+
+    class View(APIView):  # type: ignore[misc]
+        authentication_classes = [ApiKeyAuthentication]
+
+        def get(self, request: Request) -> Response:
+            return Response({"user": str(request.user)})
+
+    granted = View.as_view(permission_classes=[scopes("project")])
+    refused = View.as_view(permission_classes=[scopes("serving")])
+    for _ in range(2):
+        assert granted(RequestFactory().get("/t/", headers=auth(keys.project))).status_code == 200
+        assert refused(RequestFactory().get("/t/", headers=auth(keys.project))).status_code == 403
+    keys.verifier.flush()
+    usage = keys.store.key_usage("alice", "proj")
+    assert [(s.scope, s.requests) for s in usage.scopes] == [("project", 2)]
+    assert [(f.missing, f.requests) for f in usage.forbidden] == [(("serving",), 2)]

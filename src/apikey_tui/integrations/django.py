@@ -72,13 +72,17 @@ def get_verifier() -> Verifier:
 
 
 def _forget_verifier(*, setting: str, **_: Any) -> None:
-    """setting_changed's receiver: the setting changed, so the verifier is found again."""
+    """setting_changed's receiver: the setting changed, so the verifier and the client reader
+    are found again."""
     if setting == SETTING:
         _current.clear()
+        _readers.clear()
 
 
 # The verifier get_verifier found, under SETTING: one entry, cleared when the setting changes.
 _current: dict[str, Verifier] = {}
+# The client reader of get_meta_client, likewise.
+_readers: dict[str, ClientReader] = {}
 setting_changed.connect(_forget_verifier)
 
 
@@ -103,9 +107,10 @@ def request_authorization(request: HttpRequest) -> str | None:
     return header
 
 
-def request_client() -> ClientReader:
-    """How to read a Django (or DRF) request's client for network rules: REMOTE_ADDR, or what
-    a proxy in TRUSTED_PROXIES says (default: $APIKEY_TUI_TRUSTED_PROXIES, else none)."""
+def meta_client() -> ClientReader:
+    """How to read a Django (or DRF) request's client for network rules from its META:
+    REMOTE_ADDR, or what a proxy in TRUSTED_PROXIES says (default:
+    $APIKEY_TUI_TRUSTED_PROXIES, else none)."""
     configured = config()
     try:
         proxies = trusted_proxies(
@@ -113,8 +118,22 @@ def request_client() -> ClientReader:
         )
     except InvalidInputError as exc:
         raise ImproperlyConfigured(f"settings.{SETTING}: {exc}") from None
-    read = environ_client(proxies)
+    return environ_client(proxies)
+
+
+def request_client() -> ClientReader:
+    """meta_client, for the request itself."""
+    read = meta_client()
     return lambda request: read(request.META)
+
+
+def get_meta_client() -> ClientReader:
+    """meta_client of the settings in force, built once (DRF reads it at every request); a
+    change of the setting is heard as get_verifier hears it."""
+    known = _readers.get(SETTING)
+    if known is None:
+        known = _readers[SETTING] = meta_client()
+    return known
 
 
 def route_rules() -> RouteScopes:

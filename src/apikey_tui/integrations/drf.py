@@ -19,7 +19,7 @@ from collections.abc import Set as AbstractSet
 from typing import Any, ClassVar
 
 from django.core.exceptions import ImproperlyConfigured
-from django.http import HttpResponse
+from django.http import HttpRequest, HttpResponse
 from rest_framework import exceptions, permissions
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.permissions import BasePermission
@@ -34,35 +34,15 @@ from apikey_tui.errors import (
     RateLimitedError,
     VerifierUnavailableError,
 )
-from apikey_tui.integrations.clients import ClientReader
 from apikey_tui.integrations.django import (
-    config,
+    get_meta_client,
     get_verifier,
     problem_response,
-    request_authorization,
-    request_client,
 )
 from apikey_tui.names import parse_scopes
 from apikey_tui.verifier import Caller, Verifier
 
 _ERROR = "_apikey_error"  # where authenticate() leaves its refusal for authenticate_header()
-# The client reader of the settings' trusted proxies and header (settings may change under a
-# test's override_settings), built at its first use.
-_CLIENT: dict[str, ClientReader] = {}
-
-
-def _client(request: Request) -> str | None:
-    """The request's client address (`django.request_client` of the settings in force)."""
-    configured = config()
-    key = repr((configured.get("TRUSTED_PROXIES"), configured.get("CLIENT_HEADER")))
-    reader = _CLIENT.get(key)
-    if reader is None:
-        if len(_CLIENT) >= 8:
-            _CLIENT.clear()
-        reader = _CLIENT[key] = request_client()
-    return reader(request)
-
-
 _ASKING = "_apikey_asking"  # set while authenticate() reads the view's permissions
 
 
@@ -76,6 +56,9 @@ class ApiKeyUser:
     the prefix keeps it apart from any Django user's integer or UUID pk.
     """
 
+    # Made at every request: one slot, the rest read from the caller when asked.
+    __slots__ = ("caller",)
+
     is_authenticated = True
     is_anonymous = False
     is_active = True
@@ -84,8 +67,18 @@ class ApiKeyUser:
 
     def __init__(self, caller: Caller) -> None:
         self.caller = caller
-        self.username = caller.owner
-        self.pk = self.id = f"apikey:{caller.owner}"
+
+    @property
+    def username(self) -> str:
+        """The key's owner."""
+        return self.caller.owner
+
+    @property
+    def pk(self) -> str:
+        """ "apikey:<owner>": one throttle bucket per owner, apart from any Django user's."""
+        return f"apikey:{self.caller.owner}"
+
+    id = pk
 
     def get_username(self) -> str:
         """The key's owner."""
@@ -164,8 +157,12 @@ class ApiKeyAuthentication(BaseAuthentication):  # type: ignore[misc]
         """Check the key, and record the request once under the scopes the view's HasScopes
         will ask for (HasScopes decides; the verifier records, as for every integration)."""
         verifier = self.verifier or get_verifier()
+        # Django's own request: DRF's Request reaches its attributes through a failed lookup.
+        django_request: HttpRequest = request._request
+        meta = django_request.META
         try:
-            caller = verifier.identify(request_authorization(request))
+            # request_authorization, inline: a call is a tenth of what this class adds.
+            caller = verifier.identify(meta.get("HTTP_AUTHORIZATION"))
         except MissingKeyError:
             return None
         except AuthError as error:
@@ -176,17 +173,11 @@ class ApiKeyAuthentication(BaseAuthentication):  # type: ignore[misc]
         # Read from the instance: a missing attribute costs DRF's Request.__getattr__ a raise.
         if request.__dict__.get(_ASKING, False):
             # The view's get_permissions reads request.user: this is DRF authenticating again
-            # from inside the call below; the outer call records the request.
+            # from inside _scopes_asked; the outer call records the request.
             return ApiKeyUser(caller), caller
-        setattr(request, _ASKING, True)
+        asked = _scopes_asked(request, caller)
         try:
-            asked = _scopes_asked(request, caller)
-        except Exception:  # the view's own code: DRF raises it again where it always does
-            asked = _NONE
-        finally:
-            setattr(request, _ASKING, False)
-        try:
-            verifier.authorize(caller, asked, _client(request), request.path)
+            verifier.authorize(caller, asked, get_meta_client()(meta), django_request.path)
         except InsufficientScopeError:
             pass  # recorded as a 403 for the missing scopes; the permissions answer it
         except NetworkNotAllowedError as error:
@@ -253,7 +244,7 @@ class HasScopes(BasePermission):  # type: ignore[misc]
     def required(self, view: Any) -> frozenset[str]:
         """The scopes this permission requires on view: its own and the view's.
 
-        Read once per permission class and view scopes (each request asks twice): a view's
+        Read once per permission class and view scopes (each request asks): a view's
         tuple is parsed at its first request; a list, which cannot be a key, every time.
         """
         given = getattr(view, "required_scopes", ())
@@ -292,15 +283,14 @@ class HasScopes(BasePermission):  # type: ignore[misc]
             # that another class accepted (a session user) is told it needs a key: 403.
             self.message = str(MissingKeyError())
             return False
-        missing = sorted(required - caller.scopes)
-        if missing:
-            # DRF turns every value of a message into a string: "status" (a number in RFC 9457)
-            # is left out; the HTTP status says it. exception_handler answers the problem exactly.
-            problem = InsufficientScopeError(missing).problem()
-            self.message = {name: value for name, value in problem.items() if name != "status"}
-            self.code = InsufficientScopeError.error_code
-            return False
-        return True
+        if required <= caller.scopes:
+            return True
+        # DRF turns every value of a message into a string: "status" (a number in RFC 9457)
+        # is left out; the HTTP status says it. exception_handler answers the problem exactly.
+        problem = InsufficientScopeError(sorted(required - caller.scopes)).problem()
+        self.message = {name: value for name, value in problem.items() if name != "status"}
+        self.code = InsufficientScopeError.error_code
+        return False
 
 
 def _scope_refusal(exc: Exception) -> InsufficientScopeError | None:
@@ -350,24 +340,93 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> HttpResponse |
 _NONE: frozenset[str] = frozenset()
 
 
+class _Asked:
+    """What _scopes_asked remembers of a view class: the permission classes and
+    required_scopes it was judged with (the objects themselves), and its answer per key
+    scope set."""
+
+    __slots__ = ("by_scopes", "classes", "given")
+
+    def __init__(self, classes: object, given: object) -> None:
+        self.classes, self.given = classes, given
+        self.by_scopes: dict[frozenset[str], frozenset[str]] = {}
+
+
+# _scopes_asked's answers by view class: the permissions a view makes by DRF's own
+# get_permissions judge a key's scopes the same way at every request, so they are made and
+# judged here once per key scope set, and DRF's own check_permissions is the only one to make
+# them per request. The view's permission_classes and required_scopes are matched by
+# identity (as_view(permission_classes=...) gives each request the same list): a class given
+# others is judged again. Bounds, should views make their scopes per request.
+_ASKED: dict[type, _Asked] = {}
+_ASKED_MAX = 10_000
+_SCOPE_SETS_MAX = 1_000
+
+
 def _scopes_asked(request: Request, caller: Caller) -> frozenset[str]:
     """The scopes a request is recorded under, judged as the view's permissions will judge it
     (all of them must pass). A permission that refuses for want of scopes contributes those
     scopes: the key lacks them, so the request is recorded as a 403 for them. One that passes
     contributes the scopes of each HasScopes the key satisfies in it. Other permissions and
     `~` cannot be judged here and contribute none. Outside a DRF view (no view in the parser
-    context): none.
+    context): none. Anything the view's own code raises: none (DRF raises it again where it
+    always does).
     """
-    view = (getattr(request, "parser_context", None) or {}).get("view")
+    view = request.parser_context.get("view")
     if view is None:
         return _NONE
-    asked = _NONE
-    for permission in view.get_permissions():
-        passes, used, missing = _judged(permission, view, caller)
-        # A frozenset: the verifier's usage tally takes it as it is (HasScopes.required's own)
-        found = frozenset(missing if passes is False else used)
-        asked = found if not asked else asked | found
+    try:
+        classes, given = view.permission_classes, getattr(view, "required_scopes", ())
+    except Exception:  # the view's own code
+        return _NONE
+    known = _ASKED.get(type(view))
+    if known is not None and known.classes is classes and known.given is given:
+        found = known.by_scopes.get(caller.scopes)
+        if found is not None:
+            return found
+    setattr(request, _ASKING, True)
+    try:
+        made = view.get_permissions()
+        asked = _NONE
+        for permission in made:
+            passes, used, missing = _judged(permission, view, caller)
+            # A frozenset: the verifier's usage tally takes it as it is (HasScopes.required's)
+            found = frozenset(missing if passes is False else used)
+            asked = found if not asked else asked | found
+    except Exception:
+        return _NONE
+    finally:
+        setattr(request, _ASKING, False)
+    if _settled(view, made):
+        if known is None or known.classes is not classes or known.given is not given:
+            if len(_ASKED) >= _ASKED_MAX:
+                _ASKED.clear()
+            known = _ASKED[type(view)] = _Asked(classes, given)
+        if len(known.by_scopes) >= _SCOPE_SETS_MAX:
+            known.by_scopes.clear()
+        known.by_scopes[caller.scopes] = asked
     return asked
+
+
+def _settled(view: Any, found: Iterable[object]) -> bool:
+    """Whether the permissions found judge every request to view alike for the same key
+    scopes: made by DRF's own get_permissions (not one of the view's, which may read the
+    request), with HasScopes' own `required` in each."""
+    # Imported here, as in exception_handler.
+    from rest_framework.views import APIView
+
+    return type(view).get_permissions is APIView.get_permissions and all(
+        _fixed(permission) for permission in found
+    )
+
+
+def _fixed(permission: object) -> bool:
+    """Whether each HasScopes in a (composed) permission reads its scopes as HasScopes does."""
+    if isinstance(permission, HasScopes):
+        return type(permission).required is HasScopes.required
+    if isinstance(permission, permissions.AND | permissions.OR):
+        return _fixed(permission.op1) and _fixed(permission.op2)
+    return True
 
 
 def _judged(
