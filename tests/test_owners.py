@@ -296,6 +296,74 @@ def test_filter_grammar_gives_the_cli_and_the_app_the_same_keys(
         assert store.count_keys(KeyQuery(text=text)) == len(expected)
 
 
+def test_a_tag_value_keeps_its_case_and_field_words_do_not_on_every_database(
+    store: KeyStore, capsys: pytest.CaptureFixture[str], database_url: str
+) -> None:
+    """`tag:env=prod` finds env=prod and not env=Prod on SQLite as on PostgreSQL; the field,
+    a tag's name and a kind's word are read in any case (`TAG:ENV`, `kind:TEAM`)."""
+    store.add_owner("payments", "team")
+    store.create_key("payments", "lower", ["project"], tags=[("env", "prod")])
+    store.create_key("alice", "upper", ["project"], tags=[("env", "Prod")])
+    cases = {
+        "tag:env=prod": {"payments/lower"},
+        "tag:env=Prod": {"alice/upper"},
+        "tag:env=PROD": set(),
+        "TAG:ENV": {"payments/lower", "alice/upper"},
+        "Tag:Env=prod": {"payments/lower"},
+        "kind:TEAM": {"payments/lower"},
+    }
+    for text, expected in cases.items():
+        code, out, _ = _cli(capsys, database_url, "keys", "list", "--all", "--filter", text,
+                            "--json")  # fmt: skip
+        cli = {f"{k['owner']}/{k['name']}" for k in json.loads(out)}
+        app = {f"{k.owner}/{k.name}" for k in store.key_window(KeyQuery(text=text), 0, 100)}
+        assert (code, cli, app) == (0, expected, expected), text
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("state:disbled", "names no state"),
+        ("kind:teams", "is none of person, team, service"),
+        ("kind:robot owner:x", "is none of"),
+        ("owner:", "owner: needs a value"),
+        ("tag:", "tag: needs a value"),
+        ("tag:\u00e9=1", "tag name"),
+        ("tag:env=a%b", "value"),
+        (" ".join(["owner:bob"] * 500), "at most 1000 characters"),
+        (" ".join(f"owner:o{n}" for n in range(33)), "at most 32"),
+    ],
+)
+def test_a_filter_no_key_can_meet_is_a_usage_error_not_no_keys(
+    database_url: str, store: KeyStore, capsys: pytest.CaptureFixture[str], text: str, said: str
+) -> None:
+    """A typo in a term (a state or kind word naming none, an empty value, a tag outside its
+    grammar) or a filter past its bounds is one line and exit 2 in the CLI, never an empty
+    list or a database error; the bounds hold in the store too (the app's reads)."""
+    text = text.encode().decode("unicode_escape")
+    store.create_key("bob", "k", ["project"])
+    with pytest.raises(SystemExit) as refused:  # argparse's usage error, as any bad value
+        main(["--database-url", database_url, "keys", "list", "--all", "--filter", text])
+    out, err = capsys.readouterr()
+    code = refused.value.code
+    assert code == 2 and out == "" and said in err and err.count("\n") == 1, err
+    assert "Traceback" not in err and "database" not in err
+    if "at most" in said:
+        with pytest.raises(InvalidInputError):
+            store.key_window(KeyQuery(text=text), 0, 100)
+
+
+def test_a_state_or_kind_word_being_typed_is_no_error(
+    database_url: str, store: KeyStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Part of a word that names a state (`state:dis`, `state:exp`) is accepted, as the app
+    sees it mid-word; only a word that names none is refused."""
+    store.create_key("bob", "k", ["project"])
+    for text in ("state:dis", "state:act", "state:a"):
+        code, _, err = _cli(capsys, database_url, "keys", "list", "--all", "--filter", text)
+        assert code == 0 and "argument --filter" not in err, text
+
+
 def test_cli_members_change_meta_and_tags(
     database_url: str, store: KeyStore, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -42,6 +42,20 @@ def duration(text: str) -> timedelta:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def filter_text(text: str) -> str:
+    """A filter (argparse type): its FIELD:VALUE terms read as the store reads them; a term no
+    key can meet (`state:disbled`, `kind:teams`, `owner:`) is a usage error, never 'no keys'."""
+    from apikey_tui.store import key_filter  # SQLAlchemy: only when a filter is given
+
+    try:
+        found = key_filter.problem(key_filter.parse(text))
+    except InvalidInputError as exc:
+        found = str(exc)
+    if found is not None:
+        raise argparse.ArgumentTypeError(found)
+    return text
+
+
 def span(text: str) -> timedelta:
     """A duration longer than 0 (a window to look back over)."""
     value = duration(text)

@@ -306,9 +306,13 @@ LIST = Command(
         Arg(
             "--filter",
             default="",
-            help="only keys whose owner, name, id or a scope's name contains this, or in the "
-            "state it names from 3 letters on: active, unused, soon/expiring, grace, "
-            "disabled, expired, leaked (as the app's /)",
+            type=a.filter_text,
+            metavar="TEXT",
+            help="only keys matching TEXT, as the app's /: terms tag:env=prod (tag:env: any "
+            "value), owner:NAME, kind:person|team|service, state:WORD, scope:NAME (each field "
+            "must hold; one field's terms are alternatives), and free text found in an owner, "
+            "name, id, scope's name, or a state named from 3 letters on: active, unused, "
+            "soon/expiring, grace, disabled, expired, leaked",
         ),
         Arg(
             "--expiring",

@@ -14,14 +14,20 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Table, false, literal, literal_column, or_
+from sqlalchemy import Table, false, func, literal, literal_column, or_
 from sqlalchemy import select as sa_select
 
 from apikey_tui.db.models import OWNER_KINDS, OwnerRow
+from apikey_tui.errors import InvalidInputError
 from apikey_tui.store import states
+from apikey_tui.store.metadata import check_tags
 from apikey_tui.store.records import KEY_TABLE, SCOPE_TABLE
 
 FIELDS = ("tag", "owner", "kind", "state", "scope")
+# Bounds of one filter text: a person types a few terms; thousands would be a query SQLite
+# refuses (its expression tree is at most 1,000 deep) and PostgreSQL spends its time on.
+TEXT_MAX = 1000  # characters
+TERMS_MAX = 32  # FIELD:VALUE terms
 OWNER_TABLE: Table = OwnerRow.__table__  # type: ignore[attr-defined]
 
 
@@ -38,16 +44,62 @@ class Terms:
 
 def parse(text: str) -> Terms:
     """Read a filter text: FIELD:VALUE words for known fields, the rest free text (its words
-    joined by one space)."""
+    joined by one space). The field's name and a kind's word are read in any case; a tag's
+    name is lower-case by its grammar, so it is lowered too. InvalidInputError past the
+    bounds (TEXT_MAX characters, TERMS_MAX terms): the store never builds that query."""
+    if len(text) > TEXT_MAX:
+        raise InvalidInputError(f"a filter is at most {TEXT_MAX} characters")
     free: list[str] = []
     values: dict[str, list[str]] = {}
     for word in text.split():
         name, sep, value = word.partition(":")
-        if sep and name.lower() in FIELDS:
-            values.setdefault(name.lower(), []).append(value)
+        name = name.lower()
+        if sep and name in FIELDS:
+            if name == "kind":
+                value = value.lower()
+            elif name == "tag":
+                tag, eq, tag_value = value.partition("=")
+                value = tag.lower() + eq + tag_value
+            values.setdefault(name, []).append(value)
         else:
             free.append(word)
+    if sum(map(len, values.values())) > TERMS_MAX:
+        raise InvalidInputError(f"a filter holds at most {TERMS_MAX} FIELD:VALUE terms")
     return Terms(" ".join(free), {k: tuple(v) for k, v in values.items()})
+
+
+def problem(terms: Terms) -> str | None:
+    """What is wrong with a filter's terms, in one line, or None: a value no key can ever have
+    (an empty one, a kind or state word that names none, a tag outside the tags' grammar).
+    The store reads such a term as matching no key (the app, mid-word, shows no rows); the
+    CLI refuses the text, so that a typo never reads as 'no keys'."""
+    for name, values in terms.values.items():
+        for value in values:
+            if not value:
+                return f"{name}: needs a value ({name}:{_EXAMPLES[name]})"
+            if name == "kind" and value not in OWNER_KINDS:
+                return f"kind:{value[:20]} is none of {', '.join(OWNER_KINDS)}"
+            if name == "state" and not any(
+                word.startswith(value.lower()) for words in states.WORDS.values() for word in words
+            ):
+                words = sorted({w for words in states.WORDS.values() for w in words})
+                return f"state:{value[:20]} names no state: {', '.join(words)}"
+            if name == "tag":
+                tag, _eq, tag_value = value.partition("=")
+                try:
+                    check_tags([(tag, tag_value)])
+                except InvalidInputError as exc:
+                    return str(exc).removesuffix("; nothing was done")
+    return None
+
+
+_EXAMPLES = {
+    "tag": "env=prod or tag:env",
+    "owner": "payments",
+    "kind": "team",
+    "state": "disabled",
+    "scope": "serving",
+}
 
 
 def term_words(terms: Terms) -> list[list[str]]:
@@ -62,10 +114,6 @@ def term_words(terms: Terms) -> list[list[str]]:
 def _tag_word(value: str) -> str:
     tag, sep, tag_value = value.partition("=")
     return f"{tag}={tag_value}" if sep else f"{tag}="
-
-
-def _escaped(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 def conditions(
@@ -118,9 +166,10 @@ def conditions(
                     end = "( |$)" if "=" in value else ""
                     alternatives.append(key.tags.regexp_match(f"(^| ){literal_word}{end}"))
                     continue
-                escaped = _escaped(word)
-                pattern = f"% {escaped} %" if "=" in value else f"% {escaped}%"
+                # instr, not LIKE: SQLite's LIKE ignores case, and a tag's value keeps it
+                # (`env=Prod` is not `env=prod`), as PostgreSQL's expression above does.
                 spaced = literal(" ") + key.tags + literal(" ")
-                alternatives.append(spaced.like(pattern, escape="\\"))
+                found_at = func.instr(spaced, f" {word} " if "=" in value else f" {word}")
+                alternatives.append(found_at > 0)
         found.append(or_(*alternatives) if alternatives else false())
     return found
