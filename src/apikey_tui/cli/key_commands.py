@@ -429,7 +429,7 @@ DISABLE = Command(
     arguments=(
         *a.COMMON,
         a.NAME,
-        Arg("--reason", default="", help="why, for the audit trail (≤ 200 chars)"),
+        Arg("--reason", default="", type=a.reason, help="why, for the audit trail (≤ 200 chars)"),
     ),
     examples=("apikey-tui keys disable ci --reason 'seen in a pastebin'",),
 )
