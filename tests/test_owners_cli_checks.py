@@ -213,3 +213,14 @@ def test_messages_say_the_rules_that_apply(
                         "--allow-from", "10.0.0.0/8", "--mode", "shadow")  # fmt: skip
     assert code == 0 and "used from shadow" not in err
     assert "may still be used from anywhere: shadow mode only logs" in err
+
+
+def test_owner_limits_for_a_name_that_was_no_owner_say_so(
+    sqlite_url: str, sqlite_store: KeyStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`owners set-limits ghost 10/s` (a typo?) says ghost was no owner; a known one does not."""
+    sqlite_store.add_owner("payments", "team")
+    code, out, err = _cli(capsys, sqlite_url, "owners", "set-limits", "ghost", "10/s", "--json")
+    assert code == 0 and json.loads(out)["new"] is True and "ghost was no owner" in err
+    code, out, err = _cli(capsys, sqlite_url, "owners", "set-limits", "payments", "10/s", "--json")
+    assert code == 0 and json.loads(out)["new"] is False and "was no owner" not in err

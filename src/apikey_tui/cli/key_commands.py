@@ -212,8 +212,16 @@ def set_owner_limits(call: Call) -> int:
         "from them.",
         file=sys.stderr,
     )
+    if done.new:  # documented, but a typo would cap nobody: say it
+        print(
+            f"{printable(done.owner)} was no owner: it is now a person with no keys "
+            f"(`owners list` lists the others; `owners remove {printable(done.owner)}` undoes "
+            "a typo).",
+            file=sys.stderr,
+        )
     data = {
         "owner": done.owner,
+        "new": done.new,
         "limits": [str(x) for x in done.after],
         "were": [str(x) for x in done.before],
     }
