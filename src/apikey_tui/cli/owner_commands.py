@@ -222,7 +222,8 @@ def offboard(call: Call) -> int:
             return EXIT_USAGE
         return done
     if refused:
-        print(f"{printable(refused)}; nothing was done", file=sys.stderr)
+        done_note = "" if "nothing was done" in refused else "; nothing was done"
+        print(f"{printable(refused)}{done_note}", file=sys.stderr)
         return EXIT_USAGE
     if not seen.keys and not seen.memberships:
         print(f"{printable(args.person)} holds nothing; nothing was done.", file=sys.stderr)
