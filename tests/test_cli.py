@@ -73,11 +73,6 @@ def test_create_json_carries_the_key_and_its_fields(
     ("args", "message"),
     [
         (["keys", "create", "demo", "--scope", "project"], "already has a key named 'demo'"),
-        (["keys", "create", "other", "--scope", "nope"], "unknown scope 'nope'"),
-        (
-            ["keys", "create", "bad name", "--scope", "project"],
-            "key name 'bad name' is not allowed",
-        ),
         (["keys", "delete", "ghost"], "has no key named 'ghost'"),
         (["keys", "recreate", "ghost"], "has no key named 'ghost'"),
         (["scopes", "remove", "project"], "still held by: alice/demo"),
@@ -90,6 +85,29 @@ def test_refusals_exit_1_with_one_line(
     run(capsys, sqlite_url, "--owner", "alice", "keys", "create", "demo", "--scope", "project")
     code, out, err = run(capsys, sqlite_url, "--owner", "alice", *args)
     assert (code, out) == (1, "")
+    assert err.count("\n") == 1 and message in err
+    _, listing, _ = run(capsys, sqlite_url, "keys", "list", "--all", "--json")
+    assert [k["name"] for k in json.loads(listing)] == ["demo"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["keys", "create", "other", "--scope", "nope"], "unknown scope 'nope'"),
+        (
+            ["keys", "create", "bad name", "--scope", "project"],
+            "key name 'bad name' is not allowed",
+        ),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(
+    capsys: pytest.CaptureFixture[str], sqlite_url: str, args: list[str], message: str
+) -> None:
+    """Input the rules refuse, found by the store, is a usage error: exit 2, one line naming
+    it, nothing written (README's exit codes)."""
+    run(capsys, sqlite_url, "--owner", "alice", "keys", "create", "demo", "--scope", "project")
+    code, out, err = run(capsys, sqlite_url, "--owner", "alice", *args)
+    assert (code, out) == (2, "")
     assert err.count("\n") == 1 and message in err
     _, listing, _ = run(capsys, sqlite_url, "keys", "list", "--all", "--json")
     assert [k["name"] for k in json.loads(listing)] == ["demo"]

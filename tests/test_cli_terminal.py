@@ -268,7 +268,8 @@ def test_changes_say_what_they_did_in_one_wording(
     assert out == "" and err == "Key 'ci' of alice now has the scopes project.\n"
     assert run(keys_url, "keys", "set-expiry", "ci", "2099-01-31") == 0
     assert capsys.readouterr().err == "Key 'ci' of alice now expires at 2099-01-31 00:00:00 UTC.\n"
-    assert run(keys_url, "keys", "set-expiry", "ci", "2000-01-01") == 1
+    # A moment past is bad input: a usage error, as a malformed one is.
+    assert run(keys_url, "keys", "set-expiry", "ci", "2000-01-01") == 2
     assert "2000-01-01 00:00:00 UTC" in capsys.readouterr().err
     run(keys_url, "keys", "show", "ci")
     shown = capsys.readouterr().out

@@ -535,16 +535,17 @@ def test_cli_end_grace_with_expires_is_a_usage_error(
     assert (code, out) == (2, "") and err.count("\n") == 1 and "--end-grace" in err
 
 
-def test_cli_refusals_are_one_line_with_exit_1(
+def test_cli_refusals_exit_1_and_bad_input_exit_2_in_one_line(
     capsys: pytest.CaptureFixture[str], sqlite_url: str
 ) -> None:
-    """A past expiry, a missing key and a bad reason are refused with one line and exit 1."""
+    """A missing key is refused with one line and exit 1; a past expiry is bad input, one
+    line and exit 2; a bad reason a usage error of the parser (exit 2), never echoed."""
     _cli(capsys, sqlite_url, "keys", "create", "ci", "--scope", "project")
-    for args in (
-        ["keys", "create", "x", "--scope", "project", "--expires", "2000-01-01"],
-        ["keys", "rotate", "nope", "--grace", "1h"],
-        ["keys", "disable", "ci", "--reason", "\x1b[31m"],
-        ["keys", "set-expiry", "ci", "2000-01-01T00:00Z"],
+    for args, exit_code in (
+        (["keys", "create", "x", "--scope", "project", "--expires", "2000-01-01"], 2),
+        (["keys", "rotate", "nope", "--grace", "1h"], 1),
+        (["keys", "set-expiry", "ci", "2000-01-01T00:00Z"], 2),
     ):
         code, out, err = _cli(capsys, sqlite_url, *args)
-        assert (code, out) == (1, "") and err.count("\n") == 1 and "\x1b" not in err, args
+        assert (code, out) == (exit_code, "") and err.count("\n") == 1, args
+    assert "\x1b" not in _usage(capsys, sqlite_url, "keys", "disable", "ci", "--reason", "\x1b[31m")

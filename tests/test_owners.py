@@ -368,7 +368,7 @@ def test_cli_members_change_meta_and_tags(
     database_url: str, store: KeyStore, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`owners members`, `owners change --meta`, `keys set-meta` and `keys set-tags` change
-    what they name; `none` clears; a malformed pair is one line, exit 1."""
+    what they name; `none` clears; a malformed pair is one line, exit 2 (a usage error)."""
     url = database_url
     _cli(capsys, url, "owners", "add", "svc", "--kind", "service", "--member", "alice")
     code, out, _ = _cli(capsys, url, "owners", "members", "svc", "--add", "bob", "--remove",
@@ -385,7 +385,7 @@ def test_cli_members_change_meta_and_tags(
     code, _, _ = _cli(capsys, url, "keys", "set-tags", "k", "--owner", "svc", "none")
     assert code == 0 and store.get_key("svc", "k").tags == ()
     code, _, err = _cli(capsys, url, "keys", "set-tags", "k", "--owner", "svc", "Env=prod")
-    assert code == 1 and err.count("\n") == 1 and "tag name" in err
+    assert code == 2 and err.count("\n") == 1 and "tag name" in err
     code, out, _ = _cli(capsys, url, "owners", "show", "svc", "--json")
     shown = json.loads(out)
     assert (shown["kind"], shown["members"], shown["keys"]) == ("service", ["bob"], 1)

@@ -60,7 +60,9 @@ def test_offboarding_keeps_the_keys_rules_and_its_undo_puts_them_back(
 ) -> None:
     """An offboarding that disables one key and transfers another leaves both keys' network
     rules as they were; its undo restores them, and is refused once a rule changed since."""
-    store.add_owner("payments", "team", members=["alice"])
+    store.add_owner(
+        "payments", "team", members=["alice", "bob"]
+    )  # not alice alone: see move_refusal
     store.add_owner("svc-bill", "service", members=["alice"])
     alice = as_actor(database_url, "alice")
     try:

@@ -174,7 +174,7 @@ def test_role_names_that_are_not_plain_identifiers_are_refused(
     KeyStore.open(postgres_url, hasher=CHEAP).close()
     code = main(["--database-url", postgres_url, "db", "grant-verifier", name, "--apply"])
     out, err = capsys.readouterr()
-    assert (code, out) == (1, "") and "is not allowed" in err and err.count("\n") == 1
+    assert (code, out) == (2, "") and "is not allowed" in err and err.count("\n") == 1
 
 
 def test_missing_role_is_refused_before_any_grant(
@@ -185,7 +185,7 @@ def test_missing_role_is_refused_before_any_grant(
     ghost = f"ghost_{uuid.uuid4().hex[:8]}"
     code = main(["--database-url", postgres_url, "db", "grant-verifier", ghost, "--apply"])
     out, err = capsys.readouterr()
-    assert (code, out) == (1, "") and "create it first" in err
+    assert (code, out) == (2, "") and "create it first" in err
 
 
 def test_sqlite_says_file_access_is_all_or_nothing(
@@ -195,7 +195,7 @@ def test_sqlite_says_file_access_is_all_or_nothing(
     KeyStore.open(sqlite_url, hasher=CHEAP).close()
     code = main(["--database-url", sqlite_url, "db", "grant-verifier", "svc"])
     out, err = capsys.readouterr()
-    assert (code, out) == (1, "") and err.count("\n") == 1
+    assert (code, out) == (2, "") and err.count("\n") == 1  # the wrong database: usage
     assert "all-or-nothing" in err and "admin rights over every owner's keys" in err
 
 

@@ -58,7 +58,7 @@ def check_key_name(name: str) -> str:
 
 def check_owner(owner: str) -> str:
     """Return the owner unchanged if it follows the rules, else raise InvalidInputError."""
-    rule = "use ASCII letters, digits, '.', '_', '@' or '-'"
+    rule = "use ASCII letters, digits, '.', '_', '@' or '-', starting with a letter, digit or '_'"
     return _check("owner", owner, _OWNER, OWNER_MAX, rule)
 
 

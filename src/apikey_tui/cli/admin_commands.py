@@ -110,14 +110,15 @@ def events(call: Call) -> int:
         [
             e.at.strftime("%Y-%m-%d %H:%M:%S"),
             e.action,
-            f"{e.owner}/{e.key_name}" if e.key_name else (e.scope or ""),
+            # An owner.* event has no key or scope: its owner is what it is about.
+            f"{e.owner}/{e.key_name}" if e.key_name else (e.scope or e.owner or ""),
             e.public_id or "",
             e.actor + (f"@{e.actor_address}" if e.actor_address else ""),
             e.detail,
         ]
         for e in events
     ]
-    header = ["WHEN (UTC)", "ACTION", "KEY/SCOPE", "PUBLIC ID", "BY", "DETAIL"]
+    header = ["WHEN (UTC)", "ACTION", "KEY/OWNER/SCOPE", "PUBLIC ID", "BY", "DETAIL"]
     return emit(args, [e.to_json() for e in events], lambda out: print_rows(header, rows, out))
 
 

@@ -12,7 +12,13 @@ from apikey_tui.cli.records import Arg, Group
 from apikey_tui.clock import system_clock
 from apikey_tui.errors import InvalidInputError
 from apikey_tui.integrations import HTTP_PARSERS
-from apikey_tui.names import check_expiry, check_owner, parse_duration, parse_expiry
+from apikey_tui.names import (
+    check_expiry,
+    check_owner,
+    check_reason,
+    parse_duration,
+    parse_expiry,
+)
 
 TYPE_CHECKING = False  # typing costs the CLI's `--help` 3 ms: see cli/entry.py
 if TYPE_CHECKING:
@@ -30,6 +36,14 @@ def owner(text: str) -> str:
     """An owner (argparse type): `--owner "$UNSET"` must not silently mean "me"."""
     try:
         return check_owner(text)
+    except InvalidInputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def reason(text: str) -> str:
+    """Why a key is disabled (argparse type): refused before anything is read or shown."""
+    try:
+        return check_reason(text)
     except InvalidInputError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

@@ -19,7 +19,7 @@ from apikey_tui.cli.output import (
     flush_stdout,
 )
 from apikey_tui.cli.records import Call
-from apikey_tui.errors import ApiKeyError, DatabaseUrlError
+from apikey_tui.errors import ApiKeyError, InvalidInputError
 from apikey_tui.names import printable
 
 # typing costs 3 ms to import, a fifth of starting Python: `--help` does without it.
@@ -71,7 +71,9 @@ def _run(arguments: list[str]) -> int:
         return record.run(call) if record.run is not None else EXIT_USAGE
     except (OutputError, BrokenPipeError, KeyboardInterrupt):
         raise  # stdout failed (exit 1), a reader went away (quiet), Ctrl-C: as main says
-    except DatabaseUrlError as exc:  # a URL we cannot use is a usage error, like a bad option
+    except InvalidInputError as exc:
+        # Input the rules refuse (a name, a pair, a URL, an owner that does not exist) is a
+        # usage error, like a bad option, whichever layer found it: one place, every command.
         print(f"apikey-tui: {printable(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except ApiKeyError as exc:

@@ -212,8 +212,16 @@ def set_owner_limits(call: Call) -> int:
         "from them.",
         file=sys.stderr,
     )
+    if done.new:  # documented, but a typo would cap nobody: say it
+        print(
+            f"{printable(done.owner)} was no owner: it is now a person with no keys "
+            f"(`owners list` lists the others; `owners remove {printable(done.owner)}` undoes "
+            "a typo).",
+            file=sys.stderr,
+        )
     data = {
         "owner": done.owner,
+        "new": done.new,
         "limits": [str(x) for x in done.after],
         "were": [str(x) for x in done.before],
     }
@@ -429,7 +437,7 @@ DISABLE = Command(
     arguments=(
         *a.COMMON,
         a.NAME,
-        Arg("--reason", default="", help="why, for the audit trail (≤ 200 chars)"),
+        Arg("--reason", default="", type=a.reason, help="why, for the audit trail (≤ 200 chars)"),
     ),
     examples=("apikey-tui keys disable ci --reason 'seen in a pastebin'",),
 )

@@ -44,6 +44,19 @@ def _words(rules: NetworkRules | None) -> str:
     return "anywhere" if rules is None else rules.summary()
 
 
+def _may_now(rules: NetworkRules | None) -> str:
+    """What the rules now let a key do, as a sentence's verb: shadow rules refuse nothing, so
+    "may now be used from shadow: allow …" would misread."""
+    from apikey_tui.networks import SHADOW
+
+    if rules is None or not rules.readable:
+        return f"may now be used from {_words(rules)}"
+    which = rules.summary().removeprefix(f"{rules.mode}: ")
+    if rules.mode == SHADOW:
+        return f"may still be used from anywhere: shadow mode only logs what {which} would refuse"
+    return f"may now be used only as the rules say ({which})"
+
+
 def set_networks(call: Call) -> int:
     store, args, owner = call.store(), call.args, call.owner
     old = store.get_key(owner, args.name)
@@ -52,8 +65,8 @@ def set_networks(call: Call) -> int:
         return usage_error(f"keys set-networks: {problem}")
     info = store.set_networks_of_keys([old], rules).after[0]
     print(
-        f"Key {info.name!r} of {printable(info.owner)} may now be used from "
-        f"{_words(info.networks)} (was {_words(old.networks)}).",
+        f"Key {info.name!r} of {printable(info.owner)} {_may_now(info.networks)} "
+        f"(was {_words(old.networks)}).",
         file=sys.stderr,
     )
     return emit(args, key_json(info, store.clock()), lambda out: None)
@@ -66,7 +79,7 @@ def set_owner_networks(call: Call) -> int:
         return usage_error(f"owners set-networks: {problem}")
     done = store.set_owner_networks(args.owner_name, rules)
     print(
-        f"Every key of {printable(done.owner)} may now be used from {_words(done.after)} "
+        f"Every key of {printable(done.owner)} {_may_now(done.after)} "
         f"(was {_words(done.before)}), besides its own rules.",
         file=sys.stderr,
     )

@@ -9,7 +9,7 @@ from apikey_tui.cli import arguments as a
 from apikey_tui.cli.key_listing import key_json, print_rows, when
 from apikey_tui.cli.output import EXIT_REFUSED, EXIT_USAGE, emit, usage_error
 from apikey_tui.cli.prompts import confirmed
-from apikey_tui.cli.records import MUST_EXIST, Arg, Command
+from apikey_tui.cli.records import MAY_CREATE, MUST_EXIST, Arg, Command
 from apikey_tui.errors import InvalidInputError
 from apikey_tui.names import counted, printable
 
@@ -135,9 +135,17 @@ def set_tags(call: Call) -> int:
     return emit(args, key_json(info, store.clock()), lambda out: None)
 
 
-def _plan(seen: Preview, moves: dict[tuple[str, str], str], holding: Holding) -> str:
+# What --apply would refuse of the moves ((owner, name) -> why): the dry run shows it per key.
+Problems = dict[tuple[str, str], str]
+
+
+def _plan(
+    seen: Preview, moves: dict[tuple[str, str], str], holding: Holding, problems: Problems
+) -> str:
     key = holding.key
     to = moves.get((key.owner, key.name))
+    if (why := problems.get((key.owner, key.name))) is not None:
+        return f"refused: transfer to {to}: {why}"
     if to is not None:
         return f"transfer to {to}"
     if "owns" in holding.why:
@@ -146,7 +154,11 @@ def _plan(seen: Preview, moves: dict[tuple[str, str], str], holding: Holding) ->
 
 
 def _print_preview(
-    seen: Preview, moves: dict[tuple[str, str], str], out: TextIO, now: object
+    seen: Preview,
+    moves: dict[tuple[str, str], str],
+    problems: Problems,
+    out: TextIO,
+    now: object,
 ) -> None:
     from datetime import datetime
 
@@ -164,7 +176,7 @@ def _print_preview(
                 when(h.key.last_used_at) if h.key.last_used_at else "never",
                 ", ".join(f"{s or '(none)'} {n}" for s, n in h.busiest) or "-",
                 " ".join(h.why),
-                _plan(seen, moves, h),
+                printable(_plan(seen, moves, h, problems)),
             ]
             for h in keys
         ]
@@ -187,22 +199,36 @@ def offboard(call: Call) -> int:
         return _undo(call)
     seen = store.offboard_preview(args.person)
     moves = transfers_of(seen, args.transfer)
+    # The checks --apply makes, made now: a dry run that passes is one --apply takes.
+    problems = store.offboard_problems(seen, moves) if moves else {}
     now = store.clock()
-    plan = {f"{h.key.owner}/{h.key.name}": _plan(seen, moves, h) for h in seen.keys}
+    plan = {f"{h.key.owner}/{h.key.name}": _plan(seen, moves, h, problems) for h in seen.keys}
     data = {**seen.to_json(now), "plan": plan, "applied": False}
+    refused = ""
+    if problems:
+        (owner, name), why = next(iter(problems.items()))
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        refused = f"apikey-tui: --apply would refuse the transfer of {owner}/{name}: {why}{more}"
     if not args.apply:
-        done = emit(args, data, lambda out: _print_preview(seen, moves, out, now))
+        done = emit(args, data, lambda out: _print_preview(seen, moves, problems, out, now))
         print(
             f"Dry run: nothing was changed. `offboard {args.person} --apply` disables "
             f"{printable(args.person)}'s own keys, transfers what --transfer names, keeps "
             "the rest and ends the memberships (one batch, undoable).",
             file=sys.stderr,
         )
+        if refused:  # exit 2: the --transfer given is wrong, as --apply would say
+            print(printable(refused), file=sys.stderr)
+            return EXIT_USAGE
         return done
+    if refused:
+        done_note = "" if "nothing was done" in refused else "; nothing was done"
+        print(f"{printable(refused)}{done_note}", file=sys.stderr)
+        return EXIT_USAGE
     if not seen.keys and not seen.memberships:
         print(f"{printable(args.person)} holds nothing; nothing was done.", file=sys.stderr)
         return emit(args, data, lambda out: None)
-    _print_preview(seen, moves, sys.stderr, now)
+    _print_preview(seen, moves, problems, sys.stderr, now)
     # Asked in a terminal, and no --yes: an offboarding is decided looking at its preview.
     if not confirmed(f"Offboard {args.person} as listed?", assume_yes=False):
         print("Cancelled: nothing was done.", file=sys.stderr)
@@ -278,7 +304,7 @@ OWNERS_ADD = Command(
     "owners add",
     help="add a person, team or service account",
     run=owners_add,
-    database=MUST_EXIST,
+    database=MAY_CREATE,  # a first command, as `keys create` is (docs/reference/owners.md)
     arguments=(
         *a.DATABASE,
         JSON,
@@ -421,7 +447,12 @@ OFFBOARD = Command(
             metavar="FROM=TO",
             help="give FROM's keys (an owner, or OWNER/NAME for one key) to TO instead",
         ),
-        Arg("--reason", default="", help="the disabled keys' reason (default: offboarded: …)"),
+        Arg(
+            "--reason",
+            default="",
+            type=a.reason,
+            help="the disabled keys' reason (default: offboarded: …)",
+        ),
         Arg(
             "--undo",
             nargs="?",

@@ -16,8 +16,9 @@ if TYPE_CHECKING:
     Handler = Callable[["Call"], int]
 
 # How a command opens the database: what it does when the SQLite file it is given is missing.
-# Only `keys create` may make one by itself, so a mistyped path never becomes an empty database
-# that a change then reports as done (docs/reference/cli.md).
+# Only `keys create` and `owners add` (first commands) may make one by themselves, so a
+# mistyped path never becomes an empty database that a change then reports as done
+# (docs/reference/cli.md).
 NO_DATABASE = "none"
 MUST_EXIST = "must exist"
 MAY_CREATE = "may create"

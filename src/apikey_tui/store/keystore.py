@@ -337,6 +337,13 @@ class KeyStore(CredentialReads):
         """What a person holds and what would break (`offboarding.preview`)."""
         return offboarding.preview(self, person)
 
+    def offboard_problems(
+        self, seen: Preview, transfers: dict[tuple[str, str], str]
+    ) -> dict[tuple[str, str], str]:
+        """What applying would refuse of each transfer, checked now
+        (`offboarding.move_problems`)."""
+        return offboarding.move_problems(self, seen, transfers)
+
     def offboard(
         self,
         seen: Preview,

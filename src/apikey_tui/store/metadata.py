@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import unicodedata
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
@@ -35,9 +34,20 @@ def split_pair(text: str, what: str) -> tuple[str, str]:
     return name, value
 
 
+def _unique(pairs: Iterable[tuple[str, str]], what: str) -> dict[str, str]:
+    """The pairs by name; a name given twice (`x=1 x=2`) is refused, never last-wins."""
+    found: dict[str, str] = {}
+    for name, value in pairs:
+        if name in found:
+            raise InvalidInputError(f"{what} {name[:40]!a} is given twice; nothing was done")
+        found[name] = value
+    return found
+
+
 def check_meta(pairs: Iterable[tuple[str, str]]) -> Pairs:
-    """Metadata as stored: names like identifiers, printable values, at most META_MAX bytes."""
-    found = dict(pairs)
+    """Metadata as stored: names like identifiers, printable values (no control, format or
+    space character but the plain space), at most META_MAX bytes; each name once."""
+    found = _unique(pairs, "metadata")
     if len(found) > META_ENTRIES_MAX:
         raise InvalidInputError(f"at most {META_ENTRIES_MAX} metadata entries; nothing was done")
     for name, value in found.items():
@@ -48,8 +58,12 @@ def check_meta(pairs: Iterable[tuple[str, str]]) -> Pairs:
             )
         if len(value) > META_VALUE_MAX:
             raise InvalidInputError(f"metadata {name} is longer than {META_VALUE_MAX} characters")
-        if any(unicodedata.category(ch).startswith("C") for ch in value):
-            raise InvalidInputError(f"metadata {name} holds a control or format character")
+        # str.isprintable: no control or format character, and no space but ' ' (a no-break
+        # or line-separator space looks like ' ' yet compares apart in a service's code).
+        if not value.isprintable():
+            raise InvalidInputError(
+                f"metadata {name} holds a control, format or non-plain space character"
+            )
     ordered = tuple(sorted(found.items()))
     if len((meta_text(ordered) or "").encode()) > META_MAX:
         raise InvalidInputError(f"metadata is larger than {META_MAX} bytes as JSON")
@@ -85,8 +99,9 @@ def caller_meta(owner: str | None, key: str | None) -> Mapping[str, str]:
 
 
 def check_tags(pairs: Iterable[tuple[str, str]]) -> Pairs:
-    """Tags as stored: lower-case names, word values, at most TAGS_MAX_COUNT of them."""
-    found = dict(pairs)
+    """Tags as stored: lower-case names, word values, at most TAGS_MAX_COUNT of them; each
+    name once."""
+    found = _unique(pairs, "tag")
     if len(found) > TAGS_MAX_COUNT:
         raise InvalidInputError(f"at most {TAGS_MAX_COUNT} tags; nothing was done")
     for name, value in found.items():
@@ -97,7 +112,7 @@ def check_tags(pairs: Iterable[tuple[str, str]]) -> Pairs:
             )
         if not _TAG_VALUE.fullmatch(value):
             raise InvalidInputError(
-                f"tag {name} value {value[:40]!a} is not allowed: letters, digits and "
+                f"tag {name} value {value[:40]!a} is not allowed: ASCII letters, digits and "
                 "_ . : / @ + - (at most 64)"
             )
     ordered = tuple(sorted(found.items()))

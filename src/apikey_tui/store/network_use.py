@@ -10,7 +10,7 @@ from sqlalchemy import and_, func, select
 
 from apikey_tui.db import database_errors
 from apikey_tui.db.models import USAGE_FROM, USAGE_NETWORK, USAGE_SHADOW
-from apikey_tui.errors import InvalidInputError, KeyNotFoundError
+from apikey_tui.errors import InvalidInputError, KeyNotFoundError, KeyStateError
 from apikey_tui.networks import Cidr, NetworkRules, covering, parse_cidr
 from apikey_tui.store.context import StoreContext
 from apikey_tui.store.records import KEY_TABLE
@@ -125,9 +125,10 @@ def _split(scope: str) -> tuple[str, str]:
 
 
 def proposed_rules(use: NetworkUse, mode: str = "shadow") -> NetworkRules:
-    """The proposal as rules to apply (allow only); InvalidInputError when there is nothing."""
+    """The proposal as rules to apply (allow only); KeyStateError (a refusal, exit 1: the
+    input is fine, the key has no use to go by) when there is nothing."""
     if not use.came_from:
-        raise InvalidInputError(
+        raise KeyStateError(
             f"no use recorded in the last {use.days} days: nothing to propose (try --days)"
         )
     return NetworkRules(mode, use.proposal, ())

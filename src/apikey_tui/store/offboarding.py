@@ -17,14 +17,14 @@ from typing import Any
 from sqlalchemy import and_, or_
 from sqlmodel import Session, col, select
 
-from apikey_tui.db.models import SERVICE, EventRow, KeyRow, OwnerMemberRow, OwnerRow
+from apikey_tui.db.models import PERSON, SERVICE, EventRow, KeyRow, OwnerMemberRow, OwnerRow
 from apikey_tui.errors import InvalidInputError, KeyStateError
 from apikey_tui.names import check_owner, check_reason, counted, format_moment
 from apikey_tui.store import audit, bulk, lifecycle, owners, states, usage
 from apikey_tui.store.bulk import Batch
 from apikey_tui.store.context import StoreContext
 from apikey_tui.store.records import KEY_TABLE, key_info, like_escaped, read_info
-from apikey_tui.store.transfer import moved_from, transfer_in
+from apikey_tui.store.transfer import NameTakenError, moved_from, refusal, transfer_in
 from apikey_tui.store.types import KeyInfo
 
 OWNS, MADE, RESPONSIBLE = "owns", "made", "responsible"
@@ -85,13 +85,25 @@ class Preview:
         }
 
 
+def not_a_person(name: str, kind: str) -> str | None:
+    """Why an owner cannot be offboarded (a team or service account), or None for a person:
+    the one check of the app's `b` and the CLI's `offboard`."""
+    return None if kind == PERSON else f"{name} is a {kind}: offboarding is for people"
+
+
 def preview(ctx: StoreContext, person: str) -> Preview:
     """What the person holds, read through indexes (owner, created_by, members): at a million
-    keys it costs what the person's own keys cost, not what the table does."""
+    keys it costs what the person's own keys cost, not what the table does.
+
+    Refused (InvalidInputError) for a team or service account, and for a name that is no
+    owner and holds nothing (a typo would otherwise read as "holds 0 keys")."""
     check_owner(person)
     key = KEY_TABLE.c
     now = ctx.clock()
     with ctx.session() as session:
+        known = session.get(OwnerRow, person)
+        if known is not None and (refused := not_a_person(person, known.kind)) is not None:
+            raise InvalidInputError(f"{refused}; nothing was done")
         memberships = _memberships(session, person)
         services = [m.owner for m in memberships if m.kind == SERVICE]
         conn = session.connection()
@@ -99,6 +111,10 @@ def preview(ctx: StoreContext, person: str) -> Preview:
         if services:
             condition = or_(condition, key.owner.in_(services))
         rows = usage.key_rows(conn, condition)
+    if known is None and not rows and not memberships:
+        raise InvalidInputError(
+            f"no owner {person!r}: nothing to offboard (`owners list` lists them)"
+        )
     holdings: list[tuple[KeyInfo, tuple[str, ...]]] = []
     for row, scopes in rows:
         info = key_info(row, scopes, now)
@@ -166,6 +182,8 @@ def apply(
     def step(session: Session, key: KeyInfo, batch: str | None) -> KeyInfo:
         to = moves.get((key.owner, key.name))
         if to is not None:
+            if (why := move_refusal(session, seen.person, key.owner, key.name, to)) is not None:
+                raise why
             return transfer_in(ctx, session, key, to, batch, f"offboarding {seen.person}")
         return lifecycle.disable_in(ctx, session, key.owner, key.name, reason, key.public_id, batch)
 
@@ -185,6 +203,43 @@ def apply(
 
     done = bulk.run_batch(ctx, "offboard", todo, step, finish=finish)
     return Batch(done.id, done.action, done.before, done.after, (), tuple(ended))
+
+
+def move_refusal(
+    session: Session, person: str, owner: str, name: str, to: str
+) -> InvalidInputError | None:
+    """Why an offboarding cannot give key `name` of `owner` to `to`, or None: what any transfer
+    refuses (`transfer.refusal`), and a destination that is the person leaving or an owner
+    whose only member is that person (once their memberships end, it answers to no one)."""
+    if to == person:
+        return InvalidInputError(f"{to} is the person being offboarded; name another owner")
+    members = set(
+        session.exec(select(OwnerMemberRow.member).where(OwnerMemberRow.owner == to)).all()
+    )
+    if members == {person}:
+        return InvalidInputError(
+            f"{to}'s only member is {person}, who is leaving; add someone to {to} first or "
+            "name another owner"
+        )
+    return refusal(session, owner, name, to)
+
+
+def move_problems(
+    ctx: StoreContext, seen: Preview, moves: Mapping[tuple[str, str], str]
+) -> dict[tuple[str, str], str]:
+    """What `apply` would refuse of each move ((owner, name) -> why), checked now by the checks
+    `apply` makes: the dry run shows them per key, before anyone applies."""
+    problems: dict[tuple[str, str], str] = {}
+    given: set[tuple[str, str]] = set()  # (to, name) of the moves before: apply does them first
+    with ctx.session() as session:
+        for (owner, name), to in moves.items():
+            why = move_refusal(session, seen.person, owner, name, to)
+            if why is None and (to, name) in given:
+                why = NameTakenError(to, name)
+            given.add((to, name))
+            if why is not None:
+                problems[(owner, name)] = str(why)
+    return problems
 
 
 class NoOffboardingError(InvalidInputError):
@@ -309,8 +364,10 @@ def _as_left(
 
 def transfers_of(seen: Preview, given: Sequence[tuple[str, str]]) -> dict[tuple[str, str], str]:
     """The moves `--transfer FROM=TO` names: FROM an owner (each of their keys the person
-    holds) or OWNER/NAME (one key); TO the new owner. Refused if FROM names none of them."""
+    holds) or OWNER/NAME (one key); TO the new owner. Refused if FROM names none of them, or a
+    key another --transfer names too (the last would win in silence)."""
     moves: dict[tuple[str, str], str] = {}
+    named: dict[tuple[str, str], str] = {}  # each key's --transfer, to refuse a second one
     for source, to in given:
         owner, _, name = source.partition("/")
         chosen = [
@@ -321,5 +378,11 @@ def transfers_of(seen: Preview, given: Sequence[tuple[str, str]]) -> dict[tuple[
                 f"--transfer {source}: not among {seen.person}'s keys; nothing was done"
             )
         for k in chosen:
+            if (k.owner, k.name) in named:
+                raise InvalidInputError(
+                    f"--transfer {source}: key {k.owner}/{k.name} is named already by "
+                    f"--transfer {named[(k.owner, k.name)]}; name each key once"
+                )
+            named[(k.owner, k.name)] = f"{source}={to}"
             moves[(k.owner, k.name)] = check_owner(to)
     return moves

@@ -17,11 +17,13 @@ from apikey_tui.store.context import StoreContext
 
 @dataclass(frozen=True)
 class OwnerLimits:
-    """What a change of an owner's limits did: before and after (undo puts before back)."""
+    """What a change of an owner's limits did: before and after (undo puts before back); new:
+    the owner was made by it (a person), so a mistyped name can be told from a real one."""
 
     owner: str
     before: tuple[Limit, ...]
     after: tuple[Limit, ...]
+    new: bool = False
 
 
 def owner_limits(ctx: StoreContext, owner: str) -> tuple[Limit, ...]:
@@ -56,6 +58,7 @@ def set_owner_limits(
     with ctx.session(write=True) as session:
         row = session.get(OwnerRow, owner, with_for_update=True)
         before = limits_of_text(row.limits if row is not None else None)
+        new = row is None
         if expected is not None and before != expected:
             raise KeyStateError(
                 f"the limits of {owner} changed after that change; nothing was undone"
@@ -74,7 +77,7 @@ def set_owner_limits(
             owner=owner,
         )
         session.commit()
-    return OwnerLimits(owner, before, wanted)
+    return OwnerLimits(owner, before, wanted, new)
 
 
 def restore_owner_limits(ctx: StoreContext, done: OwnerLimits) -> OwnerLimits:

@@ -256,16 +256,19 @@ def change_members(
     """Add and remove members of a team or service account; one owner.members event."""
     with ctx.session(write=True) as session:
         row = owner_row(session, name, lock=True)
+        add, removing = list(add), sorted({check_owner(m) for m in remove})
+        # Checked before anything is compared with the members: whether carol is one or
+        # not, `--add carol --remove carol` says two things, and neither may win in silence.
+        both = sorted(set(map(check_owner, add)) & set(removing))
+        if both:
+            raise InvalidInputError(f"{', '.join(both)} both added and removed; nothing was done")
         have = set(_members(session, name))
         adding = [m for m in _check_members(session, name, row.kind, add) if m not in have]
-        removing = sorted({check_owner(m) for m in remove})
         missing = [m for m in removing if m not in have]
         if missing:
             raise InvalidInputError(
                 f"{', '.join(missing)} not a member of {name}; nothing was done"
             )
-        if set(adding) & set(removing):
-            raise InvalidInputError("a member was both added and removed; nothing was done")
         session.add_all(OwnerMemberRow(owner=name, member=m) for m in adding)
         if removing:
             session.exec(

@@ -39,6 +39,22 @@ class NameTakenError(InvalidInputError):
         )
 
 
+def refusal(session: Session, owner: str, name: str, to: str) -> InvalidInputError | None:
+    """Why key `name` of `owner` cannot go to `to`, or None: `to` is no owner, is its owner
+    already, or has a key of that name. The one check of every transfer (an offboarding's dry
+    run asks it too, so it shows what --apply would refuse)."""
+    try:
+        owners.owner_row(session, to)
+    except owners.OwnerNotFoundError as exc:
+        return exc
+    if to == owner:
+        return InvalidInputError(f"key {name!r} is {to}'s already; nothing was done")
+    clash = select(KeyRow.id).where(KeyRow.owner == to, KeyRow.name == name)
+    if session.exec(clash).first() is not None:
+        return NameTakenError(to, name)
+    return None
+
+
 def transfer_in(
     ctx: StoreContext,
     session: Session,
@@ -53,12 +69,8 @@ def transfer_in(
     key.transfer event under the new owner, naming the one before.
     """
     row = key_row(session, key.owner, key.name, lock=True, expected_public_id=key.public_id)
-    owners.owner_row(session, to)
-    if to == row.owner:
-        raise InvalidInputError(f"key {key.name!r} is {to}'s already; nothing was done")
-    clash = select(KeyRow.id).where(KeyRow.owner == to, KeyRow.name == row.name)
-    if session.exec(clash).first() is not None:
-        raise NameTakenError(to, row.name)
+    if (why := refusal(session, row.owner, row.name, to)) is not None:
+        raise why
     was = row.owner
     row.owner = to
     session.add(row)

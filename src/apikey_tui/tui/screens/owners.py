@@ -16,7 +16,7 @@ from textual.widgets import DataTable, Static
 
 from apikey_tui.names import counted, printable
 from apikey_tui.store import Batch, KeyStore
-from apikey_tui.store.offboarding import OWNS, Preview
+from apikey_tui.store.offboarding import OWNS, Preview, not_a_person
 from apikey_tui.store.owner_limits import OwnerLimits
 from apikey_tui.store.owners import OwnerInfo
 from apikey_tui.tui.dialogs.ask_value import Answer, AskValueDialog
@@ -204,8 +204,8 @@ class OwnersScreen(LiveScreen[list[OwnerInfo]]):
         owner = self._chosen()
         if owner is None:
             return
-        if owner.kind != "person":
-            self.notify(f"{owner.name} is a {owner.kind}: offboarding is for people.")
+        if (why := not_a_person(owner.name, owner.kind)) is not None:
+            self.notify(f"{why}.")
             return
         name = owner.name
         self.run_store(
