@@ -81,8 +81,8 @@ def test_stored_rules_round_trip_and_unreadable_ones_admit_nothing() -> None:
     rules = network_rules(["10.0.0.0/8"], ["10.9.0.0/16"], SHADOW)
     assert rules_of_text(rules.text()) == rules
     assert rules_of_text(None) is None
-    for broken in ("", " \t", "shadow", "maybe +10.0.0.0/8", "enforce 10.0.0.0/8", "shadow +10.0.0.1/8",
-                   "enforce +999.0.0.0/8", "shadow +::/129"):  # fmt: skip
+    for broken in ("", " \t", "shadow", "maybe +10.0.0.0/8", "enforce 10.0.0.0/8",
+                   "shadow +10.0.0.1/8", "enforce +999.0.0.0/8", "shadow +::/129"):  # fmt: skip
         read = rules_of_text(broken)
         assert read is UNREADABLE and read.fence.enforce
         assert not read.fence.admits(address_of("10.1.1.1"))
