@@ -146,7 +146,7 @@ def test_any_doubt_declines(varied: KeyStore, clock: FakeClock, tmp_path: Path) 
     missing = tmp_path / "missing" / "keys.db"
     for where in (missing, tmp_path / "absent.db"):
         assert first_window(str(where), "alice", CHUNK, clock.now) is None
-        assert read_first_rows(f"sqlite:///{where}", "alice") is None
+        assert read_first_rows(f"sqlite:///{where}", "alice", CHUNK) is None
         assert not where.exists()
 
 
@@ -188,7 +188,7 @@ def test_a_plain_sqlite_url_is_read_as_sqlalchemy_reads_it(url: str) -> None:
 def test_the_label_of_a_plain_url_is_the_stores(varied: KeyStore) -> None:
     """The first screen names the database as the store's label does."""
     url = f"sqlite:///{_path(varied)}"
-    first = read_first_rows(url, "alice")
+    first = read_first_rows(url, "alice", CHUNK)
     assert first is not None and first.label == varied.label
 
 
@@ -206,7 +206,7 @@ import sys
 from apikey_tui.cli import main  # what `python -m apikey_tui` imports
 from apikey_tui.tui.app import ApiKeysApp
 from apikey_tui.tui.first_rows import read_first_rows
-first = read_first_rows(sys.argv[1], "alice")
+first = read_first_rows(sys.argv[1], "alice", 100)
 assert first is not None and [k.name for k in first.rows][:2] == ["dressed", "expired"], first
 heavy = sorted({m.split(".")[0] for m in sys.modules} & {"sqlalchemy", "sqlmodel", "pydantic"})
 print(",".join(heavy) or "none")

@@ -14,7 +14,7 @@ from apikey_tui.errors import StoreUnavailableError
 from apikey_tui.store import KeyStore
 from apikey_tui.tui.app import ApiKeysApp
 from apikey_tui.tui.first_rows import FirstRows, OpeningStore, read_first_rows
-from apikey_tui.tui.key_table import KeyTable
+from apikey_tui.tui.key_table import CHUNK, KeyTable
 from apikey_tui.tui.keys_screen import KeysScreen
 from tests.conftest import ACTOR, CHEAP, FakeClock
 
@@ -36,7 +36,7 @@ def first_of(sqlite_url: str, clock: FakeClock) -> FirstRows:
     for name in ("ci", "deploy", "reports"):
         store.create_key("alice", name, ["project"])
     store.close()
-    first = read_first_rows(sqlite_url, "alice")
+    first = read_first_rows(sqlite_url, "alice", CHUNK)
     assert first is not None
     return first
 

@@ -76,8 +76,10 @@ def run_app(call: Call) -> int:
     from apikey_tui.config import chosen_database_url
     from apikey_tui.tui.app import run_app as run
     from apikey_tui.tui.first_rows import OpeningStore, read_first_rows
+    from apikey_tui.tui.key_table import CHUNK
 
-    first = read_first_rows(chosen_database_url(getattr(call.args, "database_url", None)), owner)
+    url = chosen_database_url(getattr(call.args, "database_url", None))
+    first = read_first_rows(url, owner, CHUNK)
     if first is not None:  # the store opens in a thread once these rows are on screen
         return run(OpeningStore(first, call.store), owner=owner)
     store = call.store()  # refused before the screen changes

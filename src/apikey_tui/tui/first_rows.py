@@ -23,7 +23,6 @@ from apikey_tui.clock import system_clock
 from apikey_tui.config import plain_sqlite_path
 from apikey_tui.store.first_window import first_window
 from apikey_tui.store.types import KeyInfo
-from apikey_tui.tui.key_table import CHUNK
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -39,14 +38,15 @@ class FirstRows:
     rows: list[KeyInfo]
 
 
-def read_first_rows(url: str, owner: str | None) -> FirstRows | None:
-    """The first rows of owner's keys (None: everyone's) in the key table's order, or None when
-    this way cannot vouch for them: not a plain SQLite URL, no such file, another schema
-    version, anything sqlite3 refuses. Never creates a file."""
+def read_first_rows(url: str, owner: str | None, limit: int) -> FirstRows | None:
+    """The first `limit` rows (the table's first read: key_table.CHUNK) of owner's keys (None:
+    everyone's) in the key table's order, or None when this way cannot vouch for them: not a
+    plain SQLite URL, no such file, another schema version, anything sqlite3 refuses. Never
+    creates a file."""
     path = plain_sqlite_path(url)
     if path is None or not os.path.isfile(path):
         return None
-    rows = first_window(path, owner, CHUNK, system_clock())
+    rows = first_window(path, owner, limit, system_clock())
     return None if rows is None else FirstRows(url, owner, rows)
 
 
