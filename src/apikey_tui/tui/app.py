@@ -194,13 +194,15 @@ class ApiKeysApp(QuietCrashes):
 
     def action_usage(self) -> None:
         """Show the Usage view: busiest keys, 403s, wrong secrets, right-size proposals; live."""
-        from apikey_tui.tui.screens.usage import UsageScreen  # see _after_first_rows
+        from apikey_tui.tui.screens.usage import UsageScreen  # SQLAlchemy's: see tui/first_rows.py
 
         self.push_screen(UsageScreen(self))
 
     def action_owners(self) -> None:
         """Show the Owners view: kinds, members, key counts; pools, offboarding."""
-        from apikey_tui.tui.screens.owners import OwnersScreen  # see _after_first_rows
+        from apikey_tui.tui.screens.owners import (
+            OwnersScreen,
+        )  # SQLAlchemy's: see tui/first_rows.py
 
         self.push_screen(OwnersScreen(self, self.show_owner_keys))
 
@@ -255,7 +257,9 @@ class ApiKeysApp(QuietCrashes):
         offered none of them after the filter had been used). Only an action that cannot act
         in this state is left out (End grace without a grace, right-size without a proposal).
         """
-        from apikey_tui.tui.screens.key_detail import KeyDetailScreen  # see _after_first_rows
+        from apikey_tui.tui.screens.key_detail import (
+            KeyDetailScreen,
+        )  # SQLAlchemy's: see tui/first_rows.py
 
         yield from super().get_system_commands(screen)
         if isinstance(screen, KeysScreen | KeyDetailScreen):

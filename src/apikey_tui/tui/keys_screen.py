@@ -75,9 +75,9 @@ class KeysScreen(WorkerHost, Screen[None]):
             table.show_first(opening.first_rows.owner, opening.first_rows.rows)
             self.call_after_refresh(opening.start, lambda: self.post_message(StoreOpened()))
             return
-        self._read_store()
+        self._bind_store()
 
-    def _read_store(self) -> None:
+    def _bind_store(self) -> None:
         table = self.query_one(KeyTable)
         table.bind(self.session.store, owner=self.session.owner)  # the first rows, at once
         self.reload()
@@ -88,7 +88,7 @@ class KeysScreen(WorkerHost, Screen[None]):
         if opening is not None and opening.error is not None:
             self.app.exit(return_code=1)  # the CLI reports the error (tui/app.run_app)
             return
-        self._read_store()
+        self._bind_store()
 
     # --- loading ------------------------------------------------------------------------------
 
@@ -212,7 +212,9 @@ class KeysScreen(WorkerHost, Screen[None]):
     def reload_keys(self) -> None:
         """Read the keys, the catalog and an open key detail again now (after a write)."""
         self.reload()
-        from apikey_tui.tui.screens.key_detail import KeyDetailScreen  # see app._after_first_rows
+        from apikey_tui.tui.screens.key_detail import (
+            KeyDetailScreen,
+        )  # SQLAlchemy's: tui/first_rows.py
 
         for screen in self.app.screen_stack:
             if isinstance(screen, KeyDetailScreen):
@@ -324,7 +326,7 @@ class KeysScreen(WorkerHost, Screen[None]):
 
     def action_create(self) -> None:
         session = self.session
-        if self._marker is None:
+        if self._marker is None and not self._catalog_while_opening():
             # The catalog is not read yet (the table's rows come first): an empty list now
             # would say "the scope catalog is empty". The dialog opens when it is read.
             self._create_when_loaded = True
@@ -342,6 +344,20 @@ class KeysScreen(WorkerHost, Screen[None]):
             clock=session.store.clock,
         )
         self.writes.create(dialog)
+
+    def _catalog_while_opening(self) -> bool:
+        """Whether the catalog was read here because the store was still opening after the first
+        rows (tui/first_rows.py): n waits for it, as it would have before the screen, so that
+        the keys typed right after n in one burst reach the dialog instead of the table. The
+        wait ends with the store's opening, which runs anyway; False otherwise or on an error
+        (the opening's stops the app, a read's is said when the reload meets it)."""
+        if self.session.opening is None:
+            return False
+        try:
+            self.writes.scopes = self.session.store.list_scopes()
+        except Exception:  # said elsewhere, as above; the dialog then opens once loaded
+            return False
+        return True
 
     def go_to(self, identity: Identity) -> None:
         """Put the cursor on a key, first clearing a filter that might hide it.
