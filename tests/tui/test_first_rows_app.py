@@ -13,7 +13,7 @@ from textual.pilot import Pilot
 from apikey_tui.errors import StoreUnavailableError
 from apikey_tui.store import KeyStore
 from apikey_tui.tui.app import ApiKeysApp
-from apikey_tui.tui.first_rows import FirstRows, OpeningStore, read_first_rows
+from apikey_tui.tui.first_rows import FirstRows, OpeningStore, read_first_rows, settled
 from apikey_tui.tui.key_table import CHUNK, KeyTable
 from apikey_tui.tui.keys_screen import KeysScreen
 from tests.conftest import ACTOR, CHEAP, FakeClock
@@ -117,4 +117,27 @@ async def test_a_store_still_opening_is_waited_for_never_guessed(
         assert store is opened[0] and app.opening is None
     finally:
         for store in opened:
+            store.close()
+
+
+def test_settled_lets_the_opening_end_before_an_import(sqlite_url: str, clock: FakeClock) -> None:
+    """settled starts an opening not yet started and returns once it ended, so that a module
+    importing SQLAlchemy is never imported beside the opening thread; the store opens once."""
+    first = first_of(sqlite_url, clock)
+    calls: list[KeyStore] = []
+
+    def open_store() -> KeyStore:
+        store = KeyStore.open(sqlite_url, hasher=CHEAP, actor=ACTOR, clock=clock)
+        calls.append(store)
+        return store
+
+    opening = OpeningStore(first, open_store)
+    try:
+        settled(opening)
+        assert opening.done and len(calls) == 1
+        settled(opening)
+        settled(None)
+        assert opening.wait() is calls[0] and len(calls) == 1
+    finally:
+        for store in calls:
             store.close()

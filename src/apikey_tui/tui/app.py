@@ -28,7 +28,7 @@ from apikey_tui.tui.dialogs.scope_form import ScopeFormDialog
 from apikey_tui.tui.dialogs.switch_owner import OwnerChoice, SwitchOwnerDialog
 from apikey_tui.tui.dialogs.type_ahead import TypeAheadDialog
 from apikey_tui.tui.failures import log_path, logging_to_file, unforeseen
-from apikey_tui.tui.first_rows import OpeningStore
+from apikey_tui.tui.first_rows import OpeningStore, settled
 from apikey_tui.tui.key_actions import (
     DETAIL,
     TABLE,
@@ -194,15 +194,15 @@ class ApiKeysApp(QuietCrashes):
 
     def action_usage(self) -> None:
         """Show the Usage view: busiest keys, 403s, wrong secrets, right-size proposals; live."""
-        from apikey_tui.tui.screens.usage import UsageScreen  # SQLAlchemy's: see tui/first_rows.py
+        settled(self.opening)
+        from apikey_tui.tui.screens.usage import UsageScreen
 
         self.push_screen(UsageScreen(self))
 
     def action_owners(self) -> None:
         """Show the Owners view: kinds, members, key counts; pools, offboarding."""
-        from apikey_tui.tui.screens.owners import (
-            OwnersScreen,
-        )  # SQLAlchemy's: see tui/first_rows.py
+        settled(self.opening)
+        from apikey_tui.tui.screens.owners import OwnersScreen
 
         self.push_screen(OwnersScreen(self, self.show_owner_keys))
 
@@ -214,6 +214,7 @@ class ApiKeysApp(QuietCrashes):
 
     def action_help(self) -> None:
         """Show every key of every view and dialog, then the security rules."""
+        settled(self.opening)
         self.push_screen(HelpScreen(help_sections()))
 
     def action_switch_owner(self) -> None:
@@ -257,9 +258,8 @@ class ApiKeysApp(QuietCrashes):
         offered none of them after the filter had been used). Only an action that cannot act
         in this state is left out (End grace without a grace, right-size without a proposal).
         """
-        from apikey_tui.tui.screens.key_detail import (
-            KeyDetailScreen,
-        )  # SQLAlchemy's: see tui/first_rows.py
+        settled(self.opening)
+        from apikey_tui.tui.screens.key_detail import KeyDetailScreen
 
         yield from super().get_system_commands(screen)
         if isinstance(screen, KeysScreen | KeyDetailScreen):
@@ -301,7 +301,8 @@ def bound_keys(screen: Screen[Any]) -> set[str]:
 
 
 def help_sections() -> list[Section]:
-    """Every view and dialog with keys, in the order an admin meets them."""
+    """Every view and dialog with keys, in the order an admin meets them (these three screens
+    import SQLAlchemy: imported here, after the first rows; see tui/first_rows.py)."""
     from apikey_tui.tui.screens.key_detail import KeyDetailScreen
     from apikey_tui.tui.screens.owners import OwnersScreen
     from apikey_tui.tui.screens.usage import UsageScreen

@@ -50,6 +50,16 @@ def read_first_rows(url: str, owner: str | None, limit: int) -> FirstRows | None
     return None if rows is None else FirstRows(url, owner, rows)
 
 
+def settled(opening: OpeningStore | None) -> None:
+    """Let a store's opening under way end before the event loop imports a module that imports
+    SQLAlchemy (the detail, usage and owners screens): the opening thread imports those same
+    modules, and two threads importing them at once can meet one half made. Started here if it
+    was not yet, so that it cannot start beside that import."""
+    if opening is not None:
+        opening.start()
+        opening.finish()
+
+
 class OpeningStore:
     """The store the CLI opens once the first rows are on screen: in a thread, once; whoever
     needs it first waits for it. An error opening it is kept for the CLI to report."""

@@ -12,6 +12,7 @@ from apikey_tui.names import counted
 from apikey_tui.store import states
 from apikey_tui.tui.context_line import ContextLine
 from apikey_tui.tui.dialogs.create_key import CreateKeyDialog
+from apikey_tui.tui.first_rows import settled
 from apikey_tui.tui.fitting_footer import FittingFooter
 from apikey_tui.tui.key_actions import TABLE, bindings, typed_as_text
 from apikey_tui.tui.key_table import COLUMNS, SORTABLE, Identity, KeyFilter, KeyTable
@@ -212,9 +213,7 @@ class KeysScreen(WorkerHost, Screen[None]):
     def reload_keys(self) -> None:
         """Read the keys, the catalog and an open key detail again now (after a write)."""
         self.reload()
-        from apikey_tui.tui.screens.key_detail import (
-            KeyDetailScreen,
-        )  # SQLAlchemy's: tui/first_rows.py
+        from apikey_tui.tui.screens.key_detail import KeyDetailScreen  # (after a write: opened)
 
         for screen in self.app.screen_stack:
             if isinstance(screen, KeyDetailScreen):
@@ -277,6 +276,7 @@ class KeysScreen(WorkerHost, Screen[None]):
         if key is None:
             self.notify("Select a key in the table first.", severity="warning")
         else:
+            settled(self.session.opening)
             from apikey_tui.tui.screens.key_detail import KeyDetailScreen
 
             self.app.push_screen(KeyDetailScreen(key, self.session, self.writes))
