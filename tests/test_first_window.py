@@ -1,5 +1,4 @@
-"""The app's first window read through sqlite3 before SQLAlchemy: the store's own statements and
-rows, declined on any doubt, never creating a file; and the start path that imports neither."""
+"""The first window read through sqlite3: the store's statements and rows, or None on any doubt."""
 
 from __future__ import annotations
 

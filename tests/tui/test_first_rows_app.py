@@ -1,5 +1,4 @@
-"""The app on a store still opening: the first rows read without it are painted first, then the
-store opens and takes over; an error opening it stops the app for the CLI to report."""
+"""The app on a store still opening: first rows painted without it, then the store takes over."""
 
 from __future__ import annotations
 

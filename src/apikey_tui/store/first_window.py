@@ -1,16 +1,15 @@
-"""The key table's first window from a SQLite file through sqlite3, before SQLAlchemy is imported.
+"""The key table's first window from a SQLite file through sqlite3, before SQLAlchemy is loaded."""
 
-The terminal app paints its first rows from this read while SQLAlchemy, SQLModel and the store
-are still to be imported (importing them costs as much as starting Textual); the store then
-takes over and reads the same window again. It is the store's own read, not a second one: the
-statements are the store's, as SQLAlchemy compiles them for SQLite (tests/test_first_window.py
-holds each equal to what `queries.key_window` and `schema.found_version` execute), and each row
-becomes a key through `key_rows.key_info`, as the store's rows do.
-
-Only the plainest case is read here, and any doubt answers None (the caller takes the normal
-way): the file opens read-only and is never created; its schema must be exactly this release's;
-a stored time must read as SQLAlchemy reads it; any sqlite3 error declines.
-"""
+# The terminal app paints its first rows from this read while SQLAlchemy, SQLModel and the store
+# are still to be imported (importing them costs as much as starting Textual); the store then
+# takes over and reads the same window again. It is the store's own read, not a second one: the
+# statements are the store's, as SQLAlchemy compiles them for SQLite (tests/test_first_window.py
+# holds each equal to what `queries.key_window` and `schema.found_version` execute), and each row
+# becomes a key through `key_rows.key_info`, as the store's rows do.
+#
+# Only the plainest case is read here, and any doubt answers None (the caller takes the normal
+# way): the file opens read-only and is never created; its schema must be exactly this release's;
+# a stored time must read as SQLAlchemy reads it; any sqlite3 error declines.
 
 from __future__ import annotations
 

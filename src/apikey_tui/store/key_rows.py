@@ -1,9 +1,8 @@
-"""Rows into KeyInfo, without SQLAlchemy: the one place a stored key becomes what may be known.
+"""Rows into KeyInfo, without SQLAlchemy: the one place a stored key becomes what may be known."""
 
-The store reads its rows through SQLAlchemy (`records.INFO_COLUMNS`); the terminal app's first
-window is read through sqlite3 before SQLAlchemy is imported (`first_window`). Both turn a row
-into a key here, so a key looks the same whichever way it was read.
-"""
+# The store reads its rows through SQLAlchemy (`records.INFO_COLUMNS`); the terminal app's first
+# window is read through sqlite3 before SQLAlchemy is imported (`first_window`). Both turn a row
+# into a key here, so a key looks the same whichever way it was read.
 
 from __future__ import annotations
 

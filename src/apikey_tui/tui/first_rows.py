@@ -1,16 +1,15 @@
-"""The app's first rows before its store: read through sqlite3, then the store opens in a thread.
+"""The app's first rows before its store: read through sqlite3, then the store opens in a thread."""
 
-Importing SQLAlchemy, SQLModel and the store costs about what importing and starting Textual
-does, so an app that opened its store first painted its first rows at twice the time of a bare
-Textual table. For the plainest start (a SQLite file that exists, named by a plain URL, at this
-release's schema; one owner's keys or every owner's) the CLI reads the first window with sqlite3
-(`store.first_window`, the store's own statements), the app paints it, and only then opens the
-store, in a thread; the key table then reads through the store as always. Anything else, or any
-doubt on the way, takes the normal way: the store first, then the screen.
-
-Whatever needs the store before it is open waits for it (`OpeningStore.wait`): slower for a
-moment, never different.
-"""
+# Importing SQLAlchemy, SQLModel and the store costs about what importing and starting Textual
+# does, so an app that opened its store first painted its first rows at twice the time of a bare
+# Textual table. For the plainest start (a SQLite file that exists, named by a plain URL, at this
+# release's schema; one owner's keys or every owner's) the CLI reads the first window with sqlite3
+# (`store.first_window`, the store's own statements), the app paints it, and only then opens the
+# store, in a thread; the key table then reads through the store as always. Anything else, or any
+# doubt on the way, takes the normal way: the store first, then the screen.
+#
+# Whatever needs the store before it is open waits for it (`OpeningStore.wait`): slower for a
+# moment, never different.
 
 from __future__ import annotations
 
