@@ -86,7 +86,7 @@ def view(keys: int, every: int = EVERY, kind: str = "sqlite") -> dict[str, Any]:
     """The Usage view's reads at `keys` keys, best of 3, in ms: what opens it (its three lists
     and the first page of proposals), then the count of every proposal, and `keys rightsize`'s
     read (every proposal and refusal)."""
-    from apikey_tui.store.usage import DEFAULT_WINDOW
+    from apikey_tui.store.types import DEFAULT_WINDOW
     from apikey_tui.tui.screens.usage import LIMIT, UsageScreen
     from benchmarks.servers import database
 

@@ -6,12 +6,17 @@ import getpass
 import os
 from collections.abc import Mapping
 from pathlib import Path
-
-from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError
+from string import ascii_letters, digits
 
 from apikey_tui.errors import DatabaseUrlError, InvalidInputError
 from apikey_tui.names import check_owner
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from sqlalchemy.engine import URL
+
+# SQLAlchemy is imported by the functions that parse a URL, not here: the store's values
+# (store/types.py) need current_user, and the terminal app paints before it imports SQLAlchemy.
 
 DATABASE_URL_ENV = "APIKEY_TUI_DATABASE_URL"
 # Where limits count (docs/reference/limits.md): a Redis-protocol server every host shares, else
@@ -41,6 +46,15 @@ def default_database_path(env: Mapping[str, str] | None = None) -> Path:
     return Path(base) / "apikey-tui" / "keys.db"
 
 
+def chosen_database_url(flag: str | None, env: Mapping[str, str] | None = None) -> str:
+    """The URL resolve_database_url picks, not yet checked: --database-url, else
+    $APIKEY_TUI_DATABASE_URL (empty counts as unset), else the default file."""
+    env = os.environ if env is None else env
+    if flag is not None:
+        return flag
+    return env.get(DATABASE_URL_ENV) or f"sqlite:///{default_database_path(env)}"
+
+
 def resolve_database_url(flag: str | None, env: Mapping[str, str] | None = None) -> str:
     """Pick the URL: --database-url, else $APIKEY_TUI_DATABASE_URL, else the default file.
 
@@ -48,11 +62,7 @@ def resolve_database_url(flag: str | None, env: Mapping[str, str] | None = None)
     is almost always a script expanding a variable that is not set. Raises DatabaseUrlError
     for any URL parse_database_url refuses, and for an in-memory SQLite database.
     """
-    env = os.environ if env is None else env
-    if flag is not None:
-        url = flag
-    else:
-        url = env.get(DATABASE_URL_ENV) or f"sqlite:///{default_database_path(env)}"
+    url = chosen_database_url(flag, env)
     parsed = parse_database_url(url)
     if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
         # Fine for tests and services' fixtures, never for the admin tools: it dies with them.
@@ -95,6 +105,9 @@ def parse_database_url(url: str) -> URL:
         raise DatabaseUrlError("the database URL is not valid UTF-8 text") from None
     if any(ord(c) < 0x20 or ord(c) == 0x7F for c in url):
         raise DatabaseUrlError("the database URL holds a control character")
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
     try:
         parsed = make_url(url)
     except ValueError:  # SQLAlchemy's int() of a port that is not a number
@@ -117,11 +130,36 @@ def parse_database_url(url: str) -> URL:
     return parsed.set(drivername=driver)
 
 
+# What a SQLite URL's path may hold for plain_sqlite_path to read it without SQLAlchemy: the
+# characters SQLAlchemy neither decodes when it parses a URL nor escapes in the store's label.
+_PLAIN_SQLITE = "sqlite:///"
+_PLAIN_CHARACTERS = frozenset(ascii_letters + digits + "_.-~ +/")
+
+
+def plain_sqlite_path(url: str) -> str | None:
+    """The file a plain SQLite URL names (`sqlite:///PATH`), read without SQLAlchemy; None for
+    every other URL, and for any PATH that parse_database_url might read otherwise (a test holds
+    the two equal on every URL this accepts).
+
+    The terminal app reads its first rows before it imports SQLAlchemy (tui/first_rows.py); a
+    URL this declines takes the normal way there, so declining is always safe.
+    """
+    if not url.startswith(_PLAIN_SQLITE):
+        return None
+    path = url[len(_PLAIN_SQLITE) :]
+    if not path or path != path.strip() or not _PLAIN_CHARACTERS.issuperset(path):
+        return None
+    return path
+
+
 def mask_url(url: str) -> str:
     """Return the URL with any password replaced by ***, safe to show and log; never raises.
 
     Every password its client would read: the userinfo's, and a query's `password=` (libpq
     and redis-py take one there, `sslpassword=` too)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
     try:
         parsed = make_url(url)
         query = {k: "***" if "pass" in k.lower() else v for k, v in parsed.query.items()}

@@ -70,11 +70,19 @@ def run_app(call: Call) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    store = call.store()  # refused before the screen changes
     owner = None if getattr(call.args, "all", False) else call.owner
-    # Imported here so that scripts and services never pay for the terminal framework.
+    # Imported here so that scripts and services never pay for the terminal framework. Neither
+    # imports SQLAlchemy: the first rows are painted before it when they can be read without it.
+    from apikey_tui.config import chosen_database_url
     from apikey_tui.tui.app import run_app as run
+    from apikey_tui.tui.first_rows import OpeningStore, read_first_rows
+    from apikey_tui.tui.key_table import CHUNK
 
+    url = chosen_database_url(getattr(call.args, "database_url", None))
+    first = read_first_rows(url, owner, CHUNK)
+    if first is not None:  # the store opens in a thread once these rows are on screen
+        return run(OpeningStore(first, call.store), owner=owner)
+    store = call.store()  # refused before the screen changes
     return run(store, owner=owner)
 
 

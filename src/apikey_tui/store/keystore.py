@@ -46,6 +46,7 @@ from apikey_tui.store.owners import OwnerInfo
 from apikey_tui.store.queries import Cancel
 from apikey_tui.store.rightsizing import Proposal, Rightsizing
 from apikey_tui.store.types import (
+    DEFAULT_WINDOW,
     Actor,
     CreatedKey,
     Event,
@@ -554,9 +555,7 @@ class KeyStore(CredentialReads):
 
     # --- usage -------------------------------------------------------------------------------
 
-    def key_usage(
-        self, owner: str, name: str, window: timedelta = usage.DEFAULT_WINDOW
-    ) -> KeyUsage:
+    def key_usage(self, owner: str, name: str, window: timedelta = DEFAULT_WINDOW) -> KeyUsage:
         """A key's use in the window ending now: per scope, 403s, wrong secrets, day and hour
         series (`usage.key_usage`)."""
         return usage.key_usage(self, owner, name, window)
@@ -575,7 +574,7 @@ class KeyStore(CredentialReads):
 
     def rightsize(
         self,
-        window: timedelta = usage.DEFAULT_WINDOW,
+        window: timedelta = DEFAULT_WINDOW,
         *,
         owner: str | None = None,
         name: str | None = None,
@@ -585,7 +584,7 @@ class KeyStore(CredentialReads):
 
     def proposals(
         self,
-        window: timedelta = usage.DEFAULT_WINDOW,
+        window: timedelta = DEFAULT_WINDOW,
         *,
         owner: str | None = None,
         limit: int | None = None,

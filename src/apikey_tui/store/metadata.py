@@ -12,7 +12,6 @@ import re
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
-from apikey_tui.db.models import META_MAX, TAGS_MAX
 from apikey_tui.errors import InvalidInputError
 
 Pairs = tuple[tuple[str, str], ...]  # sorted by name: hashable, and one spelling per content
@@ -65,6 +64,8 @@ def check_meta(pairs: Iterable[tuple[str, str]]) -> Pairs:
                 f"metadata {name} holds a control, format or non-plain space character"
             )
     ordered = tuple(sorted(found.items()))
+    from apikey_tui.db.models import META_MAX  # its column's size; SQLModel, so not at import
+
     if len((meta_text(ordered) or "").encode()) > META_MAX:
         raise InvalidInputError(f"metadata is larger than {META_MAX} bytes as JSON")
     return ordered
@@ -117,6 +118,8 @@ def check_tags(pairs: Iterable[tuple[str, str]]) -> Pairs:
             )
     ordered = tuple(sorted(found.items()))
     text = tags_text(ordered)
+    from apikey_tui.db.models import TAGS_MAX  # its column's size; SQLModel, so not at import
+
     if text is not None and len(text) > TAGS_MAX:
         raise InvalidInputError(f"tags are longer than {TAGS_MAX} characters together")
     return ordered

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -11,9 +10,8 @@ from sqlmodel import Session, select
 
 from apikey_tui.db.models import KeyRow, KeyScopeRow
 from apikey_tui.errors import KeyChangedError, KeyNotFoundError
-from apikey_tui.limits.model import limits_of_text
-from apikey_tui.networks import rules_of_text
-from apikey_tui.store.metadata import meta_of_text, tags_of_text
+from apikey_tui.store.key_rows import in_grace as in_grace  # re-exported: its callers' home
+from apikey_tui.store.key_rows import key_info as key_info
 from apikey_tui.store.types import KeyInfo
 
 KEY_TABLE: Table = KeyRow.__table__  # type: ignore[attr-defined]
@@ -43,14 +41,6 @@ INFO_COLUMNS: tuple[Column[Any], ...] = tuple(
 )
 
 
-def in_grace(old_public_id: str | None, grace_until: datetime | None, now: datetime) -> bool:
-    """Whether a rotation's previous secret still works: up to, not at, grace_until.
-
-    The one grace predicate; `grace_sql` is its twin in SQL (a test holds them equal).
-    """
-    return old_public_id is not None and grace_until is not None and now < grace_until
-
-
 def grace_sql(now: datetime) -> ColumnElement[bool]:
     """in_grace for the key table's rows at now (a bound parameter)."""
     key = KEY_TABLE.c
@@ -70,35 +60,6 @@ def secret_works(disabled: bool, until: datetime | None, now: datetime) -> bool:
     The one decision: the verifier, the leak judge and the leak writer ask it.
     """
     return not disabled and (until is None or now < until)
-
-
-def key_info(
-    row: Any, scopes: Iterable[str], now: datetime, *, public_id: str | None = None
-) -> KeyInfo:
-    """The key of a row (a KeyRow, or a result row with the INFO_COLUMNS) and its scopes.
-
-    A previous secret shows only while its grace runs (by now, the store's clock). public_id
-    names the key by another id it answers to (a previous secret's, for the verifier).
-    """
-    grace = in_grace(row.old_public_id, row.grace_until, now)
-    return KeyInfo(
-        row.owner,
-        row.name,
-        row.public_id if public_id is None else public_id,
-        tuple(scopes),
-        row.created_at,
-        row.last_used_at,
-        expires_at=row.expires_at,
-        disabled_at=row.disabled_at,
-        disabled_reason=row.disabled_reason,
-        old_public_id=row.old_public_id if grace else None,
-        grace_until=row.grace_until if grace else None,
-        limits=limits_of_text(row.limits),
-        networks=rules_of_text(row.networks),
-        created_by=row.created_by,
-        meta=meta_of_text(row.meta),
-        tags=tags_of_text(row.tags),
-    )
 
 
 def read_info(session: Session, row: KeyRow, now: datetime) -> KeyInfo:

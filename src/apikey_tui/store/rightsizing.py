@@ -13,9 +13,8 @@ from apikey_tui.db import database_errors
 from apikey_tui.db.models import USAGE_ALLOWED, USAGE_FORBIDDEN, UsageTable
 from apikey_tui.store.context import StoreContext
 from apikey_tui.store.records import INFO_COLUMNS, KEY_TABLE, SCOPE_TABLE, key_info
-from apikey_tui.store.types import KeyInfo
+from apikey_tui.store.types import DEFAULT_WINDOW, KeyInfo
 from apikey_tui.store.usage import (
-    DEFAULT_WINDOW,
     PREVIOUS,
     ForbiddenUse,
     P,

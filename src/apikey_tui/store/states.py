@@ -16,12 +16,15 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, case, func, literal, or_
-from sqlalchemy.sql.elements import ColumnElement
-
-from apikey_tui.store import records
-from apikey_tui.store.records import KEY_TABLE
+from apikey_tui.store import key_rows
 from apikey_tui.store.types import LEAK_REASON, KeyInfo
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from sqlalchemy.sql.elements import ColumnElement
+
+# The SQL twins import SQLAlchemy when called, not here: the terminal app's table draws the State
+# cell (marker) before SQLAlchemy is imported (tui/first_rows.py).
 
 SOON = timedelta(days=14)  # an expiry this close is marked (⚠) and highlighted
 UNUSED_AFTER = timedelta(days=90)  # `keys list --unused 90d`
@@ -34,8 +37,8 @@ ACTIVE, SOON_KIND, EXPIRED, DISABLED, LEAKED, GRACE, UNUSED = (
 
 
 def in_grace(key: KeyInfo, now: datetime) -> bool:
-    """Whether the key's previous secret still works at now (`records.in_grace`)."""
-    return records.in_grace(key.old_public_id, key.grace_until, now)
+    """Whether the key's previous secret still works at now (`key_rows.in_grace`)."""
+    return key_rows.in_grace(key.old_public_id, key.grace_until, now)
 
 
 def unused(key: KeyInfo, now: datetime) -> bool:
@@ -138,7 +141,11 @@ def kinds_named(text: str) -> list[str]:
 def _conditions(now: datetime) -> list[tuple[str, Any]]:
     """(kind, SQL condition) of each fact in `facts`' order: the first that holds is the key's
     kind (the State cell's)."""
-    key = KEY_TABLE.c
+    from sqlalchemy import and_, func
+
+    from apikey_tui.store import records
+
+    key = records.KEY_TABLE.c
     # substr, not LIKE: SQLite's LIKE ignores case, startswith does not.
     leaked = and_(
         key.disabled_reason.is_not(None),
@@ -157,12 +164,16 @@ def _conditions(now: datetime) -> list[tuple[str, Any]]:
 
 def urgency_sql(now: datetime) -> ColumnElement[int]:
     """urgency() in SQL, for the key table's rows at now (a bound parameter)."""
+    from sqlalchemy import case, literal
+
     whens = [(cond, literal(URGENCY.index(kind))) for kind, cond in _conditions(now)]
     return case(*whens, else_=literal(URGENCY.index(ACTIVE)))
 
 
 def kind_sql(kinds: list[str], now: datetime) -> ColumnElement[bool]:
     """SQL: one of these kinds is among the key's facts at now (`facts`, for the filter)."""
+    from sqlalchemy import or_
+
     held = dict(_conditions(now))
     active = urgency_sql(now) == URGENCY.index(ACTIVE)
     return or_(*(active if kind == ACTIVE else held[kind] for kind in kinds))

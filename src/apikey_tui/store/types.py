@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from apikey_tui.config import current_user, ssh_client_address
@@ -11,6 +11,8 @@ from apikey_tui.limits.model import Limit
 from apikey_tui.names import DESCRIPTION_MAX, printable
 from apikey_tui.networks import NetworkRules
 
+# The usage views' window when none is asked for (`store.usage`).
+DEFAULT_WINDOW = timedelta(days=30)
 SORTS = ("owner", "name", "state", "expires", "public_id", "scopes", "created", "last_used")
 # A leak marks the key's secret, whatever the key's state: its disabled reason starts with
 # LEAK_REASON until a recreate or rotation gives it a new secret (the reason then starts with

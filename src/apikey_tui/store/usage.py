@@ -36,9 +36,8 @@ from apikey_tui.db.models import (
 )
 from apikey_tui.store.context import StoreContext
 from apikey_tui.store.records import INFO_COLUMNS, KEY_TABLE, SCOPE_TABLE, key_info
-from apikey_tui.store.types import KeyInfo
+from apikey_tui.store.types import DEFAULT_WINDOW, KeyInfo
 
-DEFAULT_WINDOW = timedelta(days=30)
 SERIES_HOURS = 7 * 24  # the hourly series: the last 7 days
 IN_CHUNK = 1000  # ids per IN (...) list
 U = UsageTable.c

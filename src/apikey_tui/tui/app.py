@@ -17,7 +17,6 @@ from textual.widgets import Input
 
 from apikey_tui.config import current_user
 from apikey_tui.names import printable
-from apikey_tui.store import Batch, KeyStore
 from apikey_tui.tui.dialogs.ask_value import AskValueDialog
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.create_key import CreateKeyDialog
@@ -29,6 +28,7 @@ from apikey_tui.tui.dialogs.scope_form import ScopeFormDialog
 from apikey_tui.tui.dialogs.switch_owner import OwnerChoice, SwitchOwnerDialog
 from apikey_tui.tui.dialogs.type_ahead import TypeAheadDialog
 from apikey_tui.tui.failures import log_path, logging_to_file, unforeseen
+from apikey_tui.tui.first_rows import OpeningStore, settled
 from apikey_tui.tui.key_actions import (
     DETAIL,
     TABLE,
@@ -42,12 +42,13 @@ from apikey_tui.tui.keys_screen import KeysScreen
 from apikey_tui.tui.pictures import export_svg
 from apikey_tui.tui.scope_picker import ScopePicker
 from apikey_tui.tui.screens.audit_trail import AuditTrailScreen
-from apikey_tui.tui.screens.key_detail import KeyDetailScreen
 from apikey_tui.tui.screens.live import LiveScreen
-from apikey_tui.tui.screens.owners import OwnersScreen
 from apikey_tui.tui.screens.scope_catalog import ScopeCatalogScreen
-from apikey_tui.tui.screens.usage import UsageScreen
 from apikey_tui.tui.textual_private import QuietCrashes
+
+TYPE_CHECKING = False  # the store's modules import SQLAlchemy: see tui/first_rows.py
+if TYPE_CHECKING:
+    from apikey_tui.store import Batch, KeyStore
 
 
 class ApiKeysApp(QuietCrashes):
@@ -60,14 +61,17 @@ class ApiKeysApp(QuietCrashes):
 
     def __init__(
         self,
-        store: KeyStore,
+        store: KeyStore | OpeningStore,
         *,
         owner: str | None,
         database_label: str,
         poll_seconds: float = 2.0,
     ) -> None:
         super().__init__()
-        self.store = store
+        # An OpeningStore: the first rows were read without it, and it opens once they are on
+        # screen (tui/first_rows.py).
+        self._opening = store if isinstance(store, OpeningStore) else None
+        self._store = None if isinstance(store, OpeningStore) else store
         self.owner = owner  # None: every owner's keys, with an owner column
         self.database_label = database_label
         self.poll_seconds = poll_seconds
@@ -77,6 +81,20 @@ class ApiKeysApp(QuietCrashes):
         # A key the view does not have, and how many keys of its burst were dropped after it.
         self._stray: str | None = None
         self._dropped = 0
+
+    @property
+    def store(self) -> KeyStore:
+        """The store; while it is still opening, whoever asks waits for it."""
+        if self._store is None:
+            assert self._opening is not None
+            self._store = self._opening.wait()
+        return self._store
+
+    @property
+    def opening(self) -> OpeningStore | None:
+        """The store still opening, with the first rows read without it; None once it is open
+        or when the app was given an open store."""
+        return self._opening if self._store is None else None
 
     def on_mount(self) -> None:
         self.push_screen(KeysScreen(self))
@@ -176,10 +194,16 @@ class ApiKeysApp(QuietCrashes):
 
     def action_usage(self) -> None:
         """Show the Usage view: busiest keys, 403s, wrong secrets, right-size proposals; live."""
+        settled(self.opening)
+        from apikey_tui.tui.screens.usage import UsageScreen
+
         self.push_screen(UsageScreen(self))
 
     def action_owners(self) -> None:
         """Show the Owners view: kinds, members, key counts; pools, offboarding."""
+        settled(self.opening)
+        from apikey_tui.tui.screens.owners import OwnersScreen
+
         self.push_screen(OwnersScreen(self, self.show_owner_keys))
 
     def show_owner_keys(self, owner: str) -> None:
@@ -190,6 +214,7 @@ class ApiKeysApp(QuietCrashes):
 
     def action_help(self) -> None:
         """Show every key of every view and dialog, then the security rules."""
+        settled(self.opening)
         self.push_screen(HelpScreen(help_sections()))
 
     def action_switch_owner(self) -> None:
@@ -233,6 +258,9 @@ class ApiKeysApp(QuietCrashes):
         offered none of them after the filter had been used). Only an action that cannot act
         in this state is left out (End grace without a grace, right-size without a proposal).
         """
+        settled(self.opening)
+        from apikey_tui.tui.screens.key_detail import KeyDetailScreen
+
         yield from super().get_system_commands(screen)
         if isinstance(screen, KeysScreen | KeyDetailScreen):
             where = TABLE if isinstance(screen, KeysScreen) else DETAIL
@@ -273,7 +301,12 @@ def bound_keys(screen: Screen[Any]) -> set[str]:
 
 
 def help_sections() -> list[Section]:
-    """Every view and dialog with keys, in the order an admin meets them."""
+    """Every view and dialog with keys, in the order an admin meets them (these three screens
+    import SQLAlchemy: imported here, after the first rows; see tui/first_rows.py)."""
+    from apikey_tui.tui.screens.key_detail import KeyDetailScreen
+    from apikey_tui.tui.screens.owners import OwnersScreen
+    from apikey_tui.tui.screens.usage import UsageScreen
+
     return [
         Section(
             "Key table",
@@ -328,15 +361,25 @@ def help_sections() -> list[Section]:
     ]
 
 
-def run_app(store: KeyStore, *, owner: str | None) -> int:
-    """Run the app on an open store (the CLI decides whether it may create the database).
+def run_app(store: KeyStore | OpeningStore, *, owner: str | None) -> int:
+    """Run the app on an open store (the CLI decides whether it may create the database), or on
+    one still opening, whose first rows were read without it (tui/first_rows.py).
 
     Returns 0, or 1 when an error stopped the app: then one line on stderr says what failed
-    and where its traceback (without locals) was logged.
+    and where its traceback (without locals) was logged. An error opening the store is raised
+    for the CLI to report, as it reports it when the store opens before the screen.
     """
-    app = ApiKeysApp(store, owner=owner, database_label=store.label)
+    if isinstance(store, OpeningStore):
+        label = store.first_rows.label
+    else:
+        label = store.label
+    app = ApiKeysApp(store, owner=owner, database_label=label)
     with logging_to_file(log_path()):
         app.run()
+    if isinstance(store, OpeningStore):
+        store.finish()  # the CLI closes the store once its opening has ended
+        if store.error is not None:
+            raise store.error
     if app.failure is not None:
         print(f"apikey-tui: {app.failure}", file=sys.stderr)
         return app.return_code or 1

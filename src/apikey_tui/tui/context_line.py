@@ -11,11 +11,10 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 
 from rich.cells import cell_len, set_cell_size
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
 from textual.content import Content
 from textual.widget import Widget
 
+from apikey_tui.config import plain_sqlite_path
 from apikey_tui.names import printable
 
 _ELLIPSIS = "…"
@@ -29,6 +28,12 @@ def database_forms(label: str) -> list[str]:
     from that; down to the file and its own directory. A server: the URL, then
     host[:port]/database (the port tells two clusters on one host apart).
     """
+    plain = plain_sqlite_path(label)  # the first screen draws before SQLAlchemy is imported
+    if plain is not None:
+        return _sqlite_forms(label, plain)
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
     try:
         url = make_url(label)
     except (ArgumentError, ValueError):
@@ -41,15 +46,21 @@ def database_forms(label: str) -> list[str]:
     elif not database or database == ":memory:":
         forms = [label, "in memory"]
     else:
-        path = PurePosixPath(database)
-        names = [part for part in path.parts if part != path.root]
-        root = path.root
-        forms = [label, database]
-        for keep in range(len(names) - 1, 1, -1):  # keep the last `keep` names, at least two
-            tail = "/".join(names[-keep:])
-            if len(names) - keep >= 2:  # room to keep the first name and elide what lies between
-                forms.append(f"{root}{names[0]}/{_ELLIPSIS}/{tail}")
-            forms.append(f"{_ELLIPSIS}/{tail}")
+        return _sqlite_forms(label, database)
+    return list(dict.fromkeys(forms))  # in order, without repeats
+
+
+def _sqlite_forms(label: str, database: str) -> list[str]:
+    """A SQLite file's forms: the URL, the path, then the path with directories left out."""
+    path = PurePosixPath(database)
+    names = [part for part in path.parts if part != path.root]
+    root = path.root
+    forms = [label, database]
+    for keep in range(len(names) - 1, 1, -1):  # keep the last `keep` names, at least two
+        tail = "/".join(names[-keep:])
+        if len(names) - keep >= 2:  # room to keep the first name and elide what lies between
+            forms.append(f"{root}{names[0]}/{_ELLIPSIS}/{tail}")
+        forms.append(f"{_ELLIPSIS}/{tail}")
     return list(dict.fromkeys(forms))  # in order, without repeats
 
 

@@ -32,10 +32,14 @@ from apikey_tui import keyformat
 from apikey_tui.clock import Clock, system_clock
 from apikey_tui.names import FAIR_WIDTHS, look_alikes, printable
 from apikey_tui.sparklines import sparkline
-from apikey_tui.store import SORTS, KeyInfo, KeyQuery, KeyStore, states
+from apikey_tui.store import SORTS, KeyQuery, states
 from apikey_tui.tui import times
 from apikey_tui.tui.text import ELLIPSIS, fit, fit_middle
 from apikey_tui.tui.workers import Failure, WorkerHost
+
+TYPE_CHECKING = False  # the store's modules import SQLAlchemy: see tui/first_rows.py
+if TYPE_CHECKING:
+    from apikey_tui.store import KeyInfo, KeyStore
 
 CHUNK = 100  # rows read at a time; a few screens
 KEEP = 20 * CHUNK  # rows kept around the viewport before far ones are forgotten
@@ -348,6 +352,15 @@ class KeyTable(WorkerHost, ScrollView, can_focus=True):
             owner, self.key_query.text, self.key_query.sort, self.key_query.reverse
         )
         self.reload(follow=False)
+
+    def show_first(self, owner: str | None, rows: list[KeyInfo]) -> None:
+        """Show owner's keys (None: every owner's) from a first window read before the store
+        opened (tui/first_rows.py); `bind` then reads them through the store."""
+        self.columns = columns(with_owner=owner is None)
+        self.key_query = KeyQuery(owner)  # by name: the order first_window reads
+        self._generation += 1
+        total = len(rows) if len(rows) < CHUNK else None  # as _read_first counts a short table
+        self._arrived(_Window(self._generation, 0, rows, total, None))
 
     def set_filter(self, text: str) -> None:
         """Show only keys whose owner, name, public id or a scope contains text."""

@@ -20,11 +20,9 @@ from apikey_tui.names import (
     parse_duration,
     read_expiry,
 )
-from apikey_tui.store import UNDOABLE, Batch, KeyInfo, KeyStore, ScopeInfo, states
+from apikey_tui.store import states
 from apikey_tui.store.metadata import pairs_words
-from apikey_tui.store.network_use import NetworkUse, proposed_rules
-from apikey_tui.store.rightsizing import Proposal
-from apikey_tui.store.usage import DEFAULT_WINDOW
+from apikey_tui.store.types import DEFAULT_WINDOW
 from apikey_tui.tui.dialogs.ask_value import Answer, AskValueDialog
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.create_key import CreateKeyDialog, NewKeyRequest, parse_limits
@@ -44,8 +42,11 @@ from apikey_tui.tui.undo_words import (
 )
 from apikey_tui.tui.workers import Failure, StoreRunner
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the store's modules import SQLAlchemy: see tui/first_rows.py
     from apikey_tui.names import Expiry
+    from apikey_tui.store import Batch, KeyInfo, KeyStore, ScopeInfo
+    from apikey_tui.store.network_use import NetworkUse
+    from apikey_tui.store.rightsizing import Proposal
 
 R = TypeVar("R")
 Written = KeyCreated | KeyDeleted | KeyLifecycleChanged | BatchDone  # what a write returns
@@ -305,6 +306,8 @@ class KeyWrites:
     def _batch_done(self, message: BatchDone) -> None:
         batch = message.batch
         note = message.note
+        from apikey_tui.store import UNDOABLE  # the store's bulk module: after the first paint
+
         if batch.action in UNDOABLE:
             self.session.undoable = batch
             note += " Press u to undo."
@@ -419,6 +422,8 @@ class KeyWrites:
     def apply_networks(self, key: KeyInfo, use: NetworkUse) -> None:
         """Set the networks proposal in shadow mode (the detail's N): the CLI's `keys networks
         --apply` path; one audited batch that u undoes."""
+        from apikey_tui.store.network_use import proposed_rules
+
         rules = proposed_rules(use)
         more = (
             " Verifiers saw more networks than they record: some would be refused."

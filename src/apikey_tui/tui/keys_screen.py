@@ -9,20 +9,24 @@ from textual.screen import Screen
 from textual.widgets import Input, Static
 
 from apikey_tui.names import counted
-from apikey_tui.store import KeyInfo, states
+from apikey_tui.store import states
 from apikey_tui.tui.context_line import ContextLine
 from apikey_tui.tui.dialogs.create_key import CreateKeyDialog
+from apikey_tui.tui.first_rows import settled
 from apikey_tui.tui.fitting_footer import FittingFooter
 from apikey_tui.tui.key_actions import TABLE, bindings, typed_as_text
 from apikey_tui.tui.key_table import COLUMNS, SORTABLE, Identity, KeyFilter, KeyTable
 from apikey_tui.tui.key_writes import KeyWrites
-from apikey_tui.tui.messages import KeysLoaded, ReachabilityChanged, StoreFailed
+from apikey_tui.tui.messages import KeysLoaded, ReachabilityChanged, StoreFailed, StoreOpened
 from apikey_tui.tui.polling import marker_moved, poll_failed
-from apikey_tui.tui.screens.key_detail import KeyDetailScreen
 from apikey_tui.tui.session import Session
 from apikey_tui.tui.text import literal
 from apikey_tui.tui.undo_words import change_of
 from apikey_tui.tui.workers import LOAD, POLL, STORE, Failure, WorkerHost
+
+TYPE_CHECKING = False  # the store's modules import SQLAlchemy: see tui/first_rows.py
+if TYPE_CHECKING:
+    from apikey_tui.store import KeyInfo
 
 
 class KeysScreen(WorkerHost, Screen[None]):
@@ -65,9 +69,27 @@ class KeysScreen(WorkerHost, Screen[None]):
         self.watch(table, "cursor_row", self.refresh_bindings, init=False)  # O follows the key
         table.display = False
         table.focus()
+        opening = self.session.opening
+        if opening is not None and opening.first_rows.owner == self.session.owner:
+            # Rows read before the store (tui/first_rows.py): painted now; the store opens
+            # after this paint, then reads them again and takes over.
+            table.show_first(opening.first_rows.owner, opening.first_rows.rows)
+            self.call_after_refresh(opening.start, lambda: self.post_message(StoreOpened()))
+            return
+        self._bind_store()
+
+    def _bind_store(self) -> None:
+        table = self.query_one(KeyTable)
         table.bind(self.session.store, owner=self.session.owner)  # the first rows, at once
         self.reload()
         self.set_interval(self.session.poll_seconds, self.poll)
+
+    def on_store_opened(self, message: StoreOpened) -> None:
+        opening = self.session.opening
+        if opening is not None and opening.error is not None:
+            self.app.exit(return_code=1)  # the CLI reports the error (tui/app.run_app)
+            return
+        self._bind_store()
 
     # --- loading ------------------------------------------------------------------------------
 
@@ -170,7 +192,9 @@ class KeysScreen(WorkerHost, Screen[None]):
         # O (end grace) is offered only for a selected key whose old secret is in grace (or,
         # with marks, when any marked key's is).
         if action == "end_grace":
-            now = self.session.store.clock()
+            # The table's clock: the store's once bound, and no wait for a store still opening
+            # (the footer asks this before the first paint).
+            now = self.query_one(KeyTable).clock()
             if self.writes.marked:
                 return any(states.in_grace(k, now) for k in self.writes.marked.values())
             key = self.selected_key()
@@ -189,6 +213,8 @@ class KeysScreen(WorkerHost, Screen[None]):
     def reload_keys(self) -> None:
         """Read the keys, the catalog and an open key detail again now (after a write)."""
         self.reload()
+        from apikey_tui.tui.screens.key_detail import KeyDetailScreen  # (after a write: opened)
+
         for screen in self.app.screen_stack:
             if isinstance(screen, KeyDetailScreen):
                 screen.reload()  # now, not at its next poll
@@ -250,6 +276,9 @@ class KeysScreen(WorkerHost, Screen[None]):
         if key is None:
             self.notify("Select a key in the table first.", severity="warning")
         else:
+            settled(self.session.opening)
+            from apikey_tui.tui.screens.key_detail import KeyDetailScreen
+
             self.app.push_screen(KeyDetailScreen(key, self.session, self.writes))
 
     # --- marks: Space marks keys; d, x, E, R and O then act on every marked key --------------
@@ -297,7 +326,7 @@ class KeysScreen(WorkerHost, Screen[None]):
 
     def action_create(self) -> None:
         session = self.session
-        if self._marker is None:
+        if self._marker is None and not self._catalog_while_opening():
             # The catalog is not read yet (the table's rows come first): an empty list now
             # would say "the scope catalog is empty". The dialog opens when it is read.
             self._create_when_loaded = True
@@ -315,6 +344,20 @@ class KeysScreen(WorkerHost, Screen[None]):
             clock=session.store.clock,
         )
         self.writes.create(dialog)
+
+    def _catalog_while_opening(self) -> bool:
+        """Whether the catalog was read here because the store was still opening after the first
+        rows (tui/first_rows.py): n waits for it, as it would have before the screen, so that
+        the keys typed right after n in one burst reach the dialog instead of the table. The
+        wait ends with the store's opening, which runs anyway; False otherwise or on an error
+        (the opening's stops the app, a read's is said when the reload meets it)."""
+        if self.session.opening is None:
+            return False
+        try:
+            self.writes.scopes = self.session.store.list_scopes()
+        except Exception:  # said elsewhere, as above; the dialog then opens once loaded
+            return False
+        return True
 
     def go_to(self, identity: Identity) -> None:
         """Put the cursor on a key, first clearing a filter that might hide it.

@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 
 from textual.message import Message
 
-from apikey_tui.store import Batch, CreatedKey, KeyInfo, ScopeInfo
+TYPE_CHECKING = False  # the store's modules import SQLAlchemy: see tui/first_rows.py
+if TYPE_CHECKING:
+    from apikey_tui.store import Batch, CreatedKey, KeyInfo, ScopeInfo
 
 
 @dataclass
@@ -56,6 +58,12 @@ class StoreFailed(Message):
 
     reason: str
     while_loading: bool = False
+
+
+@dataclass
+class StoreOpened(Message):
+    """The store that was opening once the first rows were painted is open, or failed to open
+    (tui/first_rows.py); posted from the opening thread."""
 
 
 @dataclass

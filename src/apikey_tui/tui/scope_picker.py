@@ -21,7 +21,10 @@ from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
 from apikey_tui.names import printable
-from apikey_tui.store import ScopeInfo
+
+TYPE_CHECKING = False  # the store's modules import SQLAlchemy: see tui/first_rows.py
+if TYPE_CHECKING:
+    from apikey_tui.store import ScopeInfo
 
 CHOSEN, NOT_CHOSEN = "[x]", "[ ]"  # ASCII: the same in every terminal, font and tmux
 _NAME_WIDTH_MAX = 24  # a longer scope name folds; the description keeps room to be read

@@ -4,14 +4,25 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from apikey_tui.store import Batch, KeyStore
+TYPE_CHECKING = False  # the store's modules import SQLAlchemy: see tui/first_rows.py
+if TYPE_CHECKING:
+    from apikey_tui.store import Batch, KeyStore
+    from apikey_tui.tui.first_rows import OpeningStore
 
 
 class Session(Protocol):
     """The narrow port screens are given: they never import the app, nor each other."""
 
     @property
-    def store(self) -> KeyStore: ...
+    def store(self) -> KeyStore:
+        """The store (while it is still opening, the caller waits for it)."""
+        ...
+
+    @property
+    def opening(self) -> OpeningStore | None:
+        """The store still opening, with the first rows read without it (tui/first_rows.py);
+        None once it is open."""
+        ...
 
     @property
     def owner(self) -> str | None:

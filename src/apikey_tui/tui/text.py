@@ -13,7 +13,10 @@ from rich.cells import cell_len, set_cell_size
 from textual.content import Content
 
 from apikey_tui.names import printable, shorten
-from apikey_tui.store import Event
+
+TYPE_CHECKING = False  # the store's modules import SQLAlchemy: see tui/first_rows.py
+if TYPE_CHECKING:
+    from apikey_tui.store import Event
 
 ELLIPSIS = "…"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from apikey_tui.names import format_duration
-from apikey_tui.store.usage import DEFAULT_WINDOW
+from apikey_tui.store.types import DEFAULT_WINDOW
 
 # The window of the key detail's scope use and right-size proposal, named as the CLI names it.
 WINDOW = format_duration(DEFAULT_WINDOW)

@@ -8,9 +8,13 @@ from datetime import datetime
 from apikey_tui.errors import InvalidInputError
 from apikey_tui.limits.model import Limit
 from apikey_tui.names import counted
-from apikey_tui.store import Batch, KeyInfo
-from apikey_tui.store.metadata import Pairs, check_tags, pairs_words
+from apikey_tui.store.metadata import check_tags, pairs_words
 from apikey_tui.tui.times import absolute
+
+TYPE_CHECKING = False  # the store's modules import SQLAlchemy: see tui/first_rows.py
+if TYPE_CHECKING:
+    from apikey_tui.store import Batch, KeyInfo
+    from apikey_tui.store.metadata import Pairs
 
 # A batch's action as the change it made ('the expiry change of …', not 'the set expiry of …').
 _CHANGE = {

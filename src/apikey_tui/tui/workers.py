@@ -26,10 +26,13 @@ from apikey_tui.errors import (
     InvalidInputError,
     LifetimePolicyError,
 )
-from apikey_tui.store import KeyStore, QueryCancelled
 from apikey_tui.tui.failures import unforeseen
 from apikey_tui.tui.messages import StoreFailed
 from apikey_tui.tui.session import Session
+
+TYPE_CHECKING = False  # the store's modules import SQLAlchemy: see tui/first_rows.py
+if TYPE_CHECKING:
+    from apikey_tui.store import KeyStore
 
 T = TypeVar("T")
 
@@ -75,6 +78,8 @@ def failure_of(event: Worker.StateChanged) -> Failure | None:
     if event.state != WorkerState.ERROR or worker.is_cancelled:
         return None
     error = worker.error
+    from apikey_tui.store import QueryCancelled  # SQLAlchemy's: not before the first rows
+
     if error is None or isinstance(error, QueryCancelled):
         return None
     return Failure(worker, error)

@@ -11,10 +11,13 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, Static
 
-from apikey_tui.store import KeyInfo, ScopeInfo
 from apikey_tui.tui.dialogs.type_ahead import TypeAheadDialog
 from apikey_tui.tui.scope_picker import ScopePicker
 from apikey_tui.tui.text import literal
+
+TYPE_CHECKING = False  # the store's modules import SQLAlchemy: see tui/first_rows.py
+if TYPE_CHECKING:
+    from apikey_tui.store import KeyInfo, ScopeInfo
 
 
 @dataclass(frozen=True)

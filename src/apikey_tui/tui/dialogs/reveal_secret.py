@@ -16,8 +16,11 @@ from textual.geometry import Region
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
-from apikey_tui.store import CreatedKey
 from apikey_tui.tui.text import literal
+
+TYPE_CHECKING = False  # the store's modules import SQLAlchemy: see tui/first_rows.py
+if TYPE_CHECKING:
+    from apikey_tui.store import CreatedKey
 
 WARNING = (
     "This is the only time this key is shown. It cannot be recovered: store it like a "

@@ -10,12 +10,16 @@ from textual.containers import Horizontal
 from textual.widgets import DataTable, Input, Static
 
 from apikey_tui.names import printable
-from apikey_tui.store import LEAK_EVENT, Event, KeyStore
+from apikey_tui.store import LEAK_EVENT, Event
 from apikey_tui.tui.fitting_footer import FittingFooter
 from apikey_tui.tui.screens.live import LIST_MOVES, LiveScreen
 from apikey_tui.tui.session import Session
 from apikey_tui.tui.text import actor_text, clip, literal
 from apikey_tui.tui.times import minute
+
+TYPE_CHECKING = False  # the store's modules import SQLAlchemy: see tui/first_rows.py
+if TYPE_CHECKING:
+    from apikey_tui.store import KeyStore
 
 LIMIT = 500
 FILTERS = ("key", "actor", "action")

@@ -15,12 +15,13 @@ from textual.widgets import DataTable, Sparkline, Static
 from apikey_tui.errors import KeyNotFoundError
 from apikey_tui.names import counted, printable
 from apikey_tui.networks import NetworkRules
-from apikey_tui.store import Event, KeyDetail, KeyInfo, KeyStore, Leak, ScopeInfo, states
-from apikey_tui.store.limit_use import LimitUse, LimitUses
+from apikey_tui.store import KeyDetail, Leak, ScopeInfo, states
+from apikey_tui.store.limit_use import LimitUses
 from apikey_tui.store.metadata import pairs_words
 from apikey_tui.store.network_use import NetworkUse
 from apikey_tui.store.rightsizing import Proposal
-from apikey_tui.store.usage import DEFAULT_WINDOW, KeyUsage
+from apikey_tui.store.types import DEFAULT_WINDOW
+from apikey_tui.store.usage import KeyUsage
 from apikey_tui.tui.fitting_footer import FittingFooter
 from apikey_tui.tui.key_actions import DETAIL, bindings
 from apikey_tui.tui.messages import KeyVanished
@@ -30,6 +31,11 @@ from apikey_tui.tui.text import actor_text, clip, literal
 from apikey_tui.tui.times import WINDOW, absolute, minute, relative, relative_and_absolute
 from apikey_tui.tui.undo_words import change_of
 from apikey_tui.tui.workers import Failure
+
+TYPE_CHECKING = False  # the store's modules import SQLAlchemy: see tui/first_rows.py
+if TYPE_CHECKING:
+    from apikey_tui.store import Event, KeyInfo, KeyStore
+    from apikey_tui.store.limit_use import LimitUse
 
 _LABEL = 13
 

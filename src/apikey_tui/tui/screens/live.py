@@ -15,7 +15,6 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
-from apikey_tui.store import KeyStore
 from apikey_tui.tui.context_line import ContextLine
 from apikey_tui.tui.key_actions import typed_as_text
 from apikey_tui.tui.messages import ReachabilityChanged, StoreFailed, ViewRead
@@ -23,6 +22,10 @@ from apikey_tui.tui.polling import marker_moved, poll_failed
 from apikey_tui.tui.session import Session
 from apikey_tui.tui.text import literal
 from apikey_tui.tui.workers import LOAD, POLL, STORE, Failure, StoreRunner, WorkerHost
+
+TYPE_CHECKING = False  # the store's modules import SQLAlchemy: see tui/first_rows.py
+if TYPE_CHECKING:
+    from apikey_tui.store import KeyStore
 
 T = TypeVar("T")
 

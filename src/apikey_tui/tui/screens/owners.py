@@ -15,8 +15,7 @@ from textual.message import Message
 from textual.widgets import DataTable, Static
 
 from apikey_tui.names import counted, printable
-from apikey_tui.store import Batch, KeyStore
-from apikey_tui.store.offboarding import OWNS, Preview, not_a_person
+from apikey_tui.store.offboarding import OWNS, not_a_person
 from apikey_tui.store.owner_limits import OwnerLimits
 from apikey_tui.store.owners import OwnerInfo
 from apikey_tui.tui.dialogs.ask_value import Answer, AskValueDialog
@@ -27,6 +26,11 @@ from apikey_tui.tui.screens.live import LIST_MOVES, LiveScreen
 from apikey_tui.tui.session import Session
 from apikey_tui.tui.text import clip, fit_parts, literal
 from apikey_tui.tui.undo_words import limits_words
+
+TYPE_CHECKING = False  # the store's modules import SQLAlchemy: see tui/first_rows.py
+if TYPE_CHECKING:
+    from apikey_tui.store import Batch, KeyStore
+    from apikey_tui.store.offboarding import Preview
 
 
 @dataclass

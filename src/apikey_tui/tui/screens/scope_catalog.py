@@ -11,7 +11,7 @@ from textual.widgets import DataTable, Input, Static
 
 from apikey_tui.errors import ScopeInUseError
 from apikey_tui.names import counted, printable
-from apikey_tui.store import KeyStore, ScopeUsage
+from apikey_tui.store import ScopeUsage
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.scope_form import ScopeEdit, ScopeFormDialog
 from apikey_tui.tui.fitting_footer import FittingFooter
@@ -19,6 +19,10 @@ from apikey_tui.tui.messages import CatalogChanged, ScopeRemovalRefused
 from apikey_tui.tui.screens.live import LIST_MOVES, LiveScreen
 from apikey_tui.tui.session import Session
 from apikey_tui.tui.text import clip, literal
+
+TYPE_CHECKING = False  # the store's modules import SQLAlchemy: see tui/first_rows.py
+if TYPE_CHECKING:
+    from apikey_tui.store import KeyStore
 
 _SHOWN_HOLDERS = 10
 

@@ -13,16 +13,22 @@ from textual.content import Content
 from textual.widgets import Static
 
 from apikey_tui.names import format_duration, printable
-from apikey_tui.store import KeyStore
-from apikey_tui.store.limit_use import NEAR_CHECK_MAX, NEAR_SHARE, NearLimit, NearLimits
-from apikey_tui.store.rightsizing import Proposal
-from apikey_tui.store.usage import DEFAULT_WINDOW, KeyActivity, UsageOverview
+from apikey_tui.store.limit_use import NEAR_CHECK_MAX, NEAR_SHARE, NearLimits
+from apikey_tui.store.types import DEFAULT_WINDOW
+from apikey_tui.store.usage import UsageOverview
 from apikey_tui.tui.fitting_footer import FittingFooter
 from apikey_tui.tui.messages import StoreFailed
 from apikey_tui.tui.screens.live import LiveScreen
 from apikey_tui.tui.session import Session
 from apikey_tui.tui.text import fit_middle, literal
 from apikey_tui.tui.workers import Failure
+
+TYPE_CHECKING = False  # the store's modules import SQLAlchemy: see tui/first_rows.py
+if TYPE_CHECKING:
+    from apikey_tui.store import KeyStore
+    from apikey_tui.store.limit_use import NearLimit
+    from apikey_tui.store.rightsizing import Proposal
+    from apikey_tui.store.usage import KeyActivity
 
 OVERVIEW_WINDOW = timedelta(days=7)  # the lists' window: this week's traffic
 LIMIT = 10  # keys per list: the view is read at a glance; the CLI has every proposal
