@@ -173,7 +173,9 @@ def fetch(connection: Connection, statement: Select[Any], params: dict[str, Any]
     values = tuple(params[name] if name in params else raw.defaults[name] for name in raw.names)
     sql = raw.sql
     try:
-        cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        # The pool's DB-API connection (an attribute; driver_connection is three property
+        # calls): for the sqlite3 driver, the driver's connection itself.
+        cursor = connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
         # SQLAlchemy's own test before it calls listeners (iterating none costs more), then
         # whether any listens to these two events: the verifier's engine has others (connect,
         # begin, handle_error), and walking an empty listener list costs ~3 us each time.
