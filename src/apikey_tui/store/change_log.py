@@ -54,6 +54,10 @@ POSITION = sa_select(func.max(CHANGE.c.seq))
 # Every change from a position on (that position's own row included: if it is gone, the log
 # was pruned past the reader), with the changed id's fingerprint now, as a current id or as a
 # previous one in grace.
+# A key a request names is read by itself after this, not carried in it: a UNION ALL of its
+# rows (when the log names it) was measured on SQLite (issue 31): right after a commit the cost
+# is the pages SQLite reads again, not the statements, so it saved nothing on a changed key and
+# cost a commit that changed other keys 12-20 us more (branch fix31-reread2-fold).
 CHANGES = (
     sa_select(
         CHANGE.c.seq,
@@ -173,7 +177,9 @@ def fetch(connection: Connection, statement: Select[Any], params: dict[str, Any]
     values = tuple(params[name] if name in params else raw.defaults[name] for name in raw.names)
     sql = raw.sql
     try:
-        cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        # The pool's DB-API connection (an attribute; driver_connection is three property
+        # calls): for the sqlite3 driver, the driver's connection itself.
+        cursor = connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
         # SQLAlchemy's own test before it calls listeners (iterating none costs more), then
         # whether any listens to these two events: the verifier's engine has others (connect,
         # begin, handle_error), and walking an empty listener list costs ~3 us each time.
