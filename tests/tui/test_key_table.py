@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 from sqlalchemy import insert
+from textual import events
 from textual.pilot import Pilot
 from textual.strip import Strip
 
 from apikey_tui.db.models import KeyRow, KeyScopeRow
 from apikey_tui.store import KeyQuery, KeyStore
-from apikey_tui.tui.key_table import KeyFilter, KeyTable
+from apikey_tui.tui.key_table import FILTER_MAX, KeyFilter, KeyTable
 from apikey_tui.tui.text import fit
 from apikey_tui.tui.times import relative
 from tests.conftest import FakeClock
@@ -375,3 +376,59 @@ async def test_every_owner_lays_its_columns_once(
         await pilot.pause(1.0)  # the count and the usage column have long arrived
         assert table.total == 65
         assert painted == [table.widths], painted
+
+
+async def test_slash_in_the_emptied_filter_types_nothing(tui_store: KeyStore) -> None:
+    """After Escape emptied the filter (the focus stays in it), `/` keeps the focus there and
+    types nothing: 'bob' typed next is the filter, not '/bob'; inside a filter '/' is text."""
+    tui_store.create_key("bob", "deploy", ["project"])
+    app = make_app(tui_store, owner=None)
+    async with app.run_test(size=(70, 24)) as pilot:
+        await loaded(pilot)
+        await pilot.press("slash", "d", "e", "escape")
+        await settle(pilot)
+        box = app.screen.query_one(KeyFilter)
+        assert box.value == "" and box.has_focus
+        await pilot.press("slash", "b", "o", "b")
+        await settle(pilot)
+        assert box.value == "bob" and box.has_focus
+        await pilot.press("slash")
+        assert box.value == "bob/"
+
+
+async def test_keys_typed_in_one_burst_read_the_keys_once(
+    tui_store: KeyStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long text typed key by key in one burst (no bracketed paste) asks the database once,
+    for the newest text, not once per keystroke; the box takes at most FILTER_MAX characters."""
+    tui_store.create_key("bob", "deploy", ["project"])
+    asked: list[str] = []
+    set_filter = KeyTable.set_filter
+
+    def counted_set_filter(table: KeyTable, text: str) -> None:
+        asked.append(text)
+        set_filter(table, text)
+
+    monkeypatch.setattr(KeyTable, "set_filter", counted_set_filter)
+    app = make_app(tui_store, owner=None)
+    async with app.run_test(size=(80, 24)) as pilot:
+        table = await loaded(pilot)
+        await pilot.press("slash")
+        typed = "owner:bob " * 150  # 1,500 characters
+        for char in typed:
+            app.post_message(events.Key("space" if char == " " else char, char))
+        await settle(pilot)
+        assert table.key_query.text == typed[:FILTER_MAX]
+        assert len(asked) <= 3, len(asked)  # not 1,000
+
+
+async def test_the_filter_placeholder_names_terms_and_fits_70_columns(tui_store: KeyStore) -> None:
+    """The empty filter says it takes tag: and kind: terms too, whole at 70 columns, and does
+    not start with '/' (which the focused box would not take as text)."""
+    app = make_app(tui_store)
+    async with app.run_test(size=(70, 24)) as pilot:
+        await loaded(pilot)
+        box = app.screen.query_one(KeyFilter)
+        hint = box.placeholder
+        assert "tag:" in hint and "kind:" in hint and not hint.startswith("/")
+        assert len(hint) < box.content_region.width, (len(hint), box.content_region.width)

@@ -11,6 +11,7 @@ from textual.widgets import DataTable, Input, Static
 
 from apikey_tui.limits import parse_limit
 from apikey_tui.store import KeyStore
+from apikey_tui.tui.app import help_sections
 from apikey_tui.tui.dialogs.ask_value import AskValueDialog
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.keys_screen import KeysScreen
@@ -159,3 +160,101 @@ async def test_transfer_and_tags_from_a_keys_detail(tui_store: KeyStore) -> None
         await pilot.press("y")
         await settle(pilot)
     assert tui_store.get_key("payments", "laptop").tags == (("env", "dev"),)
+
+
+async def test_the_offboarding_question_has_real_lines_and_the_stored_reason(
+    tui_store: KeyStore,
+) -> None:
+    """b's question shows each key on a line of its own (no literal '\\n') and names the
+    reason the disabled keys then hold ('offboarded: frank')."""
+    tui_store.create_key("frank", "fk1", ["project"])
+    tui_store.create_key("frank", "fk2", ["project"])
+    app = make_app(tui_store, owner=None)
+    async with app.run_test(size=SMALL) as pilot:
+        await jump(pilot, "owners")
+        await pilot.press("b")
+        await settle(pilot)
+        assert isinstance(app.screen, ConfirmDialog)
+        body = str(app.screen.query_one(".dialog-body", Static).render())
+        assert "\\n" not in body
+        lines = body.splitlines()
+        assert lines[0].startswith("frank/fk1 · owns") and lines[1].startswith("frank/fk2")
+        assert "(reason 'offboarded: frank')" in body
+        await pilot.press("y")
+        await settle(pilot)
+    assert tui_store.get_key("frank", "fk1").disabled_reason == "offboarded: frank"
+
+
+async def test_the_detail_title_names_the_new_owner_after_a_transfer(tui_store: KeyStore) -> None:
+    """After T the detail's top line says whose key it now is, as its Owner row does."""
+    tui_store.add_owner("svc-f", "service")
+    tui_store.create_key("frank", "fk1", ["project"])
+    app = make_app(tui_store, owner="frank")
+    async with app.run_test(size=SMALL) as pilot:
+        await open_detail(pilot)
+        assert shown(app, "#context").startswith("Key of frank: fk1")
+        await pilot.press("T")
+        await pilot.pause()
+        app.screen.query_one(Input).value = "svc-f"
+        await pilot.press("enter")
+        await settle(pilot)
+        assert isinstance(app.screen, KeyDetailScreen)
+        assert "Owner        svc-f" in shown(app, "#detail-fields")
+        assert shown(app, "#context").startswith("Key of svc-f: fk1")
+
+
+async def test_a_refused_pool_reopens_the_dialog_with_the_text(tui_store: KeyStore) -> None:
+    """A pool the store refuses (two limits of one window) opens the dialog again holding what
+    was typed and why, as a key's L does; nothing is written."""
+    tui_store.add_owner("payments", "team")
+    app = make_app(tui_store)
+    async with app.run_test(size=SMALL) as pilot:
+        await jump(pilot, "owners")
+        await pilot.press("down", "L")
+        await pilot.pause()
+        app.screen.query_one(Input).value = "10/s 10/s"
+        await pilot.press("enter")
+        await settle(pilot)
+        dialog = app.screen
+        assert isinstance(dialog, AskValueDialog)
+        assert dialog.query_one(Input).value == "10/s 10/s"
+    assert tui_store.owner_limits("payments") == ()
+
+
+async def test_nothing_to_undo_names_every_change_u_undoes(tui_store: KeyStore) -> None:
+    """After one undo, u says which changes it can undo: transfer and tags among them, every
+    action the store can undo (bulk.UNDOABLE) but an offboarding, which :owners undoes."""
+    tui_store.create_key("alice", "laptop", ["project"])
+    app = make_app(tui_store)
+    toasts = Toasts()
+    async with app.run_test(size=SMALL, message_hook=toasts.hook) as pilot:
+        await open_detail(pilot)
+        await pilot.press("u")
+        await settle(pilot)
+    said = toasts.messages[-1]
+    assert said.startswith("Nothing to undo: only the last disable, enable, expiry, limits, ")
+    for change in ("metadata", "networks", "scopes", "tags or transfer change", ":owners"):
+        assert change in said, change
+
+
+async def test_the_detail_says_which_keys_set_owner_and_tags(tui_store: KeyStore) -> None:
+    """The detail's Owner row names T and an untagged key's Tags row names g, as Limits
+    names L."""
+    tui_store.create_key("alice", "laptop", ["project"])
+    app = make_app(tui_store)
+    async with app.run_test(size=SMALL) as pilot:
+        await open_detail(pilot)
+        fields = shown(app, "#detail-fields")
+    assert "Owner        alice · T transfers it" in fields
+    assert "Tags         none · g sets them" in fields
+    assert "Limits       none · L sets them" in fields
+
+
+def test_the_owners_help_says_what_each_key_does() -> None:
+    """The help's Owners lines say what each key does, not the footer's bare labels."""
+    section = next(s for s in help_sections() if s.title.startswith("Owners"))
+    rows = dict(section.rows())
+    assert rows["L"].startswith("set its limit pool")
+    assert rows["b"].startswith("offboard a person")
+    assert rows["j / k"] == "next / previous owner (as ↓ / ↑)"
+    assert not {"Pool", "Offboard", "Down", "Up", "Keys", "Undo", "Back"} & set(rows.values())

@@ -155,6 +155,11 @@ def _memberships(session: Session, person: str) -> tuple[Membership, ...]:
     return tuple(Membership(t, kinds.get(t, ""), tuple(others.get(t, ()))) for t in teams)
 
 
+def default_reason(person: str) -> str:
+    """The reason the person's disabled keys get unless one is given ('offboarded: alice')."""
+    return f"offboarded: {person}"
+
+
 def apply(
     ctx: StoreContext,
     seen: Preview,
@@ -167,7 +172,7 @@ def apply(
     its new owner, keep every other key, and end the person's memberships. One transaction,
     one batch (`bulk.restore` undoes it); refused whole if a key changed since the preview.
     """
-    reason = reason or f"offboarded: {seen.person}"
+    reason = reason or default_reason(seen.person)
     check_reason(reason)
     moves = dict(transfers or {})
     held = {(h.key.owner, h.key.name): h.key for h in seen.keys}

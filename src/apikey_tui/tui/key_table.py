@@ -212,6 +212,12 @@ def _total_width(widths: Sequence[int]) -> int:
     return 1 + sum(widths) + len(_GAP) * (len(widths) - 1)
 
 
+# Characters the filter box takes: more than any filter needs, few enough that the box stays
+# quick to type into and that its terms (166 at most, 'tag:a ') stay well below what SQLite
+# can combine (its expression depth gives out between 300 and 500 terms of one field).
+FILTER_MAX = 1000
+
+
 class KeyFilter(Input):
     """The filter box: Escape clears it (a second Escape, on an empty box, returns to the table)."""
 

@@ -39,6 +39,7 @@ from apikey_tui.tui.undo_words import (
     limits_words,
     networks_words,
     parse_tags,
+    undoable_words,
 )
 from apikey_tui.tui.workers import Failure, StoreRunner
 
@@ -339,8 +340,8 @@ class KeyWrites:
         batch = self.session.undoable
         if batch is None:
             self._notify(
-                "Nothing to undo: only the last disable, enable, expiry, scopes, limits or "
-                "networks change can be."
+                f"Nothing to undo: only the last {undoable_words()} change can be "
+                "(an offboarding: u in :owners)."
             )
             return
         keys = batch.before

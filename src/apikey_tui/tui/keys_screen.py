@@ -15,7 +15,7 @@ from apikey_tui.tui.dialogs.create_key import CreateKeyDialog
 from apikey_tui.tui.first_rows import settled
 from apikey_tui.tui.fitting_footer import FittingFooter
 from apikey_tui.tui.key_actions import TABLE, bindings, typed_as_text
-from apikey_tui.tui.key_table import COLUMNS, SORTABLE, Identity, KeyFilter, KeyTable
+from apikey_tui.tui.key_table import COLUMNS, FILTER_MAX, SORTABLE, Identity, KeyFilter, KeyTable
 from apikey_tui.tui.key_writes import KeyWrites
 from apikey_tui.tui.messages import KeysLoaded, ReachabilityChanged, StoreFailed, StoreOpened
 from apikey_tui.tui.polling import marker_moved, poll_failed
@@ -47,6 +47,7 @@ class KeysScreen(WorkerHost, Screen[None]):
         self._unreachable: str | None = None  # why the database cannot be reached, if it cannot
         # The reason a write just failed, while the reload after it runs: one toast says it once.
         self._reloading_after: str | None = None
+        self._filter_due = False  # the box changed: its newest text is read after a refresh
 
     # --- layout -------------------------------------------------------------------------------
 
@@ -55,8 +56,9 @@ class KeysScreen(WorkerHost, Screen[None]):
         owner = "all owners" if session.owner is None else f"owner: {session.owner}"
         yield ContextLine(f"API keys · {owner}", session.database_label)
         yield KeyFilter(
-            placeholder="/ filter by name, public id, scope, owner or state",
+            placeholder="filter: name, id, scope, owner, state; tag:env=prod kind:team …",
             id="filter",
+            max_length=FILTER_MAX,
             compact=True,
         )
         yield KeyTable(id="keys")
@@ -184,8 +186,13 @@ class KeysScreen(WorkerHost, Screen[None]):
         self.refresh_bindings()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool:
+        focused = self.focused
+        if action == "focus_filter" and isinstance(focused, KeyFilter) and not focused.value:
+            # '/' in the empty box (Escape cleared it, the focus stayed) is the filter key
+            # pressed again, not the start of a filter: it keeps the focus, typing nothing.
+            return True
         # in the filter, '/' and 'n' are text
-        return not typed_as_text(action, self.focused) and self.offers(action)
+        return not typed_as_text(action, focused) and self.offers(action)
 
     def offers(self, action: str) -> bool:
         """Whether action can act in this state, wherever the focus is (the palette asks)."""
@@ -235,8 +242,18 @@ class KeysScreen(WorkerHost, Screen[None]):
     # --- filter and sort ----------------------------------------------------------------------
 
     @on(Input.Changed, "#filter")
-    def _filter_changed(self, event: Input.Changed) -> None:
-        self.query_one(KeyTable).set_filter(event.value)  # the database filters, in a worker
+    def _filter_changed(self) -> None:
+        # Keys typed one at a time (a long text over SSH without bracketed paste) each change
+        # the box: one read for the newest text once they are handled, not a read (started,
+        # then cancelled) per keystroke, which kept the app busy for minutes at 20,000.
+        if not self._filter_due:
+            self._filter_due = True
+            self.call_after_refresh(self._apply_filter)
+
+    def _apply_filter(self) -> None:
+        self._filter_due = False
+        text = self.query_one("#filter", Input).value
+        self.query_one(KeyTable).set_filter(text)  # the database filters, in a worker
 
     @on(KeyFilter.Left)
     @on(Input.Submitted, "#filter")

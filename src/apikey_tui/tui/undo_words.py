@@ -27,6 +27,19 @@ _CHANGE = {
 }
 
 
+def undoable_words() -> str:
+    """What the key views' u can undo, from the store's one list (`bulk.UNDOABLE`): 'disable,
+    enable, …, tags or transfer'; an offboarding is undone in the Owners view."""
+    from apikey_tui.store import UNDOABLE  # the store's bulk module: after the first paint
+
+    words = sorted(
+        _CHANGE.get(action, action).removesuffix(" change")
+        for action in UNDOABLE
+        if action != "offboard"
+    )
+    return f"{', '.join(words[:-1])} or {words[-1]}"
+
+
 def change_of(batch: Batch) -> str:
     """'disable of ci-deploy of root', 'expiry change of 3 keys'."""
     what = _CHANGE.get(batch.action, batch.action)

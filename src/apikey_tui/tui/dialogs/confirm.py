@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
@@ -27,7 +30,8 @@ class ConfirmDialog(ModalScreen[bool]):
         Binding("left,right", "other_button", "Other button", show=False),
     ]
 
-    def __init__(self, title: str, body: str, confirm_label: str) -> None:
+    def __init__(self, title: str, body: str | Sequence[str], confirm_label: str) -> None:
+        """body: a paragraph, or lines (each shown literally, on a line of its own)."""
         super().__init__()
         self._title, self._body, self._confirm_label = title, body, confirm_label
         self._shown = False  # drawn at least once: only then can a yes be meant
@@ -42,7 +46,8 @@ class ConfirmDialog(ModalScreen[bool]):
             yield Static(literal(self._title), classes="dialog-title")
             # Not focusable: Tab, Left and Right move between the two buttons only.
             with VerticalScroll(classes="dialog-scroll", can_focus=False):
-                yield Static(literal(self._body), classes="dialog-body")
+                lines = [self._body] if isinstance(self._body, str) else self._body
+                yield Static(Content("\n").join(map(literal, lines)), classes="dialog-body")
             with Horizontal(classes="buttons"):
                 yield Button(self._confirm_label, variant="error", id="confirm")
                 yield Button("Cancel", id="cancel")

@@ -22,6 +22,7 @@ from apikey_tui.store.network_use import NetworkUse
 from apikey_tui.store.rightsizing import Proposal
 from apikey_tui.store.types import DEFAULT_WINDOW
 from apikey_tui.store.usage import KeyUsage
+from apikey_tui.tui.context_line import ContextLine
 from apikey_tui.tui.fitting_footer import FittingFooter
 from apikey_tui.tui.key_actions import DETAIL, bindings
 from apikey_tui.tui.messages import KeyVanished
@@ -136,6 +137,11 @@ def limit_use_text(use: LimitUse, now: datetime) -> str:
     if use.window_ends is not None and use.window_ends - now >= timedelta(minutes=1):
         ends = f" · ends {relative(use.window_ends, now)}"
     return f"{use.limit} ({whose}) · {use.used:,} used ({share} %){near}{ends}"
+
+
+def title(key: KeyInfo) -> str:
+    """The detail's top line: owner first, so a narrow line cuts the name (shown whole below)."""
+    return f"Key of {key.owner}: {key.name}"
 
 
 def limit_rows(read: LimitUses, now: datetime, width: int = 200) -> list[tuple[str, str]]:
@@ -260,8 +266,7 @@ class KeyDetailScreen(LiveScreen[DetailData]):
 
     def compose(self) -> ComposeResult:
         key = self.key
-        # Owner first: a narrow line cuts the name (shown whole below), never the owner.
-        yield self.context_line(f"Key of {key.owner}: {key.name}")
+        yield self.context_line(title(key))
         with VerticalScroll(id="detail-top"):
             yield Static("Loading…", id="detail-fields")
             yield Static(f"Scopes · requests in {WINDOW} · last use", classes="section")
@@ -314,6 +319,7 @@ class KeyDetailScreen(LiveScreen[DetailData]):
         fence, self.networks = nets
         info, now = self.detail.info, self.session.store.clock()
         self.key = info  # a transfer moves it to another owner: the next read follows
+        self.query_one(ContextLine).set_what(title(info))  # and the title names the new one
         origin = self.detail.origin
         if origin is None:
             made = ("Created by", "unknown (no event recorded)")
@@ -324,7 +330,7 @@ class KeyDetailScreen(LiveScreen[DetailData]):
             made = (label, f"{actor_text(origin)} · {relative(origin.at, now)}")
         rotated = origin is not None and origin.action in ("key.rotate", "key.recreate")
         rows = [
-            ("Owner", info.owner),
+            ("Owner", f"{info.owner} · T transfers it"),
             ("Name", info.name),
             ("Public id", info.public_id),
             *lifecycle_rows(info, now),
@@ -339,7 +345,7 @@ class KeyDetailScreen(LiveScreen[DetailData]):
                 if info.created_by and (rotated or not origin)
                 else []
             ),
-            *([("Tags", pairs_words(info.tags))] if info.tags else []),
+            ("Tags", pairs_words(info.tags) or "none · g sets them"),
             *([("Metadata", pairs_words(info.meta))] if info.meta else []),
             *limit_rows(uses, now, max(self.size.width - _LABEL - 2, 20)),
             *network_rows(info, fence, self.networks, max(self.size.width - _LABEL - 2, 20)),

@@ -15,6 +15,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
+from apikey_tui.errors import ApiKeyError
 from apikey_tui.tui.context_line import ContextLine
 from apikey_tui.tui.key_actions import typed_as_text
 from apikey_tui.tui.messages import ReachabilityChanged, StoreFailed, ViewRead
@@ -152,11 +153,17 @@ class LiveScreen(WorkerHost, Screen[None], Generic[T]):
     # --- writing ------------------------------------------------------------------------------
 
     def run_store(
-        self, operation: Callable[[KeyStore], Message], doing: str, *, writes: bool = True
+        self,
+        operation: Callable[[KeyStore], Message],
+        doing: str,
+        *,
+        writes: bool = True,
+        again: Callable[[ApiKeyError], None] | None = None,
     ) -> None:
         """Run one store call off the event loop (the one StoreRunner); its message comes back
-        here. A write ends the offer of undo (`Session.undoable`)."""
-        self.runner.run(operation, doing, self.post_message, writes=writes)
+        here. A write ends the offer of undo (`Session.undoable`). again: reopen the dialog
+        on a refusal of what was typed (`StoreRunner.run`)."""
+        self.runner.run(operation, doing, self.post_message, writes=writes, again=again)
 
     def on_store_failed(self, message: StoreFailed) -> None:
         message.stop()

@@ -14,8 +14,9 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import DataTable, Static
 
+from apikey_tui.errors import ApiKeyError
 from apikey_tui.names import counted, printable
-from apikey_tui.store.offboarding import OWNS, not_a_person
+from apikey_tui.store.offboarding import OWNS, default_reason, not_a_person
 from apikey_tui.store.owner_limits import OwnerLimits
 from apikey_tui.store.owners import OwnerInfo
 from apikey_tui.tui.dialogs.ask_value import Answer, AskValueDialog
@@ -181,7 +182,7 @@ class OwnersScreen(LiveScreen[list[OwnerInfo]]):
         if owner is None:
             return
         name = owner.name
-        dialog: AskValueDialog[Any] = AskValueDialog(
+        first: AskValueDialog[Any] = AskValueDialog(
             f"Set the limit pool of {name}?",
             f"Now: {limits_words(owner.limits)}. Every key of {name} draws from it (a team's "
             "limit is shared by its keys). N/DURATION each (600/m 10000/d), or none. u undoes it.",
@@ -192,17 +193,25 @@ class OwnersScreen(LiveScreen[list[OwnerInfo]]):
             placeholder="600/m 10000/d, or none",
         )
 
-        def answered(answer: Answer[Any] | None) -> None:
-            if answer is None:
-                return
+        def ask(dialog: AskValueDialog[Any]) -> None:
+            def answered(answer: Answer[Any] | None) -> None:
+                if answer is None:
+                    return
 
-            def operation(store: KeyStore) -> Message:
-                done = store.set_owner_limits(name, answer.value)
-                return OwnersChanged(f"{name}'s pool: {limits_words(done.after)}.", done)
+                def operation(store: KeyStore) -> Message:
+                    done = store.set_owner_limits(name, answer.value)
+                    return OwnersChanged(f"{name}'s pool: {limits_words(done.after)}.", done)
 
-            self.run_store(operation, f"Set the pool of {name}")
+                # A pool the store refuses (two limits of one window) reopens as typed, as a
+                # key's L does (KeyWrites._ask).
+                def again(error: ApiKeyError) -> None:
+                    ask(dialog.again(answer.text, str(error)))
 
-        self.app.push_screen(dialog, answered)
+                self.run_store(operation, f"Set the pool of {name}", again=again)
+
+            self.app.push_screen(dialog, answered)
+
+        ask(first)
 
     def action_offboard(self) -> None:
         owner = self._chosen()
@@ -223,10 +232,13 @@ class OwnersScreen(LiveScreen[list[OwnerInfo]]):
         seen = message.preview
         lines = preview_lines(seen, max(self.size.width - 8, 30))
         shown = lines[:10] + ([f"… and {len(lines) - 10} more"] if len(lines) > 10 else [])
-        body = (
-            "\n".join(shown) + "\n\nApplying disables their own keys (reason 'offboarded'), "
-            "keeps every other key working and ends their memberships: one batch, u undoes it."
-        )
+        reason = default_reason(seen.person)  # the one store.offboard gives them below
+        body = [
+            *shown,
+            "",
+            f"Applying disables their own keys (reason {reason!r}), keeps every other key "
+            "working and ends their memberships: one batch, u undoes it.",
+        ]
         dialog = ConfirmDialog(
             f"Offboard {seen.person}: {counted(len(seen.keys), 'key')}?", body, "Offboard"
         )
