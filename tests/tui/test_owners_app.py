@@ -238,16 +238,22 @@ async def test_nothing_to_undo_names_every_change_u_undoes(tui_store: KeyStore) 
 
 
 async def test_the_detail_says_which_keys_set_owner_and_tags(tui_store: KeyStore) -> None:
-    """The detail's Owner row names T and an untagged key's Tags row names g, as Limits
-    names L."""
+    """The detail's Owner row names T (and g while the key has no tags, saving a row), a
+    tagged key's Tags row names g, as Limits names L."""
     tui_store.create_key("alice", "laptop", ["project"])
+    tui_store.create_key("alice", "ci", ["project"], tags=[("env", "dev")])
     app = make_app(tui_store)
     async with app.run_test(size=SMALL) as pilot:
+        await open_detail(pilot)  # ci, the first by name
+        tagged = shown(app, "#detail-fields")
+        await pilot.press("escape", "down")
         await open_detail(pilot)
-        fields = shown(app, "#detail-fields")
-    assert "Owner        alice · T transfers it" in fields
-    assert "Tags         none · g sets them" in fields
-    assert "Limits       none · L sets them" in fields
+        untagged = shown(app, "#detail-fields")
+    assert "Owner        alice · T transfers it\n" in tagged
+    assert "Tags         env=dev · g sets them" in tagged
+    assert "Owner        alice · T transfers it · g tags it" in untagged
+    assert "Tags " not in untagged
+    assert "Limits       none · L sets them" in untagged
 
 
 def test_the_owners_help_says_what_each_key_does() -> None:

@@ -330,7 +330,9 @@ class KeyDetailScreen(LiveScreen[DetailData]):
             made = (label, f"{actor_text(origin)} · {relative(origin.at, now)}")
         rotated = origin is not None and origin.action in ("key.rotate", "key.recreate")
         rows = [
-            ("Owner", f"{info.owner} · T transfers it"),
+            # Which keys change owner and tags; an untagged key's hint rides on the Owner row
+            # (a row of its own would push the scopes below the fold at 80x24).
+            ("Owner", f"{info.owner} · T transfers it" + ("" if info.tags else " · g tags it")),
             ("Name", info.name),
             ("Public id", info.public_id),
             *lifecycle_rows(info, now),
@@ -345,7 +347,7 @@ class KeyDetailScreen(LiveScreen[DetailData]):
                 if info.created_by and (rotated or not origin)
                 else []
             ),
-            ("Tags", pairs_words(info.tags) or "none · g sets them"),
+            *([("Tags", f"{pairs_words(info.tags)} · g sets them")] if info.tags else []),
             *([("Metadata", pairs_words(info.meta))] if info.meta else []),
             *limit_rows(uses, now, max(self.size.width - _LABEL - 2, 20)),
             *network_rows(info, fence, self.networks, max(self.size.width - _LABEL - 2, 20)),
