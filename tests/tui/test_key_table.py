@@ -15,7 +15,7 @@ from textual.pilot import Pilot
 from textual.strip import Strip
 
 from apikey_tui.db.models import KeyRow, KeyScopeRow
-from apikey_tui.store import KeyQuery, KeyStore
+from apikey_tui.store import KeyQuery, KeyStore, key_filter
 from apikey_tui.tui.key_table import FILTER_MAX, KeyFilter, KeyTable
 from apikey_tui.tui.text import fit
 from apikey_tui.tui.times import relative
@@ -420,6 +420,7 @@ async def test_keys_typed_in_one_burst_read_the_keys_once(
         await settle(pilot)
         assert table.key_query.text == typed[:FILTER_MAX]
         assert len(asked) <= 3, len(asked)  # not 1,000
+    assert FILTER_MAX == key_filter.TEXT_MAX  # the store's bound, which it refuses beyond
 
 
 async def test_the_filter_placeholder_names_terms_and_fits_70_columns(tui_store: KeyStore) -> None:

@@ -212,9 +212,9 @@ def _total_width(widths: Sequence[int]) -> int:
     return 1 + sum(widths) + len(_GAP) * (len(widths) - 1)
 
 
-# Characters the filter box takes: more than any filter needs, few enough that the box stays
-# quick to type into and that its terms (166 at most, 'tag:a ') stay well below what SQLite
-# can combine (its expression depth gives out between 300 and 500 terms of one field).
+# Characters the filter box takes: the store's bound (key_filter.TEXT_MAX, not imported here:
+# it brings SQLAlchemy before the first paint; a test holds them equal), so the box never holds
+# a text the store refuses for its length, and stays quick to type into.
 FILTER_MAX = 1000
 
 
