@@ -21,31 +21,12 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from apikey_tui import SCHEMA_VERSION
-from apikey_tui.store.key_rows import key_info
+from apikey_tui.store.key_rows import INFO_COLUMN_NAMES, key_info
 from apikey_tui.store.types import KeyInfo
 
-# `records.INFO_COLUMNS`, in their order (the test holds the statements, and so these, equal).
-_KEY_COLUMNS = (
-    "id",
-    "owner",
-    "name",
-    "public_id",
-    "created_at",
-    "last_used_at",
-    "expires_at",
-    "disabled_at",
-    "disabled_reason",
-    "old_public_id",
-    "grace_until",
-    "limits",
-    "networks",
-    "created_by",
-    "meta",
-    "tags",
-)
 _SELECT = (
     "SELECT "
-    + ", ".join(f"apikey_tui_key.{column}" for column in _KEY_COLUMNS)
+    + ", ".join(f"apikey_tui_key.{column}" for column in INFO_COLUMN_NAMES)
     + " \nFROM apikey_tui_key"
 )
 # queries.key_window(KeyQuery(owner), 0, limit): one owner's keys by name; with every owner's,

@@ -15,6 +15,27 @@ from apikey_tui.networks import rules_of_text
 from apikey_tui.store.metadata import meta_of_text, tags_of_text
 from apikey_tui.store.types import KeyInfo
 
+# The key table's columns a KeyInfo is read from, in order (with the id, to find the key's
+# scopes): `records.INFO_COLUMNS` and the first window's sqlite3 statement both select these.
+INFO_COLUMN_NAMES = (
+    "id",
+    "owner",
+    "name",
+    "public_id",
+    "created_at",
+    "last_used_at",
+    "expires_at",
+    "disabled_at",
+    "disabled_reason",
+    "old_public_id",
+    "grace_until",
+    "limits",
+    "networks",
+    "created_by",
+    "meta",
+    "tags",
+)
+
 
 def in_grace(old_public_id: str | None, grace_until: datetime | None, now: datetime) -> bool:
     """Whether a rotation's previous secret still works: up to, not at, grace_until.

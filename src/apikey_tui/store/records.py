@@ -10,6 +10,7 @@ from sqlmodel import Session, select
 
 from apikey_tui.db.models import KeyRow, KeyScopeRow
 from apikey_tui.errors import KeyChangedError, KeyNotFoundError
+from apikey_tui.store.key_rows import INFO_COLUMN_NAMES
 from apikey_tui.store.key_rows import in_grace as in_grace  # re-exported: its callers' home
 from apikey_tui.store.key_rows import key_info as key_info
 from apikey_tui.store.types import KeyInfo
@@ -18,27 +19,7 @@ KEY_TABLE: Table = KeyRow.__table__  # type: ignore[attr-defined]
 SCOPE_TABLE: Table = KeyScopeRow.__table__  # type: ignore[attr-defined]
 # What a KeyInfo is read from (with the id, to find the key's scopes): plain columns, so a
 # listing of many keys need not build ORM objects.
-INFO_COLUMNS: tuple[Column[Any], ...] = tuple(
-    KEY_TABLE.c[name]
-    for name in (
-        "id",
-        "owner",
-        "name",
-        "public_id",
-        "created_at",
-        "last_used_at",
-        "expires_at",
-        "disabled_at",
-        "disabled_reason",
-        "old_public_id",
-        "grace_until",
-        "limits",
-        "networks",
-        "created_by",
-        "meta",
-        "tags",
-    )
-)
+INFO_COLUMNS: tuple[Column[Any], ...] = tuple(KEY_TABLE.c[name] for name in INFO_COLUMN_NAMES)
 
 
 def grace_sql(now: datetime) -> ColumnElement[bool]:
