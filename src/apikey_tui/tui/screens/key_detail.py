@@ -437,6 +437,8 @@ class KeyDetailScreen(LiveScreen[DetailData]):
 
     def on_key_vanished(self, message: KeyVanished) -> None:
         message.stop()
+        if self._gone:  # a second read in flight found it gone too: one warning is enough
+            return
         self._gone = True
         self.show_status()
         if not self._asked_delete:
