@@ -9,8 +9,9 @@ import secrets
 import sys
 import time
 from collections.abc import Callable, Collection, Generator, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
+from operator import attrgetter
 from typing import Any, TypeVar
 
 from sqlalchemy import Engine, event
@@ -121,9 +122,10 @@ class _Entry(Caller):
         return "Caller" + Caller.__repr__(self).removeprefix(type(self).__qualname__)
 
 
-def _fields(caller: Caller) -> tuple[str, str, str, frozenset[str]]:
-    """What makes two callers equal (Caller's compared fields)."""
-    return (caller.owner, caller.key_name, caller.public_id, caller.scopes)
+# What makes two callers equal: Caller's compared fields, read from its dataclass (one list).
+_fields: Callable[[Caller], tuple[object, ...]] = attrgetter(
+    *(f.name for f in fields(Caller) if f.compare)
+)
 
 
 _set = object.__setattr__  # an entry's own slots, past Caller's frozen __setattr__
