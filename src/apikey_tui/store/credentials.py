@@ -164,12 +164,11 @@ class CredentialReads(StoreContext):
         scopes, on a reused connection (on SQLite a prepared statement, `change_log.fetch`): a
         cold check costs one round trip.
         """
-        with self._reads.connection() as conn:
-            rows = change_log.fetch(conn, _CREDENTIAL, {"pid": public_id})
+        rows = self._reads.fetch(_CREDENTIAL, {"pid": public_id})
         if not rows:
             return None
         r = rows[0]
-        scopes = (row.scope for row in rows if row.scope is not None)
+        scopes = [row.scope for row in rows if row.scope is not None]
         now = self.clock()
         info = key_info(r, scopes, now, public_id=public_id)
         disabled = r.disabled_at is not None
@@ -213,8 +212,7 @@ class CredentialReads(StoreContext):
 
         None when seq's own entry was pruned: the reader fell behind and must drop everything.
         """
-        with self._reads.connection() as conn:
-            return change_log.since(conn, seq, self.clock())
+        return change_log.read_since(self._reads, seq, self.clock())
 
     def replace_hash(self, public_id: str, old_hash: str, new_hash: str) -> None:
         """Store an upgraded hash, unless the key was recreated or deleted meanwhile."""
