@@ -153,11 +153,15 @@ def pass_after_commit(count: int = 10_000) -> dict[str, float]:
 
 
 def cold_reread(rounds: int = 400) -> dict[str, float]:
-    """SQLite: verify a cached key right after it changed (re-read, argon2 skipped)."""
+    """SQLite: verify a cached key right after it changed (re-read, argon2 skipped).
+
+    On a verifier as services build it (`from_url`): no statement-counting listener, which
+    makes each read take the listened path (a cursor, the listener's call) a service never pays.
+    """
     with database("sqlite") as url:
         store = KeyStore.open(url, hasher=CHEAPEST)
         header = f"ApiKey {store.create_key('bench', 'changing', ['project']).plaintext}"
-        verifier, _ = _verifier(url)
+        verifier = Verifier.from_url(url, hasher=CHEAPEST)
         verifier.verify(header)
         times = []
         scopes = (["project"], ["project", "serving"])
