@@ -172,9 +172,11 @@ class CredentialReads(StoreContext):
         now = self.clock()
         info = key_info(r, scopes, now, public_id=public_id)
         disabled = r.disabled_at is not None
-        pool = limits_of_text(r.owner_limits)
-        fence = rules_of_text(r.owner_networks)
-        meta = caller_meta(r.owner_meta, r.meta)
+        # The owner's limits, network rules and metadata, read only when there are any (as
+        # key_info does for the key's own): most owners have none.
+        pool = limits_of_text(r.owner_limits) if r.owner_limits else ()
+        fence = None if r.owner_networks is None else rules_of_text(r.owner_networks)
+        meta = caller_meta(r.owner_meta, r.meta) if r.owner_meta or r.meta else NO_META
         if r.public_id == public_id:
             return Credential(
                 info, r.secret_hash, r.fingerprint, r.expires_at, disabled, pool, fence, meta

@@ -385,7 +385,11 @@ class Verifier:
         in the usual spelling is not looked up twice.
         """
         credential = split_credentials(authorization)
-        digest = self._digest(credential)
+        # A copy of a SHA-256 already fed the salt (~0.1 us less than hashing salt + key),
+        # inline as in _warm.
+        salted = self._salted.copy()
+        salted.update(credential.encode())
+        digest = salted.digest()
         assert authorization is not None  # split_credentials refused None
         if not (
             warmed
@@ -456,12 +460,6 @@ class Verifier:
         self.stats.refused(error)
         return error
 
-    def _digest(self, credential: str) -> bytes:
-        # A copy of a SHA-256 already fed the salt: ~0.1 us less than hashing salt + key.
-        digest = self._salted.copy()
-        digest.update(credential.encode())
-        return digest.digest()
-
     def _warm(self, authorization: str | None, digest: bytes | None = None) -> Caller | None:
         """The caller of a key verified before and unchanged since, else None (no refusal).
 
@@ -474,7 +472,8 @@ class Verifier:
             if digest is None:
                 if authorization is None or not authorization.startswith(_USUAL):
                     return None
-                # _digest inline: a call is a tenth of this path's own cost.
+                # The salted digest inline (as _answer has it): a call is a tenth of this
+                # path's own cost.
                 salted = self._salted.copy()
                 salted.update(authorization[7:].encode())
                 digest = salted.digest()
