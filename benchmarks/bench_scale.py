@@ -153,11 +153,15 @@ def pass_after_commit(count: int = 10_000) -> dict[str, float]:
 
 
 def cold_reread(rounds: int = 400) -> dict[str, float]:
-    """SQLite: verify a cached key right after it changed (re-read, argon2 skipped)."""
+    """SQLite: verify a cached key right after it changed (re-read, argon2 skipped).
+
+    On a verifier as services build it (`from_url`): no statement-counting listener, which
+    makes each read take the listened path (a cursor, the listener's call) a service never pays.
+    """
     with database("sqlite") as url:
         store = KeyStore.open(url, hasher=CHEAPEST)
         header = f"ApiKey {store.create_key('bench', 'changing', ['project']).plaintext}"
-        verifier, _ = _verifier(url)
+        verifier = Verifier.from_url(url, hasher=CHEAPEST)
         verifier.verify(header)
         times = []
         scopes = (["project"], ["project", "serving"])
@@ -169,6 +173,50 @@ def cold_reread(rounds: int = 400) -> dict[str, float]:
         assert verifier.stats.argon2 == 1
         verifier.close()
         store.close()
+    times.sort()
+    return {"rounds": rounds, "p50_us": times[len(times) // 2], "p90_us": times[rounds * 9 // 10]}
+
+
+def _admin(url: str, orders: Any) -> None:
+    """In its own process: change the key's scopes at each order, answer when committed."""
+    store = KeyStore.open(url, hasher=CHEAPEST)
+    scopes = (["project", "serving"], ["project"])
+    n = 0
+    while orders.recv():
+        store.set_key_scopes("bench", "changing", scopes[n % 2])
+        n += 1
+        orders.send(True)
+    store.close()
+
+
+def cold_reread_apart(rounds: int = 400) -> dict[str, float]:
+    """cold_reread with the admin in another process, as a service meets a change: its own
+    caches hold its own code, not the admin's (the in-process admin's ORM work evicts them
+    before every timed check, which no service pays)."""
+    import multiprocessing
+
+    with database("sqlite") as url:
+        store = KeyStore.open(url, hasher=CHEAPEST)
+        header = f"ApiKey {store.create_key('bench', 'changing', ['project']).plaintext}"
+        store.close()
+        verifier = Verifier.from_url(url, hasher=CHEAPEST)
+        verifier.verify(header)
+        here, there = multiprocessing.get_context("spawn").Pipe()
+        admin = multiprocessing.get_context("spawn").Process(target=_admin, args=(url, there))
+        admin.start()
+        times = []
+        try:
+            for _ in range(rounds):
+                here.send(True)
+                here.recv()
+                started = time.perf_counter_ns()
+                verifier.verify(header)
+                times.append((time.perf_counter_ns() - started) / 1000)
+        finally:
+            here.send(False)
+            admin.join(60)
+        assert verifier.stats.argon2 == 1
+        verifier.close()
     times.sort()
     return {"rounds": rounds, "p50_us": times[len(times) // 2], "p90_us": times[rounds * 9 // 10]}
 
@@ -218,6 +266,7 @@ def main() -> None:
         results["after_commit"] = pass_after_commit()
     if "reread" in which:
         results["cold_reread"] = cold_reread()
+        results["cold_reread_apart"] = cold_reread_apart()
     for kind in ("sqlite", "postgresql"):
         if "race" in which:
             results[f"race_{kind}"] = new_key_race(kind)
@@ -312,6 +361,13 @@ def markdown(r: Any) -> list[str]:
             f"| re-read of a changed, cached key (argon2 skipped), SQLite, median | {old} |"
             f" {c['p50_us']:.0f} µs (p90 {c['p90_us']:.0f} µs) | ≤ 100 µs:"
             f" {met(c['p50_us'] <= 100)} |"
+        )
+    a = r.get("cold_reread_apart")
+    if a:
+        lines.append(
+            "| the same, the admin in another process (as in a deployment), median | — |"
+            f" {a['p50_us']:.0f} µs (p90 {a['p90_us']:.0f} µs) | ≤ 100 µs:"
+            f" {met(a['p50_us'] <= 100)} |"
         )
     lines.append("")
     for kind in ("sqlite", "postgresql"):

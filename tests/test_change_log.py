@@ -355,6 +355,44 @@ def test_the_prepared_reads_give_what_sqlalchemy_gives_and_its_listeners_see_the
         engine.dispose()
 
 
+def test_a_kept_read_is_seen_by_listeners_added_later_to_its_engine_or_to_every_engine(
+    store: KeyStore, database_url: str
+) -> None:
+    """ReusedConnections.fetch asks its engine's own dispatch whether anything listens (two
+    calls, not sixteen): a listener added to that engine after the reads were kept, or to the
+    Engine class, still sees each read, and once it is removed the reads run without it."""
+    from apikey_tui.store.credentials import _CREDENTIAL
+
+    public_id = store.create_key("alice", "seen", ["project"]).info.public_id
+    engine = _engine(database_url)
+    reads = change_log.ReusedConnections(engine)
+    seen: list[str] = []
+
+    def listener(_c: Any, _k: Any, sql: str, *_a: Any) -> None:
+        seen.append(sql)
+
+    def read() -> None:
+        assert reads.fetch(_CREDENTIAL, {"pid": public_id})
+        assert reads.fetch(change_log.CHANGES, {"seq": 0, "limit": 10})
+
+    try:
+        read()  # the connection kept, nothing listening
+        assert seen == []
+        for target, name in ((engine, "before_cursor_execute"), (Engine, "after_cursor_execute")):
+            event.listen(target, name, listener)
+            try:
+                read()
+            finally:
+                event.remove(target, name, listener)
+            assert len(seen) == 2 and "apikey_tui_change" in seen[1]
+            seen.clear()
+            read()
+            assert seen == []
+    finally:
+        reads.close()
+        engine.dispose()
+
+
 def test_a_prepared_read_that_fails_is_mapped_and_counted_like_any_other(tmp_path: Any) -> None:
     """A driver error in change_log.fetch reaches handle_error listeners once and comes out
     as the one error mapper's StoreUnavailableError (here: a file without our tables)."""
@@ -372,6 +410,11 @@ def test_a_prepared_read_that_fails_is_mapped_and_counted_like_any_other(tmp_pat
         with reads.connection() as conn:
             change_log.fetch(conn, change_log.POSITION, {})
     assert len(errors) == 1
+    # The same through ReusedConnections.fetch (the verifier's reads): mapped, counted once,
+    # and the failed connection let go, never kept.
+    with pytest.raises(StoreUnavailableError, match="no such table"):
+        reads.fetch(change_log.CHANGES, {"seq": 0, "limit": 10})
+    assert len(errors) == 2 and reads._free == []
     engine.dispose()
 
 

@@ -99,6 +99,27 @@ def test_the_wsgi_middleware_adds_few_calls_to_a_warm_check(warm: tuple[Verifier
     assert "Verifier._answer" not in calls
 
 
+def test_a_re_read_of_a_changed_key_is_a_bounded_number_of_python_calls(
+    warm: tuple[Verifier, str],
+) -> None:
+    """A remembered key an admin just changed is re-read (the change log, then the key) and
+    trusted again without argon2 in at most 90 Python calls (issue 31: it took 154, a
+    quarter of them asking SQLAlchemy whether anything listens to the two reads)."""
+    checker, header = warm
+    store = KeyStore.open(checker._engine.url.render_as_string(hide_password=False), hasher=CHEAP)
+    try:
+        for scopes in (["project", "serving"], ["project"]):  # a cached reader, then counted
+            store.set_key_scopes("alice", "ci", scopes)
+            calls = python_calls(lambda: checker.verify(header, ("project",)))
+        assert "CredentialReads.changes_since" in calls and "CredentialReads.credential" in calls
+        assert len(calls) <= 90, calls
+        assert checker.stats.argon2 == 1 and checker.stats.revalidated == 2
+        # A key read once per check, and the presented secret fingerprinted once per check.
+        assert calls.count("fingerprint") == 1
+    finally:
+        store.close()
+
+
 def test_a_freshness_failure_on_the_warm_path_is_one_counted_503(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

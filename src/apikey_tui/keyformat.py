@@ -46,11 +46,18 @@ def _random(n: int) -> str:
 def checksum(body: str) -> str:
     """Return the CRC-32 of the key body as CHECK_CHARS base32 digits."""
     value = zlib.crc32(body.encode("ascii"))
-    digits = []
-    for _ in range(CHECK_CHARS):
-        digits.append(ALPHABET[value & 31])
-        value >>= 5
-    return "".join(reversed(digits))
+    # Most significant digit first, unrolled: every cold check of a key parses it (a loop,
+    # a list and a join cost a re-read about a microsecond).
+    a = ALPHABET
+    return (
+        a[value >> 30]
+        + a[value >> 25 & 31]
+        + a[value >> 20 & 31]
+        + a[value >> 15 & 31]
+        + a[value >> 10 & 31]
+        + a[value >> 5 & 31]
+        + a[value & 31]
+    )
 
 
 def new_public_id() -> str:
@@ -73,6 +80,7 @@ def parse(text: str) -> ParsedKey:
         raise MalformedKey("not an API key of this format")
     public_id, secret, check = match.groups()
     # The checksum is not secret, but a constant-time compare costs nothing and avoids a debate.
-    if not hmac.compare_digest(check, checksum(f"{public_id}{SEPARATOR}{secret}")):
+    # Its body is the text before it (the pattern matched "<id>.<secret>" there).
+    if not hmac.compare_digest(check, checksum(text[:-CHECK_CHARS])):
         raise MalformedKey("API key checksum does not match (mistyped or truncated?)")
     return ParsedKey(public_id, secret)

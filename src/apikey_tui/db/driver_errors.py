@@ -68,7 +68,7 @@ def typed_error(
     """What `database_errors` raises for exc instead (None: no database error, raise it as it is).
 
     For a hot path that cannot afford a generator's context manager (the verifier's reads,
-    `change_log.ReusedConnections`): the same mapping, called from an `__exit__`.
+    `change_log.ReusedConnections`): the same mapping, called where a read failed.
     """
     if not isinstance(exc, _driver_errors()):
         return None

@@ -25,7 +25,7 @@ from sqlmodel import Session
 from apikey_tui import forksafety
 from apikey_tui.db import READ, database_errors
 from apikey_tui.db.driver_errors import typed_error
-from apikey_tui.db.models import ChangeRow, KeyRow
+from apikey_tui.db.models import ChangeRow, KeyRow, UTCDateTime
 from apikey_tui.store.records import in_grace
 
 # How long a change stays in the log. A verifier that has not read the log for longer (on
@@ -114,7 +114,16 @@ def position(connection: Connection) -> int:
 def since(connection: Connection, seq: int, now: datetime) -> list[Change] | None:
     """Changes after seq with each id's fingerprint now; None if seq's row was pruned (or
     more than MAX_CHANGES followed it)."""
-    rows = fetch(connection, CHANGES, {"seq": seq, "limit": MAX_CHANGES + 2})
+    return _changes(fetch(connection, CHANGES, {"seq": seq, "limit": MAX_CHANGES + 2}), seq, now)
+
+
+def read_since(reads: ReusedConnections, seq: int, now: datetime) -> list[Change] | None:
+    """`since` on one of the verifier's kept connections (`ReusedConnections.fetch`)."""
+    return _changes(reads.fetch(CHANGES, {"seq": seq, "limit": MAX_CHANGES + 2}), seq, now)
+
+
+def _changes(rows: Sequence[Any], seq: int, now: datetime) -> list[Change] | None:
+    """`since`'s answer from the rows of CHANGES read from seq."""
     if not rows or rows[0].seq != seq or len(rows) > MAX_CHANGES + 1:
         return None
     changes = []
@@ -156,45 +165,64 @@ class _Raw(NamedTuple):
 _raw: dict[tuple[Select[Any], type[Dialect], str], _Raw | None] = {}
 
 
-def fetch(connection: Connection, statement: Select[Any], params: dict[str, Any]) -> Sequence[Any]:
+def fetch(
+    connection: Connection,
+    statement: Select[Any],
+    params: dict[str, Any],
+    events: Any = None,
+) -> Sequence[Any]:
     """The rows of one of the verifier's reads: `connection.execute(statement, params).all()`,
     at a fifth of its cost on SQLite.
 
     There the SQL text (compiled once per dialect) runs on the driver's own connection, whose
     statement cache keeps it prepared: no execution context, no compiled-cache lookup, a row a
     plain named tuple, each column read by its type's own result processor (the same values
-    SQLAlchemy gives). The engine's before_ and after_cursor_execute listeners still see every
-    statement (with no execution context). A driver error runs the statement once more the
-    ordinary way, so it reaches the handle_error listeners (the verifier's metric) and the one
-    error mapper (`typed_error`, in every use of ReusedConnections) as every other does.
-    PostgreSQL reads always go the ordinary way (its connection may be inside a transaction).
+    SQLAlchemy gives; a UTC time parsed in C, `_reader`). The engine's before_ and
+    after_cursor_execute listeners still see every statement (with no execution context).
+    `events`: that engine's dispatch (`engine.dispatch`, as ReusedConnections passes it), asked
+    whether anything listens; None asks the connection's own (the engine's joined with the
+    connection's). A driver error runs the statement once more the ordinary way, so it reaches
+    the handle_error listeners (the verifier's metric) and the one error mapper
+    (`typed_error`, in every use of ReusedConnections) as every other does. PostgreSQL reads
+    always go the ordinary way (its connection may be inside a transaction).
     """
     dialect = connection.dialect
     key = (statement, type(dialect), dialect.paramstyle)
     raw = _raw[key] if key in _raw else _raw.setdefault(key, _compile(statement, dialect))
     if raw is None:
         return connection.execute(statement, params).all()
-    values = tuple(params[name] if name in params else raw.defaults[name] for name in raw.names)
+    # The parameters in order, the statement's own values (a LIMIT's) beneath the caller's: C
+    # calls only, where a generator cost a re-read eight Python calls.
+    values = tuple(map((raw.defaults | params).__getitem__, raw.names))
     sql = raw.sql
     try:
         # The pool's DB-API connection (an attribute; driver_connection is three property
         # calls): for the sqlite3 driver, the driver's connection itself.
-        cursor = connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-        # SQLAlchemy's own test before it calls listeners (iterating none costs more), then
-        # whether any listens to these two events: the verifier's engine has others (connect,
-        # begin, handle_error), and walking an empty listener list costs ~3 us each time.
-        after = None
-        if connection._has_events or connection.engine._has_events:
+        dbapi = connection.connection.dbapi_connection
+        # Whether any listens to these two events. The verifier's engine has other listeners
+        # (connect, begin, handle_error), so SQLAlchemy's own test (_has_events) passes, and
+        # asking through the connection's joined dispatch is 16 Python calls a read (~9% of a
+        # re-read's instructions); the engine's own dispatch answers in two: that engine's,
+        # its parents' and its class's listeners. Not asked: listeners on ReusedConnections'
+        # own option engine and connections, which nothing outside it holds.
+        if events is None:
+            listened = connection._has_events or connection.engine._has_events
+        else:
+            listened = bool(events.before_cursor_execute) or bool(events.after_cursor_execute)
+        if not listened:
+            found = dbapi.execute(sql, values).fetchall()  # type: ignore[union-attr]
+        else:
+            cursor = dbapi.cursor()  # type: ignore[union-attr]
             dispatch = connection.dispatch
             before, after = dispatch.before_cursor_execute, dispatch.after_cursor_execute
             if before:
                 for listener in before:
                     sql, values = listener(connection, cursor, sql, values, None, False)
-        cursor.execute(sql, values)
-        if after:
-            after(connection, cursor, sql, values, None, False)
-        found = cursor.fetchall()
-        cursor.close()
+            cursor.execute(sql, values)
+            if after:
+                after(connection, cursor, sql, values, None, False)
+            found = cursor.fetchall()
+            cursor.close()
     except Exception:  # sqlite3.Error: once more the ordinary way (listeners, metric, mapper)
         return connection.execute(statement, params).all()
     make, processors = raw.row, raw.processors
@@ -227,11 +255,35 @@ def _compile(statement: Select[Any], dialect: Dialect) -> _Raw | None:
         compiled.binds[name].type.dialect_impl(dialect).bind_processor(dialect) for name in names
     ):
         return None  # every parameter of ours is a str or an int: passed as it is
-    read = (column.type.dialect_impl(dialect).result_processor(dialect, None) for column in columns)
+    read = (_reader(column.type, dialect) for column in columns)
     processors = tuple((i, process) for i, process in enumerate(read) if process is not None)
     defaults = {name: bind.effective_value for name, bind in compiled.binds.items()}
     row = namedtuple("Row", keys)  # type: ignore[misc]
     return _Raw(str(compiled), names, defaults, processors, row._make)
+
+
+def _reader(kind: Any, dialect: Dialect) -> Callable[[Any], Any] | None:
+    """How `fetch` reads a column of this type: its own result processor, but for a UTC time
+    in the text SQLAlchemy writes on SQLite, the same value parsed in C first."""
+    process: Callable[[Any], Any] | None = kind.dialect_impl(dialect).result_processor(
+        dialect, None
+    )
+    if process is None or not isinstance(kind, UTCDateTime):
+        return process
+
+    def read(value: Any) -> Any:
+        # SQLAlchemy's own text: 'YYYY-MM-DD HH:MM:SS.ffffff', naive, taken as UTC. Its
+        # processor parses it by a regular expression and `replace(tzinfo=UTC)` (~1 us, a
+        # re-read reads two or three); fromisoformat of it with the offset gives the same
+        # datetime. Anything else (or text it refuses) goes the processor's way.
+        if value.__class__ is str and len(value) == 26 and value[10] == " " and value[19] == ".":
+            try:
+                return datetime.fromisoformat(value + "+00:00")
+            except ValueError:
+                pass
+        return process(value)
+
+    return read
 
 
 class ReusedConnections:
@@ -246,6 +298,7 @@ class ReusedConnections:
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine.execution_options(**READ)  # each read one statement, no BEGIN
+        self._events = engine.dispatch  # whose cursor listeners `fetch` asks about
         self._free: list[Connection] = []
         forksafety.reset_in_child(self._after_fork)
 
@@ -256,6 +309,48 @@ class ReusedConnections:
         """A connection for one read (`with reads.connection() as conn:`); database errors
         come out typed, as from `database_errors`."""
         return _Read(self)
+
+    def fetch(self, statement: Select[Any], params: dict[str, Any]) -> Sequence[Any]:
+        """`fetch` on a kept connection, as `with self.connection() as conn:` runs it, in one
+        call: a re-read makes two such reads, and the context object's four calls were a
+        sixth of each one's Python."""
+        try:
+            conn = self._free.pop()
+        except IndexError:
+            conn = self._connect()
+        try:
+            rows = fetch(conn, statement, params, self._events)
+            conn.rollback()  # ends the read (SQLAlchemy's implicit transaction, if any)
+        except BaseException as exc:
+            self._lost(conn, exc)
+            raise
+        self._free.append(conn)
+        return rows
+
+    def _connect(self) -> Connection:
+        """A new connection (none kept free); its error typed."""
+        try:
+            return self._engine.connect()
+        except Exception as exc:
+            error = typed_error(self._engine, exc)
+            if error is None:
+                raise
+            raise error from None
+
+    def _lost(self, conn: Connection, exc: BaseException) -> None:
+        """A read on conn (or the rollback ending it) raised exc: close conn and every kept
+        connection, then raise exc's typed error (or return for the caller to raise exc)."""
+        try:
+            self._failed(conn)
+        except Exception as failed:  # closing after the failure failed too
+            error = typed_error(self._engine, failed)
+            if error is None:
+                raise
+            raise error from None
+        if isinstance(exc, Exception):  # the read's own error
+            error = typed_error(self._engine, exc)
+            if error is not None:
+                raise error from None
 
     def _failed(self, conn: Connection) -> None:
         """Close conn and let every kept connection go: they likely share its fate (a server
@@ -283,9 +378,11 @@ class _Read:
     """One read on a kept connection: `ReusedConnections.connection()`.
 
     A class rather than a generator's context manager nested in `database_errors`: those two
-    cost a SQLite read a third of its own time (~9 of ~27 us), twice per re-read of a key.
-    Errors are mapped by `typed_error`, the mapper `database_errors` itself uses; a connection
-    that failed (or whose read raised anything) is closed, never reused.
+    cost a SQLite read a third of its own time (~9 of ~27 us). The verifier's two reads of a
+    re-read skip even this (`ReusedConnections.fetch`); the index load and the log position
+    use it. Errors are mapped by `typed_error`, the mapper `database_errors` itself uses
+    (`ReusedConnections._lost`); a connection that failed (or whose read raised anything) is
+    closed, never reused.
     """
 
     __slots__ = ("_conn", "_reads")
@@ -299,34 +396,18 @@ class _Read:
         try:
             self._conn = conn = reads._free.pop()
         except IndexError:
-            try:
-                self._conn = conn = reads._engine.connect()
-            except Exception as exc:
-                error = typed_error(reads._engine, exc)
-                if error is None:
-                    raise
-                raise error from None
+            self._conn = conn = reads._connect()
         return conn
 
     def __exit__(self, kind: object, exc: BaseException | None, _tb: object) -> None:
         reads, conn = self._reads, self._conn
         assert conn is not None
-        try:
-            if exc is None:
-                try:
-                    conn.rollback()  # ends the read (SQLAlchemy's implicit transaction, if any)
-                except BaseException:
-                    reads._failed(conn)
-                    raise
-                reads._free.append(conn)
-                return
-            reads._failed(conn)
-        except Exception as failed:  # the rollback, or closing after a failure, failed
-            error = typed_error(reads._engine, failed)
-            if error is None:
+        if exc is None:
+            try:
+                conn.rollback()  # ends the read (SQLAlchemy's implicit transaction, if any)
+            except BaseException as failed:
+                reads._lost(conn, failed)
                 raise
-            raise error from None
-        if isinstance(exc, Exception):  # the read's own error
-            error = typed_error(reads._engine, exc)
-            if error is not None:
-                raise error from None
+            reads._free.append(conn)
+            return
+        reads._lost(conn, exc)

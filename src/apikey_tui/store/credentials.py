@@ -164,18 +164,19 @@ class CredentialReads(StoreContext):
         scopes, on a reused connection (on SQLite a prepared statement, `change_log.fetch`): a
         cold check costs one round trip.
         """
-        with self._reads.connection() as conn:
-            rows = change_log.fetch(conn, _CREDENTIAL, {"pid": public_id})
+        rows = self._reads.fetch(_CREDENTIAL, {"pid": public_id})
         if not rows:
             return None
         r = rows[0]
-        scopes = (row.scope for row in rows if row.scope is not None)
+        scopes = [row.scope for row in rows if row.scope is not None]
         now = self.clock()
         info = key_info(r, scopes, now, public_id=public_id)
         disabled = r.disabled_at is not None
-        pool = limits_of_text(r.owner_limits)
-        fence = rules_of_text(r.owner_networks)
-        meta = caller_meta(r.owner_meta, r.meta)
+        # The owner's limits, network rules and metadata, read only when there are any (as
+        # key_info does for the key's own): most owners have none.
+        pool = limits_of_text(r.owner_limits) if r.owner_limits else ()
+        fence = None if r.owner_networks is None else rules_of_text(r.owner_networks)
+        meta = caller_meta(r.owner_meta, r.meta) if r.owner_meta or r.meta else NO_META
         if r.public_id == public_id:
             return Credential(
                 info, r.secret_hash, r.fingerprint, r.expires_at, disabled, pool, fence, meta
@@ -213,8 +214,7 @@ class CredentialReads(StoreContext):
 
         None when seq's own entry was pruned: the reader fell behind and must drop everything.
         """
-        with self._reads.connection() as conn:
-            return change_log.since(conn, seq, self.clock())
+        return change_log.read_since(self._reads, seq, self.clock())
 
     def replace_hash(self, public_id: str, old_hash: str, new_hash: str) -> None:
         """Store an upgraded hash, unless the key was recreated or deleted meanwhile."""

@@ -42,7 +42,7 @@ from apikey_tui.verifier.freshness import (
     PushFreshness,
     freshness_for,
 )
-from apikey_tui.verifier.gate import CheckGate, FailureBudget, OutageLog, Run, TokenBucket
+from apikey_tui.verifier.gate import CheckGate, Done, FailureBudget, OutageLog, Run, TokenBucket
 from apikey_tui.verifier.key_index import KeyIndex, Verdict
 from apikey_tui.verifier.last_used import LastUsedWriter
 from apikey_tui.verifier.metrics import VerifierStats
@@ -322,12 +322,15 @@ class Verifier:
         """identify past the warm path: the whole check, refusals counted."""
         # Refusals counted as in verify_async, by hand: a generator's context manager costs
         # a SQLite re-read (each check that reads the database) five calls.
-        steps = self._answer(authorization, inline=self._inline)
+        steps = self._answer(authorization, inline=self._inline, warmed=True)
         deadline = time.monotonic() + self._gate.timeout
         try:
             work = next(steps)
             while True:  # each step is work in a CheckGate thread, waited for here
-                work = steps.send(self._gate.wait(work, deadline))
+                # (or already done in this thread: its outcome read without the deadline's sums)
+                work = steps.send(
+                    work.result() if work.__class__ is Done else self._gate.wait(work, deadline)
+                )
         except StopIteration as done:
             caller: Caller = done.value
         except AuthError as error:
@@ -369,7 +372,7 @@ class Verifier:
         return self.authorize(caller, required_scopes, client, route, _spent=True)
 
     def _answer(
-        self, authorization: str | None, *, inline: bool
+        self, authorization: str | None, *, inline: bool, warmed: bool = False
     ) -> Generator[Run[Any], Any, Caller]:
         """The one check, for verify and verify_async (httpx's habit: one generator, two drivers).
 
@@ -377,23 +380,38 @@ class Verifier:
         the caller or raises an AuthError. Memory answers first; the change log is read only
         when the freshness generation moved; the key index refuses unknown ids and wrong
         secrets before any key read or argon2.
+
+        warmed: the caller asked `_warm(authorization)` already (verify, identify), so a header
+        in the usual spelling is not looked up twice.
         """
         credential = split_credentials(authorization)
-        digest = self._digest(credential)
-        caller = self._warm(None, digest)  # "apikey  <key>" is remembered too
-        if caller is not None:
-            return caller
+        # A copy of a SHA-256 already fed the salt (~0.1 us less than hashing salt + key),
+        # inline as in _warm.
+        salted = self._salted.copy()
+        salted.update(credential.encode())
+        digest = salted.digest()
+        assert authorization is not None  # split_credentials refused None
+        if not (
+            warmed
+            and len(authorization) == len(credential) + len(_USUAL)
+            and authorization.startswith(_USUAL)  # so credential is authorization[7:]
+        ):
+            caller = self._warm(None, digest)  # "apikey  <key>" is remembered too
+            if caller is not None:
+                return caller
         parsed = parse_key(credential)
-        verdict = self._index.verdict(parsed.public_id, parsed.secret)
-        if self._feed.synced != self._freshness.generation() and not (
+        judge = self._index.judge
+        verdict, presented = judge(parsed.public_id, parsed.secret)
+        if self._feed.synced != self._generation() and not (
             # Asked at every check (bound 0), a key the index vouches for is read anyway.
             self._ask_always and verdict in (Verdict.MATCH, Verdict.LEGACY)
         ):
             yield from self._synced(inline)
-            caller = self._warm(None, digest)  # an unrelated commit leaves this key cached
-            if caller is not None:
-                return caller
-            verdict = self._index.verdict(parsed.public_id, parsed.secret)
+            if digest in self._entries:  # an unrelated commit leaves this key cached
+                caller = self._warm(None, digest)
+                if caller is not None:
+                    return caller
+            verdict, presented = judge(parsed.public_id, parsed.secret, presented)
         if verdict is Verdict.UNKNOWN and not self._exact:
             # A push (or time bound) may lag a commit by milliseconds: a key created a moment
             # ago reads the log once more, at once if its notice is waiting unread, else within
@@ -403,7 +421,7 @@ class Verifier:
             # budgets the answer is 503 (try again), never a 401 that may be wrong.
             if self._notice_waits() or self._rechecks.take():
                 yield from self._synced(inline)
-                verdict = self._index.verdict(parsed.public_id, parsed.secret)
+                verdict, presented = judge(parsed.public_id, parsed.secret, presented)
             else:
                 verdict = Verdict.UNSURE
         if verdict is Verdict.WRONG:
@@ -418,7 +436,7 @@ class Verifier:
         if verdict is Verdict.LEGACY and not self._budget.allows(parsed.public_id):
             raise InvalidKeyError()
         checked: Caller = yield self._gate.submit(
-            digest, lambda: self._check(parsed, digest), inline=inline
+            digest, lambda: self._check(parsed, digest, presented), inline=inline
         )
         if unsure:  # a lookup that proved a key: only ids no key holds spend the budget
             self._lookups.refund()
@@ -442,12 +460,6 @@ class Verifier:
         self.stats.refused(error)
         return error
 
-    def _digest(self, credential: str) -> bytes:
-        # A copy of a SHA-256 already fed the salt: ~0.1 us less than hashing salt + key.
-        digest = self._salted.copy()
-        digest.update(credential.encode())
-        return digest.digest()
-
     def _warm(self, authorization: str | None, digest: bytes | None = None) -> Caller | None:
         """The caller of a key verified before and unchanged since, else None (no refusal).
 
@@ -460,7 +472,8 @@ class Verifier:
             if digest is None:
                 if authorization is None or not authorization.startswith(_USUAL):
                     return None
-                # _digest inline: a call is a tenth of this path's own cost.
+                # The salted digest inline (as _answer has it): a call is a tenth of this
+                # path's own cost.
                 salted = self._salted.copy()
                 salted.update(authorization[7:].encode())
                 digest = salted.digest()
@@ -611,35 +624,43 @@ class Verifier:
         self._ready = True
 
     def _sync(self) -> None:
-        self._ensure_ready()
+        if not self._ready:
+            self._ensure_ready()
         self._read(self._feed.sync)
 
-    def _read(self, read: Callable[[], T]) -> T:
-        """A database read, once more if it failed (a kept connection the server dropped).
+    def _read(self, read: Callable[..., T], *args: Any) -> T:
+        """A database read, read(*args), once more if it failed (a kept connection the server
+        dropped).
 
         A second failure is a database that cannot answer: logged, and 503.
         """
         try:
             try:
-                return read()
+                return read(*args)
             except StoreUnavailableError:
-                return read()
+                return read(*args)
         except StoreUnavailableError as exc:
             self._outage.warning("API keys cannot be checked: %s", exc)
             raise VerifierUnavailableError() from None
 
-    def _check(self, parsed: ParsedKey, digest: bytes) -> Caller:
-        """Read the key; run argon2 only when this exact key was never verified here."""
+    def _check(self, parsed: ParsedKey, digest: bytes, presented: bytes | None = None) -> Caller:
+        """Read the key; run argon2 only when this exact key was never verified here.
+
+        presented: the secret's fingerprint if the index judged it already (computed once)."""
         self.stats.cold += 1
-        self._ensure_ready()
+        if not self._ready:
+            self._ensure_ready()
         mark = self._feed.mark()  # before reading: a change read meanwhile wins, see may_cache
-        stored = self._read(lambda: self._source.credential(parsed.public_id))
+        stored = self._read(self._source.credential, parsed.public_id)
         expires_at = stored.expires_at if stored is not None else None
         wrong = (
             stored is not None
             and stored.fingerprint is not None
             and not hmac.compare_digest(
-                stored.fingerprint, fingerprint(parsed.public_id, parsed.secret)
+                stored.fingerprint,
+                fingerprint(parsed.public_id, parsed.secret)
+                if presented is None
+                else presented.hex(),
             )
         )
         if wrong and self._record:

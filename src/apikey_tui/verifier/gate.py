@@ -182,7 +182,7 @@ class CheckGate:
                 if self._pending.get(key) is marker:
                     del self._pending[key]
                 joined = marker.joined
-        self.waited.observe(0.0)  # no queue: counted, so runs and waits stay one per run
+        self.waited.zeros += 1  # no queue: a wait of 0 s, so runs and waits stay one per run
         self.ran.observe(time.monotonic() - started)
         if joined is not None:
             if error is None:

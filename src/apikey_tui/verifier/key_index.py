@@ -181,6 +181,17 @@ class KeyIndex:
 
     def verdict(self, public_id: str, secret: str) -> Verdict:
         """Judge a presented key by the index alone."""
+        return self.judge(public_id, secret)[0]
+
+    def judge(
+        self, public_id: str, secret: str, presented: bytes | None = None
+    ) -> tuple[Verdict, bytes | None]:
+        """The verdict, and the presented secret's fingerprint if it took one (else as given).
+
+        A check judges a key twice when it reads the log in between, and compares the stored
+        fingerprint once more after reading the key: it passes the fingerprint back in, so
+        the keyed BLAKE2b runs once per check, and only for an id some key holds.
+        """
         change = self._overlay.get(public_id)
         if change is not None:
             stored: bytes | None = change[1]
@@ -190,13 +201,14 @@ class KeyIndex:
             stored = None if base is None else base.get(public_id)
             fresh = self._trusted
         if stored is None or stored == _GONE:
-            return Verdict.UNKNOWN if fresh or stored == _GONE else Verdict.UNSURE
+            return Verdict.UNKNOWN if fresh or stored == _GONE else Verdict.UNSURE, presented
         if stored == _LEGACY:
-            return Verdict.LEGACY
-        presented = bytes.fromhex(fingerprint(public_id, secret))
+            return Verdict.LEGACY, presented
+        if presented is None:
+            presented = bytes.fromhex(fingerprint(public_id, secret))
         if hmac.compare_digest(stored, presented):
-            return Verdict.MATCH
-        return Verdict.WRONG if fresh else Verdict.UNSURE
+            return Verdict.MATCH, presented
+        return Verdict.WRONG if fresh else Verdict.UNSURE, presented
 
     def apply(self, changes: Iterable[tuple[int, str, str | None, bool]]) -> None:
         """Record changes read from the log: (seq, public id, its fingerprint now, exists)."""
@@ -205,7 +217,7 @@ class KeyIndex:
             if public_id:
                 overlay[public_id] = (seq, packed_fingerprint(stored) if exists else _GONE)
         base = self._base
-        if len(overlay) > max(4096, (len(base) if base else 0) // 8):
+        if len(overlay) > max(4096, (len(base) if base is not None else 0) // 8):
             self._reload(self._last_seq())
 
     def forget(self, public_id: str) -> None:

@@ -100,6 +100,8 @@ class Placement:
 
 def placement(stored: Credential) -> Placement | None:
     """The network rules a key's requests must pass (None: from anywhere), for its Caller."""
+    if stored.info.networks is None and stored.owner_networks is None:
+        return None  # most keys: no list built
     rules = [r for r in (stored.info.networks, stored.owner_networks) if r is not None]
     return Placement(tuple(r.fence for r in rules)) if rules else None
 
@@ -111,6 +113,8 @@ def applied_limits(stored: Credential) -> Applied:
     from one pool (`owner_subject`).
     """
     info = stored.info
+    if not info.limits and not stored.owner_limits:
+        return ()  # most keys: no subjects named, no generators
     key = key_subject(info.owner, info.name)
     own = tuple(AppliedLimit(key, limit) for limit in info.limits)
     owner = owner_subject(info.owner)
