@@ -284,15 +284,13 @@ def tui_scale_section(ts: Any) -> list[str]:
             "First rows hardly grow with the table: what is left is start-up. Importing the two"
             f' libraries the app is built on, `python -c "import textual.app, sqlmodel"`, takes'
             f" {cli['import_textual_sqlmodel_s']:.2f} s here (whole process, median of 9), and"
-            f" importing the app {cli['import_app_s']:.2f} s. So a first row within 0.5 s is below"
-            " what an app that imports Textual and SQLModel before its first row can reach on this"
-            " machine. These figures predate the first window read through sqlite3 before those"
-            " imports (issue 31; see the section on `bench_tui.py` above for what it gained, and"
-            " `bench_tui_scale.py` has not been run again since). After the imports the app's own"
-            " part is about 0.15 s"
-            " (Textual's start, the screen, a thread worker, the first paint; the first window"
-            " itself is 2 to 5 ms at a million keys); PostgreSQL adds about 0.2 s (driver,"
-            " connection, the version check). Before the table read windows (0.1.0: all keys"
+            f" importing the app {cli['import_app_s']:.2f} s. On SQLite the app reads its first"
+            " window through sqlite3 before it imports SQLAlchemy, SQLModel or pydantic (issue 31,"
+            " `store/first_window.py`), so its first rows come before those imports would end; on"
+            " PostgreSQL they come through the store, after them, and the driver, the connection"
+            " and the version check add about 0.2 s. The first window itself is 2 to 5 ms at a"
+            " million keys; the count follows once the store has opened in a thread. Before the"
+            " table read windows (0.1.0: all keys"
             " loaded, sorted and filtered in Python): 2.5 to 3.2 s and 175 MiB at 100,000 keys,"
             " 17 to 19 s and 1 GiB at 1,000,000.",
         ]
