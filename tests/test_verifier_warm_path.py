@@ -252,3 +252,17 @@ def test_keys_noted_within_a_second_wait_under_one_time_and_a_failed_write_keeps
         "ak0": start + timedelta(seconds=2.5),
         "ak200": start + timedelta(seconds=2.5),
     }
+
+
+def test_only_the_usual_spelling_is_hashed_as_a_remembered_key(warm: tuple[Verifier, str]) -> None:
+    """The warm path hashes the whole header: another spelling of the scheme is answered from
+    memory by the full check (no key read, no argon2), another scheme of the same length, or
+    the key with anything around it, finds no entry."""
+    checker, header = warm
+    key = header.removeprefix("ApiKey ")
+    cold, argon2 = checker.stats.cold, checker.stats.argon2
+    for spelling in (f"apikey {key}", f"APIKEY  {key}", f" ApiKey {key}"):
+        assert checker.verify(spelling).key_name == "ci"
+    assert (checker.stats.cold, checker.stats.argon2) == (cold, argon2)
+    for other in (f"Bearer {key}", f"ApiKey {key} ", f"ApiKey {key}x", key, f"ApiKey{key}"):
+        assert checker.cached(other) is None
