@@ -192,7 +192,6 @@ class Verifier:
         self._source: CredentialSource = store
         self._hasher = store.hasher
         self._freshness = freshness_for(engine, revocation_bound)
-        self._generation = self._freshness.generation  # bound once: the warm path calls it
         # Only SQLite's commit watch sees every commit before the next request: with push or a
         # time bound, an id the index lacks may be a key committed a moment ago.
         self._exact = isinstance(self._freshness, CommitFreshness)
@@ -316,7 +315,7 @@ class Verifier:
                 entry = self._entries.get(salted.digest())
                 if (
                     entry is not None
-                    and self._feed.synced == self._generation()
+                    and self._feed.synced == self._freshness.generation()
                     and (entry.expires_at is None or self._clock() < entry.expires_at)
                 ):
                     epoch = self._last_used.epoch
@@ -346,7 +345,7 @@ class Verifier:
                 entry = self._entries.get(salted.digest())
                 if (
                     entry is not None
-                    and self._feed.synced == self._generation()
+                    and self._feed.synced == self._freshness.generation()
                     and (entry.expires_at is None or self._clock() < entry.expires_at)
                 ):
                     epoch = self._last_used.epoch
@@ -512,7 +511,7 @@ class Verifier:
             # be a tenth of this path. From the exact second, the full check refuses it.
             if not (
                 entry is not None
-                and self._feed.synced == self._generation()
+                and self._feed.synced == self._freshness.generation()
                 and (entry.expires_at is None or self._clock() < entry.expires_at)
             ):
                 return None
