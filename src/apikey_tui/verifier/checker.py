@@ -146,8 +146,10 @@ class Verifier:
     """
 
     # Slots: the warm path reads a dozen of these per request, each then at a fixed offset in
-    # one object (with more than 30 attributes, CPython 3.11 keeps them in a dict apart).
+    # one object (with more than 30 attributes, CPython 3.11 keeps them in a dict apart). A
+    # __dict__ besides, empty unless used: a test may still patch a method of one verifier.
     __slots__ = (
+        "__dict__",
         "__weakref__",
         "_ask_always",
         "_budget",
