@@ -486,3 +486,24 @@ def test_one_view_class_with_other_permissions_is_recorded_under_its_own(keys: K
     usage = keys.store.key_usage("alice", "proj")
     assert [(s.scope, s.requests) for s in usage.scopes] == [("project", 2)]
     assert [(f.missing, f.requests) for f in usage.forbidden] == [(("serving",), 2)]
+
+
+def test_a_has_scopes_that_reads_its_scopes_its_own_way_is_asked_at_every_request(
+    keys: Keys,
+) -> None:
+    """HasScopes reads its class's own scopes without calling `required` when the view has no
+    required_scopes; a subclass with its own `required` is still asked, each request."""
+    from apikey_tui.integrations.drf import HasScopes
+
+    asked: list[object] = []
+
+    class ServingOnly(HasScopes):
+        def required(self, view: Any) -> frozenset[str]:
+            asked.append(view)
+            return frozenset({"serving"})
+
+    assert call([ServingOnly], auth(keys.project)).status_code == 403
+    assert call([ServingOnly], auth(keys.serving)).status_code == 200
+    assert len(asked) >= 2
+    assert call([scopes("serving")], auth(keys.project)).status_code == 403
+    assert call([scopes("project")], auth(keys.project)).status_code == 200

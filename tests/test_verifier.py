@@ -145,7 +145,8 @@ def test_cache_holds_no_key_or_secret(store: KeyStore, verifier: Verifier) -> No
     key = store.create_key("alice", "demo", ["project"]).plaintext
     verifier.verify(header(key))
     secret = keyformat.parse(key).secret
-    kept = repr(vars(verifier)) + repr(list(vars(verifier)["_entries"].values()))
+    attributes = {name: getattr(verifier, name, None) for name in type(verifier).__slots__}
+    kept = repr(attributes) + repr(list(verifier._entries.values()))
     assert secret[:16] not in kept and key not in kept
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from apikey_tui.clock import system_clock
-from apikey_tui.errors import VerifierUnavailableError
+from apikey_tui.errors import InvalidKeyError, VerifierUnavailableError
 from apikey_tui.integrations.routes import route
 from apikey_tui.integrations.wsgi import ApiKeyWSGIMiddleware
 from apikey_tui.store import KeyStore
@@ -55,18 +55,13 @@ def warm(sqlite_url: str) -> Iterator[tuple[Verifier, str]]:
     checker.close()
 
 
-def test_a_warm_verify_is_four_python_calls(warm: tuple[Verifier, str]) -> None:
-    """A remembered key's verify runs verify, the memory lookup, the freshness test and the
-    scope test: no context manager, generator or deadline (those doubled its cost)."""
+def test_a_warm_verify_is_three_python_calls(warm: tuple[Verifier, str]) -> None:
+    """A remembered key's verify runs verify (the memory lookup inline), the freshness test and
+    the scope test: no context manager, generator or deadline (those doubled its cost)."""
     checker, header = warm
     hits = checker.stats.hits
     calls = python_calls(lambda: checker.verify(header, ("project",)))
-    assert calls == [
-        "Verifier.verify",
-        "Verifier._warm",
-        "CommitFreshness.generation",
-        "Verifier.authorize",
-    ]
+    assert calls == ["Verifier.verify", "CommitFreshness.generation", "Verifier.authorize"]
     assert checker.stats.hits == hits + 1
 
 
@@ -75,7 +70,6 @@ def test_a_warm_identify_and_cached_take_the_same_path(warm: tuple[Verifier, str
     checker, header = warm
     assert python_calls(lambda: checker.identify(header)) == [
         "Verifier.identify",
-        "Verifier._warm",
         "CommitFreshness.generation",
     ]
     assert python_calls(lambda: checker.cached(header, ("project",))) == [
@@ -273,3 +267,54 @@ def test_keys_noted_within_a_second_wait_under_one_time_and_a_failed_write_keeps
         "ak0": start + timedelta(seconds=2.5),
         "ak200": start + timedelta(seconds=2.5),
     }
+
+
+def test_only_the_usual_spelling_is_hashed_as_a_remembered_key(warm: tuple[Verifier, str]) -> None:
+    """The warm path hashes the whole header: another spelling of the scheme is answered from
+    memory by the full check (no key read, no argon2), another scheme of the same length, or
+    the key with anything around it, finds no entry."""
+    checker, header = warm
+    key = header.removeprefix("ApiKey ")
+    cold, argon2 = checker.stats.cold, checker.stats.argon2
+    for spelling in (f"apikey {key}", f"APIKEY  {key}", f" ApiKey {key}"):
+        assert checker.verify(spelling).key_name == "ci"
+    assert (checker.stats.cold, checker.stats.argon2) == (cold, argon2)
+    for other in (f"Bearer {key}", f"ApiKey {key} ", f"ApiKey {key}x", key, f"ApiKey{key}"):
+        assert checker.cached(other) is None
+
+
+@pytest.mark.parametrize("how", ["verify", "identify", "cached"])
+def test_every_warm_entry_point_refuses_at_the_exact_second_and_sees_every_commit(
+    sqlite_url: str, clock: FakeClock, how: str
+) -> None:
+    """verify and identify carry the memory lookup inline, cached calls it: each answers a
+    remembered key from memory until its expiry's exact second, and none once a commit (by
+    another connection) disabled it, as the full check would."""
+    store = KeyStore.open(sqlite_url, hasher=CHEAP, clock=clock)
+    expiring = store.create_key("alice", "ci", ["project"], expires=timedelta(seconds=60))
+    other = store.create_key("alice", "other", ["project"])
+    checker = Verifier.from_url(sqlite_url, hasher=CHEAP, clock=clock)
+    check = getattr(checker, how)
+
+    def from_memory(key: str) -> bool:
+        hits = checker.stats.hits
+        try:
+            answered = check(f"ApiKey {key}") is not None
+        except InvalidKeyError:
+            answered = False
+        assert checker.stats.hits == hits + answered
+        return answered
+
+    try:
+        for key in (expiring, other):
+            checker.verify(f"ApiKey {key.plaintext}")
+        clock.at(59.999)
+        assert from_memory(expiring.plaintext)
+        clock.at(60)
+        assert not from_memory(expiring.plaintext)
+        assert from_memory(other.plaintext)
+        store.disable_key("alice", "other")
+        assert not from_memory(other.plaintext)
+    finally:
+        checker.close()
+        store.close()

@@ -35,6 +35,9 @@ from apikey_tui.errors import (
     VerifierUnavailableError,
 )
 from apikey_tui.integrations.django import (
+    SETTING,
+    _current,
+    _readers,
     get_meta_client,
     get_verifier,
     problem_response,
@@ -43,7 +46,8 @@ from apikey_tui.names import parse_scopes
 from apikey_tui.verifier import Caller, Verifier
 
 _ERROR = "_apikey_error"  # where authenticate() leaves its refusal for authenticate_header()
-_ASKING = "_apikey_asking"  # set while authenticate() reads the view's permissions
+# Set on Django's request while authenticate() reads the view's permissions.
+_ASKING = "_apikey_asking"
 
 
 class ApiKeyUser:
@@ -156,7 +160,9 @@ class ApiKeyAuthentication(BaseAuthentication):  # type: ignore[misc]
     def authenticate(self, request: Request) -> tuple[ApiKeyUser, Caller] | None:
         """Check the key, and record the request once under the scopes the view's HasScopes
         will ask for (HasScopes decides; the verifier records, as for every integration)."""
-        verifier = self.verifier or get_verifier()
+        # get_verifier's and get_meta_client's kept answers read inline: a call each is a
+        # tenth of what this class adds to a request.
+        verifier = self.verifier or _current.get(SETTING) or get_verifier()
         # Django's own request: DRF's Request reaches its attributes through a failed lookup.
         django_request: HttpRequest = request._request
         meta = django_request.META
@@ -170,14 +176,31 @@ class ApiKeyAuthentication(BaseAuthentication):  # type: ignore[misc]
             if isinstance(error, VerifierUnavailableError):
                 raise ApiKeyUnavailable(error, verifier.realm) from None
             raise ApiKeyRefused(error, verifier.realm) from None
-        # Read from the instance: a missing attribute costs DRF's Request.__getattr__ a raise.
-        if request.__dict__.get(_ASKING, False):
+        # Kept on Django's request: a missing attribute costs DRF's Request.__getattr__ a raise,
+        # and reading DRF's request.__dict__ makes it a dict (then collected) at every request.
+        if getattr(django_request, _ASKING, False):
             # The view's get_permissions reads request.user: this is DRF authenticating again
             # from inside _scopes_asked; the outer call records the request.
             return ApiKeyUser(caller), caller
-        asked = _scopes_asked(request, caller)
+        # _scopes_asked's remembered answer for this view class and key scope set, inline (the
+        # view's attributes are read as there: its own code may raise); else the call judges.
+        asked = None
         try:
-            verifier.authorize(caller, asked, get_meta_client()(meta), django_request.path)
+            view = request.parser_context.get("view")
+            known = _ASKED.get(type(view))
+            if (
+                known is not None
+                and known.classes is view.permission_classes
+                and known.given is getattr(view, "required_scopes", ())
+            ):
+                asked = known.by_scopes.get(caller.scopes)
+        except Exception:
+            asked = None
+        if asked is None:
+            asked = _scopes_asked(request, caller)
+        try:
+            client = _readers.get(SETTING) or get_meta_client()
+            verifier.authorize(caller, asked, client(meta), django_request.path)
         except InsufficientScopeError:
             pass  # recorded as a 403 for the missing scopes; the permissions answer it
         except NetworkNotAllowedError as error:
@@ -220,6 +243,8 @@ _NO_SCOPE = (
 )
 
 
+_ABSENT = object()  # a view without required_scopes (None is a mistake required() refuses)
+
 # HasScopes.required's answers by (permission class, view's required_scopes): a few per app.
 _REQUIRED: dict[tuple[type, object], frozenset[str]] = {}
 _REQUIRED_MAX = 10_000  # a bound, should views make their scopes per request
@@ -237,6 +262,9 @@ class HasScopes(BasePermission):  # type: ignore[misc]
     """
 
     scopes: ClassVar[tuple[str, ...]] = ()
+    # `required` of a view without required_scopes, when `required` is HasScopes' own: read
+    # without the call (None: a subclass reads its scopes its own way, asked every time).
+    _own: ClassVar[frozenset[str] | None] = frozenset()
     # Read by DRF's permission_denied after a refusal; each request gets a new instance.
     message: dict[str, object] | str | None = None
     code: str | None = None
@@ -261,6 +289,10 @@ class HasScopes(BasePermission):  # type: ignore[misc]
             pass
         return found
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._own = frozenset(cls.scopes) if cls.required is HasScopes.required else None
+
     @classmethod
     def of(cls, *scopes: str) -> type[HasScopes]:
         """A HasScopes requiring these scopes (ImproperlyConfigured for none or a bad name)."""
@@ -271,7 +303,9 @@ class HasScopes(BasePermission):  # type: ignore[misc]
 
     def has_permission(self, request: Request, view: Any) -> bool:
         """True when the request's key holds them all; otherwise False with a message."""
-        required = self.required(view)
+        required = self._own
+        if required is None or getattr(view, "required_scopes", _ABSENT) is not _ABSENT:
+            required = self.required(view)
         if not required:
             raise ImproperlyConfigured(
                 f"{type(self).__name__} on {type(view).__name__} {_NO_SCOPE}: use "
@@ -384,7 +418,8 @@ def _scopes_asked(request: Request, caller: Caller) -> frozenset[str]:
         found = known.by_scopes.get(caller.scopes)
         if found is not None:
             return found
-    setattr(request, _ASKING, True)
+    django_request = request._request
+    setattr(django_request, _ASKING, True)
     try:
         made = view.get_permissions()
         asked = _NONE
@@ -396,7 +431,7 @@ def _scopes_asked(request: Request, caller: Caller) -> frozenset[str]:
     except Exception:
         return _NONE
     finally:
-        setattr(request, _ASKING, False)
+        setattr(django_request, _ASKING, False)
     if _settled(view, made):
         if known is None or known.classes is not classes or known.given is not given:
             if len(_ASKED) >= _ASKED_MAX:
