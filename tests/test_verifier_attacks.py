@@ -181,6 +181,27 @@ def test_a_key_without_a_fingerprint_gets_one_when_it_verifies(
     assert every_fingerprint(store)[public_id] == fingerprint(public_id, secret)
 
 
+def test_a_cached_key_whose_hash_is_replaced_without_a_fingerprint_refuses_its_secret(
+    store: KeyStore, checker: Verifier, counting: CountingHasher
+) -> None:
+    """A remembered key is trusted again without argon2 only while its stored fingerprint
+    matches: when a writer replaces its hash under the same public id and leaves no
+    fingerprint, the remembered secret goes to argon2 again and is refused."""
+    created = store.create_key("alice", "demo", ["project"])
+    checker.verify(header(created.plaintext))
+    other = CHEAP.hash(keyformat.parse(keyformat.generate(created.info.public_id)[1]).secret)
+    with store.engine.begin() as conn:
+        conn.execute(
+            text("UPDATE apikey_tui_key SET secret_hash = :h, fingerprint = NULL"), {"h": other}
+        )
+    store.set_key_scopes("alice", "demo", ["project", "serving"])  # logged: the index re-reads
+    assert counting.calls is not None
+    before = len(counting.calls)
+    with pytest.raises(InvalidKeyError):
+        checker.verify(header(created.plaintext))
+    assert len(counting.calls) == before + 1  # proven wrong by argon2, not trusted from memory
+
+
 def test_the_failure_budget_holds_while_the_index_cannot_vouch(
     store: KeyStore, checker: Verifier, counting: CountingHasher, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -98,14 +98,12 @@ class _Entry(Caller):
     """A key this process has verified, remembered by a salted digest of it (never the key):
     its Caller, with what the cache needs besides in the same object (one a key, not two).
 
-    `hash_tag` fingerprints the stored argon2 hash, to notice a recreated key cheaply.
     `noted` is the last-used writer's epoch in which this key's use was last noted. The Caller's
-    fields stay frozen: a changed key gets a new entry; these three are set with
+    fields stay frozen: a changed key gets a new entry; these two are set with
     `object.__setattr__` (Caller's frozen `__setattr__` refuses every name).
     """
 
-    __slots__ = ("expires_at", "hash_tag", "noted")
-    hash_tag: int
+    __slots__ = ("expires_at", "noted")
     expires_at: datetime | None  # refused from this moment on, cache or not
     noted: object
 
@@ -129,11 +127,6 @@ _fields: Callable[[Caller], tuple[object, ...]] = attrgetter(
 
 
 _set = object.__setattr__  # an entry's own slots, past Caller's frozen __setattr__
-
-
-def _tag(secret_hash: str) -> int:
-    # 60 bits: an int of two 30-bit digits, 32 bytes a key where 16 bytes of bytes take 64.
-    return int.from_bytes(hashlib.blake2b(secret_hash.encode(), digest_size=8).digest()) >> 4
 
 
 class Verifier:
@@ -766,11 +759,14 @@ class Verifier:
                 self._index.forget(parsed.public_id)
             raise InvalidKeyError()
         entry = self._entries.get(digest) or self._stale.get(digest)
-        tag = _tag(stored.secret_hash)
-        if entry is not None and entry.hash_tag == tag:
-            # Known key, cache entry merely stale: the database still holds the same hash.
+        if entry is not None and stored.fingerprint is not None:
+            # Known key, cache entry merely stale: argon2 proved this exact key here, and its
+            # secret still matches the fingerprint stored now (`wrong` above). Recreate and
+            # rotate give a new public id; a hash replaced under this id by any other writer
+            # comes with another secret's 64-bit fingerprint, or none: a key without one
+            # (made by 0.1.0, where this role may not add it) is proven by argon2 again.
             self.stats.revalidated += 1
-            fresh = self._entry(stored, tag, expires_at, entry.noted)
+            fresh = self._entry(stored, expires_at, entry.noted)
             with self._feed.lock:
                 if self._feed.may_cache(parsed.public_id, mark) and (
                     self._stale.pop(digest, None) is not None or digest in self._entries
@@ -796,8 +792,8 @@ class Verifier:
         if stored.fingerprint is None:
             self._add_fingerprint(parsed)
         if self._hasher.needs_rehash(stored.secret_hash):
-            tag = self._upgrade_hash(parsed, stored)
-        entry = self._entry(stored, tag, expires_at, self._last_used.epoch)
+            self._upgrade_hash(parsed, stored)
+        entry = self._entry(stored, expires_at, self._last_used.epoch)
         with self._feed.lock:
             if self._feed.may_cache(parsed.public_id, mark):
                 self._drop(parsed.public_id)
@@ -821,7 +817,7 @@ class Verifier:
                 log.warning("API key fingerprint not stored (the key still works): %s", exc)
             self._fingerprint_refused = True
 
-    def _upgrade_hash(self, parsed: ParsedKey, stored: Credential) -> int:
+    def _upgrade_hash(self, parsed: ParsedKey, stored: Credential) -> None:
         """Store the secret hashed with today's profile; skipped (logged once) if not allowed."""
         upgraded = self._hasher.hash(parsed.secret)
         try:
@@ -830,13 +826,11 @@ class Verifier:
             if not self._rehash_refused:
                 log.warning("API key hash upgrade skipped (the key still works): %s", exc)
             self._rehash_refused = True
-            return _tag(stored.secret_hash)
-        return _tag(upgraded)
 
     def _suspect(self, changes: Iterable[Change] | None) -> None:
         """Changed keys leave the warm cache (None: every key); deleted ones are dropped.
 
-        The others wait in `_stale`: re-read once, a key whose hash did not change (a new
+        The others wait in `_stale`: re-read once, a key whose secret did not change (a new
         scope, an expiry) is trusted again without argon2.
         """
         if changes is None:
@@ -859,9 +853,7 @@ class Verifier:
             self._entries.pop(digest, None)
             self._stale.pop(digest, None)
 
-    def _entry(
-        self, stored: Credential, tag: int, expires_at: datetime | None, noted: object
-    ) -> _Entry:
+    def _entry(self, stored: Credential, expires_at: datetime | None, noted: object) -> _Entry:
         """The cache entry (and Caller) of a key just read."""
         info = stored.info
         scopes = frozenset(info.scopes)
@@ -883,7 +875,6 @@ class Verifier:
             leases,
             meta,
         )
-        _set(entry, "hash_tag", tag)
         _set(entry, "expires_at", expires_at)
         _set(entry, "noted", noted)
         return entry
