@@ -135,8 +135,13 @@ _PG_TERMS = (
     "CREATE TABLE IF NOT EXISTS apikey_tui_key_search_terms "
     "(key_id integer PRIMARY KEY, terms text[] NOT NULL)",
     # search_path fixed at creation: the function finds this schema's tables whoever writes.
+    # No sequential scans in it: its statements read one key's rows by key, but plpgsql keeps
+    # the plans it makes first, and a new database's terms table was analyzed empty (made
+    # below), where a scan is the cheapest plan: each key then scanned every earlier key's
+    # terms, and a million keys loaded in one transaction took hours.
     "CREATE OR REPLACE FUNCTION apikey_tui_key_search_terms_refresh() RETURNS trigger "
-    "LANGUAGE plpgsql SET search_path FROM CURRENT AS $$ DECLARE changed integer; BEGIN "
+    "LANGUAGE plpgsql SET search_path FROM CURRENT SET enable_seqscan = off "
+    "AS $$ DECLARE changed integer; BEGIN "
     "IF TG_TABLE_NAME = 'apikey_tui_key' THEN "
     "IF TG_OP = 'DELETE' THEN changed := OLD.id; ELSE changed := NEW.id; END IF; "
     "ELSIF TG_OP = 'DELETE' THEN changed := OLD.key_id; ELSE changed := NEW.key_id; END IF; "
