@@ -345,25 +345,7 @@ class Verifier:
         """
         # Memory first, outside the cold path's machinery (refusal counting, a generator, a
         # deadline): those cost a warm check twice what the check itself does.
-        caller: Caller | None = None
-        try:  # _warm inline, line for line (a call is a tenth of this path's own cost)
-            if authorization is not None:
-                salted = self._salted.copy()
-                salted.update(authorization.encode())
-                entry = self._entries.get(salted.digest())
-                if (
-                    entry is not None
-                    and self._feed.synced == self._freshness.generation()
-                    and (entry.expires_at is None or self._clock() < entry.expires_at)
-                ):
-                    epoch = self._last_used.epoch
-                    if entry.noted is not epoch and entry.networks is None:
-                        _set(entry, "noted", epoch)
-                        self._last_used.note(entry.public_id)
-                    self.stats.hits += 1
-                    caller = entry
-        except Exception:  # left to the full check, as in _warm
-            caller = None
+        caller = self._warm(authorization)
         if caller is None:
             caller = self._identify(authorization)
         return self.authorize(caller, required_scopes, client, route)
@@ -375,25 +357,7 @@ class Verifier:
         `authorize` exactly once per request, with the scopes the request needs, so the
         request is recorded once and under those scopes. Everyone else calls `verify`.
         """
-        caller: Caller | None = None
-        try:  # _warm inline, line for line (a call is a tenth of this path's own cost)
-            if authorization is not None:
-                salted = self._salted.copy()
-                salted.update(authorization.encode())
-                entry = self._entries.get(salted.digest())
-                if (
-                    entry is not None
-                    and self._feed.synced == self._freshness.generation()
-                    and (entry.expires_at is None or self._clock() < entry.expires_at)
-                ):
-                    epoch = self._last_used.epoch
-                    if entry.noted is not epoch and entry.networks is None:
-                        _set(entry, "noted", epoch)
-                        self._last_used.note(entry.public_id)
-                    self.stats.hits += 1
-                    caller = entry
-        except Exception:  # left to the full check, as in _warm
-            caller = None
+        caller = self._warm(authorization)
         return caller if caller is not None else self._identify(authorization)
 
     def _identify(self, authorization: str | None) -> Caller:
