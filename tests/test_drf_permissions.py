@@ -507,3 +507,46 @@ def test_a_has_scopes_that_reads_its_scopes_its_own_way_is_asked_at_every_reques
     assert len(asked) >= 2
     assert call([scopes("serving")], auth(keys.project)).status_code == 403
     assert call([scopes("project")], auth(keys.project)).status_code == 200
+
+
+def test_has_scopes_sees_scopes_set_on_the_class_after_it_was_made(keys: Keys) -> None:
+    """A HasScopes subclass whose scopes are set after its class statement (from settings at
+    start-up, say) requires those: `_own`, taken in __init_subclass__, kept the first ones
+    and let a key without the scope through (200; the release before answered 403)."""
+    from apikey_tui.integrations.drf import HasScopes
+
+    class Serving(HasScopes):
+        scopes = ("project",)
+
+    Serving.scopes = ("serving",)
+    assert call([Serving], auth(keys.project)).status_code == 403
+    assert call([Serving], auth(keys.serving)).status_code == 200
+
+
+def test_has_scopes_sees_scopes_an_instance_sets(keys: Keys) -> None:
+    """`required` reads self.scopes: one set in __init__ (DRF makes a permission per request)
+    is the one required; `_own` read the class attribute and passed the wrong key (200)."""
+    from apikey_tui.integrations.drf import HasScopes
+
+    class Serving(HasScopes):
+        scopes = ("project",)
+
+        def __init__(self) -> None:
+            self.scopes = ("serving",)  # type: ignore[misc]
+
+    assert call([Serving], auth(keys.project)).status_code == 403
+    assert call([Serving], auth(keys.serving)).status_code == 200
+
+
+def test_a_has_scopes_subclass_may_compute_its_scopes(keys: Keys) -> None:
+    """scopes as a property worked with e5d5384; __init_subclass__'s frozenset(cls.scopes) now
+    raises TypeError at the class statement (the app no longer imports)."""
+    from apikey_tui.integrations.drf import HasScopes
+
+    class Serving(HasScopes):
+        @property
+        def scopes(self) -> Any:  # type: ignore[override]
+            return ("serving",)
+
+    assert call([Serving], auth(keys.project)).status_code == 403
+    assert call([Serving], auth(keys.serving)).status_code == 200

@@ -243,8 +243,6 @@ _NO_SCOPE = (
 )
 
 
-_ABSENT = object()  # a view without required_scopes (None is a mistake required() refuses)
-
 # HasScopes.required's answers by (permission class, view's required_scopes): a few per app.
 _REQUIRED: dict[tuple[type, object], frozenset[str]] = {}
 _REQUIRED_MAX = 10_000  # a bound, should views make their scopes per request
@@ -262,9 +260,6 @@ class HasScopes(BasePermission):  # type: ignore[misc]
     """
 
     scopes: ClassVar[tuple[str, ...]] = ()
-    # `required` of a view without required_scopes, when `required` is HasScopes' own: read
-    # without the call (None: a subclass reads its scopes its own way, asked every time).
-    _own: ClassVar[frozenset[str] | None] = frozenset()
     # Read by DRF's permission_denied after a refusal; each request gets a new instance.
     message: dict[str, object] | str | None = None
     code: str | None = None
@@ -289,10 +284,6 @@ class HasScopes(BasePermission):  # type: ignore[misc]
             pass
         return found
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        cls._own = frozenset(cls.scopes) if cls.required is HasScopes.required else None
-
     @classmethod
     def of(cls, *scopes: str) -> type[HasScopes]:
         """A HasScopes requiring these scopes (ImproperlyConfigured for none or a bad name)."""
@@ -303,9 +294,9 @@ class HasScopes(BasePermission):  # type: ignore[misc]
 
     def has_permission(self, request: Request, view: Any) -> bool:
         """True when the request's key holds them all; otherwise False with a message."""
-        required = self._own
-        if required is None or getattr(view, "required_scopes", _ABSENT) is not _ABSENT:
-            required = self.required(view)
+        # Asked at every request, not taken at the class statement: scopes set on the class
+        # later (from settings at start-up), by an instance or a property are the ones required.
+        required = self.required(view)
         if not required:
             raise ImproperlyConfigured(
                 f"{type(self).__name__} on {type(view).__name__} {_NO_SCOPE}: use "
