@@ -97,5 +97,8 @@ def test_the_filter_finds_keys_by_their_network_mode(tui_store: KeyStore) -> Non
 
     assert names("shadow") == ["b"]
     assert names("enf") == ["a"]
-    assert names("sh") == []  # too short to name a mode (and no key holds it)
+    # Too short to name a mode: only a key whose random public id holds "sh" matches it (free
+    # text; it failed about one run in twenty when it expected none).
+    by_id = [k.name for k in tui_store.list_keys("alice", "") if "sh" in k.public_id]
+    assert names("sh") == by_id
     assert tui_store.count_keys(KeyQuery("alice", "shadow")) == 1
