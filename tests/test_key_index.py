@@ -100,13 +100,13 @@ def test_an_index_still_loading_vouches_for_nothing_it_lacks() -> None:
     index = KeyIndex(lambda: len(keys), _pages([(k[0], k[2]) for k in keys], gate))
     index.load_from(1)
     public_id, secret, _fp = keys[0]
-    assert index.verdict(public_id, secret) is Verdict.UNSURE
+    assert index.judge(public_id, secret)[0] is Verdict.UNSURE
     assert not index.trusted
     gate.set()
     assert index.wait_loaded(10)
-    assert index.verdict(public_id, secret) is Verdict.MATCH
-    assert index.verdict(public_id, keys[1][1]) is Verdict.WRONG
-    assert index.verdict(_keys(1)[0][0], secret) is Verdict.UNKNOWN
+    assert index.judge(public_id, secret)[0] is Verdict.MATCH
+    assert index.judge(public_id, keys[1][1])[0] is Verdict.WRONG
+    assert index.judge(_keys(1)[0][0], secret)[0] is Verdict.UNKNOWN
     assert len(index) == 10
 
 
@@ -125,10 +125,10 @@ def test_changes_from_the_log_override_the_snapshot() -> None:
             (4, recreated, fingerprint(recreated, fresh_secret), True),
         ]
     )
-    assert index.verdict(gone, gone_secret) is Verdict.UNKNOWN
-    assert index.verdict(new, new_secret) is Verdict.MATCH
-    assert index.verdict(recreated, old_secret) is Verdict.WRONG
-    assert index.verdict(recreated, fresh_secret) is Verdict.MATCH
+    assert index.judge(gone, gone_secret)[0] is Verdict.UNKNOWN
+    assert index.judge(new, new_secret)[0] is Verdict.MATCH
+    assert index.judge(recreated, old_secret)[0] is Verdict.WRONG
+    assert index.judge(recreated, fresh_secret)[0] is Verdict.MATCH
     assert len(index) == 2
 
 
@@ -138,7 +138,7 @@ def test_keys_made_before_fingerprints_are_legacy() -> None:
     index = KeyIndex(lambda: 1, _pages([(public_id, None)]))
     index.load_from(1)
     assert index.wait_loaded(10)
-    assert index.verdict(public_id, secret) is Verdict.LEGACY
+    assert index.judge(public_id, secret)[0] is Verdict.LEGACY
 
 
 def test_a_reader_behind_the_log_distrusts_until_reloaded() -> None:
@@ -150,15 +150,15 @@ def test_a_reader_behind_the_log_distrusts_until_reloaded() -> None:
     index = KeyIndex(lambda: len(rows), _pages(rows, gate))
     index.load_from(1)
     assert index.wait_loaded(10)
-    assert index.verdict(keys[1][0], keys[1][1]) is Verdict.UNKNOWN
+    assert index.judge(keys[1][0], keys[1][1])[0] is Verdict.UNKNOWN
     gate.clear()
     rows.append((keys[1][0], keys[1][2]))
     index.load_from(9, distrust=True)
-    assert index.verdict(keys[1][0], keys[1][1]) is Verdict.UNSURE
-    assert index.verdict(keys[0][0], keys[1][1]) is Verdict.UNSURE  # WRONG is not final either
+    assert index.judge(keys[1][0], keys[1][1])[0] is Verdict.UNSURE
+    assert index.judge(keys[0][0], keys[1][1])[0] is Verdict.UNSURE  # WRONG is not final either
     gate.set()
     assert index.wait_loaded(10)
-    assert index.verdict(keys[1][0], keys[1][1]) is Verdict.MATCH
+    assert index.judge(keys[1][0], keys[1][1])[0] is Verdict.MATCH
 
 
 @pytest.mark.parametrize("count", [0, 1, 5000, 5001])
@@ -181,7 +181,7 @@ def test_a_reload_never_shows_requests_a_half_filled_index() -> None:
     gate.clear()
     index.load_from(2)  # a reload, held before its first page
     assert index.trusted and len(index) == 12_000
-    assert all(index.verdict(pid, "x" * 52) is Verdict.WRONG for pid, _fp in rows[::500])
+    assert all(index.judge(pid, "x" * 52)[0] is Verdict.WRONG for pid, _fp in rows[::500])
     gate.set()
     assert index.wait_loaded(10) and index.loads == 2
 
@@ -195,5 +195,5 @@ def test_forgetting_an_id_the_index_never_held_keeps_no_entry() -> None:
     index.forget(forged)
     index.forget(public_id)
     assert len(index) == 0
-    assert index.verdict(public_id, secret) is Verdict.UNKNOWN
+    assert index.judge(public_id, secret)[0] is Verdict.UNKNOWN
     assert forged not in index._overlay  # the memory a flood would have bought

@@ -212,7 +212,7 @@ def test_the_failure_budget_holds_while_the_index_cannot_vouch(
     created = store.create_key("alice", "legacy", ["project"])
     with store.engine.begin() as conn:
         conn.execute(text("UPDATE apikey_tui_key SET fingerprint = NULL"))
-    monkeypatch.setattr(checker._index, "verdict", lambda *_: Verdict.UNSURE)
+    monkeypatch.setattr(checker._index, "judge", lambda *_: (Verdict.UNSURE, None))
     start = time.monotonic()
     for _ in range(100):
         with pytest.raises(InvalidKeyError):

@@ -179,14 +179,11 @@ class KeyIndex:
         """Whether an id the index does not hold is surely unknown."""
         return self._trusted
 
-    def verdict(self, public_id: str, secret: str) -> Verdict:
-        """Judge a presented key by the index alone."""
-        return self.judge(public_id, secret)[0]
-
     def judge(
         self, public_id: str, secret: str, presented: bytes | None = None
     ) -> tuple[Verdict, bytes | None]:
-        """The verdict, and the presented secret's fingerprint if it took one (else as given).
+        """Judge a presented key by the index alone: the verdict, and the presented secret's
+        fingerprint if it took one (else as given).
 
         A check judges a key twice when it reads the log in between, and compares the stored
         fingerprint once more after reading the key: it passes the fingerprint back in, so
