@@ -126,6 +126,6 @@ def limits_text(limits: Iterable[Limit]) -> str | None:
 
 def limits_of_text(text: str | None) -> tuple[Limit, ...]:
     """The limits a database text holds (`limits_text`); None or '' is none."""
-    if not text:  # nearly every key and owner: no generator (a re-read reads two of these)
+    if not text:  # nearly every key and owner: no generator (a verifier's re-read reads two)
         return ()
     return tuple(parse_limit(part) for part in text.split())

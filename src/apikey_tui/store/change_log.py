@@ -25,7 +25,7 @@ from sqlmodel import Session
 from apikey_tui import forksafety
 from apikey_tui.db import READ, database_errors
 from apikey_tui.db.driver_errors import typed_error
-from apikey_tui.db.models import ChangeRow, KeyRow, UTCDateTime
+from apikey_tui.db.models import ChangeRow, KeyRow
 from apikey_tui.store.records import in_grace
 
 # How long a change stays in the log. A verifier that has not read the log for longer (on
@@ -111,19 +111,11 @@ def position(connection: Connection) -> int:
     return int(fetch(connection, POSITION, {})[0][0] or 0)
 
 
-def since(connection: Connection, seq: int, now: datetime) -> list[Change] | None:
-    """Changes after seq with each id's fingerprint now; None if seq's row was pruned (or
-    more than MAX_CHANGES followed it)."""
-    return _changes(fetch(connection, CHANGES, {"seq": seq, "limit": MAX_CHANGES + 2}), seq, now)
-
-
-def read_since(reads: ReusedConnections, seq: int, now: datetime) -> list[Change] | None:
-    """`since` on one of the verifier's kept connections (`ReusedConnections.fetch`)."""
-    return _changes(reads.fetch(CHANGES, {"seq": seq, "limit": MAX_CHANGES + 2}), seq, now)
-
-
-def _changes(rows: Sequence[Any], seq: int, now: datetime) -> list[Change] | None:
-    """`since`'s answer from the rows of CHANGES read from seq."""
+def since(reads: ReusedConnections, seq: int, now: datetime) -> list[Change] | None:
+    """Changes after seq with each id's fingerprint now, read on one of the verifier's kept
+    connections (`ReusedConnections.fetch`); None if seq's row was pruned (or more than
+    MAX_CHANGES followed it)."""
+    rows = reads.fetch(CHANGES, {"seq": seq, "limit": MAX_CHANGES + 2})
     if not rows or rows[0].seq != seq or len(rows) > MAX_CHANGES + 1:
         return None
     changes = []
@@ -177,14 +169,14 @@ def fetch(
     There the SQL text (compiled once per dialect) runs on the driver's own connection, whose
     statement cache keeps it prepared: no execution context, no compiled-cache lookup, a row a
     plain named tuple, each column read by its type's own result processor (the same values
-    SQLAlchemy gives; a UTC time parsed in C, `_reader`). The engine's before_ and
-    after_cursor_execute listeners still see every statement (with no execution context).
-    `events`: that engine's dispatch (`engine.dispatch`, as ReusedConnections passes it), asked
-    whether anything listens; None asks the connection's own (the engine's joined with the
-    connection's). A driver error runs the statement once more the ordinary way, so it reaches
-    the handle_error listeners (the verifier's metric) and the one error mapper
-    (`typed_error`, in every use of ReusedConnections) as every other does. PostgreSQL reads
-    always go the ordinary way (its connection may be inside a transaction).
+    SQLAlchemy gives). The engine's before_ and after_cursor_execute listeners still see every
+    statement (with no execution context). `events`: that engine's dispatch (`engine.dispatch`,
+    as ReusedConnections passes it), asked whether anything listens; None asks the
+    connection's own (the engine's joined with the connection's). A driver error runs the
+    statement once more the ordinary way, so it reaches the handle_error listeners (the
+    verifier's metric) and the one error mapper (`typed_error`, in every use of
+    ReusedConnections) as every other does. PostgreSQL reads always go the ordinary way (its
+    connection may be inside a transaction).
     """
     dialect = connection.dialect
     key = (statement, type(dialect), dialect.paramstyle)
@@ -255,35 +247,11 @@ def _compile(statement: Select[Any], dialect: Dialect) -> _Raw | None:
         compiled.binds[name].type.dialect_impl(dialect).bind_processor(dialect) for name in names
     ):
         return None  # every parameter of ours is a str or an int: passed as it is
-    read = (_reader(column.type, dialect) for column in columns)
+    read = (column.type.dialect_impl(dialect).result_processor(dialect, None) for column in columns)
     processors = tuple((i, process) for i, process in enumerate(read) if process is not None)
     defaults = {name: bind.effective_value for name, bind in compiled.binds.items()}
     row = namedtuple("Row", keys)  # type: ignore[misc]
     return _Raw(str(compiled), names, defaults, processors, row._make)
-
-
-def _reader(kind: Any, dialect: Dialect) -> Callable[[Any], Any] | None:
-    """How `fetch` reads a column of this type: its own result processor, but for a UTC time
-    in the text SQLAlchemy writes on SQLite, the same value parsed in C first."""
-    process: Callable[[Any], Any] | None = kind.dialect_impl(dialect).result_processor(
-        dialect, None
-    )
-    if process is None or not isinstance(kind, UTCDateTime):
-        return process
-
-    def read(value: Any) -> Any:
-        # SQLAlchemy's own text: 'YYYY-MM-DD HH:MM:SS.ffffff', naive, taken as UTC. Its
-        # processor parses it by a regular expression and `replace(tzinfo=UTC)` (~1 us, a
-        # re-read reads two or three); fromisoformat of it with the offset gives the same
-        # datetime. Anything else (or text it refuses) goes the processor's way.
-        if value.__class__ is str and len(value) == 26 and value[10] == " " and value[19] == ".":
-            try:
-                return datetime.fromisoformat(value + "+00:00")
-            except ValueError:
-                pass
-        return process(value)
-
-    return read
 
 
 class ReusedConnections:

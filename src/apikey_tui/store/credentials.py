@@ -172,11 +172,9 @@ class CredentialReads(StoreContext):
         now = self.clock()
         info = key_info(r, scopes, now, public_id=public_id)
         disabled = r.disabled_at is not None
-        # The owner's limits, network rules and metadata, read only when there are any (as
-        # key_info does for the key's own): most owners have none.
-        pool = limits_of_text(r.owner_limits) if r.owner_limits else ()
-        fence = None if r.owner_networks is None else rules_of_text(r.owner_networks)
-        meta = caller_meta(r.owner_meta, r.meta) if r.owner_meta or r.meta else NO_META
+        pool = limits_of_text(r.owner_limits)
+        fence = rules_of_text(r.owner_networks)
+        meta = caller_meta(r.owner_meta, r.meta)
         if r.public_id == public_id:
             return Credential(
                 info, r.secret_hash, r.fingerprint, r.expires_at, disabled, pool, fence, meta
@@ -214,7 +212,7 @@ class CredentialReads(StoreContext):
 
         None when seq's own entry was pruned: the reader fell behind and must drop everything.
         """
-        return change_log.read_since(self._reads, seq, self.clock())
+        return change_log.since(self._reads, seq, self.clock())
 
     def replace_hash(self, public_id: str, old_hash: str, new_hash: str) -> None:
         """Store an upgraded hash, unless the key was recreated or deleted meanwhile."""

@@ -66,11 +66,9 @@ def key_info(
         disabled_reason=row.disabled_reason,
         old_public_id=row.old_public_id if grace else None,
         grace_until=row.grace_until if grace else None,
-        # Most keys have none of these four: no call for them (the verifier reads a key's row
-        # at each re-read; each reader returns exactly this for an empty or absent text).
-        limits=limits_of_text(row.limits) if row.limits else (),
-        networks=None if row.networks is None else rules_of_text(row.networks),
+        limits=limits_of_text(row.limits),
+        networks=rules_of_text(row.networks),
         created_by=row.created_by,
-        meta=meta_of_text(row.meta) if row.meta else (),
-        tags=tags_of_text(row.tags) if row.tags else (),
+        meta=meta_of_text(row.meta),
+        tags=tags_of_text(row.tags),
     )

@@ -132,8 +132,10 @@ def tags_text(pairs: Pairs) -> str | None:
 
 def tags_of_text(text: str | None) -> Pairs:
     """The tags a database text holds (`tags_text`)."""
+    if not text:  # most keys: nothing to split (a verifier's re-read reads the key's row)
+        return ()
     found: list[tuple[str, str]] = []
-    for part in (text or "").split():
+    for part in text.split():
         name, _, value = part.partition("=")
         found.append((name, value))
     return tuple(found)
