@@ -35,9 +35,6 @@ from apikey_tui.errors import (
     VerifierUnavailableError,
 )
 from apikey_tui.integrations.django import (
-    SETTING,
-    _current,
-    _readers,
     get_meta_client,
     get_verifier,
     problem_response,
@@ -160,9 +157,7 @@ class ApiKeyAuthentication(BaseAuthentication):  # type: ignore[misc]
     def authenticate(self, request: Request) -> tuple[ApiKeyUser, Caller] | None:
         """Check the key, and record the request once under the scopes the view's HasScopes
         will ask for (HasScopes decides; the verifier records, as for every integration)."""
-        # get_verifier's and get_meta_client's kept answers read inline: a call each is a
-        # tenth of what this class adds to a request.
-        verifier = self.verifier or _current.get(SETTING) or get_verifier()
+        verifier = self.verifier or get_verifier()
         # Django's own request: DRF's Request reaches its attributes through a failed lookup.
         django_request: HttpRequest = request._request
         meta = django_request.META
@@ -182,25 +177,9 @@ class ApiKeyAuthentication(BaseAuthentication):  # type: ignore[misc]
             # The view's get_permissions reads request.user: this is DRF authenticating again
             # from inside _scopes_asked; the outer call records the request.
             return ApiKeyUser(caller), caller
-        # _scopes_asked's remembered answer for this view class and key scope set, inline (the
-        # view's attributes are read as there: its own code may raise); else the call judges.
-        asked = None
+        asked = _scopes_asked(request, caller)
         try:
-            view = request.parser_context.get("view")
-            known = _ASKED.get(type(view))
-            if (
-                known is not None
-                and known.classes is view.permission_classes
-                and known.given is getattr(view, "required_scopes", ())
-            ):
-                asked = known.by_scopes.get(caller.scopes)
-        except Exception:
-            asked = None
-        if asked is None:
-            asked = _scopes_asked(request, caller)
-        try:
-            client = _readers.get(SETTING) or get_meta_client()
-            verifier.authorize(caller, asked, client(meta), django_request.path)
+            verifier.authorize(caller, asked, get_meta_client()(meta), django_request.path)
         except InsufficientScopeError:
             pass  # recorded as a 403 for the missing scopes; the permissions answer it
         except NetworkNotAllowedError as error:

@@ -669,8 +669,7 @@ class Verifier:
         self._ready = True
 
     def _sync(self) -> None:
-        if not self._ready:
-            self._ensure_ready()
+        self._ensure_ready()
         self._read(self._feed.sync)
 
     def _read(self, read: Callable[..., T], *args: Any) -> T:
@@ -693,8 +692,7 @@ class Verifier:
 
         presented: the secret's fingerprint if the index judged it already (computed once)."""
         self.stats.cold += 1
-        if not self._ready:
-            self._ensure_ready()
+        self._ensure_ready()
         mark = self._feed.mark()  # before reading: a change read meanwhile wins, see may_cache
         stored = self._read(self._source.credential, parsed.public_id)
         expires_at = stored.expires_at if stored is not None else None
