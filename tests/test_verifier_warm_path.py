@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from apikey_tui import keyformat
 from apikey_tui.clock import system_clock
 from apikey_tui.errors import InvalidKeyError, VerifierUnavailableError
 from apikey_tui.integrations.routes import route
@@ -21,6 +22,7 @@ from apikey_tui.integrations.wsgi import ApiKeyWSGIMiddleware
 from apikey_tui.store import KeyStore
 from apikey_tui.verifier import Verifier, last_used
 from apikey_tui.verifier.freshness import CommitFreshness
+from apikey_tui.verifier.key_index import KeyIndex, Verdict
 from apikey_tui.verifier.last_used import LastUsedWriter
 from tests.conftest import CHEAP, FakeClock
 
@@ -150,20 +152,18 @@ def _objects_per_key(checker: Verifier) -> float:
         shared |= {id(entry.owner), id(entry.scopes), id(entry.meta), id(entry.limits)}
         shared |= {id(scope) for scope in entry.scopes}
     seen: set[int] = set()
-    for digest, entry in checker._entries.items():
-        parts = [digest, entry, entry.key_name, entry.public_id]
+    for public_id, entry in checker._entries.items():
+        parts = [public_id, entry, entry.key_name, entry.public_id]
         parts += [entry.expires_at, *[getattr(entry, name) for name in entry.__slots__]]
         seen |= {id(part) for part in parts if id(part) not in shared}
-    for public_id, digest in checker._by_id.items():
-        seen |= {id(public_id), id(digest)} - shared
     return len(seen) / len(checker._entries)
 
 
 def test_a_remembered_key_costs_four_objects(sqlite_url: str) -> None:
     """Each verified key is a digest, its entry (which is its caller) and the caller's two
-    strings: the id map reuses the caller's id, no key carries a timestamp, and the stored
-    fingerprint (not a tag of the argon2 hash) tells a recreated key (it held 8, then 6: an
-    entry and a caller apart, then 5: a hash tag)."""
+    strings: the cache is keyed by the caller's own id string, no key carries a timestamp, and
+    the stored fingerprint (not a tag of the argon2 hash) tells a recreated key (it held 8,
+    then 6: an entry and a caller apart, then 5: a hash tag)."""
     store = KeyStore.open(sqlite_url, hasher=CHEAP)
     keys = [store.create_key("alice", f"k{n}", ["project"]).plaintext for n in range(20)]
     store.close()
@@ -325,3 +325,23 @@ def test_every_warm_entry_point_refuses_at_the_exact_second_and_sees_every_commi
     finally:
         checker.close()
         store.close()
+
+
+def test_a_wrong_secret_under_a_remembered_id_leaves_the_key_remembered(
+    warm: tuple[Verifier, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wrong secret presented under a cached key's public id (ids are public) while the key
+    index cannot vouch for it is refused without evicting the key: its next request is still
+    answered from memory, with no second argon2 (the refusal used to drop the entry, so
+    anyone could make a service spend argon2 on a key again while its index loaded)."""
+    checker, header = warm
+    public_id = header.removeprefix("ApiKey ")[: keyformat.ID_LENGTH]
+    forged = keyformat.generate(public_id)[1]  # a valid checksum, another secret
+    argon2 = checker.stats.argon2
+    with monkeypatch.context() as patched:
+        patched.setattr(KeyIndex, "judge", lambda self, *args: (Verdict.UNSURE, None))
+        with pytest.raises(InvalidKeyError):
+            checker.verify(f"ApiKey {forged}")
+    hits = checker.stats.hits
+    assert checker.verify(header).public_id == public_id
+    assert (checker.stats.hits, checker.stats.argon2) == (hits + 1, argon2)

@@ -16,7 +16,8 @@ ID_CHARS = 16  # 80 random bits: unique ids without coordination
 SECRET_CHARS = 52  # 260 random bits, at least the 256 the design asks for
 CHECK_CHARS = 7  # CRC-32 in 7 base32 digits
 SEPARATOR = "."
-KEY_LENGTH = len(PREFIX) + ID_CHARS + len(SEPARATOR) + SECRET_CHARS + CHECK_CHARS
+ID_LENGTH = len(PREFIX) + ID_CHARS  # a public id's characters, at the start of its key
+KEY_LENGTH = ID_LENGTH + len(SEPARATOR) + SECRET_CHARS + CHECK_CHARS
 
 _ID_SHAPE = rf"{PREFIX}[{ALPHABET}]{{{ID_CHARS}}}"
 _KEY = re.compile(

@@ -134,7 +134,7 @@ def natural_widths(
 ) -> list[int]:
     """What each column would like: the longest value seen (capped) or its fixed size."""
     time_width = times.ABSOLUTE_WIDTH if absolute_times else times.RELATIVE_WIDTH
-    fixed = {"public_id": len(keyformat.PREFIX) + keyformat.ID_CHARS, USAGE: USAGE_DAYS}
+    fixed = {"public_id": keyformat.ID_LENGTH, USAGE: USAGE_DAYS}
     fixed.update(dict.fromkeys(TIMES, time_width))
     widths = []
     for column in names:

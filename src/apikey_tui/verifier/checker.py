@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Engine, event
 
-from apikey_tui import forksafety
+from apikey_tui import forksafety, keyformat
 from apikey_tui.clock import Clock, system_clock
 from apikey_tui.db import VERIFIER_APPLICATION, ensure_schema, make_engine
 from apikey_tui.errors import (
@@ -68,6 +68,9 @@ DEFAULT_CHECK_TIMEOUT = 2.0  # seconds a request waits for the database before 5
 RECHECK_BURST, RECHECKS_PER_SECOND = 3, 1.0  # log re-reads for ids unknown where push may lag
 MAX_USAGE_INTERVAL = 10.0  # seconds usage counts may wait in memory at most
 _USUAL = "ApiKey "  # the header's usual spelling: the warm path looks only this one up
+# Where "ApiKey <key>" holds the key's public id, and the id's first characters in a key.
+_HEADER_ID = slice(len(_USUAL), len(_USUAL) + keyformat.ID_LENGTH)
+DIGEST_SIZE = 16  # bytes of a cached key's salted digest
 _SYNC = object()  # the CheckGate key of a change-log read: one at a time, shared
 
 
@@ -95,15 +98,18 @@ class Caller:
 
 
 class _Entry(Caller):
-    """A key this process has verified, remembered by a salted digest of it (never the key):
-    its Caller, with what the cache needs besides in the same object (one a key, not two).
+    """A key this process has verified, remembered under its public id with a salted digest of
+    the key (never the key): its Caller, with what the cache needs besides in the same object
+    (one a key, not two).
 
+    `digest` is BLAKE2b-128(salt + "ApiKey " + key): only the exact key verified here has it.
     `noted` is the last-used writer's epoch in which this key's use was last noted. The Caller's
-    fields stay frozen: a changed key gets a new entry; these two are set with
+    fields stay frozen: a changed key gets a new entry; these are set with
     `object.__setattr__` (Caller's frozen `__setattr__` refuses every name).
     """
 
-    __slots__ = ("expires_at", "noted")
+    __slots__ = ("digest", "expires_at", "noted")
+    digest: bytes
     expires_at: datetime | None  # refused from this moment on, cache or not
     noted: object
 
@@ -132,9 +138,10 @@ _set = object.__setattr__  # an entry's own slots, past Caller's frozen __setatt
 class Verifier:
     """Checks API keys against the admins' database; thread-safe, one per service process.
 
-    A request is answered from memory when it can be: a verified key is remembered by a salted
-    BLAKE2b digest (argon2 runs at most once per key per process), and an index of every key's
-    public id and secret fingerprint refuses unknown ids and wrong secrets without a query.
+    A request is answered from memory when it can be: a verified key is remembered with a
+    salted BLAKE2b digest of it (argon2 runs at most once per key per process), and an index
+    of every key's public id and secret fingerprint refuses unknown ids and wrong secrets
+    without a query.
     Everything else (database reads, argon2) runs in a CheckGate with a deadline.
     """
 
@@ -146,7 +153,6 @@ class Verifier:
         "__weakref__",
         "_ask_always",
         "_budget",
-        "_by_id",
         "_clock",
         "_connections",
         "_engine",
@@ -258,17 +264,19 @@ class Verifier:
         self._sources = self._uses.sources  # the last client address noted per key
         self.stats = VerifierStats(self._gate, self._freshness, revocation_bound, self._uses)
         event.listen(self._engine, "handle_error", self.stats.database_error)
-        # A verified key is remembered by BLAKE2b-256(salt + "ApiKey " + key), per-process salt:
-        # the warm path hashes the header as it came (no test of its scheme, no slice), and a
-        # header that is not exactly "ApiKey <a remembered key>" finds no entry. BLAKE2b, not
-        # SHA-256: as collision-resistant, and a copy of its state is a memcpy in CPython's own
-        # module where OpenSSL's SHA-256 copies an EVP context (70 ns, a quarter of the hash).
+        # A verified key is remembered under its public id (the entry's own string: one dict,
+        # and a change finds its entry by the id it names) with BLAKE2b-128(salt + "ApiKey " +
+        # key), per-process salt: the warm path looks up the characters where "ApiKey <key>"
+        # holds the id, then hashes the header as it came (no test of its scheme), and a header
+        # that is not exactly "ApiKey <a remembered key>" does not have the entry's digest.
+        # 128 bits: nobody without the salt can aim at a digest (a second preimage is 2**128
+        # tries). BLAKE2b, not SHA-256: a copy of its state is a memcpy in CPython's own module
+        # where OpenSSL's SHA-256 copies an EVP context (70 ns, a quarter of the hash).
         salt = secrets.token_bytes(32)
-        self._salted = hashlib.blake2b(salt, digest_size=32)  # the warm path's: the header
-        self._salted_usual = hashlib.blake2b(salt + _USUAL.encode(), digest_size=32)
-        self._entries: dict[bytes, _Entry] = {}  # verified and unchanged since: the warm path
-        self._stale: dict[bytes, _Entry] = {}  # verified, changed since: re-read, no argon2
-        self._by_id: dict[str, bytes] = {}
+        self._salted = hashlib.blake2b(salt, digest_size=DIGEST_SIZE)  # the warm path's
+        self._salted_usual = hashlib.blake2b(salt + _USUAL.encode(), digest_size=DIGEST_SIZE)
+        self._entries: dict[str, _Entry] = {}  # verified and unchanged since: the warm path
+        self._stale: dict[str, _Entry] = {}  # verified, changed since: re-read, no argon2
         self._scope_sets: dict[frozenset[str], frozenset[str]] = {}
         self._metas: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}
         self._ready = False
@@ -439,7 +447,8 @@ class Verifier:
             and len(authorization) == len(credential) + len(_USUAL)
             and authorization.startswith(_USUAL)  # so credential is authorization[7:]
         ):
-            caller = self._warm(None, digest)  # "apikey  <key>" is remembered too
+            # "apikey  <key>" is remembered too (an id that is not one misses)
+            caller = self._warm(None, digest, credential[: keyformat.ID_LENGTH])
             if caller is not None:
                 return caller
         parsed = parse_key(credential)
@@ -450,8 +459,8 @@ class Verifier:
             self._ask_always and verdict in (Verdict.MATCH, Verdict.LEGACY)
         ):
             yield from self._synced(inline)
-            if digest in self._entries:  # an unrelated commit leaves this key cached
-                caller = self._warm(None, digest)
+            if parsed.public_id in self._entries:  # an unrelated commit leaves it cached
+                caller = self._warm(None, digest, parsed.public_id)
                 if caller is not None:
                     return caller
             verdict, presented = judge(parsed.public_id, parsed.secret, presented)
@@ -503,28 +512,38 @@ class Verifier:
         self.stats.refused(error)
         return error
 
-    def _warm(self, authorization: str | None, digest: bytes | None = None) -> Caller | None:
+    def _warm(
+        self, authorization: str | None, digest: bytes | None = None, public_id: str = ""
+    ) -> Caller | None:
         """The caller of a key verified before and unchanged since, else None (no refusal).
 
-        One digest, one dict lookup and one freshness test: no query, no lock. The header is
-        looked up in its usual spelling only; the full check passes the digest of its parse
-        instead. Anything that goes wrong here (a freshness test that fails) is left to the
-        full check, which repeats it and counts and answers the refusal.
+        One dict lookup, one digest and one freshness test: no query, no lock. The header is
+        looked up in its usual spelling only; the full check passes the digest and the id of
+        its parse instead. Anything that goes wrong here (a freshness test that fails) is left
+        to the full check, which repeats it and counts and answers the refusal.
         """
         try:
             if digest is None:
-                # The salted digest of the whole header, inline: only "ApiKey <key>" hashes
-                # as an entry's digest, so neither the scheme nor a slice is looked at.
                 if authorization is None:
                     return None
+                # The id where "ApiKey <key>" holds it; a miss raises nothing: floods miss.
+                entry = self._entries.get(authorization[_HEADER_ID])
+                if entry is None:
+                    return None
+                # The salted digest of the whole header, inline: only "ApiKey <key>" hashes
+                # as an entry's digest, so the scheme is not looked at.
                 salted = self._salted.copy()
                 salted.update(authorization.encode())
                 digest = salted.digest()
-            entry = self._entries.get(digest)  # a miss raises nothing: floods miss
+            else:
+                entry = self._entries.get(public_id)
             # records.secret_works inline for an entry (never a disabled key's): a call would
             # be a tenth of this path. From the exact second, the full check refuses it.
+            # `==`, not compare_digest: a digest's bytes are a keyed hash's, so learning how
+            # many of them match tells nobody which header would match them all.
             if not (
                 entry is not None
+                and entry.digest == digest
                 and self._feed.synced == self._freshness.generation()
                 and (entry.expires_at is None or self._clock() < entry.expires_at)
             ):
@@ -715,12 +734,15 @@ class Verifier:
             or wrong
         ):
             # Unknown, disabled, expired, or a previous secret past its grace: one same 401.
-            self.stats.revoked += parsed.public_id in self._by_id  # a key verified here
-            self._drop(parsed.public_id)
+            if stored is None or not stored.works(self._clock()):  # not for a wrong secret
+                self._drop(parsed.public_id)
             if stored is None:
                 self._index.forget(parsed.public_id)
             raise InvalidKeyError()
-        entry = self._entries.get(digest) or self._stale.get(digest)
+        # The entry, fresh or stale, of this exact key (argon2 proved it here), else None.
+        entry = self._entries.get(parsed.public_id) or self._stale.get(parsed.public_id)
+        if entry is not None and entry.digest != digest:
+            entry = None  # another secret under this id: proven by nothing here
         if entry is not None and stored.fingerprint is not None:
             # Known key, cache entry merely stale: argon2 proved this exact key here, and its
             # secret still matches the fingerprint stored now (`wrong` above). Recreate and
@@ -728,12 +750,13 @@ class Verifier:
             # comes with another secret's 64-bit fingerprint, or none: a key without one
             # (made by 0.1.0, where this role may not add it) is proven by argon2 again.
             self.stats.revalidated += 1
-            fresh = self._entry(stored, expires_at, entry.noted)
+            fresh = self._entry(stored, expires_at, entry.noted, digest)
             with self._feed.lock:
                 if self._feed.may_cache(parsed.public_id, mark) and (
-                    self._stale.pop(digest, None) is not None or digest in self._entries
+                    self._stale.pop(entry.public_id, None) is entry
+                    or self._entries.get(entry.public_id) is entry
                 ):
-                    self._entries[digest] = fresh
+                    self._entries[entry.public_id] = fresh
             return fresh
         if (
             stored.fingerprint is None
@@ -755,12 +778,11 @@ class Verifier:
             self._add_fingerprint(parsed)
         if self._hasher.needs_rehash(stored.secret_hash):
             self._upgrade_hash(parsed, stored)
-        entry = self._entry(stored, expires_at, self._last_used.epoch)
+        entry = self._entry(stored, expires_at, self._last_used.epoch, digest)
         with self._feed.lock:
             if self._feed.may_cache(parsed.public_id, mark):
-                self._drop(parsed.public_id)
-                self._entries[digest] = entry
-                self._by_id[entry.public_id] = digest  # the caller's string: one a key
+                self._stale.pop(parsed.public_id, None)
+                self._entries[entry.public_id] = entry  # the caller's string: one a key
         if entry.networks is None:  # else noted once its request passes them (_placed)
             self._last_used.note(entry.public_id)  # the cached string, not a second copy
         if self._record:
@@ -801,21 +823,21 @@ class Verifier:
             return
         for _seq, public_id, _stored, exists in changes:
             if not exists:
-                self.stats.revoked += public_id in self._by_id  # a key verified here
                 self._drop(public_id)
                 continue
-            digest = self._by_id.get(public_id)
-            entry = None if digest is None else self._entries.pop(digest, None)
+            entry = self._entries.pop(public_id, None)
             if entry is not None:
-                self._stale[digest] = entry  # type: ignore[index]
+                self._stale[entry.public_id] = entry
 
     def _drop(self, public_id: str) -> None:
-        digest = self._by_id.pop(public_id, None)
-        if digest is not None:
-            self._entries.pop(digest, None)
-            self._stale.pop(digest, None)
+        """Forget a key verified here (counted as revoked), if it is remembered."""
+        fresh = self._entries.pop(public_id, None)
+        if self._stale.pop(public_id, None) is not None or fresh is not None:
+            self.stats.revoked += 1
 
-    def _entry(self, stored: Credential, expires_at: datetime | None, noted: object) -> _Entry:
+    def _entry(
+        self, stored: Credential, expires_at: datetime | None, noted: object, digest: bytes
+    ) -> _Entry:
         """The cache entry (and Caller) of a key just read."""
         info = stored.info
         scopes = frozenset(info.scopes)
@@ -837,6 +859,7 @@ class Verifier:
             leases,
             meta,
         )
+        _set(entry, "digest", digest)
         _set(entry, "expires_at", expires_at)
         _set(entry, "noted", noted)
         return entry
@@ -865,7 +888,7 @@ class Verifier:
         self._outage.reset()
         self._lookups.reset()
         self._rechecks.reset()
-        self._entries, self._stale, self._by_id = {}, {}, {}
+        self._entries, self._stale = {}, {}
         # Inherited connections are parked, never closed or used (see forksafety._parked).
         forksafety.park(list(self._connections.values()))
         self._connections = {}
@@ -891,7 +914,7 @@ class Verifier:
         self._engine.dispose()
 
     def cache_size(self) -> int:
-        """How many verified keys this process remembers (by digest)."""
+        """How many verified keys this process remembers (fresh ones)."""
         return len(self._entries)
 
     def known_keys(self) -> int:
