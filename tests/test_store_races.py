@@ -56,8 +56,6 @@ def test_two_processes_creating_one_name_exactly_one_wins(database_url: str) -> 
 
 def _churn(url: str, ready: Any = None) -> None:
     store = KeyStore.open(url, hasher=SecretHasher("cheapest"))
-    if ready is not None:
-        ready.set()  # killed from now on: at random moments of its writes, not of its start-up
     rng = random.Random()
     while True:
         name = f"k{rng.randrange(4)}"
@@ -70,7 +68,11 @@ def _churn(url: str, ready: Any = None) -> None:
             else:
                 store.delete_key("alice", name)
         except (DuplicateKeyNameError, KeyNotFoundError):
-            pass
+            continue
+        if ready is not None:
+            # Killed from now on: at random moments of its writes, not of its start-up, and
+            # after one write (under load, a connect could outlast every kill moment).
+            ready.set()
 
 
 def _check_consistent(store: KeyStore) -> None:
@@ -117,6 +119,9 @@ def test_kill_9_during_create_and_recreate_leaves_no_half_written_key(database_u
         worker.join(timeout=10)
         assert worker.exitcode == -signal.SIGKILL
     store = KeyStore.open(database_url, hasher=SecretHasher("cheapest"))
-    _check_consistent(store)
-    assert len(store.events(limit=1000)) > 0  # the worker did get work done between kills
-    store.close()
+    try:
+        _check_consistent(store)
+        # Each worker wrote once before its kill; more than that, most rounds (not asserted).
+        assert len(store.events(limit=1000)) >= ROUNDS
+    finally:
+        store.close()  # a failure here must not leave a connection to a later test
