@@ -523,6 +523,21 @@ def test_has_scopes_sees_scopes_set_on_the_class_after_it_was_made(keys: Keys) -
     assert call([Serving], auth(keys.serving)).status_code == 200
 
 
+def test_has_scopes_sees_scopes_changed_on_the_class_after_its_first_request(keys: Keys) -> None:
+    """Scopes changed on the class once it has answered requests are the ones required: the
+    answers kept by (class, view scopes) still required the first ones and passed a key that
+    holds only those (200)."""
+    from apikey_tui.integrations.drf import HasScopes
+
+    class Changing(HasScopes):
+        scopes = ("project",)
+
+    assert call([Changing], auth(keys.project)).status_code == 200
+    Changing.scopes = ("serving",)
+    assert call([Changing], auth(keys.project)).status_code == 403
+    assert call([Changing], auth(keys.serving)).status_code == 200
+
+
 def test_has_scopes_sees_scopes_an_instance_sets(keys: Keys) -> None:
     """`required` reads self.scopes: one set in __init__ (DRF makes a permission per request)
     is the one required; `_own` read the class attribute and passed the wrong key (200)."""

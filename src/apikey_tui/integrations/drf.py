@@ -222,9 +222,12 @@ _NO_SCOPE = (
 )
 
 
-# HasScopes.required's answers by (permission class, view's required_scopes): a few per app.
-_REQUIRED: dict[tuple[type, object], frozenset[str]] = {}
-_REQUIRED_MAX = 10_000  # a bound, should views make their scopes per request
+# HasScopes.required's answers by the permission's scopes, then by the view's required_scopes
+# (their values, so scopes changed on a class or set by an instance are the ones required): a
+# few per app. Two lookups, not one under a (scopes, scopes) key: that key would be a tuple
+# made and hashed at every request.
+_REQUIRED: dict[object, dict[object, frozenset[str]]] = {}
+_REQUIRED_MAX = 10_000  # a bound on each, should views make their scopes per request
 
 
 class HasScopes(BasePermission):  # type: ignore[misc]
@@ -246,19 +249,25 @@ class HasScopes(BasePermission):  # type: ignore[misc]
     def required(self, view: Any) -> frozenset[str]:
         """The scopes this permission requires on view: its own and the view's.
 
-        Read once per permission class and view scopes (each request asks): a view's
-        tuple is parsed at its first request; a list, which cannot be a key, every time.
+        Both read at every request (each request asks), the answer kept by their values: a
+        tuple of scopes is parsed at its first request; a list, which cannot be a key, every
+        time.
         """
-        given = getattr(view, "required_scopes", ())
+        own, given = self.scopes, getattr(view, "required_scopes", ())
         try:
-            return _REQUIRED[type(self), given]
+            return _REQUIRED[own][given]
         except (KeyError, TypeError):
             pass
         where = f"{type(view).__name__}.required_scopes"
-        found = frozenset({*self.scopes, *_scope_names(given, where)})
+        found = frozenset({*own, *_scope_names(given, where)})
         try:
-            if len(_REQUIRED) < _REQUIRED_MAX:
-                _REQUIRED[type(self), given] = found
+            by_given = _REQUIRED.get(own)
+            if by_given is None:
+                if len(_REQUIRED) >= _REQUIRED_MAX:
+                    return found
+                by_given = _REQUIRED[own] = {}
+            if len(by_given) < _REQUIRED_MAX:
+                by_given[given] = found
         except TypeError:  # unhashable (a list)
             pass
         return found
