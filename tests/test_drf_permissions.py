@@ -523,6 +523,56 @@ def test_has_scopes_sees_scopes_set_on_the_class_after_it_was_made(keys: Keys) -
     assert call([Serving], auth(keys.serving)).status_code == 200
 
 
+def test_has_scopes_sees_scopes_changed_on_the_class_after_its_first_request(keys: Keys) -> None:
+    """Scopes changed on the class once it has answered requests are the ones required: the
+    answers kept by (class, view scopes) still required the first ones and passed a key that
+    holds only those (200)."""
+    from apikey_tui.integrations.drf import HasScopes
+
+    class Changing(HasScopes):
+        scopes = ("project",)
+
+    assert call([Changing], auth(keys.project)).status_code == 200
+    Changing.scopes = ("serving",)
+    assert call([Changing], auth(keys.project)).status_code == 403
+    assert call([Changing], auth(keys.serving)).status_code == 200
+
+
+def test_no_request_is_left_marked_as_reading_its_permissions(keys: Keys) -> None:
+    """The requests whose permissions authenticate() reads are forgotten after it, whether
+    get_permissions answers or raises: none is kept alive, none answered as an inner call."""
+    from rest_framework.request import Request
+    from rest_framework.response import Response
+    from rest_framework.views import APIView
+
+    from apikey_tui.integrations import drf
+
+    class Reads(APIView):  # type: ignore[misc]
+        authentication_classes = [drf.ApiKeyAuthentication]
+
+        def get_permissions(self) -> list[Any]:
+            if self.request.user.is_staff:
+                raise RuntimeError("never: an ApiKeyUser is not staff")
+            return [drf.HasScopes.of("project")()]
+
+        def get(self, request: Request) -> Response:
+            return Response({})
+
+    class Raises(Reads):
+        def get_permissions(self) -> list[Any]:
+            raise RuntimeError("the view's own bug")
+
+    from django.test import RequestFactory
+
+    assert (
+        Reads.as_view()(RequestFactory().get("/t/", headers=auth(keys.project))).status_code == 200
+    )
+    assert not drf._ASKING
+    with pytest.raises(RuntimeError):
+        Raises.as_view()(RequestFactory().get("/t/", headers=auth(keys.project)))
+    assert not drf._ASKING
+
+
 def test_has_scopes_sees_scopes_an_instance_sets(keys: Keys) -> None:
     """`required` reads self.scopes: one set in __init__ (DRF makes a permission per request)
     is the one required; `_own` read the class attribute and passed the wrong key (200)."""
