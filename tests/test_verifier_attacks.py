@@ -202,6 +202,48 @@ def test_a_cached_key_whose_hash_is_replaced_without_a_fingerprint_refuses_its_s
     assert len(counting.calls) == before + 1  # proven wrong by argon2, not trusted from memory
 
 
+def test_a_remembered_secret_that_argon2_disproves_is_forgotten(
+    store: KeyStore, database_url: str, counting: CountingHasher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A remembered key that argon2 proves wrong (its hash replaced under the same public id,
+    no fingerprint left) is forgotten: while the key index cannot vouch, its old secret, which
+    whoever leaked it still holds, buys argon2 only within the failure budget, and the key is
+    counted revoked once. It stayed remembered: each request ran argon2 past the budget (a
+    remembered key is exempt) and counted the key revoked again."""
+    from apikey_tui.verifier.key_index import KeyIndex, Verdict
+    from tests.test_push_revocation import eventually
+
+    created = store.create_key("alice", "demo", ["project"])
+    checker = Verifier.from_url(
+        database_url, hasher=counting, failure_burst=3, failures_per_second=1e-9
+    )
+    try:
+        checker.verify(header(created.plaintext))
+        other = CHEAP.hash(keyformat.parse(keyformat.generate(created.info.public_id)[1]).secret)
+        with store.engine.begin() as conn:
+            conn.execute(
+                text("UPDATE apikey_tui_key SET secret_hash = :h, fingerprint = NULL"), {"h": other}
+            )
+        store.set_key_scopes("alice", "demo", ["project", "serving"])  # logged: seen by push
+        monkeypatch.setattr(KeyIndex, "judge", lambda self, *args: (Verdict.UNSURE, None))
+
+        def refused() -> bool:
+            try:
+                checker.verify(header(created.plaintext))
+            except InvalidKeyError:
+                return True
+            return False
+
+        assert eventually(refused)  # PostgreSQL: once the change's notice arrived
+        for _ in range(20):
+            assert refused()
+        # The first argon2 proved the key; then the budget's 3 failures at most.
+        assert counting.calls is not None and len(counting.calls) <= 1 + 3
+        assert checker.stats.revoked == 1
+    finally:
+        checker.close()
+
+
 def test_the_failure_budget_holds_while_the_index_cannot_vouch(
     store: KeyStore, checker: Verifier, counting: CountingHasher, monkeypatch: pytest.MonkeyPatch
 ) -> None:

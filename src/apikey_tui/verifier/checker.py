@@ -768,7 +768,11 @@ class Verifier:
             raise InvalidKeyError()
         self.stats.argon2 += 1
         if not self._hasher.verify(stored.secret_hash, parsed.secret):
-            self.stats.revoked += entry is not None  # the key verified here was recreated
+            if entry is not None:
+                # The key verified here has another hash now: forgotten (and counted revoked)
+                # once, so its old secret meets the failure budget like any other, not argon2
+                # at every request that the index cannot judge.
+                self._drop(parsed.public_id)
             if self._record:
                 self._uses.wrong_secret(parsed.public_id)
             if stored.fingerprint is None:
