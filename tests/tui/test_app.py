@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import text
+from textual import events
 from textual.geometry import Region
 from textual.pilot import Pilot
 from textual.widgets import Button, Input, Static
@@ -215,6 +216,28 @@ async def test_delete_confirms_and_the_key_stops_working(tui_store: KeyStore) ->
         assert table_rows(app) == []
         assert "No API keys for alice yet" in str(app.screen.query_one("#empty", Static).render())
     assert tui_store.credential(created.info.public_id) is None
+
+
+async def test_a_key_read_before_the_question_was_drawn_never_answers_it(
+    tui_store: KeyStore,
+) -> None:
+    """A 'y' read before the confirmation opened but handled after it was drawn (a slow
+    machine: the burst "d y" read in one go) is no answer; a 'y' typed after it deletes."""
+    tui_store.create_key("alice", "victim", ["project"])
+    app = make_app(tui_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        stale = events.Key("y", "y")  # read now, with the 'd' that opens the question
+        await pilot.press("d")
+        await settle(pilot)  # the question is drawn
+        assert isinstance(app.screen, ConfirmDialog)
+        app.post_message(stale)
+        await settle(pilot)
+        assert isinstance(app.screen, ConfirmDialog)
+        assert tui_store.get_key("alice", "victim") is not None
+        await pilot.press("y")
+        await settle(pilot)
+        assert table_rows(app) == []
 
 
 async def test_delete_cancel_keeps_the_key(tui_store: KeyStore) -> None:

@@ -18,6 +18,7 @@ from apikey_tui.tui.app import bound_keys
 from apikey_tui.tui.keys_screen import KeysScreen
 from apikey_tui.tui.textual_private import (
     LayoutUpdate,
+    event_clock,
     forget_clipboard,
     forward_key,
     screen_update,
@@ -44,6 +45,14 @@ def test_each_overridden_or_called_private_method_is_still_there(
     with the same parameters (an upgrade that renames one would silently bypass it)."""
     method = getattr(owner, name)
     assert list(inspect.signature(method).parameters) == parameters
+
+
+def test_the_event_clock_is_the_clock_of_a_keys_time() -> None:
+    """A key made between two readings of event_clock carries a time between them (the
+    confirmation compares a key's time with its first paint on that clock)."""
+    before = event_clock()
+    key = events.Key("enter", None)
+    assert before <= key.time <= event_clock()
 
 
 def test_the_module_is_the_only_one_that_names_textual_private_api() -> None:

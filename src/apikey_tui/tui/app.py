@@ -100,8 +100,13 @@ class ApiKeysApp(QuietCrashes):
         self.push_screen(KeysScreen(self))
 
     async def on_event(self, event: events.Event) -> None:
-        if isinstance(event, events.Key) and self._after_stray_key(event):
-            return
+        if isinstance(event, events.Key):
+            # Here, not in the dialog: the app hands a key to the focused button, not its screen.
+            screen = self.screen
+            if isinstance(screen, ConfirmDialog) and screen.read_before_shown(event):
+                return
+            if self._after_stray_key(event):
+                return
         await super().on_event(event)
 
     def _after_stray_key(self, event: events.Key) -> bool:

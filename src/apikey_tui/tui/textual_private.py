@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 from textual import events
 from textual._compositor import LayoutUpdate
+from textual._time import get_time as event_clock  # the clock of each Message.time
 from textual.app import App
 from textual.screen import ModalScreen
 from textual.widget import Widget
@@ -21,6 +22,7 @@ __all__ = [
     "EarlyKeyScreen",
     "LayoutUpdate",
     "QuietCrashes",
+    "event_clock",
     "forget_clipboard",
     "forward_key",
     "screen_update",

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -12,15 +14,17 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
 from apikey_tui.tui.text import literal
+from apikey_tui.tui.textual_private import event_clock
 
 
 class ConfirmDialog(ModalScreen[bool]):
     """Ask before a destructive action; Cancel has the focus, so a stray Enter changes nothing.
 
-    A yes counts only once the question has been drawn: keys typed in the burst that opened
-    the dialog (`d` and Enter over SSH) reach it before anyone could read it, and Textual's
-    first focus went to the first button, Delete. Cancel is focused from the start, and any
-    answer before the first paint is ignored: the question stays until it is answered.
+    Keys typed in the burst that opened the dialog (`d` and Enter over SSH) reach it before
+    anyone could read it, and Textual's first focus went to the first button, Delete. Cancel
+    is focused from the start, and a key read before the dialog was mounted (by its own time,
+    not the time it is handled) is dropped by the app (`read_before_shown`): the question
+    stays until it is answered.
     """
 
     AUTO_FOCUS = "#cancel"  # the screen's first focus, at once (a focus() call waits a turn)
@@ -34,7 +38,8 @@ class ConfirmDialog(ModalScreen[bool]):
         """body: a paragraph, or lines (each shown literally, on a line of its own)."""
         super().__init__()
         self._title, self._body, self._confirm_label = title, body, confirm_label
-        self._shown = False  # drawn at least once: only then can a yes be meant
+        # When it was mounted, on Textual's event clock: only a key read after can answer.
+        self._shown_at = math.inf
 
     @property
     def confirm_label(self) -> str:
@@ -53,10 +58,16 @@ class ConfirmDialog(ModalScreen[bool]):
                 yield Button("Cancel", id="cancel")
 
     def on_mount(self) -> None:
-        self.call_after_refresh(self._drawn)
+        self._shown_at = event_clock()
 
-    def _drawn(self) -> None:
-        self._shown = True
+    def read_before_shown(self, key: events.Key) -> bool:
+        """Whether key was read before the dialog was mounted: no answer to the question.
+
+        By the key's own time: the burst that opened the dialog was read before the app
+        handled its first key, so before this mount, however late a slow machine handles the
+        rest of it (a flag set at the first paint let a late Enter press Cancel). The mount,
+        not the paint: a key read after the paint is someone's answer."""
+        return key.time < self._shown_at
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.action_answer(event.button.id == "confirm")
@@ -67,6 +78,4 @@ class ConfirmDialog(ModalScreen[bool]):
         self.query_one(f"#{other}", Button).focus()
 
     def action_answer(self, answer: bool) -> None:
-        if not self._shown:
-            return  # typed ahead of the question: not an answer to it
         self.dismiss(answer)
