@@ -68,7 +68,7 @@ DEFAULT_CHECK_TIMEOUT = 2.0  # seconds a request waits for the database before 5
 RECHECK_BURST, RECHECKS_PER_SECOND = 3, 1.0  # log re-reads for ids unknown where push may lag
 MAX_USAGE_INTERVAL = 10.0  # seconds usage counts may wait in memory at most
 _USUAL = "ApiKey "  # the header's usual spelling: the warm path looks only this one up
-# Where "ApiKey <key>" holds the key's public id, and the id's first characters in a key.
+# Where "ApiKey <key>" holds the key's public id (the warm path's cache lookup).
 _HEADER_ID = slice(len(_USUAL), len(_USUAL) + keyformat.ID_LENGTH)
 DIGEST_SIZE = 16  # bytes of a cached key's salted digest
 _SYNC = object()  # the CheckGate key of a change-log read: one at a time, shared
