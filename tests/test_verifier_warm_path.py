@@ -21,6 +21,7 @@ from apikey_tui.integrations.routes import route
 from apikey_tui.integrations.wsgi import ApiKeyWSGIMiddleware
 from apikey_tui.store import KeyStore
 from apikey_tui.verifier import Verifier, last_used
+from apikey_tui.verifier import checker as checker_module
 from apikey_tui.verifier.freshness import CommitFreshness
 from apikey_tui.verifier.key_index import KeyIndex, Verdict
 from apikey_tui.verifier.last_used import LastUsedWriter
@@ -345,3 +346,64 @@ def test_a_wrong_secret_under_a_remembered_id_leaves_the_key_remembered(
     hits = checker.stats.hits
     assert checker.verify(header).public_id == public_id
     assert (checker.stats.hits, checker.stats.argon2) == (hits + 1, argon2)
+
+
+def test_a_header_of_a_str_subclass_is_never_answered_by_its_own_hash(
+    warm: tuple[Verifier, str],
+) -> None:
+    """The warm digest is the header's hash, and a str subclass may hash as it likes: one that
+    hashes as the remembered key's header, under its id with another secret, is refused (the
+    warm path digests only an exact str), while a subclass holding the real key still passes."""
+    checker, header = warm
+    public_id = header.removeprefix("ApiKey ")[: keyformat.ID_LENGTH]
+    forged = keyformat.generate(public_id)[1]  # a valid checksum, another secret
+
+    class Rigged(str):
+        def __hash__(self) -> int:
+            return hash(header)
+
+    with pytest.raises(InvalidKeyError):
+        checker.verify(Rigged(f"ApiKey {forged}"))
+    assert checker.cached(Rigged(f"ApiKey {forged}")) is None
+    assert checker.verify(Rigged(header)).public_id == public_id
+
+
+def test_two_keys_checked_at_once_never_share_an_answer_whatever_their_digests(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cache's digest has 64 bits, so it is not what a check in flight is joined by: with
+    every digest made equal, a second key checked while the first one's read is held gets its
+    own caller (joined by digest, it waited for the first key's and was answered with it)."""
+    store = KeyStore.open(sqlite_url, hasher=CHEAP)
+    first = store.create_key("alice", "first", ["project"]).plaintext
+    second = store.create_key("bob", "second", ["project"]).plaintext
+    store.close()
+    checker = Verifier.from_url(sqlite_url, hasher=CHEAP)
+    monkeypatch.setattr(checker_module, "header_digest", lambda header: 0)
+    inside, release = threading.Event(), threading.Event()
+    read = checker._source.credential
+    first_id = first[: keyformat.ID_LENGTH]
+
+    def held(public_id: str) -> Any:
+        if public_id == first_id:
+            inside.set()
+            release.wait(10)
+        return read(public_id)
+
+    monkeypatch.setattr(checker._source, "credential", held)
+    answers: dict[str, str] = {}
+    worker = threading.Thread(
+        target=lambda: answers.update(first=checker.verify(f"ApiKey {first}").owner)
+    )
+    worker.start()
+    letting_go = threading.Timer(2.0, release.set)  # a joined check would wait for this
+    try:
+        assert inside.wait(10)
+        letting_go.start()
+        answers["second"] = checker.verify(f"ApiKey {second}").owner
+    finally:
+        release.set()
+        letting_go.cancel()
+        worker.join(10)
+        checker.close()
+    assert answers == {"first": "alice", "second": "bob"}
