@@ -35,7 +35,7 @@ def spread(r: Any, what: str) -> str:
 STEPS = {
     "route_rules": "route rule lookup (`RouteScopes.required`)",
     "header": "finding the Authorization header (`authorization_header`)",
-    "warm": "the salted BLAKE2b of the header, cache lookup, freshness and last-used test"
+    "warm": "the header's hash (its digest), cache lookup, freshness and last-used test"
     " (`Verifier._warm`, one function)",
     "authorize": "scope test (`Verifier.authorize`)",
 }
@@ -389,12 +389,17 @@ def cache_rss_lines(v: Any) -> list[str]:
         "",
         "What a key costs now, and why 300 is not reached: its entry, which is its Caller (11"
         " slots, 120 bytes), its public id and name strings (72 and 64 bytes for the"
-        " benchmark's 10-character names), its salted digest (56), its slot in the cache's one"
-        " dict (41 to 52 bytes by the dict's fill), about 360 bytes before the allocator's own"
-        " share; usage recording adds a tally and its counter (about 105 bytes) for each key"
-        " used since the last minute's reading, at most `usage_limit` of them. A cache under"
-        " 300 bytes a key would keep no Caller or no strings per key and build them at every"
-        " warm check, which is the other half of this issue's targets.",
+        " benchmark's 10-character names), its digest (an int of 40 bytes since the digest"
+        " became the header's own hash; 16 bytes of BLAKE2b took 56), its slot in the cache's"
+        " one dict (22 to 44 bytes by the dict's fill: a str-keyed table), its place in the"
+        " last-used writer's list (8), about 340 bytes before the allocator's own share. The"
+        " rest is memory the allocator keeps after the cache grew (its dict's earlier tables,"
+        " the cold checks' garbage), which malloc_trim hands back (the figures in brackets)."
+        " Usage recording adds a tally and its counter (about 100 bytes) for each key used since"
+        " the last minute's reading, at most `usage_limit` of them. A cache under 300 bytes a"
+        " key in RSS would keep no Caller or no strings per key and build them at every warm"
+        " check (0.2 to 0.3 µs), which would take the sync integrations back to the edge of"
+        " their 1.5 µs, the other half of this issue's targets.",
         "",
     ]
 
