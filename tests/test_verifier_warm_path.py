@@ -368,6 +368,23 @@ def test_a_header_of_a_str_subclass_is_never_answered_by_its_own_hash(
     assert checker.verify(Rigged(header)).public_id == public_id
 
 
+@pytest.mark.parametrize("how", ["verify", "identify"])
+def test_a_str_subclass_holding_a_remembered_key_is_answered_without_a_key_read(
+    warm: tuple[Verifier, str], how: str
+) -> None:
+    """A str subclass header in the usual spelling skips the warm path's own hash, but the full
+    check answers it from memory by the exact string it rebuilds, as it does other spellings."""
+    checker, header = warm
+
+    class Text(str):
+        pass
+
+    cold, argon2 = checker.stats.cold, checker.stats.argon2
+    for _ in range(3):
+        assert getattr(checker, how)(Text(header)).key_name == "ci"
+    assert (checker.stats.cold, checker.stats.argon2) == (cold, argon2)
+
+
 def test_two_keys_checked_at_once_never_share_an_answer_whatever_their_digests(
     sqlite_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

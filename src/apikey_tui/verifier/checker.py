@@ -458,6 +458,7 @@ class Verifier:
         assert authorization is not None  # split_credentials refused None
         if not (
             warmed
+            and authorization.__class__ is str  # a subclass: `_warm` did not look it up
             and len(authorization) == len(credential) + len(_USUAL)
             and authorization.startswith(_USUAL)  # so credential is authorization[7:]
         ):
