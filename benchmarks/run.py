@@ -135,7 +135,8 @@ def middleware_section(m: Any) -> list[str]:
             f" the rounds' differences). Target (issue 31): within 1.5 µs {verdict(over <= 1.5)}."
             " Before the warm digest became the header's own hash (2026-11-28, this machine,"
             " three adjacent runs of this measurement against the earlier commit): 1.48 to 1.82"
-            " µs, and DRF below 1.37 to 4.03 µs; the run before that, on a slower machine: 1.40"
+            " µs, and DRF (next paragraph) 1.37 to 4.03 µs; the run before that, on a slower"
+            " machine: 1.40"
             " and 5.6 µs. Each request now gets its own header string, as a server gives it (a"
             " reused one keeps its hash).",
             "",

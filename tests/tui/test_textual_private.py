@@ -49,7 +49,7 @@ def test_each_overridden_or_called_private_method_is_still_there(
 
 def test_the_event_clock_is_the_clock_of_a_keys_time() -> None:
     """A key made between two readings of event_clock carries a time between them (the
-    confirmation compares a key's time with its first paint on that clock)."""
+    confirmation compares a key's time with its own mount time on that clock)."""
     before = event_clock()
     key = events.Key("enter", None)
     assert before <= key.time <= event_clock()
