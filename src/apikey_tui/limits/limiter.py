@@ -254,6 +254,17 @@ class Limiter:
                         del self._taking[missing.key]
                 flight.set()
 
+    def unanswered(self, limits: Sequence[AppliedLimit], now: float) -> Decision:
+        """The declared mode's answer for a take that did not return in time (a store that
+        accepts connections but never answers: a frozen PostgreSQL acknowledges TCP, so no
+        socket bound fires): the store counts as down for its retry interval, as after an
+        error. The take itself finishes when it may; its grant is kept (never spent twice).
+        """
+        with self._lock:
+            self.store_failures += 1
+            self._down_until = max(self._down_until, now + self._outage.retry_seconds)
+            return self._during_outage(limits, now)
+
     def _missing(self, limits: Sequence[AppliedLimit], now: float) -> AppliedLimit | Refused | None:
         """Under the lock: the first limit with no tokens in hand (None if all have some), or a
         Refused when one's window is known to be spent (checked before any store call)."""

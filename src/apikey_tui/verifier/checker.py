@@ -33,6 +33,7 @@ from apikey_tui.errors import (
 from apikey_tui.hashing import SecretHasher, fingerprint
 from apikey_tui.keyformat import ParsedKey
 from apikey_tui.limits import ADMITTED, LEASE_DEFAULT, AppliedLimit, FailMode, Lease
+from apikey_tui.limits.where import KEY_DATABASE
 from apikey_tui.store.credentials import NO_META, Change, Credential, credential_source
 from apikey_tui.verifier.authorization import parse_key, split_credentials
 from apikey_tui.verifier.changes import ChangeFeed
@@ -189,6 +190,7 @@ class Verifier:
         "_inline",
         "_last_used",
         "_limiter",
+        "_limits_inline",
         "_lookups",
         "_metas",
         "_outage",
@@ -260,6 +262,9 @@ class Verifier:
         # A sync request on a SQLite file runs its check in its own thread when it may (see
         # CheckGate.submit): reads there wait for a lock at most check_timeout (below).
         self._inline = self._exact
+        # Where a limit's store call may run in a sync request's own thread: a store whose
+        # calls end by themselves (see _admit).
+        self._limits_inline = self._inline or self.restrictions.where != KEY_DATABASE
         self._ask_always = revocation_bound == 0 and isinstance(self._freshness, BoundFreshness)
         self._index = KeyIndex(self._source.key_count, self._source.fingerprint_page)
         self._feed = ChangeFeed(self._source, self._freshness, self._index, self._suspect)
@@ -431,8 +436,12 @@ class Verifier:
             self._placed(caller, client, route)
         self._scoped(caller, required_scopes)
         if not self._limited(caller, local=True):  # the store's answer, never on the loop
+            sent = time.monotonic()
             work = self._gate.submit(object(), lambda: self._limited(caller), inline=False)
-            await self._gate.wait_async(work, time.monotonic() + self._gate.timeout)
+            try:
+                await self._gate.wait_async(work, sent + self._gate.timeout)
+            except VerifierUnavailableError:  # the store did not answer in time
+                self._refuse_late(caller)
         return self.authorize(caller, required_scopes, client, route, _spent=True)
 
     def _answer(
@@ -606,11 +615,8 @@ class Verifier:
         if caller.limits and not _spent:
             # Inline: the warm path of a limited key with tokens in hand (docs/reference/limits.md)
             # spends them without a lock; admit leases, refuses, or spends under the lock.
-            limiter = self._limiter
-            if not limiter.spend(caller.leases):
-                decision = limiter.admit(caller.limits, time.monotonic())
-                if decision is not ADMITTED:
-                    self._refuse(caller, decision)
+            if not self._limiter.spend(caller.leases):
+                self._admit(caller)
         if self._record:  # the warm path's only recording cost: two lookups and a C next()
             spelling = required if required.__class__ in HASHABLE else tuple(required)
             try:  # no thread switch inside this line: CPython hands the GIL over only at
@@ -674,6 +680,39 @@ class Verifier:
         if decision is not ADMITTED:
             self._refuse(caller, decision)
         return True
+
+    def _admit(self, caller: Caller) -> None:
+        """Spend a request of each of the caller's limits, for a sync check without tokens in
+        hand: a store call (a new lease) runs under the check's deadline, as a key read does.
+
+        A store that accepts connections but never answers (a frozen PostgreSQL acknowledges
+        TCP, so no socket bound fires) would otherwise hold the request's thread, and every
+        request waiting for that take, for as long as it stays frozen. Past the deadline the
+        store counts as down: the declared mode answers (fail-closed: 503)."""
+        limiter = self._limiter
+        decision = limiter.admit_local(caller.limits, time.monotonic())
+        if decision is None:
+            sent = time.monotonic()
+            # Redis (socket bounds) and SQLite (busy timeout = check_timeout) are bounded by
+            # themselves: run there in this thread when the gate allows, as a SQLite read does.
+            work = self._gate.submit(
+                object(),
+                lambda: limiter.admit(caller.limits, time.monotonic()),
+                inline=self._limits_inline,
+            )
+            try:
+                decision = self._gate.wait(work, sent + self._gate.timeout)
+            except VerifierUnavailableError:
+                decision = limiter.unanswered(caller.limits, time.monotonic())
+        if decision is not ADMITTED:
+            self._refuse(caller, decision)
+
+    def _refuse_late(self, caller: Caller) -> None:
+        """A store call that did not return by the deadline: the declared mode's answer (raised
+        unless fail-open admits the request from its local allowance)."""
+        decision = self._limiter.unanswered(caller.limits, time.monotonic())
+        if decision is not ADMITTED:
+            self._refuse(caller, decision)
 
     def _refuse(self, caller: Caller, decision: object) -> None:
         """Count and raise a limit's refusal: 429 (recorded as its own kind) or 503."""

@@ -1,0 +1,59 @@
+"""A limited key's check against a frozen PostgreSQL store of counts: 503, never a hang."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from apikey_tui.errors import AuthError
+from apikey_tui.limits import parse_limit
+from apikey_tui.store import KeyStore
+from apikey_tui.verifier import Verifier
+from tests.conftest import CHEAP
+from tests.test_verifier import header
+from tests.throwaway_postgres import ThrowawayPostgres
+
+
+@pytest.mark.slow
+def test_a_sync_check_needing_a_lease_from_a_frozen_postgres_answers_503(
+    throwaway_postgres: ThrowawayPostgres,
+) -> None:
+    """A sync check (WSGI, Django) whose lease is spent asks a frozen key database for a new
+    one under the check's deadline: 503 within check_timeout, never a request that hangs."""
+    store = KeyStore.open(throwaway_postgres.url, hasher=CHEAP)
+    key = store.create_key("alice", "metered", ["project"], limits=[parse_limit("1000/m")])
+    store.close()
+    # A long bound: the cached key stays trusted while frozen (documented), so only the
+    # limit's store call is left to meet the frozen server.
+    checker = Verifier.from_url(
+        throwaway_postgres.url, hasher=CHEAP, revocation_bound=60, check_timeout=1
+    )
+    checker.start()
+    for _ in range(3):
+        checker.verify(header(key.plaintext), ["project"])
+    outcomes: list[tuple[int, float]] = []
+
+    def check() -> None:
+        for _ in range(40):  # past the 16 tokens of a lease: a take is due
+            started = time.monotonic()
+            try:
+                checker.verify(header(key.plaintext), ["project"])
+                status = 200
+            except AuthError as error:
+                status = error.status
+            outcomes.append((status, time.monotonic() - started))
+
+    throwaway_postgres.freeze()
+    try:
+        worker = threading.Thread(target=check, daemon=True)
+        worker.start()
+        worker.join(timeout=30)  # a hang detector, not a timing assertion
+        assert not worker.is_alive(), f"a check hung after {len(outcomes)} answers"
+    finally:
+        throwaway_postgres.thaw()
+    assert {status for status, _ in outcomes} <= {200, 503}
+    assert 503 in {status for status, _ in outcomes}
+    assert max(seconds for _, seconds in outcomes) < 5
+    checker.close()
