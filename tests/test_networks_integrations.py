@@ -127,3 +127,45 @@ def test_django_reads_trusted_proxies_from_its_settings(placed: tuple[Verifier, 
         pytest.raises(ImproperlyConfigured),
     ):
         Client().get("/projects", headers=headers)
+
+
+async def test_django_under_asgi_never_believes_the_servers_proxy_rewrite(
+    placed: tuple[Verifier, str],
+) -> None:
+    """Under ASGI, a client address of port 0 (uvicorn's own X-Forwarded-For handling put it
+    there: the client chose it) is unknown and refused, as in the ASGI middleware; a real peer
+    at the same address passes."""
+    configure_django()
+    import io
+
+    from django.core.handlers.asgi import ASGIRequest
+    from django.http import HttpRequest, HttpResponse
+    from django.test import override_settings
+
+    from apikey_tui.integrations.django import ApiKeyMiddleware
+
+    verifier, key = placed
+
+    async def view(request: HttpRequest) -> HttpResponse:
+        return HttpResponse(b"ok")
+
+    def request(peer: tuple[str, int]) -> ASGIRequest:
+        scope = {
+            "type": "http",
+            "method": "GET",
+            "path": "/projects",
+            "query_string": b"",
+            "headers": [(b"host", b"testserver"), (b"authorization", f"ApiKey {key}".encode())],
+            "client": peer,  # what Django copies into REMOTE_ADDR and REMOTE_PORT
+        }
+        return ASGIRequest(scope, io.BytesIO())
+
+    with override_settings(
+        ALLOWED_HOSTS=["testserver"],
+        APIKEY_TUI={"VERIFIER": verifier, "ROUTES": [route("/projects", "project")]},
+    ):
+        middleware = ApiKeyMiddleware(view)
+        assert (await middleware(request((ALLOWED, 40000)))).status_code == 200
+        rewritten = await middleware(request((ALLOWED, 0)))
+        assert rewritten.status_code == 403
+        assert json.loads(rewritten.content)["type"] == NETWORK_NOT_ALLOWED
