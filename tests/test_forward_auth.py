@@ -664,3 +664,33 @@ def test_a_proxy_sending_no_uri_is_logged_once_per_interval(
         for _ in range(30):
             assert ask(c, None, keys.both).status_code == 400
     assert caplog.text.count("fix the proxy") == 1
+
+
+def test_a_method_override_header_needs_the_rules_of_the_method_it_names(
+    sqlite_url: str, keys: Keys
+) -> None:
+    """A POST naming DELETE in X-HTTP-Method-Override (Rails, Laravel, Express route it as a
+    DELETE) needs the DELETE rule's scopes as well; without the header, the POST rule's."""
+    rules = {
+        "unmatched": "deny",
+        "route": [
+            {"path": "/posts", "scopes": ["project"]},
+            {"path": "/posts", "scopes": ["serving"], "methods": ["DELETE"]},
+            {"path": "/health", "public": True},
+        ],
+    }
+    with client(sqlite_url, rules) as running:
+        assert ask(running, "/posts/1", keys.project, "POST").status_code == 200
+        for header in ("X-HTTP-Method-Override", "X-HTTP-Method", "X-Method-Override"):
+            overridden = {header.replace("-", "_"): "DELETE"}
+            assert ask(running, "/posts/1", keys.project, "POST", **overridden).status_code == 403
+            assert ask(running, "/posts/1", keys.both, "POST", **overridden).status_code == 200
+        # A public path is public only if the named method's rule says so too.
+        assert (
+            ask(running, "/health", None, "POST", X_HTTP_Method_Override="DELETE").status_code
+            == 200
+        )
+        assert (
+            ask(running, "/posts/1", keys.project, "POST", X_HTTP_Method_Override="D E").status_code
+            == 400
+        )

@@ -76,6 +76,11 @@ _CACHED_URIS = 2048
 _CACHED_URI_LENGTH = 256
 _CACHED_ANSWERS = 4096
 _CACHED_QUERIES = 256  # auth URLs' queries: one per proxy location
+# Headers with which a client asks the service to route its request as another method: Rack's
+# MethodOverride (Rails), Symfony and Laravel, Express's method-override, ASP.NET and OData
+# read one of them. The proxy passes them on, so the service may act on a DELETE that was
+# judged as a POST: a request must pass the rules of each method it names too.
+_METHOD_OVERRIDES = (b"x-http-method-override", b"x-http-method", b"x-method-override")
 
 
 # serve-auth without a rules file: every path is one no rule covers.
@@ -247,7 +252,26 @@ class ForwardAuthApp(HTTPApp):
                 f"the proxy sent no {missing}: route rules cannot place the request"
             )
         route = original_path(uri)
-        return self.guard.rules.required(method, route), route
+        return self._required(scope, method, route), route
+
+    def _required(self, scope: Scope, method: str, route: str) -> tuple[str, ...] | None:
+        """What the rules ask of a request to `route`: by its method, and by every method a
+        method-override header names (the service may route it so). Public only if all are."""
+        rules = self.guard.rules
+        required = rules.required(method, route)
+        overrides = [value for name, value in scope["headers"] if name.lower() in _METHOD_OVERRIDES]
+        if not overrides:
+            return required
+        needs = set(required or ())
+        public = required is None
+        for value in overrides:
+            named = _method(value.decode("latin-1").strip())
+            assert named is not None
+            other = rules.required(named, route)
+            if other is not None:
+                public = False
+                needs.update(other)
+        return None if public else tuple(sorted(needs))
 
     def _from_envoy(self, scope: Scope) -> tuple[tuple[str, ...] | None, str]:
         """Envoy's check request: its own method and path are the original's, after the prefix."""
@@ -259,7 +283,7 @@ class ForwardAuthApp(HTTPApp):
         rest = raw[len(ENVOY_PREFIX) :].decode("latin-1") or "/"
         method = _method(scope.get("method"))
         route = original_path(rest)
-        return self.guard.rules.required(method or "GET", route), route
+        return self._required(scope, method or "GET", route), route
 
     @staticmethod
     def _query_scopes(query: bytes) -> tuple[str, ...] | None:
