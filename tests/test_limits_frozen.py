@@ -1,17 +1,20 @@
-"""A limited key's check against a frozen PostgreSQL store of counts: 503, never a hang."""
+"""A limited key's check when its store of counts misbehaves (frozen, or failing in a way no one
+foresaw): 503, never a hang, a 500 or a pass."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
 import pytest
 
-from apikey_tui.errors import AuthError
+from apikey_tui.errors import AuthError, VerifierUnavailableError
 from apikey_tui.limits import parse_limit
 from apikey_tui.store import KeyStore
 from apikey_tui.verifier import Verifier
 from tests.conftest import CHEAP
+from tests.redis_server import RedisServer
 from tests.test_verifier import header
 from tests.throwaway_postgres import ThrowawayPostgres
 
@@ -57,3 +60,49 @@ def test_a_sync_check_needing_a_lease_from_a_frozen_postgres_answers_503(
     assert 503 in {status for status, _ in outcomes}
     assert max(seconds for _, seconds in outcomes) < 5
     checker.close()
+
+
+def test_a_store_failing_unforeseen_is_503_in_the_sync_and_the_async_check(
+    store: KeyStore, database_url: str
+) -> None:
+    """A store of counts raising something no one foresaw (not its StoreUnavailableError) makes
+    the check a 503, as anything unforeseen inside a check is: never a 500."""
+    key = store.create_key("alice", "metered", ["project"], limits=[parse_limit("1000/m")])
+    checker = Verifier.from_url(database_url, hasher=CHEAP)
+
+    def broken(*_args: object) -> None:
+        raise AttributeError("'str' object has no attribute 'decode'")
+
+    checker.restrictions.limiter._store.take = broken  # type: ignore[method-assign]
+    try:
+        with pytest.raises(VerifierUnavailableError):
+            checker.verify(header(key.plaintext), ["project"])
+        with pytest.raises(VerifierUnavailableError):
+            asyncio.run(checker.verify_async(header(key.plaintext), ["project"]))
+    finally:
+        checker.close()
+
+
+@pytest.mark.slow
+def test_a_redis_url_asking_for_decoded_replies_still_counts(
+    store: KeyStore, database_url: str
+) -> None:
+    """`?decode_responses=true` on the limits URL (redis-py then replies with str) counts as
+    without it: the key gets its N requests, then 429."""
+    server = RedisServer()
+    server.start()
+    try:
+        url = server.url + "?decode_responses=true"
+        key = store.create_key("alice", "metered", ["project"], limits=[parse_limit("2/30d")])
+        checker = Verifier.from_url(database_url, hasher=CHEAP, limits_url=url)
+        statuses = []
+        for _ in range(3):
+            try:
+                checker.verify(header(key.plaintext), ["project"])
+                statuses.append(200)
+            except AuthError as error:
+                statuses.append(error.status)
+        checker.close()
+        assert statuses == [200, 200, 429]
+    finally:
+        server.cleanup()

@@ -118,7 +118,8 @@ class RedisLimitStore:
                 f"limits store unavailable ({self._where}): {reason}"
             ) from None
         store_now = int(seconds) + int(micros) / 1_000_000
-        return Grant(int(granted), float(ends), store_now, boot.decode())
+        # A URL asking for ?decode_responses=true gets str replies: the id either way.
+        return Grant(int(granted), float(ends), store_now, _text(boot))
 
     def window_use(self, limit_key: str, window_seconds: int) -> tuple[int, float]:
         """The window's count, read with the server's TIME (LimitStore.window_use)."""
@@ -143,3 +144,8 @@ class RedisLimitStore:
         park([self._client])
         self._client = self._connect(self._url)
         self._script = self._client.register_script(TAKE)
+
+
+def _text(reply: bytes | str) -> str:
+    """A Redis bulk reply as text, whether the client decodes replies or not."""
+    return reply if isinstance(reply, str) else reply.decode()

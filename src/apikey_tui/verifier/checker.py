@@ -440,8 +440,12 @@ class Verifier:
             work = self._gate.submit(object(), lambda: self._limited(caller), inline=False)
             try:
                 await self._gate.wait_async(work, sent + self._gate.timeout)
-            except VerifierUnavailableError:  # the store did not answer in time
-                self._refuse_late(caller)
+            except AuthError:
+                if isinstance(work, Done) or work.done():
+                    raise  # the store's answer: 429, or 503 in its failing mode
+                self._refuse_late(caller)  # the deadline passed first
+            except Exception:  # a store's unforeseen failure: never a 500, never a pass
+                raise self._unforeseen() from None
         return self.authorize(caller, required_scopes, client, route, _spent=True)
 
     def _answer(
@@ -703,7 +707,11 @@ class Verifier:
             try:
                 decision = self._gate.wait(work, sent + self._gate.timeout)
             except VerifierUnavailableError:
-                decision = limiter.unanswered(caller.limits, time.monotonic())
+                if isinstance(work, Done) or work.done():
+                    raise
+                decision = limiter.unanswered(caller.limits, time.monotonic())  # too late
+            except Exception:  # a store's unforeseen failure: never a 500, never a pass
+                raise self._unforeseen() from None
         if decision is not ADMITTED:
             self._refuse(caller, decision)
 
