@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 
 import pytest
 
@@ -36,17 +35,16 @@ def test_a_sync_check_needing_a_lease_from_a_frozen_postgres_answers_503(
     checker.start()
     for _ in range(3):
         checker.verify(header(key.plaintext), ["project"])
-    outcomes: list[tuple[int, float]] = []
+    outcomes: list[int] = []
 
     def check() -> None:
         for _ in range(40):  # past the 16 tokens of a lease: a take is due
-            started = time.monotonic()
             try:
                 checker.verify(header(key.plaintext), ["project"])
                 status = 200
             except AuthError as error:
                 status = error.status
-            outcomes.append((status, time.monotonic() - started))
+            outcomes.append(status)
 
     throwaway_postgres.freeze()
     try:
@@ -56,14 +54,13 @@ def test_a_sync_check_needing_a_lease_from_a_frozen_postgres_answers_503(
         assert not worker.is_alive(), f"a check hung after {len(outcomes)} answers"
     finally:
         throwaway_postgres.thaw()
-    assert {status for status, _ in outcomes} <= {200, 503}
-    assert 503 in {status for status, _ in outcomes}
-    assert max(seconds for _, seconds in outcomes) < 5
+    assert set(outcomes) <= {200, 503}
+    assert 503 in outcomes
     checker.close()
 
 
 def test_a_store_failing_unforeseen_is_503_in_the_sync_and_the_async_check(
-    store: KeyStore, database_url: str
+    store: KeyStore, database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A store of counts raising something no one foresaw (not its StoreUnavailableError) makes
     the check a 503, as anything unforeseen inside a check is: never a 500."""
@@ -73,7 +70,7 @@ def test_a_store_failing_unforeseen_is_503_in_the_sync_and_the_async_check(
     def broken(*_args: object) -> None:
         raise AttributeError("'str' object has no attribute 'decode'")
 
-    checker.restrictions.limiter._store.take = broken  # type: ignore[method-assign]
+    monkeypatch.setattr(checker.restrictions.limiter._store, "take", broken)
     try:
         with pytest.raises(VerifierUnavailableError):
             checker.verify(header(key.plaintext), ["project"])
