@@ -23,7 +23,7 @@ class RedisServer:
     """redis-server --save '' --appendonly no: a restart loses every count, as in production
     without persistence. kill() is kill -9; start() again reuses the same port."""
 
-    def __init__(self) -> None:
+    def __init__(self, *options: str) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server is not installed (.ci/run installs it)")
@@ -31,6 +31,7 @@ class RedisServer:
         self.port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="apikey-redis-"))
         self.process: subprocess.Popen[bytes] | None = None
+        self.options = options  # more of redis-server's own flags ("--maxmemory", "1mb")
 
     @property
     def url(self) -> str:
@@ -43,6 +44,7 @@ class RedisServer:
             [
                 self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
                 "--appendonly", "no", "--dir", str(self.dir), "--daemonize", "no",
+                *self.options,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -120,6 +120,35 @@ def test_an_unreachable_redis_is_one_line_and_fail_closed_is_unavailable() -> No
     assert isinstance(limiter.admit(applied, time.monotonic()), Unavailable)
 
 
+@pytest.mark.parametrize(
+    ("options", "warned"),
+    [
+        (("--maxmemory", "64mb", "--maxmemory-policy", "volatile-lru"), True),
+        (("--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"), True),
+        (("--maxmemory", "64mb", "--maxmemory-policy", "noeviction"), False),
+        (("--maxmemory-policy", "allkeys-lru"), False),  # no memory bound: nothing is evicted
+    ],
+)
+def test_a_redis_that_may_evict_counts_is_warned_about_once(
+    options: tuple[str, ...], warned: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Redis with a memory bound and an eviction policy may drop a count mid-window (the
+    limit would admit N again): one warning naming the policy when the store first answers."""
+    server = RedisServer(*options)
+    server.start()
+    try:
+        store = RedisLimitStore(server.url)
+        with caplog.at_level("WARNING", logger="apikey_tui.limits"):
+            for _ in range(3):
+                store.take("key:a:60", 10, 60, 1, "")
+        lines = [r.getMessage() for r in caplog.records if "evict" in r.getMessage()]
+        assert len(lines) == (1 if warned else 0)
+        if warned:
+            assert options[-1] in lines[0] and "noeviction" in lines[0]
+    finally:
+        server.cleanup()
+
+
 def test_the_counts_on_postgresql_are_unlogged(postgres_url: str) -> None:
     """Both limits tables are UNLOGGED on PostgreSQL: no WAL per lease (a crash empties both)."""
     engine = make_engine(postgres_url)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import secrets
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,8 @@ SOCKET_TIMEOUT_S = 0.5
 # A window's hash outlives the window's end by this much: a lease's window is never judged
 # after its end, so the margin only absorbs clocks of hosts that read the key late.
 EXPIRY_MARGIN_S = 60
+log = logging.getLogger("apikey_tui.limits")
+
 PREFIX = "apikey_tui:limit:"
 BOOT_KEY = "apikey_tui:limit-boot"
 
@@ -75,6 +78,7 @@ class RedisLimitStore:
         self._where = mask_url(url)
         self._client = self._connect(url)
         self._script = self._client.register_script(TAKE)
+        self._policy_read = False  # the eviction policy, read once the store first answers
 
     @staticmethod
     def _connect(url: str) -> redis.Redis:
@@ -117,9 +121,35 @@ class RedisLimitStore:
             raise StoreUnavailableError(
                 f"limits store unavailable ({self._where}): {reason}"
             ) from None
+        if not self._policy_read:
+            self._policy_read = True
+            self._warn_if_evicting()
         store_now = int(seconds) + int(micros) / 1_000_000
         # A URL asking for ?decode_responses=true gets str replies: the id either way.
         return Grant(int(granted), float(ends), store_now, _text(boot))
+
+    def _warn_if_evicting(self) -> None:
+        """One warning when the server may evict keys under memory pressure: a count evicted
+        mid-window lets the limit admit up to N again in that window (a count carries a TTL,
+        so `volatile-*` policies evict it first; the boot marker sees only a restart). A server
+        that does not let us read its config (managed services often refuse CONFIG) is not
+        judged."""
+        import redis
+
+        try:
+            config = self._client.config_get("maxmemory*")
+        except redis.RedisError:
+            return
+        values = {_text(k): _text(v) for k, v in config.items()}
+        policy = values.get("maxmemory-policy", "noeviction")
+        if values.get("maxmemory", "0") != "0" and policy != "noeviction":
+            log.warning(
+                "limits store %s may evict counts under memory pressure (maxmemory-policy %s):"
+                " a limit could then admit more than its N; set maxmemory-policy noeviction"
+                " or give the limits a server of their own",
+                self._where,
+                policy,
+            )
 
     def window_use(self, limit_key: str, window_seconds: int) -> tuple[int, float]:
         """The window's count, read with the server's TIME (LimitStore.window_use)."""
