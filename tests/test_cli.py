@@ -515,6 +515,16 @@ def test_a_filter_that_matches_nothing_says_so_on_stderr(
     assert code == 0 and out == "" and "No keys match 'zzz'" in err
 
 
+def test_a_filter_with_a_control_character_is_escaped_once(
+    capsys: pytest.CaptureFixture[str], sqlite_url: str
+) -> None:
+    """An unmatched filter holding ESC is named with ESC escaped once (\\x1b), not twice."""
+    assert run(capsys, sqlite_url, "keys", "create", "alpha", "--scope", "project")[0] == 0
+    code, out, err = run(capsys, sqlite_url, "keys", "list", "--filter", "\x1b[2J")
+    assert code == 0 and out == "" and "\x1b" not in err
+    assert err == "No keys match '\\x1b[2J'.\n"
+
+
 @pytest.mark.parametrize("text", ["billing", "BILL", "deploy", "alice", "serv", "o", "zzz"])
 def test_the_cli_filter_and_the_apps_filter_find_the_same_keys(
     capsys: pytest.CaptureFixture[str], sqlite_url: str, text: str

@@ -47,8 +47,9 @@ def list_keys(call: Call) -> int:
 
     def human(out: TextIO) -> None:
         if not keys and args.filter and not quiet:
-            # Keys exist maybe, none match: say so on stderr, not "create one" on stdout.
-            print(f"No keys match {printable(args.filter)!r}.", file=sys.stderr)
+            # Keys exist maybe, none match: say so on stderr, not "create one" on stdout. repr
+            # alone escapes control and format characters; printable() first doubled them.
+            print(f"No keys match {args.filter!r}.", file=sys.stderr)
         elif keys or not quiet:
             print_keys(keys, out, with_owner=everyone, now=now)
 
