@@ -11,7 +11,12 @@ import pytest
 from sqlalchemy import event
 
 from apikey_tui.cli import main
-from apikey_tui.errors import InvalidInputError, InvalidKeyError, KeyStateError
+from apikey_tui.errors import (
+    DuplicateOwnerError,
+    InvalidInputError,
+    InvalidKeyError,
+    KeyStateError,
+)
 from apikey_tui.store import KeyStore
 from apikey_tui.store.offboarding import MADE, OWNS, RESPONSIBLE
 from apikey_tui.store.types import Actor, KeyQuery
@@ -56,7 +61,7 @@ def test_owners_have_kinds_members_and_rules(store: KeyStore) -> None:
         store.add_owner("carol", "person", members=["bob"])
     with pytest.raises(InvalidInputError, match="members are people"):
         store.change_members("payments", add=["svc-bill"])
-    with pytest.raises(InvalidInputError, match="exists"):
+    with pytest.raises(DuplicateOwnerError, match="exists"):
         store.add_owner("payments", "team")
     with pytest.raises(KeyStateError, match="member of"):
         store.change_owner("alice", kind="team")

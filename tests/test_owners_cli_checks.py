@@ -224,3 +224,14 @@ def test_owner_limits_for_a_name_that_was_no_owner_say_so(
     assert code == 0 and json.loads(out)["new"] is True and "ghost was no owner" in err
     code, out, err = _cli(capsys, sqlite_url, "owners", "set-limits", "payments", "10/s", "--json")
     assert code == 0 and json.loads(out)["new"] is False and "was no owner" not in err
+
+
+def test_adding_an_owner_that_exists_is_refused_like_a_duplicate_key(
+    sqlite_url: str, sqlite_store: KeyStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`owners add` of a taken name exits 1 (refused), as a duplicate key or scope does."""
+    assert _cli(capsys, sqlite_url, "owners", "add", "payments", "--kind", "team")[0] == 0
+    code, out, err = _cli(capsys, sqlite_url, "owners", "add", "payments", "--kind", "team")
+    assert (code, out) == (1, "") and err.count("\n") == 1 and "payments exists" in err
+    assert _cli(capsys, sqlite_url, "keys", "create", "k", "--scope", "project")[0] == 0
+    assert _cli(capsys, sqlite_url, "keys", "create", "k", "--scope", "project")[0] == 1

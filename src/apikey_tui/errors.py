@@ -29,6 +29,14 @@ class DuplicateKeyNameError(ApiKeyError):
         super().__init__(f"{owner!s} already has a key named {name!r}")
 
 
+class DuplicateOwnerError(ApiKeyError):
+    """An owner of this name exists: refused like a duplicate key or scope (exit 1), not a usage
+    error, since the name itself follows the rules."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"owner {name} exists; change it with `owners change`")
+
+
 class KeyNotFoundError(ApiKeyError):
     """No key with this owner and name exists (perhaps someone deleted it meanwhile)."""
 

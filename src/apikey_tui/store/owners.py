@@ -24,7 +24,7 @@ from apikey_tui.db.models import (
     OwnerNetworkRow,
     OwnerRow,
 )
-from apikey_tui.errors import InvalidInputError, KeyStateError
+from apikey_tui.errors import DuplicateOwnerError, InvalidInputError, KeyStateError
 from apikey_tui.limits.model import Limit, limits_of_text
 from apikey_tui.names import check_description, check_owner
 from apikey_tui.store import audit
@@ -181,7 +181,7 @@ def add_owner(
     stored_meta = meta_text(check_meta(meta))
     with ctx.session(write=True) as session:
         if session.get(OwnerRow, name) is not None:
-            raise InvalidInputError(f"owner {name} exists; change it with `owners change`")
+            raise DuplicateOwnerError(name)
         session.add(OwnerRow(owner=name, kind=kind, description=description, meta=stored_meta))
         session.flush()
         names = _check_members(session, name, kind, members)
