@@ -27,6 +27,7 @@ import pytest
 
 from apikey_tui import keyformat
 from apikey_tui.limits import parse_limit
+from apikey_tui.networks import network_rules
 from apikey_tui.store import KeyStore
 from tests.conftest import ACTOR, CHEAP
 from tests.throwaway_postgres import free_port
@@ -282,6 +283,7 @@ class Stack:
     project: str  # key with project only
     public_id: str
     metered: str = ""  # key with project only, and a limit of METERED_LIMIT
+    fenced: str = ""  # key with both scopes, usable only from 10.0.0.0/8 (not the proxy's)
 
 
 @contextmanager
@@ -297,6 +299,9 @@ def running_stack(proxy: str, rules: str) -> Iterator[Stack]:
             metered = store.create_key(
                 "alice", "metered", ["project"], limits=[parse_limit(METERED_LIMIT)]
             )
+            fenced = store.create_key(
+                "alice", "fenced", ["serving", "project"], networks=network_rules(["10.0.0.0/8"])
+            )
         finally:
             store.close()
         started: list[Process] = []
@@ -311,6 +316,7 @@ def running_stack(proxy: str, rules: str) -> Iterator[Stack]:
                 project.plaintext,
                 both.info.public_id,
                 metered.plaintext,
+                fenced.plaintext,
             )
         finally:
             for process in reversed(started):
@@ -388,6 +394,21 @@ def test_missing_scope_gets_403_naming_it(stack: Stack) -> None:
     assert call(stack.proxy.port, "/models/x?scope=project", stack.project).status == 403
     assert call(stack.proxy.port, "/elsewhere", stack.both).status == 403  # unmatched = "deny"
     assert len(seen_by_upstream(stack.upstream)) == before + 1
+
+
+def test_each_kind_of_403_says_its_own_reason(stack: Stack) -> None:
+    """A 403 for a path no rule covers, or for the key's network, does not blame a scope."""
+    details = {
+        name: json.loads(call(stack.proxy.port, path, key).body)["detail"]
+        for name, path, key in (
+            ("scope", "/models/x", stack.project),
+            ("unmatched", "/elsewhere", stack.both),
+            ("network", "/projects", stack.fenced),
+        )
+    }
+    assert "scope" in details["scope"], details
+    assert "rule" in details["unmatched"] and "scope" not in details["unmatched"], details
+    assert "network" in details["network"] and "scope" not in details["network"], details
 
 
 def test_client_sent_identity_headers_never_reach_upstream(stack: Stack) -> None:
