@@ -381,3 +381,29 @@ def test_a_full_disk_and_a_read_only_file_system_are_named_as_such(tmp_path: Pat
         read_only = _cli_error(url, "keys", "disable", "k1", "--owner", "alice")
         assert "the file system holding the database is read-only" in read_only
         assert "damaged" not in read_only
+
+
+@pytest.mark.parametrize("gone", ["deleted", "moved"])
+def test_a_write_after_the_sqlite_file_went_away_is_refused(tmp_path: Path, gone: str) -> None:
+    """A key made after the open SQLite file was deleted or moved is refused, never stored where
+    no one can read it (the app once showed such a key as created)."""
+    path = tmp_path / "keys.db"
+    store = KeyStore.open(f"sqlite:///{path}", hasher=CHEAP, actor=ACTOR)
+    try:
+        store.create_key("alice", "before", ["project"])
+        for suffix in ("", "-wal", "-shm"):
+            place = path.with_name(f"keys.db{suffix}")
+            if gone == "deleted":
+                place.unlink(missing_ok=True)
+            elif place.exists():
+                place.rename(tmp_path / f"elsewhere.db{suffix}")
+        with pytest.raises(StoreUnavailableError, match="moved or deleted"):
+            store.create_key("alice", "after", ["project"])
+    finally:
+        store.close()
+    if gone == "moved":  # nothing was written to the file in its new place either
+        moved = KeyStore.open(f"sqlite:///{tmp_path / 'elsewhere.db'}", hasher=CHEAP, actor=ACTOR)
+        try:
+            assert [k.name for k in moved.list_keys("alice")] == ["before"]
+        finally:
+            moved.close()

@@ -139,9 +139,13 @@ def _sqlite_engine(url: URL, *, create: bool) -> Engine:
             uri, uri=True, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000, check_same_thread=False
         )
     engine = create_engine(url, hide_parameters=True, **options)
+    # The file each connection opened, to tell a write when the path no longer leads to it.
+    where = None if in_memory or database is None else os.path.abspath(database)
 
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+    def _on_connect(dbapi_connection: Any, record: Any) -> None:
+        if where is not None:
+            record.info[_OPENED] = _file_identity(where)
         # Take over transaction control from the sqlite3 module so BEGIN IMMEDIATE is possible.
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
@@ -158,9 +162,37 @@ def _sqlite_engine(url: URL, *, create: bool) -> Engine:
         if options.get("apikey_tui_read", False):
             return
         write = options.get("apikey_tui_write", False)
+        if write and where is not None:
+            _refuse_a_file_gone(where, connection.connection.info.get(_OPENED))
         connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
     return engine
+
+
+_OPENED = "apikey_tui_opened"  # a pooled SQLite connection's (device, inode) when it connected
+
+
+def _file_identity(path: str) -> tuple[int, int] | None:
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
+def _refuse_a_file_gone(path: str, opened: tuple[int, int] | None) -> None:
+    """Refuse a write when the SQLite file this connection holds was deleted or moved.
+
+    An open connection keeps writing to the file it opened, wherever it went: a key made by a
+    long-running app after `rm keys.db` was shown once and stored where no one could read it.
+    One stat per write transaction (each is also an fsync): reads and the verifier's warm path
+    pay nothing.
+    """
+    if opened is not None and _file_identity(path) != opened:
+        raise StoreUnavailableError(
+            f"the database file {path} was moved or deleted after it was opened; "
+            "nothing was written; open the database again where it is now"
+        )
 
 
 def _create_private_file(path: Path) -> None:
