@@ -16,7 +16,7 @@ from apikey_tui.tui.dialogs.ask_value import AskValueDialog
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.keys_screen import KeysScreen
 from apikey_tui.tui.screens.key_detail import KeyDetailScreen
-from apikey_tui.tui.screens.owners import OwnersScreen
+from apikey_tui.tui.screens.owners import OwnersScreen, preview_lines
 from tests.tui.conftest import Toasts, make_app
 from tests.tui.test_app import settle
 from tests.tui.test_views import open_detail, shown
@@ -183,6 +183,21 @@ async def test_the_offboarding_question_has_real_lines_and_the_stored_reason(
         await pilot.press("y")
         await settle(pilot)
     assert tui_store.get_key("frank", "fk1").disabled_reason == "offboarded: frank"
+
+
+def test_the_offboarding_preview_cuts_a_long_name_not_what_applying_does(
+    tui_store: KeyStore,
+) -> None:
+    """At 70 columns a 64-character key name is cut in the middle, so its line still ends
+    with what applying does ('disabled'), as a short name's does."""
+    long_name = "k" * 30 + "-middle-" + "z" * 26
+    tui_store.create_key("frank", long_name, ["project"])
+    tui_store.create_key("frank", "fk2", ["project"])
+    lines = preview_lines(tui_store.offboard_preview("frank"), 66)
+    assert len(lines) == 2 and all(len(line) <= 66 for line in lines)
+    assert all(line.endswith(" · never used · disabled") for line in lines), lines
+    cut = next(line for line in lines if "kkk" in line)
+    assert cut.startswith("frank/kkk") and "…" in cut and "zzz · owns" in cut
 
 
 async def test_the_detail_title_names_the_new_owner_after_a_transfer(tui_store: KeyStore) -> None:

@@ -15,7 +15,7 @@ from textual.message import Message
 from textual.widgets import DataTable, Static
 
 from apikey_tui.errors import ApiKeyError
-from apikey_tui.names import counted, printable
+from apikey_tui.names import counted, printable, shorten
 from apikey_tui.store.offboarding import OWNS, default_reason, not_a_person
 from apikey_tui.store.owner_limits import OwnerLimits
 from apikey_tui.store.owners import OwnerInfo
@@ -57,7 +57,10 @@ def preview_lines(seen: Preview, width: int = 66) -> list[str]:
         act = ("stays disabled" if key.disabled else "disabled") if OWNS in h.why else "kept"
         used = key.last_used_at.strftime("%Y-%m-%d") if key.last_used_at else "never used"
         busy = ", ".join(f"{s or '-'} {n:,}" for s, n in h.busiest[:2])
-        text = f"{key.owner}/{key.name} · {' '.join(h.why)} · {used} · {act}"
+        tail = f" · {' '.join(h.why)} · {used} · {act}"
+        # A long name is cut in the middle (the CLI's rule), never the line's end: what
+        # applying does to the key must show at 70 columns too.
+        text = shorten(f"{key.owner}/{key.name}", max(width - len(tail), 12)) + tail
         lines.append(clip(text + (f" · {busy}" if busy else ""), width))
     for m in seen.memberships:
         others = ", ".join(m.others) or "no one else"
