@@ -151,6 +151,27 @@ async def test_name_validation_is_live_and_create_needs_a_scope(tui_store: KeySt
         assert not dialog.query_one("#create", Button).disabled
 
 
+@pytest.mark.parametrize("owner", ["alice", None])
+async def test_a_fresh_create_dialog_shows_no_error_until_create_is_pressed(
+    tui_store: KeyStore, owner: str | None
+) -> None:
+    """The create dialog opens without errors, with or without its Owner field; Enter on the
+    untouched form then names both the missing name and the missing scope."""
+    app = make_app(tui_store, owner=owner)
+    async with app.run_test(size=(70, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("n")
+        await settle(pilot)
+        dialog = app.screen
+        assert isinstance(dialog, CreateKeyDialog)
+        errors = [dialog.query_one(f"#{e}-error", Static) for e in ("name", "scope")]
+        assert [str(e.render()) for e in errors] == ["", ""]
+        await pilot.press("enter")
+        await pilot.pause()
+        assert "required" in str(errors[0].render())
+        assert "at least one scope" in str(errors[1].render())
+
+
 async def test_create_sets_the_expiry_asked_for(tui_store: KeyStore) -> None:
     """Expires: 90d gives a key expiring 90 days out; a past date keeps the dialog open."""
     app = make_app(tui_store)

@@ -263,9 +263,10 @@ class CreateKeyDialog(TypeAheadDialog[NewKeyRequest | None]):
     def _revalidate(self) -> None:
         name_problem, scope_problem = self._problems()
         typed = bool(self.query_one("#name", Input).value)
-        # An untouched empty name is not yet an error; an emptied one is.
+        # An untouched empty name is not yet an error; an emptied one is. Nor is the untouched
+        # scope list: the Owner field's first value (every owner shown) is no admin's input.
         self.query_one("#name-error", Static).update(literal(name_problem or "") if typed else "")
-        self.query_one("#scope-error", Static).update(scope_problem or "")
+        self.query_one("#scope-error", Static).update(scope_problem or "" if typed else "")
         expiry_error = self.query_one("#expires-error", Static)
         _, expires_problem = self._expiry()
         expiry_error.update(literal(expires_problem or ""))
@@ -286,6 +287,7 @@ class CreateKeyDialog(TypeAheadDialog[NewKeyRequest | None]):
         if name_problem or scope_problem or expires_problem or limits_problem:
             self._revalidate()
             self.query_one("#name-error", Static).update(literal(name_problem or ""))
+            self.query_one("#scope-error", Static).update(scope_problem or "")
             return
         scopes = self.query_one("#scopes", ScopePicker).selected
         name = self.query_one("#name", Input).value
