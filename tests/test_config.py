@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from apikey_tui.config import (
@@ -12,6 +14,7 @@ from apikey_tui.config import (
     ssh_client_address,
 )
 from apikey_tui.errors import DatabaseUrlError, InvalidInputError
+from apikey_tui.tui.failures import log_path
 
 
 def test_flag_beats_environment_beats_default() -> None:
@@ -27,6 +30,20 @@ def test_flag_beats_environment_beats_default() -> None:
 def test_default_path_follows_xdg_or_home() -> None:
     """Without XDG_DATA_HOME the default file lives under ~/.local/share/apikey-tui."""
     assert str(default_database_path({})).endswith(".local/share/apikey-tui/keys.db")
+
+
+def test_a_relative_xdg_folder_is_ignored_as_the_spec_says() -> None:
+    """A relative $XDG_DATA_HOME or $XDG_STATE_HOME counts as unset (XDG Base Directory spec):
+    the database and the app's log never move with the current folder."""
+    home = Path.home()
+    for relative in ("relative/path", "./data", "~/data"):
+        assert default_database_path({"XDG_DATA_HOME": relative}) == (
+            home / ".local" / "share" / "apikey-tui" / "keys.db"
+        )
+        assert log_path({"XDG_STATE_HOME": relative}) == (
+            home / ".local" / "state" / "apikey-tui" / "app.log"
+        )
+    assert log_path({"XDG_STATE_HOME": "/state"}) == Path("/state/apikey-tui/app.log")
 
 
 def test_invalid_url_is_a_clear_error() -> None:

@@ -40,10 +40,14 @@ _DRIVERS = {
 
 
 def default_database_path(env: Mapping[str, str] | None = None) -> Path:
-    """Return the default SQLite file under $XDG_DATA_HOME (or ~/.local/share)."""
+    """Return the default SQLite file under $XDG_DATA_HOME (or ~/.local/share, when it is unset
+    or not absolute)."""
     env = os.environ if env is None else env
-    base = env.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "apikey-tui" / "keys.db"
+    given = env.get("XDG_DATA_HOME", "")
+    # The XDG spec: a relative path is invalid and ignored (it would move with the current
+    # folder, and a new database would be made wherever a command happened to run).
+    base = Path(given) if os.path.isabs(given) else Path.home() / ".local" / "share"
+    return base / "apikey-tui" / "keys.db"
 
 
 def chosen_database_url(flag: str | None, env: Mapping[str, str] | None = None) -> str:

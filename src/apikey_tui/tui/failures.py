@@ -28,10 +28,13 @@ class _PrivateFileHandler(logging.FileHandler):
 
 
 def log_path(env: Mapping[str, str] | None = None) -> Path:
-    """$XDG_STATE_HOME/apikey-tui/app.log (~/.local/state when unset): where XDG puts logs."""
+    """$XDG_STATE_HOME/apikey-tui/app.log (~/.local/state when unset or not absolute): where
+    XDG puts logs."""
     env = os.environ if env is None else env
-    base = env.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "apikey-tui" / "app.log"
+    given = env.get("XDG_STATE_HOME", "")
+    # The XDG spec: a relative path is invalid and ignored (config.default_database_path too).
+    base = Path(given) if os.path.isabs(given) else Path.home() / ".local" / "state"
+    return base / "apikey-tui" / "app.log"
 
 
 @contextmanager
