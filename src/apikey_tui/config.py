@@ -39,15 +39,18 @@ _DRIVERS = {
 }
 
 
-def default_database_path(env: Mapping[str, str] | None = None) -> Path:
-    """Return the default SQLite file under $XDG_DATA_HOME (or ~/.local/share, when it is unset
-    or not absolute)."""
+def xdg_home(variable: str, fallback: str, env: Mapping[str, str] | None = None) -> Path:
+    """An XDG base directory: $variable, or ~/fallback when it is unset or not absolute (the XDG
+    Base Directory spec calls a relative one invalid: it would move with the current folder,
+    and a new database or log would be made wherever a command happened to run)."""
     env = os.environ if env is None else env
-    given = env.get("XDG_DATA_HOME", "")
-    # The XDG spec: a relative path is invalid and ignored (it would move with the current
-    # folder, and a new database would be made wherever a command happened to run).
-    base = Path(given) if os.path.isabs(given) else Path.home() / ".local" / "share"
-    return base / "apikey-tui" / "keys.db"
+    given = env.get(variable, "")
+    return Path(given) if os.path.isabs(given) else Path.home() / fallback
+
+
+def default_database_path(env: Mapping[str, str] | None = None) -> Path:
+    """Return the default SQLite file under $XDG_DATA_HOME (or ~/.local/share)."""
+    return xdg_home("XDG_DATA_HOME", ".local/share", env) / "apikey-tui" / "keys.db"
 
 
 def chosen_database_url(flag: str | None, env: Mapping[str, str] | None = None) -> str:

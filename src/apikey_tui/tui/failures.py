@@ -15,6 +15,8 @@ from contextlib import contextmanager
 from io import TextIOWrapper
 from pathlib import Path
 
+from apikey_tui.config import xdg_home
+
 log = logging.getLogger("apikey_tui.tui")
 
 
@@ -28,13 +30,8 @@ class _PrivateFileHandler(logging.FileHandler):
 
 
 def log_path(env: Mapping[str, str] | None = None) -> Path:
-    """$XDG_STATE_HOME/apikey-tui/app.log (~/.local/state when unset or not absolute): where
-    XDG puts logs."""
-    env = os.environ if env is None else env
-    given = env.get("XDG_STATE_HOME", "")
-    # The XDG spec: a relative path is invalid and ignored (config.default_database_path too).
-    base = Path(given) if os.path.isabs(given) else Path.home() / ".local" / "state"
-    return base / "apikey-tui" / "app.log"
+    """$XDG_STATE_HOME/apikey-tui/app.log (~/.local/state): where XDG puts logs."""
+    return xdg_home("XDG_STATE_HOME", ".local/state", env) / "apikey-tui" / "app.log"
 
 
 @contextmanager
