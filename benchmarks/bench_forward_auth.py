@@ -122,10 +122,11 @@ def markdown(r: Any) -> list[str]:
         " extra installs `uvicorn[standard]`, so serve-auth parses with httptools; h11, uvicorn's"
         " pure-Python parser, is what plain uvicorn gives (and what serve-auth ran before). The"
         " two rows come from back-to-back runs; the upstream uses httptools in both. The run"
-        " of 2026-11-28 05:16 read 0.46 where the run before it read 0.55 on another machine:"
-        " there nginx alone spent 18 µs of CPU a request and serve-auth 25, here 28 and 54."
-        " Nothing on serve-auth's path changed between the two but a warm check 0.5 µs"
-        " shorter, so the ratio follows the machine (uvicorn's share of a request).",
+        " of 2026-11-28 05:16 read 0.46 where the runs before and after it, each on another"
+        " machine, read 0.55 and 0.51 (2026-11-28 07:43, with the same code but for the"
+        " method-override rule): there nginx alone spent 18 and 17 µs of CPU a request and"
+        " serve-auth 25, in the 05:16 run 28 and 54. The ratio follows the machine (uvicorn's"
+        " share of a request), not serve-auth's code.",
         "",
         "Forward auth is a second HTTP request per request: serve-auth's CPU is that of a whole"
         " small Python server, not of the 2 µs check inside it, and on this 2-core machine wrk,"
