@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from textual.widgets import Button, Input, Static
@@ -11,6 +13,7 @@ from apikey_tui.store import KeyStore
 from apikey_tui.tui.dialogs.create_key import CreateKeyDialog
 from apikey_tui.tui.keys_screen import KeysScreen
 from apikey_tui.tui.scope_picker import ScopePicker
+from apikey_tui.tui.workers import StoreRunner
 from tests.tui.conftest import Toasts, make_app
 from tests.tui.test_app import settle
 from tests.tui.test_key_table import add_keys
@@ -79,3 +82,34 @@ async def test_an_unforeseen_error_reading_the_usage_column_is_said(
     assert any("failed on an unexpected error (RuntimeError)" in m for m in toasts.messages), (
         toasts.messages
     )
+
+
+async def test_a_store_call_the_database_does_not_answer_is_said_while_it_waits(
+    tui_store: KeyStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A delete whose database call does not return (a frozen server acknowledges TCP, so no
+    socket bound ends it) is said after the runner's patience, then done when it answers."""
+    tui_store.create_key("alice", "held", ["project"])
+    answer = threading.Event()
+    real = tui_store.delete_key
+
+    def frozen(*args: Any, **kwargs: Any) -> Any:
+        answer.wait(30)  # the server thaws when the test says so
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tui_store, "delete_key", frozen)
+    monkeypatch.setattr(StoreRunner, "patience", 0.2)
+    toasts = Toasts()
+    app = make_app(tui_store)
+    async with app.run_test(size=(100, 30), message_hook=toasts.hook) as pilot:
+        await settle(pilot)
+        await pilot.press("d", "y")
+        for _ in range(100):  # until the warning comes (a hang detector, not a timing bound)
+            if any("has not answered" in m for m in toasts.messages):
+                break
+            await pilot.pause(0.05)
+        waiting = [m for m in toasts.messages if "has not answered" in m]
+        assert len(waiting) == 1 and "held" in waiting[0], toasts.messages
+        answer.set()
+        await settle(pilot)
+    assert tui_store.list_keys("alice") == []

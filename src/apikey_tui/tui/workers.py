@@ -115,8 +115,13 @@ class WorkerHost(MessagePump):
 class StoreRunner:
     """Runs one store call at a time for a screen, off the event loop, with exit_on_error=False.
 
-    The screen (a WorkerHost) hands the failures of the STORE group to `failed`.
+    The screen (a WorkerHost) hands the failures of the STORE group to `failed`. A call the
+    database has not answered after `patience` seconds is said (one warning): a frozen server
+    (or a frozen pooler) acknowledges TCP, so no socket bound ends the call, and the admin who
+    pressed Delete would otherwise see nothing happen, for as long as it stays frozen.
     """
+
+    patience = 5.0  # seconds a store call runs before the admin is told it is still waiting
 
     def __init__(self, screen: Screen[Any], session: Session) -> None:
         self.screen = screen
@@ -152,6 +157,17 @@ class StoreRunner:
         )
         if again is not None:
             self._again[worker] = again
+        self.screen.set_timer(self.patience, partial(self._still_waiting, worker))
+
+    def _still_waiting(self, worker: Worker[Any]) -> None:
+        if worker.state in (WorkerState.PENDING, WorkerState.RUNNING):
+            self.screen.app.notify(
+                f"{worker.description}: the database has not answered for"
+                f" {self.patience:.0f} s. Still waiting: it is done, or said, when it answers.",
+                title="Waiting for the database",
+                severity="warning",
+                markup=False,
+            )
 
     def _call(self, operation: Callable[[KeyStore], T], done: Callable[[T], object]) -> None:
         # As a message to the screen, in order with its others; a bug in done is the app's
