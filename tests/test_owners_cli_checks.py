@@ -235,3 +235,15 @@ def test_adding_an_owner_that_exists_is_refused_like_a_duplicate_key(
     assert (code, out) == (1, "") and err.count("\n") == 1 and "payments exists" in err
     assert _cli(capsys, sqlite_url, "keys", "create", "k", "--scope", "project")[0] == 0
     assert _cli(capsys, sqlite_url, "keys", "create", "k", "--scope", "project")[0] == 1
+
+
+def test_setting_a_keys_limits_to_what_it_has_says_unchanged(
+    sqlite_url: str, sqlite_store: KeyStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`keys set-limits ci none` on a key with no limits says they are unchanged (it said 'now
+    has the limits none (were none)'); a real change still names both."""
+    sqlite_store.create_key("alice", "ci", ["project"])
+    code, _, err = _cli(capsys, sqlite_url, "--owner", "alice", "keys", "set-limits", "ci", "none")
+    assert code == 0 and "keeps the limits none (unchanged)" in err, err
+    code, _, err = _cli(capsys, sqlite_url, "--owner", "alice", "keys", "set-limits", "ci", "10/s")
+    assert code == 0 and "now has the limits 10/s (were none)" in err, err

@@ -192,9 +192,14 @@ def set_limits(call: Call) -> int:
     old = store.get_key(owner, args.name)
     done = store.set_limits_of_keys([old], limits)
     info = done.after[0]
+    now, were = limits_words(info.limits), limits_words(old.limits)
     print(
-        f"Key {info.name!r} of {printable(info.owner)} now has the limits "
-        f"{limits_words(info.limits)} (were {limits_words(old.limits)}).",
+        f"Key {info.name!r} of {printable(info.owner)} "
+        + (
+            f"keeps the limits {now} (unchanged)."
+            if now == were
+            else f"now has the limits {now} (were {were})."
+        ),
         file=sys.stderr,
     )
     return emit(args, key_json(info, store.clock()), lambda out: None)

@@ -192,7 +192,9 @@ def _print_key(
     if info.tags:
         rows.append(["tags", " ".join(f"{k}={v}" for k, v in info.tags)])
     if info.grace_until is not None:
-        rows.append(["old secret", f"{info.old_public_id} works until {when(info.grace_until)}"])
+        rows.append(
+            ["old secret", f"id {info.old_public_id}, works until {when(info.grace_until)}"]
+        )
     if uses is not None:
         rows.extend(["limits" if i == 0 else "", line] for i, line in
                     enumerate(_use_lines(uses) or ["none"]))  # fmt: skip

@@ -635,7 +635,7 @@ class KeyWrites:
             )
             until = created.info.grace_until
             verb = (
-                f"rotated: the old secret {key.public_id} works until "
+                f"rotated: the old secret (id {key.public_id}) works until "
                 f"{absolute(until, seconds=True)}"
                 if until is not None
                 else "rotated (the old secret no longer works)"
