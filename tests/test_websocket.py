@@ -7,6 +7,7 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
+import anyio
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
@@ -14,12 +15,13 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import WebSocketRoute
 from starlette.testclient import WebSocketDenialResponse
-from starlette.websockets import WebSocket
+from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from apikey_tui.integrations.asgi import ApiKeyMiddleware
 from apikey_tui.integrations.asgi_messages import Message, Receive, Scope, Send
 from apikey_tui.integrations.fastapi import ApiKeyAuth
 from apikey_tui.integrations.routes import route
+from apikey_tui.limits import parse_limit
 from apikey_tui.store import KeyStore
 from apikey_tui.verifier import Caller, Verifier
 from tests.conftest import CHEAP
@@ -221,3 +223,165 @@ async def test_fastapi_websocket_without_denial_extension_is_closed_with_1008(
     verifier, _project, _both = keys
     sent = await exchange(fastapi_app(verifier), websocket_scope("/ws/echo"))
     assert [(m["type"], m.get("code")) for m in sent] == [("websocket.close", 1008)]
+
+
+def echo_app(verifier: Verifier) -> Starlette:
+    """A Starlette app behind the middleware whose /ws/echo answers each text with the caller's
+    key name and scopes, and on "push" sends until the connection ends."""
+
+    async def echo(websocket: WebSocket) -> None:
+        await websocket.accept()
+        try:
+            while True:
+                text = await websocket.receive_text()
+                while text == "push":  # the app talks first: its sends are checked too
+                    await websocket.send_text("pushed")
+                    await anyio.sleep(0.01)
+                caller: Caller = websocket.state.apikey
+                await websocket.send_text(f"{text} {caller.key_name} {sorted(caller.scopes)}")
+        except WebSocketDisconnect as gone:
+            ends.append(gone.code)
+
+    ends: list[int] = []
+    app = Starlette(
+        routes=[WebSocketRoute("/ws/echo", echo)],
+        middleware=[Middleware(ApiKeyMiddleware, verifier=verifier, routes=RULES)],
+    )
+    app.state.ends = ends
+    return app
+
+
+@pytest.mark.parametrize("change", ["delete", "disable", "scope removed"])
+def test_an_open_websocket_is_closed_at_its_next_message_once_its_key_no_longer_passes(
+    sqlite_url: str, keys: tuple[Verifier, str, str], change: str
+) -> None:
+    """A key deleted, disabled or stripped of a scope the route needs while its WebSocket is
+    open: the client's next message closes the connection with 1008 and the app sees a
+    disconnect (the handshake was the only check)."""
+    verifier, _project, both = keys
+    app = echo_app(verifier)
+    store = KeyStore.open(sqlite_url, hasher=CHEAP)
+    with TestClient(app) as client:
+        headers = {"Authorization": f"ApiKey {both}"}
+        with client.websocket_connect("/ws/echo", headers=headers) as websocket:
+            websocket.send_text("one")
+            assert websocket.receive_text() == "one both ['project', 'serving']"
+            if change == "delete":
+                store.delete_key("alice", "both")
+            elif change == "disable":
+                store.disable_key("alice", "both")
+            else:
+                store.set_key_scopes("alice", "both", ["project"])
+            websocket.send_text("two")
+            with pytest.raises(WebSocketDisconnect) as closed:
+                websocket.receive_text()
+            assert closed.value.code == 1008
+    store.close()
+    assert app.state.ends == [1008]
+
+
+def test_a_websocket_whose_key_still_passes_goes_on_with_the_new_caller(
+    sqlite_url: str, keys: tuple[Verifier, str, str]
+) -> None:
+    """A key given one more scope while its WebSocket is open still passes: the connection goes
+    on and the endpoint's `websocket.state.apikey` is the caller as it is now."""
+    verifier, _project, both = keys
+    store = KeyStore.open(sqlite_url, hasher=CHEAP)
+    with TestClient(echo_app(verifier)) as client:
+        headers = {"Authorization": f"ApiKey {both}"}
+        with client.websocket_connect("/ws/echo", headers=headers) as websocket:
+            websocket.send_text("one")
+            assert websocket.receive_text() == "one both ['project', 'serving']"
+            store.add_scope("admin")
+            store.set_key_scopes("alice", "both", ["project", "serving", "admin"])
+            websocket.send_text("two")
+            assert websocket.receive_text() == "two both ['admin', 'project', 'serving']"
+    store.close()
+
+
+def test_an_app_pushing_on_a_websocket_stops_once_its_key_is_deleted(
+    sqlite_url: str, keys: tuple[Verifier, str, str]
+) -> None:
+    """An app that sends without being asked: its next send after the key's delete closes the
+    connection with 1008, and the app's send raises WebSocketDisconnect."""
+    verifier, _project, both = keys
+    app = echo_app(verifier)
+    store = KeyStore.open(sqlite_url, hasher=CHEAP)
+    with TestClient(app) as client:
+        headers = {"Authorization": f"ApiKey {both}"}
+        with client.websocket_connect("/ws/echo", headers=headers) as websocket:
+            websocket.send_text("push")
+            assert websocket.receive_text() == "pushed"
+            store.delete_key("alice", "both")
+            with pytest.raises(WebSocketDisconnect) as closed:
+                for _ in range(1000):  # pushes sent before the delete was seen, then the close
+                    websocket.receive_text()
+            assert closed.value.code == 1008
+    store.close()
+    assert app.state.ends == [1006]  # Starlette's code for a send on a closed connection
+
+
+def test_messages_on_a_websocket_spend_no_limit(sqlite_url: str) -> None:
+    """A message is not a request: a key limited to 2 a minute opens one WebSocket (one
+    request) and exchanges 20 messages on it; its second handshake is its second request."""
+    store = KeyStore.open(sqlite_url, hasher=CHEAP)
+    key = store.create_key(
+        "alice", "metered", ["project", "serving"], limits=[parse_limit("2/m")]
+    ).plaintext
+    store.close()
+    verifier = Verifier.from_url(sqlite_url, hasher=CHEAP)
+    try:
+        with TestClient(echo_app(verifier)) as client:
+            headers = {"Authorization": f"ApiKey {key}"}
+            with client.websocket_connect("/ws/echo", headers=headers) as websocket:
+                for n in range(20):
+                    websocket.send_text(str(n))
+                    assert websocket.receive_text().startswith(f"{n} metered")
+            with client.websocket_connect("/ws/echo", headers=headers) as websocket:
+                websocket.send_text("again")
+                assert websocket.receive_text().startswith("again metered")
+            with pytest.raises(WebSocketDenialResponse) as third:
+                with client.websocket_connect("/ws/echo", headers=headers):
+                    pass
+            assert third.value.status_code == 429
+    finally:
+        verifier.close()
+
+
+def test_a_fastapi_websocket_route_is_closed_once_its_key_is_deleted(
+    sqlite_url: str, keys: tuple[Verifier, str, str]
+) -> None:
+    """FastAPI's dependency on a WebSocket route watches the later messages too: after the
+    key's delete, the client's next message closes the connection with 1008."""
+    verifier, _project, both = keys
+    app = FastAPI()
+    auth = ApiKeyAuth(verifier)
+    auth.install(app)
+    ends: list[int] = []
+
+    @app.websocket("/ws/echo")
+    async def echo(
+        websocket: WebSocket,
+        caller: Caller = auth.require("serving", "project"),  # noqa: B008
+    ) -> None:
+        await websocket.accept()
+        try:
+            while True:
+                text = await websocket.receive_text()
+                await websocket.send_text(f"{text} {caller.key_name}")
+        except WebSocketDisconnect as gone:
+            ends.append(gone.code)
+
+    store = KeyStore.open(sqlite_url, hasher=CHEAP)
+    with TestClient(app) as client:
+        headers = {"Authorization": f"ApiKey {both}"}
+        with client.websocket_connect("/ws/echo", headers=headers) as websocket:
+            websocket.send_text("one")
+            assert websocket.receive_text() == "one both"
+            store.delete_key("alice", "both")
+            websocket.send_text("two")
+            with pytest.raises(WebSocketDisconnect) as closed:
+                websocket.receive_text()
+            assert closed.value.code == 1008
+    store.close()
+    assert ends == [1008]

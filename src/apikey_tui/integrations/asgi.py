@@ -14,6 +14,7 @@ from apikey_tui.integrations.asgi_messages import (
     scope_authorization,
 )
 from apikey_tui.integrations.guard import GuardedApp
+from apikey_tui.integrations.websocket_watch import KeyWatch
 
 logger = logging.getLogger(__name__)
 
@@ -34,8 +35,9 @@ class ApiKeyMiddleware(GuardedApp[ASGIApp, Scope]):
     """Check every HTTP request and WebSocket handshake against the route's scopes.
 
     The caller lands in `scope["state"]["apikey"]` (Starlette: `request.state.apikey`,
-    `websocket.state.apikey`). A WebSocket is matched as a GET of its path. `lifespan` passes
-    through; any other scope type is refused (one warning, the app never sees it).
+    `websocket.state.apikey`). A WebSocket is matched as a GET of its path, and each of its
+    later messages passes only while the key does (`websocket_watch.KeyWatch`). `lifespan`
+    passes through; any other scope type is refused (one warning, the app never sees it).
     """
 
     authorization = staticmethod(scope_authorization)
@@ -57,6 +59,10 @@ class ApiKeyMiddleware(GuardedApp[ASGIApp, Scope]):
                     scope["state"] = {"apikey": caller}
                 else:
                     state["apikey"] = caller
+                if kind == "websocket":  # every later message too, while the key passes
+                    required = self.guard.rules.required("GET", path) or ()
+                    watch = KeyWatch(self.guard, scope, caller, required, path, receive, send)
+                    receive, send = watch.receive, watch.send
         elif kind != "lifespan":
             # Fail closed: a scope type this middleware cannot check never reaches the app.
             logger.warning("apikey-tui refused an ASGI scope of unknown type %r", kind)

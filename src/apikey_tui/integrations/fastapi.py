@@ -38,6 +38,7 @@ from apikey_tui.integrations.asgi_messages import (
 from apikey_tui.integrations.clients import ClientReader, asgi_client
 from apikey_tui.integrations.clients import trusted_proxies as trusted_proxies_of
 from apikey_tui.integrations.guard import Guard
+from apikey_tui.integrations.websocket_watch import KeyWatch
 from apikey_tui.networks import TrustedProxies
 from apikey_tui.verifier import Caller, Verifier
 
@@ -103,12 +104,21 @@ class ApiKeyScheme(SecurityBase):
     async def __call__(self, connection: HTTPConnection, security_scopes: SecurityScopes) -> Caller:
         scope = connection.scope
         try:
-            return await self.guard.caller_async(scope, security_scopes.scopes, scope["path"])
+            caller = await self.guard.caller_async(scope, security_scopes.scopes, scope["path"])
         except AuthError as error:
             if answered_by_app(connection.scope, error):
                 raise
             realm = self.guard.verifier.realm
             raise framework_refusal(connection.scope, error, realm) from error
+        if isinstance(connection, WebSocket):
+            # Each later message too, while the key passes: Starlette's WebSocket reads and
+            # writes through these two attributes (its own receive and send call them).
+            watch = KeyWatch(
+                self.guard, scope, caller, security_scopes.scopes, scope["path"],
+                connection._receive, connection._send,
+            )  # fmt: skip
+            connection._receive, connection._send = watch.receive, watch.send
+        return caller
 
 
 def answered_by_app(scope: Scope, error: AuthError) -> bool:

@@ -81,6 +81,20 @@ class Guard(Generic[RequestT]):
             await self.verifier.verify_async(header, required, client, route)
         )
 
+    async def recheck_async(
+        self, request: RequestT, caller: Caller, required: Collection[str], route: str
+    ) -> Caller:
+        """The caller once more, for a later message on a connection the request opened (a
+        WebSocket): the same caller from memory while its key is unchanged, else the key
+        checked again and judged by its rules now (an AuthError once it no longer passes).
+        No limit spent and no use counted: a message is not a request."""
+        header = self.authorization(request)
+        verifier = self.verifier
+        if verifier.unchanged(header, caller):
+            return caller
+        fresh = await verifier.identify_async(header)
+        return verifier.readmit(fresh, required, self.client(request), route)
+
     def refusal(self, error: AuthError) -> Refusal:
         """The answer to a refused request: the same in every framework."""
         return error.response(self.verifier.realm)

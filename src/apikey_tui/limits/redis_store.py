@@ -140,7 +140,7 @@ class RedisLimitStore:
             config = self._client.config_get("maxmemory*")
         except redis.RedisError:
             return
-        values = {_text(k): _text(v) for k, v in config.items()}
+        values = {_text(k or ""): _text(v or "") for k, v in config.items()}
         policy = values.get("maxmemory-policy", "noeviction")
         if values.get("maxmemory", "0") != "0" and policy != "noeviction":
             log.warning(

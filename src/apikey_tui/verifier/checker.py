@@ -417,19 +417,7 @@ class Verifier:
         route: str | None = None,
     ) -> Caller:
         """Like verify; database and argon2 work never blocks the event loop."""
-        steps = self._answer(authorization, inline=False)
-        deadline = time.monotonic() + self._gate.timeout
-        try:
-            work = next(steps)
-            while True:  # the same steps as verify, awaited instead of waited for
-                work = steps.send(await self._gate.wait_async(work, deadline))
-        except StopIteration as done:
-            caller: Caller = done.value
-        except AuthError as error:  # each refusal counted, as in _identify
-            self.stats.refused(error)
-            raise
-        except Exception:  # anything unforeseen is a check that could not be made: 503
-            raise self._unforeseen() from None
+        caller = await self.identify_async(authorization)
         if not caller.limits:
             return self.authorize(caller, required_scopes, client, route)
         if caller.networks is not None:
@@ -447,6 +435,45 @@ class Verifier:
             except Exception:  # a store's unforeseen failure: never a 500, never a pass
                 raise self._unforeseen() from None
         return self.authorize(caller, required_scopes, client, route, _spent=True)
+
+    async def identify_async(self, authorization: str | None) -> Caller:
+        """identify for an event loop: the caller, no scope judged and no use recorded;
+        database and argon2 work never blocks the loop."""
+        steps = self._answer(authorization, inline=False)
+        deadline = time.monotonic() + self._gate.timeout
+        try:
+            work = next(steps)
+            while True:  # the same steps as verify, awaited instead of waited for
+                work = steps.send(await self._gate.wait_async(work, deadline))
+        except StopIteration as done:
+            caller: Caller = done.value
+        except AuthError as error:  # each refusal counted, as in _identify
+            self.stats.refused(error)
+            raise
+        except Exception:  # anything unforeseen is a check that could not be made: 503
+            raise self._unforeseen() from None
+        return caller
+
+    def unchanged(self, authorization: str | None, caller: Caller) -> bool:
+        """Whether this header is still answered from memory by this very caller: the key
+        unchanged, unexpired and nothing committed unread since (no query, no lock). False
+        asks for the full check (`identify_async`), which may find the key unchanged too."""
+        return self._warm(authorization) is caller
+
+    def readmit(
+        self,
+        caller: Caller,
+        required: Collection[str],
+        client: str | None = None,
+        route: str | None = None,
+    ) -> Caller:
+        """The caller again, for a later message of a connection it opened (a WebSocket): its
+        network rules and scopes judged, refusals recorded as any; no limit spent and no use
+        counted, since a message is not a request."""
+        if caller.networks is not None:
+            self._placed(caller, client, route)
+        self._scoped(caller, required)
+        return caller
 
     def _answer(
         self, authorization: str | None, *, inline: bool, warmed: bool = False

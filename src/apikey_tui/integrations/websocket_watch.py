@@ -1,0 +1,71 @@
+"""A WebSocket's later messages, each let through only while the key that opened it passes."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from apikey_tui.errors import AuthError
+from apikey_tui.integrations.asgi_messages import POLICY_VIOLATION, Message, Receive, Scope, Send
+from apikey_tui.integrations.guard import Guard
+from apikey_tui.verifier import Caller
+
+# RFC 6455 close code "try again later": the key could not be checked (503), which is not a
+# refusal of the key.
+TRY_AGAIN_LATER = 1013
+
+
+class KeyWatch:
+    """The receive and send of a WebSocket whose handshake a key passed.
+
+    Each message either way first asks the guard whether the key still passes
+    (`Guard.recheck_async`: from memory while the key is unchanged, a fraction of a
+    microsecond). Once it does not (deleted, disabled, expired, its scopes or network rules
+    changed), the connection is closed with 1008 (1013 when the key could not be checked): the
+    app receives a disconnect, and a send raises OSError, which Starlette turns into
+    WebSocketDisconnect. A connection where no message passes keeps its key until the next one.
+    """
+
+    def __init__(
+        self, guard: Guard[Scope], scope: Scope, caller: Caller, required: Collection[str],
+        route: str, receive: Receive, send: Send,
+    ) -> None:  # fmt: skip
+        self._guard, self._scope, self._caller = guard, scope, caller
+        self._required, self._route = required, route
+        self._receive, self._send = receive, send
+        self._closed = False
+
+    async def receive(self) -> Message:
+        """The client's next message; a disconnect instead once the key no longer passes."""
+        message = await self._receive()
+        if message["type"] == "websocket.receive" and not await self._passes():
+            return {"type": "websocket.disconnect", "code": POLICY_VIOLATION}
+        return message
+
+    async def send(self, message: Message) -> None:
+        """Send the app's message while the key passes; OSError once the connection is closed."""
+        if self._closed:
+            if message["type"] == "websocket.close":
+                return  # closed already, by us
+            raise OSError("the WebSocket was closed: its API key no longer passes")
+        if message["type"] == "websocket.send" and not await self._passes():
+            raise OSError("the WebSocket was closed: its API key no longer passes")
+        await self._send(message)
+
+    async def _passes(self) -> bool:
+        if self._closed:
+            return False
+        try:
+            caller = await self._guard.recheck_async(
+                self._scope, self._caller, self._required, self._route
+            )
+        except AuthError as error:
+            self._closed = True
+            code = TRY_AGAIN_LATER if error.status == 503 else POLICY_VIOLATION
+            await self._send({"type": "websocket.close", "code": code})
+            return False
+        if caller is not self._caller:  # changed and still passing: the endpoint sees it now
+            self._caller = caller
+            state = self._scope.get("state")
+            if state is not None:
+                state["apikey"] = caller
+        return True
