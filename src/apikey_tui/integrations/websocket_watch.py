@@ -32,13 +32,20 @@ class KeyWatch:
         self._guard, self._scope, self._caller = guard, scope, caller
         self._required, self._route = required, route
         self._receive, self._send = receive, send
-        self._closed = False
+        self._closed = False  # the key stopped passing: every later message is refused
+        # A close went out (the app's or ours) or the client left: a close of ours now would
+        # be one too many, which uvicorn raises RuntimeError for, in the app.
+        self._ended = False
 
     async def receive(self) -> Message:
         """The client's next message; a disconnect instead once the key no longer passes."""
         message = await self._receive()
-        if message["type"] == "websocket.receive" and not await self._passes():
-            return {"type": "websocket.disconnect", "code": POLICY_VIOLATION}
+        kind = message["type"]
+        if kind == "websocket.receive":
+            if not await self._passes():
+                return {"type": "websocket.disconnect", "code": POLICY_VIOLATION}
+        elif kind == "websocket.disconnect":
+            self._ended = True
         return message
 
     async def send(self, message: Message) -> None:
@@ -47,8 +54,11 @@ class KeyWatch:
             if message["type"] == "websocket.close":
                 return  # closed already, by us
             raise OSError("the WebSocket was closed: its API key no longer passes")
-        if message["type"] == "websocket.send" and not await self._passes():
+        kind = message["type"]
+        if kind == "websocket.send" and not await self._passes():
             raise OSError("the WebSocket was closed: its API key no longer passes")
+        if kind == "websocket.close":
+            self._ended = True
         await self._send(message)
 
     async def _passes(self) -> bool:
@@ -59,9 +69,14 @@ class KeyWatch:
                 self._scope, self._caller, self._required, self._route
             )
         except AuthError as error:
-            self._closed = True
-            code = TRY_AGAIN_LATER if error.status == 503 else POLICY_VIOLATION
-            await self._send({"type": "websocket.close", "code": code})
+            # The app's receiving and sending tasks may both have been refused during one
+            # recheck: only the first closes.
+            if not self._closed:
+                self._closed = True
+                if not self._ended:
+                    self._ended = True
+                    code = TRY_AGAIN_LATER if error.status == 503 else POLICY_VIOLATION
+                    await self._close(code)
             return False
         if caller is not self._caller:  # changed and still passing: the endpoint sees it now
             self._caller = caller
@@ -69,3 +84,13 @@ class KeyWatch:
             if state is not None:
                 state["apikey"] = caller
         return True
+
+    async def _close(self, code: int) -> None:
+        try:
+            await self._send({"type": "websocket.close", "code": code})
+        except (OSError, RuntimeError):
+            # The connection was closing already: the client left (OSError), or the server
+            # answered the client's close frame while the key was being read (uvicorn's
+            # RuntimeError for a close after a close). Either way it is closed; the app
+            # learns it from this watch's disconnect or OSError, never from the server's error.
+            pass
