@@ -7,7 +7,7 @@ from typing import Any, cast
 import anyio
 import pytest
 
-from apikey_tui.errors import InvalidKeyError
+from apikey_tui.errors import InvalidKeyError, VerifierUnavailableError
 from apikey_tui.integrations.asgi_messages import Message, Scope
 from apikey_tui.integrations.guard import Guard
 from apikey_tui.integrations.websocket_watch import KeyWatch
@@ -24,6 +24,14 @@ class Revoked:
     def __init__(self) -> None:
         self.release = anyio.Event()
         self.waiting = 0
+        self.verifier = self  # whose key is never unchanged: every message is rechecked
+
+    @staticmethod
+    def authorization(request: Scope) -> str:
+        return "ApiKey revoked"
+
+    def unchanged(self, authorization: str | None, caller: Caller) -> bool:
+        return False
 
     async def recheck_async(
         self, request: Scope, caller: Caller, required: Any, route: str
@@ -111,3 +119,33 @@ async def test_a_refused_message_on_a_closing_connection_is_a_disconnect(state: 
     with pytest.raises(OSError):
         await keywatch.send(PUSH)
     assert [m for m in server.sent if m.get("code") == 1008] == []
+
+
+class Unreachable(Revoked):
+    """A guard whose database is down: the recheck is a 503, then the key is warm again."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.back = False
+        self.release.set()
+
+    def unchanged(self, authorization: str | None, caller: Caller) -> bool:
+        return self.back
+
+    async def recheck_async(
+        self, request: Scope, caller: Caller, required: Any, route: str
+    ) -> Caller:
+        raise VerifierUnavailableError()
+
+
+async def test_a_connection_closed_for_an_unreachable_database_stays_closed() -> None:
+    """Closed with 1013 while the key could not be checked, a connection lets no later
+    message through, even once the database is back and the same key is warm again."""
+    guard, server = Unreachable(), Server([TEXT, TEXT])
+    keywatch = watch(guard, server)
+    assert (await keywatch.receive())["type"] == "websocket.disconnect"
+    guard.back = True
+    assert (await keywatch.receive())["type"] == "websocket.disconnect"
+    with pytest.raises(OSError):
+        await keywatch.send(PUSH)
+    assert server.sent == [{"type": "websocket.close", "code": 1013}]

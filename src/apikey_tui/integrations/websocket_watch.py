@@ -32,6 +32,10 @@ class KeyWatch:
         self._guard, self._scope, self._caller = guard, scope, caller
         self._required, self._route = required, route
         self._receive, self._send = receive, send
+        # The warm test of each message, without a coroutine: the handshake's header, read
+        # once (a str keeps its hash, so the digest of it is not computed again).
+        self._header = guard.authorization(scope)
+        self._unchanged = guard.verifier.unchanged
         self._closed = False  # the key stopped passing: every later message is refused
         # A close went out (the app's or ours) or the client left: a close of ours now would
         # be one too many, which uvicorn raises RuntimeError for, in the app.
@@ -42,7 +46,7 @@ class KeyWatch:
         message = await self._receive()
         kind = message["type"]
         if kind == "websocket.receive":
-            if not await self._passes():
+            if not self._warm() and not await self._passes():
                 return {"type": "websocket.disconnect", "code": POLICY_VIOLATION}
         elif kind == "websocket.disconnect":
             self._ended = True
@@ -55,11 +59,15 @@ class KeyWatch:
                 return  # closed already, by us
             raise OSError("the WebSocket was closed: its API key no longer passes")
         kind = message["type"]
-        if kind == "websocket.send" and not await self._passes():
+        if kind == "websocket.send" and not self._warm() and not await self._passes():
             raise OSError("the WebSocket was closed: its API key no longer passes")
         if kind == "websocket.close":
             self._ended = True
         await self._send(message)
+
+    def _warm(self) -> bool:
+        """Whether the key passes from memory: open, and its key unchanged since it passed."""
+        return not self._closed and self._unchanged(self._header, self._caller)
 
     async def _passes(self) -> bool:
         if self._closed:
