@@ -37,6 +37,7 @@ class KeyWatch:
         self._header = guard.authorization(scope)
         self._unchanged = guard.verifier.unchanged
         self._closed = False  # the key stopped passing: every later message is refused
+        self._code = POLICY_VIOLATION  # the close code once closed: 1013 if the key was unread
         # A close went out (the app's or ours) or the client left: a close of ours now would
         # be one too many, which uvicorn raises RuntimeError for, in the app.
         self._ended = False
@@ -47,7 +48,7 @@ class KeyWatch:
         kind = message["type"]
         if kind == "websocket.receive":
             if not self._warm() and not await self._passes():
-                return {"type": "websocket.disconnect", "code": POLICY_VIOLATION}
+                return {"type": "websocket.disconnect", "code": self._code}
         elif kind == "websocket.disconnect":
             self._ended = True
         return message
@@ -81,10 +82,11 @@ class KeyWatch:
             # recheck: only the first closes.
             if not self._closed:
                 self._closed = True
+                if error.status == 503:
+                    self._code = TRY_AGAIN_LATER
                 if not self._ended:
                     self._ended = True
-                    code = TRY_AGAIN_LATER if error.status == 503 else POLICY_VIOLATION
-                    await self._close(code)
+                    await self._close(self._code)
             return False
         if caller is not self._caller:  # changed and still passing: the endpoint sees it now
             self._caller = caller
