@@ -17,6 +17,7 @@ from starlette.routing import WebSocketRoute
 from starlette.testclient import WebSocketDenialResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from apikey_tui.integrations import websocket_watch
 from apikey_tui.integrations.asgi import ApiKeyMiddleware
 from apikey_tui.integrations.asgi_messages import Message, Receive, Scope, Send
 from apikey_tui.integrations.fastapi import ApiKeyAuth
@@ -385,3 +386,65 @@ def test_a_fastapi_websocket_route_is_closed_once_its_key_is_deleted(
             assert closed.value.code == 1008
     store.close()
     assert ends == [1008]
+
+
+class Clock:
+    """A monotonic clock the test moves by hand (the watch's spacing of key reads)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_where_every_check_reads_the_database_a_connection_reads_its_key_ten_times_a_second(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With revocation_bound=0 every check reads the key, and no limit bounds messages: 30
+    messages within 0.1 s of the last read read nothing more; the next one after it reads
+    once; a deleted key is refused at the first message past the spacing."""
+    store = KeyStore.open(postgres_url, hasher=CHEAP)
+    key = store.create_key("alice", "flood", ["project", "serving"]).plaintext
+    verifier = Verifier.from_url(postgres_url, hasher=CHEAP, revocation_bound=0)
+    assert verifier.reads_every_check
+    clock = Clock()
+    monkeypatch.setattr(websocket_watch, "time", clock)
+    try:
+        with TestClient(echo_app(verifier)) as client:
+            headers = {"Authorization": f"ApiKey {key}"}
+            with client.websocket_connect("/ws/echo", headers=headers) as websocket:
+                reads = verifier.stats.cold
+                for n in range(30):
+                    websocket.send_text(str(n))
+                    assert websocket.receive_text().startswith(f"{n} flood")
+                assert verifier.stats.cold == reads  # messages and answers: no read
+                clock.now += 0.2
+                websocket.send_text("later")
+                assert websocket.receive_text().startswith("later flood")
+                assert verifier.stats.cold == reads + 1  # the message read; its answer did not
+                store.delete_key("alice", "flood")
+                clock.now += 0.2
+                websocket.send_text("gone")
+                with pytest.raises(WebSocketDisconnect) as closed:
+                    websocket.receive_text()
+                assert closed.value.code == 1008
+    finally:
+        verifier.close()
+        store.close()
+
+
+def test_messages_are_not_counted_as_checks(keys: tuple[Verifier, str, str]) -> None:
+    """The verifier's metrics count the handshake, not each message either way (20 echoed
+    messages counted 40 warm checks)."""
+    verifier, _project, both = keys
+    with TestClient(echo_app(verifier)) as client:
+        headers = {"Authorization": f"ApiKey {both}"}
+        with client.websocket_connect("/ws/echo", headers=headers) as websocket:
+            websocket.send_text("first")
+            websocket.receive_text()
+            hits = verifier.stats.hits
+            for n in range(20):
+                websocket.send_text(str(n))
+                websocket.receive_text()
+            assert verifier.stats.hits == hits

@@ -33,6 +33,8 @@ class Revoked:
     def unchanged(self, authorization: str | None, caller: Caller) -> bool:
         return False
 
+    reads_every_check = False  # a message reads only after a commit
+
     async def recheck_async(
         self, request: Scope, caller: Caller, required: Any, route: str
     ) -> Caller:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Collection
 
 from apikey_tui.errors import AuthError
@@ -12,6 +13,12 @@ from apikey_tui.verifier import Caller
 # RFC 6455 close code "try again later": the key could not be checked (503), which is not a
 # refusal of the key.
 TRY_AGAIN_LATER = 1013
+# Where every check reads the database (revocation_bound=0, `Verifier.reads_every_check`), a
+# connection reads its key at most this often: a message is not a request, so no limit bounds
+# how many a client sends, and a flood of messages would be a flood of reads. Between two reads
+# its messages pass on the last one. Elsewhere a message reads only after a commit, which one
+# read (the change log's, shared by every connection and request) answers for all.
+READ_EVERY_S = 0.1
 
 
 class KeyWatch:
@@ -23,6 +30,7 @@ class KeyWatch:
     changed), the connection is closed with 1008 (1013 when the key could not be checked): the
     app receives a disconnect, and a send raises OSError, which Starlette turns into
     WebSocketDisconnect. A connection where no message passes keeps its key until the next one.
+    With revocation_bound=0, a connection reads its key at most every READ_EVERY_S.
     """
 
     def __init__(
@@ -36,6 +44,9 @@ class KeyWatch:
         # once (a str keeps its hash, so the digest of it is not computed again).
         self._header = guard.authorization(scope)
         self._unchanged = guard.verifier.unchanged
+        # With revocation_bound=0: when the key was last read (the handshake's check).
+        self._spaced = guard.verifier.reads_every_check
+        self._read_at = time.monotonic()
         self._closed = False  # the key stopped passing: every later message is refused
         self._code = POLICY_VIOLATION  # the close code once closed: 1013 if the key was unread
         # A close went out (the app's or ours) or the client left: a close of ours now would
@@ -73,6 +84,11 @@ class KeyWatch:
     async def _passes(self) -> bool:
         if self._closed:
             return False
+        if self._spaced:
+            now = time.monotonic()
+            if now - self._read_at < READ_EVERY_S:
+                return True  # read lately: see READ_EVERY_S
+            self._read_at = now
         try:
             caller = await self._guard.recheck_async(
                 self._scope, self._caller, self._required, self._route

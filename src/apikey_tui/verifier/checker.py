@@ -454,11 +454,20 @@ class Verifier:
             raise self._unforeseen() from None
         return caller
 
+    @property
+    def reads_every_check(self) -> bool:
+        """Whether every check reads the database (`revocation_bound=0` where a bound, not a
+        commit watch or a push, tells changes): a caller of many checks bounds them itself."""
+        return self._ask_always
+
     def unchanged(self, authorization: str | None, caller: Caller) -> bool:
         """Whether this header is still answered from memory by this very caller: the key
         unchanged, unexpired and nothing committed unread since (no query, no lock). False
         asks for the full check (`identify_async`), which may find the key unchanged too."""
-        return self._warm(authorization) is caller
+        found = self._warm(authorization)
+        if found is not None:
+            self.stats.hits -= 1  # a message, not a check: _warm counted it as one
+        return found is caller
 
     def readmit(
         self,
