@@ -215,8 +215,14 @@ class ForwardAuthApp(HTTPApp):
         """What the request described by X-Forwarded-* needs (nginx, Caddy, Traefik), and its
         path when the proxy said it."""
         forwarded: dict[str, str] = {}
+        overrides: list[bytes] = []
         for name, value in scope["headers"]:
-            field = _FORWARDED.get(name.lower()) if name[:2] in (b"x-", b"X-") else None
+            if name[:2] not in (b"x-", b"X-"):
+                continue
+            lowered = name.lower()
+            field = _FORWARDED.get(lowered)
+            if field is None and lowered in _METHOD_OVERRIDES:
+                overrides.append(value)
             if field is not None:
                 text = value.decode("latin-1")
                 # nginx configurations often set both spellings: one value is one request.
@@ -252,14 +258,13 @@ class ForwardAuthApp(HTTPApp):
                 f"the proxy sent no {missing}: route rules cannot place the request"
             )
         route = original_path(uri)
-        return self._required(scope, method, route), route
+        return self._required(method, route, overrides), route
 
-    def _required(self, scope: Scope, method: str, route: str) -> tuple[str, ...] | None:
+    def _required(self, method: str, route: str, overrides: list[bytes]) -> tuple[str, ...] | None:
         """What the rules ask of a request to `route`: by its method, and by every method a
         method-override header names (the service may route it so). Public only if all are."""
         rules = self.guard.rules
         required = rules.required(method, route)
-        overrides = [value for name, value in scope["headers"] if name.lower() in _METHOD_OVERRIDES]
         if not overrides:
             return required
         needs = set(required or ())
@@ -283,7 +288,8 @@ class ForwardAuthApp(HTTPApp):
         rest = raw[len(ENVOY_PREFIX) :].decode("latin-1") or "/"
         method = _method(scope.get("method"))
         route = original_path(rest)
-        return self._required(scope, method or "GET", route), route
+        overrides = [value for name, value in scope["headers"] if name.lower() in _METHOD_OVERRIDES]
+        return self._required(method or "GET", route, overrides), route
 
     @staticmethod
     def _query_scopes(query: bytes) -> tuple[str, ...] | None:
