@@ -264,7 +264,7 @@ def forged_flood_while_loading(
     with database(kind) as url:
         fast_fill(url, count)
         verifier, statements = _verifier(url)
-    
+
         forged = [f"ApiKey {keyformat.generate()[1]}" for _ in range(2000)]
         rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         started = time.perf_counter()
