@@ -153,6 +153,26 @@ def pass_after_commit(count: int = 10_000) -> dict[str, float]:
     }
 
 
+def _changing_key(url: str) -> tuple[KeyStore, str, Verifier]:
+    """A store, the header of its key 'changing' (scope project), and a verifier (as services
+    build it, `from_url`) that has verified it once: what each re-read below starts from."""
+    store = KeyStore.open(url, hasher=CHEAPEST)
+    header = f"ApiKey {store.create_key('bench', 'changing', ['project']).plaintext}"
+    verifier = Verifier.from_url(url, hasher=CHEAPEST)
+    verifier.verify(header)
+    return store, header, verifier
+
+
+def _spread(times: list[float]) -> dict[str, float]:
+    """Rounds, median and 90th percentile of times (µs)."""
+    times = sorted(times)
+    return {
+        "rounds": len(times),
+        "p50_us": times[len(times) // 2],
+        "p90_us": times[len(times) * 9 // 10],
+    }
+
+
 def cold_reread(rounds: int = 400) -> dict[str, float]:
     """SQLite: verify a cached key right after it changed (re-read, argon2 skipped).
 
@@ -160,10 +180,7 @@ def cold_reread(rounds: int = 400) -> dict[str, float]:
     makes each read take the listened path (a cursor, the listener's call) a service never pays.
     """
     with database("sqlite") as url:
-        store = KeyStore.open(url, hasher=CHEAPEST)
-        header = f"ApiKey {store.create_key('bench', 'changing', ['project']).plaintext}"
-        verifier = Verifier.from_url(url, hasher=CHEAPEST)
-        verifier.verify(header)
+        store, header, verifier = _changing_key(url)
         times = []
         scopes = (["project"], ["project", "serving"])
         for n in range(rounds):
@@ -174,8 +191,7 @@ def cold_reread(rounds: int = 400) -> dict[str, float]:
         assert verifier.stats.argon2 == 1
         verifier.close()
         store.close()
-    times.sort()
-    return {"rounds": rounds, "p50_us": times[len(times) // 2], "p90_us": times[rounds * 9 // 10]}
+    return _spread(times)
 
 
 def cold_reread_lean_admin(rounds: int = 400) -> dict[str, float]:
@@ -185,11 +201,8 @@ def cold_reread_lean_admin(rounds: int = 400) -> dict[str, float]:
     import sqlite3
 
     with database("sqlite") as url:
-        store = KeyStore.open(url, hasher=CHEAPEST)
-        header = f"ApiKey {store.create_key('bench', 'changing', ['project']).plaintext}"
+        store, header, verifier = _changing_key(url)
         store.close()
-        verifier = Verifier.from_url(url, hasher=CHEAPEST)
-        verifier.verify(header)
         admin = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
         public_id = header[len("ApiKey ") :][: keyformat.ID_LENGTH]
         when = datetime.now(UTC).replace(tzinfo=None).isoformat(" ")
@@ -207,8 +220,7 @@ def cold_reread_lean_admin(rounds: int = 400) -> dict[str, float]:
         assert verifier.stats.argon2 == 1 and verifier.stats.cold == rounds + 1
         admin.close()
         verifier.close()
-    times.sort()
-    return {"rounds": rounds, "p50_us": times[len(times) // 2], "p90_us": times[rounds * 9 // 10]}
+    return _spread(times)
 
 
 def _admin(url: str, orders: Any) -> None:
@@ -230,11 +242,8 @@ def cold_reread_apart(rounds: int = 400) -> dict[str, float]:
     import multiprocessing
 
     with database("sqlite") as url:
-        store = KeyStore.open(url, hasher=CHEAPEST)
-        header = f"ApiKey {store.create_key('bench', 'changing', ['project']).plaintext}"
+        store, header, verifier = _changing_key(url)
         store.close()
-        verifier = Verifier.from_url(url, hasher=CHEAPEST)
-        verifier.verify(header)
         here, there = multiprocessing.get_context("spawn").Pipe()
         admin = multiprocessing.get_context("spawn").Process(target=_admin, args=(url, there))
         admin.start()
@@ -251,8 +260,7 @@ def cold_reread_apart(rounds: int = 400) -> dict[str, float]:
             admin.join(60)
         assert verifier.stats.argon2 == 1
         verifier.close()
-    times.sort()
-    return {"rounds": rounds, "p50_us": times[len(times) // 2], "p90_us": times[rounds * 9 // 10]}
+    return _spread(times)
 
 
 def forged_flood_while_loading(
