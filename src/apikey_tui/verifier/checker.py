@@ -745,7 +745,8 @@ class Verifier:
             except VerifierUnavailableError:
                 if isinstance(work, Done) or work.done():
                     raise
-                decision = limiter.unanswered(caller.limits, time.monotonic())  # too late
+                self._refuse_late(caller)  # the deadline passed first
+                return
             except Exception:  # a store's unforeseen failure: never a 500, never a pass
                 raise self._unforeseen() from None
         if decision is not ADMITTED:
