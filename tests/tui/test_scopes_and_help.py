@@ -196,3 +196,28 @@ def test_every_binding_of_every_view_and_dialog_is_in_the_help() -> None:
             for binding in own_bindings(owner):
                 assert key_text(binding) in shown_keys, (owner.__name__, binding.key)
     assert "Escape" in help_text(sections) and "Space" in help_text(sections)
+
+
+async def test_help_counts_the_lists_the_usage_view_shows(tui_store: KeyStore) -> None:
+    """Help's row for the Usage view names as many lists as the view shows (six, not four)."""
+    from apikey_tui.tui.app import help_sections
+    from apikey_tui.tui.dialogs.help import help_text
+
+    app = make_app(tui_store)
+    async with app.run_test(size=SMALL) as pilot:
+        await settle(pilot)
+        await pilot.press("U")
+        await settle(pilot)
+        count = len(app.screen.query(".usage-list"))
+    words = {4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight"}
+    assert f"scroll the {words[count]} lists" in help_text(help_sections())
+
+
+def test_help_names_every_change_u_undoes() -> None:
+    """u's help (and palette) line names each kind of change the store can undo, tags included."""
+    from apikey_tui.tui.key_actions import ACTIONS
+    from apikey_tui.tui.undo_words import undoable_words
+
+    (undo,) = [action for action in ACTIONS if action.id == "undo"]
+    words = undoable_words().replace(" or ", ", ").split(", ")
+    assert [word for word in words if word not in undo.description] == []

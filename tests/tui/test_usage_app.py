@@ -231,7 +231,7 @@ async def test_snapshot_key_detail_with_graph(used: KeyStore) -> None:
 
 
 async def test_snapshot_usage_view(used: KeyStore) -> None:
-    """The picture shows the Usage view's four lists at 80x24."""
+    """The picture shows the Usage view's six lists at 80x24."""
 
     async def steps(pilot: Pilot[Any]) -> None:
         await pilot.press("U")

@@ -333,7 +333,7 @@ def help_sections() -> list[Section]:
         Section(
             "Usage (U, :usage)",
             (UsageScreen,),
-            (("↑ / ↓ / PgUp / PgDn", "scroll the four lists"),),
+            (("↑ / ↓ / PgUp / PgDn", "scroll the six lists"),),
         ),
         Section("Owners (:owners)", (OwnersScreen,)),
         Section("In the detail, catalog, audit trail and usage", (LiveScreen,)),

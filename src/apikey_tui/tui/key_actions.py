@@ -124,7 +124,8 @@ ACTIONS: tuple[KeyAction, ...] = (
     ),
     KeyAction(
         "undo", "u", "Undo", "Undo",
-        "undo the last change of state, expiry, scopes or limits", _BOTH,
+        "undo the last disable, enable, expiry, limits, metadata, networks, scopes, tags or "
+        "transfer change (asks first)", _BOTH,
         footer=False,
     ),
     KeyAction(
