@@ -189,13 +189,13 @@ def test_the_offboarding_preview_cuts_a_long_name_not_what_applying_does(
     tui_store: KeyStore,
 ) -> None:
     """At 70 columns a 64-character key name is cut in the middle, so its line still ends
-    with what applying does ('disabled'), as a short name's does."""
+    with what applying does ('disable'), as a short name's does."""
     long_name = "k" * 30 + "-middle-" + "z" * 26
     tui_store.create_key("frank", long_name, ["project"])
     tui_store.create_key("frank", "fk2", ["project"])
     lines = preview_lines(tui_store.offboard_preview("frank"), 66)
     assert len(lines) == 2 and all(len(line) <= 66 for line in lines)
-    assert all(line.endswith(" · never used · disabled") for line in lines), lines
+    assert all(line.endswith(" · never used · disable") for line in lines), lines
     cut = next(line for line in lines if "kkk" in line)
     assert cut.startswith("frank/kkk") and "…" in cut and "zzz · owns" in cut
 
@@ -279,3 +279,15 @@ def test_the_owners_help_says_what_each_key_does() -> None:
     assert rows["b"].startswith("offboard a person")
     assert rows["j / k"] == "next / previous owner (as ↓ / ↑)"
     assert not {"Pool", "Offboard", "Down", "Up", "Keys", "Undo", "Back"} & set(rows.values())
+
+
+def test_the_offboarding_preview_says_what_applying_does_in_the_clis_words(
+    tui_store: KeyStore,
+) -> None:
+    """A key still enabled reads 'disable' (what applying does, as `offboard` prints), never
+    'disabled', which reads as the state it is in now; a disabled one 'stays disabled'."""
+    tui_store.create_key("frank", "fk1", ["project"])
+    tui_store.create_key("frank", "fk2", ["project"])
+    tui_store.disable_key("frank", "fk2", reason="lost laptop")
+    lines = preview_lines(tui_store.offboard_preview("frank"), 66)
+    assert [line.rsplit(" · ", 1)[1] for line in lines] == ["disable", "stays disabled"], lines

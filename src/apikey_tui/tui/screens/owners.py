@@ -54,7 +54,8 @@ def preview_lines(seen: Preview, width: int = 66) -> list[str]:
     lines = []
     for h in seen.keys:
         key = h.key
-        act = ("stays disabled" if key.disabled else "disabled") if OWNS in h.why else "kept"
+        # The CLI's words (owner_commands._plan): "disabled" would read as the state it is in now.
+        act = ("stays disabled" if key.disabled else "disable") if OWNS in h.why else "keep"
         used = key.last_used_at.strftime("%Y-%m-%d") if key.last_used_at else "never used"
         busy = ", ".join(f"{s or '-'} {n:,}" for s, n in h.busiest[:2])
         tail = f" · {' '.join(h.why)} · {used} · {act}"
