@@ -892,3 +892,20 @@ async def test_n_before_the_scope_catalog_is_read_opens_the_dialog_once_it_is(
         release.set()
         await settle(pilot)
         assert isinstance(app.screen, CreateKeyDialog)
+
+
+async def test_a_filter_term_that_names_nothing_says_why(tui_store: KeyStore) -> None:
+    """`state:nope` matches no key because it names no state: the empty table says so, as the
+    CLI's refusal does (it said only "No key matches"); a plain miss says no more."""
+    tui_store.create_key("alice", "deploy", ["project"])
+    app = make_app(tui_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("slash", *"state:nope")
+        await settle(pilot)
+        said = str(app.screen.query_one("#empty", Static).render())
+        assert "No key matches 'state:nope'" in said and "names no state: active" in said, said
+        app.screen.query_one("#filter", Input).value = "zzz"
+        await settle(pilot)
+        said = str(app.screen.query_one("#empty", Static).render())
+        assert said.strip() == "No key matches 'zzz'.", said

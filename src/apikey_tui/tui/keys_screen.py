@@ -160,7 +160,7 @@ class KeysScreen(WorkerHost, Screen[None]):
         elif table.total == 0 and not text:
             empty.update("No API keys for anyone yet. Press n to create the first one.")
         elif table.total == 0:
-            empty.update(literal(f"No key matches {text!r}."))
+            empty.update(literal(f"No key matches {text!r}.{_why_none(text)}"))
         table.display, empty.display = table.total != 0, table.total == 0
         if table.total is None:
             shown = "counting keys…"
@@ -401,3 +401,17 @@ class KeysScreen(WorkerHost, Screen[None]):
         else:
             self._reloading_after = message.reason
             self.reload_keys()  # e.g. someone else deleted the key meanwhile: show the truth
+
+
+def _why_none(text: str) -> str:
+    """Why a filter can match no key, as the CLI refuses it (`key_filter.problem`: a state or
+    kind word that names none, an empty value), or nothing: the store reads such a term as
+    matching no key, and "no key matches" alone would read as a fact about the keys."""
+    from apikey_tui.errors import InvalidInputError
+    from apikey_tui.store.key_filter import parse, problem  # SQLAlchemy's: rows are shown
+
+    try:
+        why = problem(parse(text))
+    except InvalidInputError as exc:
+        why = str(exc)
+    return f" ({why})" if why else ""
