@@ -154,6 +154,7 @@ async def test_l_edits_the_limits_audited_and_u_undoes_it(tui_store: KeyStore) -
         assert isinstance(app.screen, ConfirmDialog)
         body = str(app.screen.query_one(".dialog-body", Static).render())
         assert "its limits go back to 10/s (now 600/m 10000/d)" in body
+        assert body.endswith("Refused, and nothing is done, if it changed since."), body
         await pilot.press("y")
         await settle(pilot)
     assert tui_store.get_key("alice", "metered").limits == (parse_limit("10/s"),)

@@ -357,7 +357,8 @@ class KeyWrites:
         change = change_of(batch)
         dialog = ConfirmDialog(
             f"Undo the {change}?",
-            f"{body} Refused, and nothing is done, if any of them changed since.",
+            f"{body} Refused, and nothing is done, if {'it' if len(keys) == 1 else 'any of them'}"
+            " changed since.",
             "Undo",
         )
 
