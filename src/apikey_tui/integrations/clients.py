@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping
-from operator import methodcaller
 from typing import Any
 
 from apikey_tui.config import CLIENT_HEADER_ENV, TRUSTED_PROXIES_ENV
@@ -49,16 +48,28 @@ def asgi_client(proxies: TrustedProxies) -> ClientReader:
     return read
 
 
+# REMOTE_PORT of an address no TCP peer has: an int in Django's ASGI META, text in a WSGI environ.
+_NO_PEER_PORT = (0, "0")
+
+
+def _environ_peer(environ: Mapping[str, Any]) -> str | None:
+    # Port 0 is no TCP peer, as in `_asgi_peer`: under ASGI, Django copies scope["client"] into
+    # REMOTE_ADDR and REMOTE_PORT, so uvicorn's default proxy handling (believing
+    # X-Forwarded-For from 127.0.0.1) puts a client-chosen address there. Unknown.
+    if environ.get("REMOTE_PORT") in _NO_PEER_PORT:
+        return None
+    return environ.get("REMOTE_ADDR") or None
+
+
 def environ_client(proxies: TrustedProxies) -> ClientReader:
     """How to read a WSGI environ's (or Django's request.META's) client: REMOTE_ADDR, or the
     trusted proxy's header (the server joined its lines with commas)."""
     if not proxies:
-        # A C call, not a Python one: the warm path of a WSGI request stays a handful of calls.
-        return methodcaller("get", "REMOTE_ADDR")
+        return _environ_peer  # no header is ever read
     key = "HTTP_" + proxies.header.upper().replace("-", "_")
 
     def read(environ: Mapping[str, Any]) -> str | None:
         value = environ.get(key)
-        return proxies.client(environ.get("REMOTE_ADDR") or None, [] if value is None else [value])
+        return proxies.client(_environ_peer(environ), [] if value is None else [value])
 
     return read

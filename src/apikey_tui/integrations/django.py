@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import atexit
 import threading
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
@@ -41,8 +41,6 @@ from apikey_tui.verifier import Verifier
 
 SETTING = "APIKEY_TUI"
 _RULE_SETTINGS = ("ROUTES", "DEFAULT_SCOPES", "UNMATCHED")
-# REMOTE_PORT of a client address no TCP peer has: an int in Django's ASGI META, text in WSGI.
-_NO_PEER_PORT = (0, "0")
 
 _by_url: dict[str, Verifier] = {}
 _by_url_lock = threading.Lock()
@@ -120,18 +118,7 @@ def meta_client() -> ClientReader:
         )
     except InvalidInputError as exc:
         raise ImproperlyConfigured(f"settings.{SETTING}: {exc}") from None
-    read = environ_client(proxies)
-
-    def client(meta: Mapping[str, Any]) -> str | None:
-        # Under ASGI, Django copies scope["client"] into REMOTE_ADDR and REMOTE_PORT. Port 0 is
-        # no TCP peer: the server's own proxy handling (uvicorn's default believes
-        # X-Forwarded-For from 127.0.0.1) put a header's address there, which the client
-        # chose. Unknown, as the ASGI middleware reads it (`clients._asgi_peer`).
-        if meta.get("REMOTE_PORT") in _NO_PEER_PORT:
-            return None
-        return read(meta)
-
-    return client
+    return environ_client(proxies)
 
 
 def request_client() -> ClientReader:

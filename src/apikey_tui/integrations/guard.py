@@ -85,14 +85,12 @@ class Guard(Generic[RequestT]):
         self, request: RequestT, caller: Caller, required: Collection[str], route: str
     ) -> Caller:
         """The caller once more, for a later message on a connection the request opened (a
-        WebSocket): the same caller from memory while its key is unchanged, else the key
-        checked again and judged by its rules now (an AuthError once it no longer passes).
-        No limit spent and no use counted: a message is not a request."""
-        header = self.authorization(request)
+        WebSocket) whose key memory no longer vouches for (`Verifier.unchanged`, which the
+        watch asks first): the key checked again and judged by its rules now (an AuthError
+        once it no longer passes). No limit spent and no use counted: a message is not a
+        request."""
         verifier = self.verifier
-        if verifier.unchanged(header, caller):
-            return caller
-        fresh = await verifier.identify_async(header)
+        fresh = await verifier.identify_async(self.authorization(request))
         return verifier.readmit(fresh, required, self.client(request), route)
 
     def refusal(self, error: AuthError) -> Refusal:

@@ -24,13 +24,14 @@ READ_EVERY_S = 0.1
 class KeyWatch:
     """The receive and send of a WebSocket whose handshake a key passed.
 
-    Each message either way first asks the guard whether the key still passes
-    (`Guard.recheck_async`: from memory while the key is unchanged, a fraction of a
-    microsecond). Once it does not (deleted, disabled, expired, its scopes or network rules
-    changed), the connection is closed with 1008 (1013 when the key could not be checked): the
-    app receives a disconnect, and a send raises OSError, which Starlette turns into
-    WebSocketDisconnect. A connection where no message passes keeps its key until the next one.
-    With revocation_bound=0, a connection reads its key at most every READ_EVERY_S.
+    Each message either way first asks whether memory still vouches for the key
+    (`Verifier.unchanged`, a fraction of a microsecond), else has the guard check it again
+    (`Guard.recheck_async`). Once the key no longer passes (deleted, disabled, expired, its
+    scopes or network rules changed), the connection is closed with 1008 (1013 when the key
+    could not be checked): the app receives a disconnect, and a send raises OSError, which
+    Starlette turns into WebSocketDisconnect. A connection where no message passes keeps its
+    key until the next one. With revocation_bound=0, a connection reads its key at most every
+    READ_EVERY_S.
     """
 
     def __init__(

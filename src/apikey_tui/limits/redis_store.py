@@ -14,6 +14,8 @@ from apikey_tui.limits.port import Grant
 if TYPE_CHECKING:
     import redis
 
+log = logging.getLogger("apikey_tui.limits")
+
 # Every bound is a few hundred milliseconds: a request never waits longer on a store that is
 # down or black-holed, and the limiter then leaves it alone for its retry interval.
 CONNECT_TIMEOUT_S = 0.5
@@ -21,8 +23,6 @@ SOCKET_TIMEOUT_S = 0.5
 # A window's hash outlives the window's end by this much: a lease's window is never judged
 # after its end, so the margin only absorbs clocks of hosts that read the key late.
 EXPIRY_MARGIN_S = 60
-log = logging.getLogger("apikey_tui.limits")
-
 PREFIX = "apikey_tui:limit:"
 BOOT_KEY = "apikey_tui:limit-boot"
 

@@ -8,6 +8,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Input, Static
 
+from apikey_tui.errors import InvalidInputError
 from apikey_tui.names import counted
 from apikey_tui.store import states
 from apikey_tui.tui.context_line import ContextLine
@@ -407,7 +408,6 @@ def _why_none(text: str) -> str:
     """Why a filter can match no key, as the CLI refuses it (`key_filter.problem`: a state or
     kind word that names none, an empty value), or nothing: the store reads such a term as
     matching no key, and "no key matches" alone would read as a fact about the keys."""
-    from apikey_tui.errors import InvalidInputError
     from apikey_tui.store.key_filter import parse, problem  # SQLAlchemy's: rows are shown
 
     try:
