@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping
+from operator import methodcaller
 from typing import Any
 
 from apikey_tui.config import CLIENT_HEADER_ENV, TRUSTED_PROXIES_ENV
@@ -50,26 +51,30 @@ def asgi_client(proxies: TrustedProxies) -> ClientReader:
 
 # REMOTE_PORT of an address no TCP peer has: an int in Django's ASGI META, text in a WSGI environ.
 _NO_PEER_PORT = (0, "0")
+# A WSGI environ's peer: a C call, not a Python one, so the warm path of a WSGI request stays a
+# handful of calls (no WSGI server we know reports a port of 0; see meta_peer).
+_remote_addr: ClientReader = methodcaller("get", "REMOTE_ADDR")
 
 
-def _environ_peer(environ: Mapping[str, Any]) -> str | None:
-    # Port 0 is no TCP peer, as in `_asgi_peer`: under ASGI, Django copies scope["client"] into
-    # REMOTE_ADDR and REMOTE_PORT, so uvicorn's default proxy handling (believing
-    # X-Forwarded-For from 127.0.0.1) puts a client-chosen address there. Unknown.
-    if environ.get("REMOTE_PORT") in _NO_PEER_PORT:
+def meta_peer(meta: Mapping[str, Any]) -> str | None:
+    """Django's request.META peer. Port 0 is no TCP peer, as in `_asgi_peer`: under ASGI,
+    Django copies scope["client"] into REMOTE_ADDR and REMOTE_PORT, so uvicorn's default proxy
+    handling (believing X-Forwarded-For from 127.0.0.1) puts a client-chosen address there.
+    Unknown."""
+    if meta.get("REMOTE_PORT") in _NO_PEER_PORT:
         return None
-    return environ.get("REMOTE_ADDR") or None
+    return meta.get("REMOTE_ADDR") or None
 
 
-def environ_client(proxies: TrustedProxies) -> ClientReader:
-    """How to read a WSGI environ's (or Django's request.META's) client: REMOTE_ADDR, or the
-    trusted proxy's header (the server joined its lines with commas)."""
+def environ_client(proxies: TrustedProxies, peer: ClientReader = _remote_addr) -> ClientReader:
+    """How to read a WSGI environ's (or, with `meta_peer`, Django's request.META's) client: its
+    peer, or the trusted proxy's header (the server joined its lines with commas)."""
     if not proxies:
-        return _environ_peer  # no header is ever read
+        return peer  # no header is ever read
     key = "HTTP_" + proxies.header.upper().replace("-", "_")
 
     def read(environ: Mapping[str, Any]) -> str | None:
         value = environ.get(key)
-        return proxies.client(_environ_peer(environ), [] if value is None else [value])
+        return proxies.client(peer(environ) or None, [] if value is None else [value])
 
     return read

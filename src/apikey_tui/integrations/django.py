@@ -33,7 +33,12 @@ from django.core.signals import setting_changed
 from django.http import HttpRequest, HttpResponse
 
 from apikey_tui.errors import AuthError, InvalidInputError
-from apikey_tui.integrations.clients import ClientReader, environ_client, trusted_proxies
+from apikey_tui.integrations.clients import (
+    ClientReader,
+    environ_client,
+    meta_peer,
+    trusted_proxies,
+)
 from apikey_tui.integrations.guard import Guard
 from apikey_tui.integrations.routes import RouteScopes
 from apikey_tui.integrations.rules_file import load_rules
@@ -118,7 +123,7 @@ def meta_client() -> ClientReader:
         )
     except InvalidInputError as exc:
         raise ImproperlyConfigured(f"settings.{SETTING}: {exc}") from None
-    return environ_client(proxies)
+    return environ_client(proxies, meta_peer)
 
 
 def request_client() -> ClientReader:
