@@ -3,6 +3,7 @@ refusal consumes nothing, rules that cannot be read fail closed, and use teaches
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
 
@@ -308,3 +309,34 @@ def test_a_flood_of_refusals_to_distinct_routes_writes_a_bounded_number_of_rows(
     assert all(count <= 65 for _, count, _ in rows), rows
     refusals = store.network_use("ivy", "e", days=1).refusals
     assert any(r.network == "*" for r in refusals)
+
+
+def test_an_async_check_whose_limit_needs_the_store_records_a_would_be_refusal_once(
+    store: KeyStore, database_url: str
+) -> None:
+    """As the async integrations check (`cached`, then `verify_async` when a limit needs the
+    store), a shadow mode's would-be refusal is counted and recorded once per request, not once
+    by each of the two calls."""
+    key = store.create_key(
+        "dora",
+        "k",
+        ["project"],
+        limits=[parse_limit(f"5/{LONG}")],  # a lease of one token: each request asks the store
+        networks=network_rules(["10.0.0.0/8"], mode=SHADOW),
+    )
+    verifier = Verifier.from_url(database_url, hasher=CHEAP)
+
+    async def request() -> None:
+        head = header(key.plaintext)
+        if verifier.cached(head, ("project",), OUTSIDE, "/orders") is None:
+            await verifier.verify_async(head, ("project",), OUTSIDE, "/orders")
+
+    try:
+        for _ in range(3):
+            asyncio.run(request())
+        assert verifier.stats.network_shadowed == 3
+        verifier.flush()
+    finally:
+        verifier.close()
+    [refusal] = store.network_use("dora", "k").refusals
+    assert (refusal.network, refusal.requests, refusal.shadow) == ("203.0.113.0/24", 3, True)

@@ -348,12 +348,20 @@ class Verifier:
             return None
         if not caller.limits:
             return self.authorize(caller, required_scopes, client, route)
-        if caller.networks is not None:
-            self._placed(caller, client, route)
+        # A limit whose lease is spent needs the store: that is verify_async's, in a thread,
+        # which judges the request again. So what _placed records (a shadow mode's would-be
+        # refusal, the key's use) waits until this answer is final: recorded once a request.
+        networks = caller.networks
+        if networks is not None and (
+            networks.judge(client) == REFUSE
+            or (required_scopes and not caller.scopes.issuperset(required_scopes))
+        ):
+            self._placed(caller, client, route)  # raises, or records before the scopes refuse
         self._scoped(caller, required_scopes)
-        # A limit whose lease is spent needs the store: that is verify_async's, in a thread.
         if not self._limited(caller, local=True):
             return None
+        if networks is not None:
+            self._placed(caller, client, route)
         return self.authorize(caller, required_scopes, client, route, _spent=True)
 
     def verify(
