@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from apikey_tui.cli import main
 from apikey_tui.errors import (
     AuthError,
     InsufficientScopeError,
@@ -164,6 +165,21 @@ def test_a_429_is_counted_in_usage_as_its_own_kind(store: KeyStore, database_url
     assert usage.requests == 2 and usage.forbidden == ()
     assert usage.limited == ((f"key:2/{LONG}", 3),)
     assert [(a.name, a.limited) for a in store.usage_overview().limited] == [("k", 3)]
+
+
+def test_keys_usage_text_names_the_429s(
+    store: KeyStore, database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`keys usage` in text lists the requests refused with 429 by the limit that refused them."""
+    key = store.create_key("dave", "k", ["project"], limits=[parse_limit(f"2/{LONG}")])
+    verifier = Verifier.from_url(database_url, hasher=CHEAP)
+    try:
+        assert [passes(verifier, key.plaintext) for _ in range(5)] == [True, True] + [False] * 3
+        verifier.flush()
+    finally:
+        verifier.close()
+    assert main(["--database-url", database_url, "--owner", "dave", "keys", "usage", "k"]) == 0
+    assert f"429 limit key:2/{LONG}: 3" in capsys.readouterr().out.splitlines()
 
 
 def test_the_async_path_never_asks_the_store_on_the_loop_and_keeps_the_bound(

@@ -48,6 +48,8 @@ def _print_usage(report: KeyUsage, out: TextIO) -> None:
     for refused in report.forbidden:
         missing = printable(" ".join(refused.missing))
         print(f"403 missing {missing}: {refused.requests}", file=out)
+    for policy, requests in report.limited:  # the limit's policy text, as a service recorded it
+        print(f"429 limit {printable(policy)}: {requests}", file=out)
     print(f"wrong secrets: {report.wrong_secret}", file=out)
     for old in report.old_secrets:  # the evidence of a replaced (perhaps leaked) secret
         replaced = old.replaced_at.strftime("%Y-%m-%d %H:%M") if old.replaced_at else ""
