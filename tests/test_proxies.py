@@ -263,7 +263,13 @@ def call(
         conn.endheaders()
         response = conn.getresponse()
         body = response.read()
-        return Answer(response.status, {k.lower(): v for k, v in response.getheaders()}, body)
+        # A field sent twice is joined as RFC 9110 5.3 combines it, so a doubled header (a proxy
+        # adding what serve-auth already sent) fails an exact comparison instead of hiding.
+        fields: dict[str, str] = {}
+        for name, value in response.getheaders():
+            name = name.lower()
+            fields[name] = f"{fields[name]}, {value}" if name in fields else value
+        return Answer(response.status, fields, body)
     finally:
         conn.close()
 
