@@ -135,6 +135,18 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str], sqlite_url: str
     capsys.readouterr()
 
 
+def test_recreate_of_a_disabled_key_says_it_stays_disabled(
+    capsys: pytest.CaptureFixture[str], sqlite_url: str
+) -> None:
+    """Recreating a disabled (or leaked) key says the new secret is refused until `keys enable`."""
+    me = ("--owner", "alice", "keys")
+    assert run(capsys, sqlite_url, *me, "create", "demo", "--scope", "project")[0] == 0
+    assert run(capsys, sqlite_url, *me, "disable", "demo", "--reason", "leaked in a paste")[0] == 0
+    code, new, err = run(capsys, sqlite_url, *me, "recreate", "demo")
+    assert code == 0 and new
+    assert "still disabled" in err and "apikey-tui keys enable demo --owner alice" in err
+
+
 def test_recreate_delete_scopes_and_events(
     capsys: pytest.CaptureFixture[str], sqlite_url: str
 ) -> None:

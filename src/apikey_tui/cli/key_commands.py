@@ -77,6 +77,16 @@ def _tell_created(created: CreatedKey, verb: str, note: str | None = None) -> in
         *([f"Limits: {limits_words(info.limits)}."] if info.limits else []),
         *([f"Networks: {info.networks.summary()}."] if info.networks else []),
         *([note] if note else []),
+        # A new secret does not lift a disable (a leak's included): say so, or the new key's
+        # first 401 looks like a broken recreate.
+        *(
+            [
+                f"It is still disabled: services refuse it until "
+                f"`apikey-tui keys enable {printable(info.name)} --owner {printable(info.owner)}`."
+            ]
+            if info.disabled
+            else []
+        ),
     ]
     try:
         print(*lines, sep="\n", file=sys.stderr, flush=True)
