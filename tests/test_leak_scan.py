@@ -406,10 +406,12 @@ def test_disable_stops_the_live_key_with_reason_and_leak_event(
 ) -> None:
     """--disable disables the live key (reason 'leaked: <where>', a leak event that KeyStore.leaks
     reads back) and marks the disabled and expired keys found with their right secret leaked
-    too (they were left as they were, so enable revived them); a verifier refuses the key."""
+    too (they were left as they were, so enable revived them); a verifier refuses the key, and
+    the summary says what to do next."""
     path, made = keys_file
-    code, out, _ = scan(capsys, "--database-url", database_url, "--disable", str(path))
+    code, out, err = scan(capsys, "--database-url", database_url, "--disable", str(path))
     assert code == 1 and f"{path}:1: live key" in out and "disabled" in out
+    assert "found and disabled; recreate or rotate it, then enable it." in err
     store = KeyStore.open(database_url, hasher=CHEAP)
     try:
         info = store.get_key("alice", "live")

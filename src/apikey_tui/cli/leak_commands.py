@@ -120,9 +120,11 @@ def _report(args: argparse.Namespace, found: list[Found], store: KeyStore | None
         summary = f"{some} found (not checked against a database)" if keys else ""
     else:
         summary = f"{some.replace('API', 'live API')} found" if keys else ""
+        it = "it" if keys == 1 else "them"
         if keys and not outcomes:
-            it = "it" if keys == 1 else "them"
             summary += f"; disable {it} with --disable, then recreate or rotate {it}"
+        elif keys:  # the next step: a new secret, then enable (a recreate keeps the disable)
+            summary += f" and disabled; recreate or rotate {it}, then enable {it}"
     if summary:
         print(f"apikey-tui: {summary}.", file=sys.stderr)
     return EXIT_FOUND if live else EXIT_OK
