@@ -135,6 +135,21 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str], sqlite_url: str
     capsys.readouterr()
 
 
+def test_a_key_not_found_under_the_login_name_hints_at_owner(
+    capsys: pytest.CaptureFixture[str], sqlite_url: str
+) -> None:
+    """A key missing under the assumed owner (the login name) is refused with a hint at --owner;
+    with --owner given, the line stays as it was."""
+    assert (
+        run(capsys, sqlite_url, "--owner", "bob", "keys", "create", "k", "--scope", "project")[0]
+        == 0
+    )
+    code, _, err = run(capsys, sqlite_url, "keys", "show", "k")
+    assert code == 1 and "give --owner OWNER" in err and len(err.splitlines()) == 1
+    code, _, err = run(capsys, sqlite_url, "--owner", "carol", "keys", "show", "k")
+    assert code == 1 and err == "apikey-tui: carol has no key named 'k'\n"
+
+
 def test_recreate_of_a_disabled_key_says_it_stays_disabled(
     capsys: pytest.CaptureFixture[str], sqlite_url: str
 ) -> None:

@@ -19,7 +19,7 @@ from apikey_tui.cli.output import (
     flush_stdout,
 )
 from apikey_tui.cli.records import Call
-from apikey_tui.errors import ApiKeyError, InvalidInputError
+from apikey_tui.errors import ApiKeyError, InvalidInputError, KeyNotFoundError
 from apikey_tui.names import printable
 
 # typing costs 3 ms to import, a fifth of starting Python: `--help` does without it.
@@ -76,6 +76,13 @@ def _run(arguments: list[str]) -> int:
         # usage error, like a bad option, whichever layer found it: one place, every command.
         print(f"apikey-tui: {printable(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyNotFoundError as exc:
+        if getattr(args, "owner", None) is not None:
+            raise
+        # The owner was assumed (the login name): the key is often another owner's.
+        hint = "another owner's? give --owner OWNER (`keys list --all` lists every owner's keys)"
+        print(f"apikey-tui: {printable(str(exc))}; {hint}", file=sys.stderr)
+        return record.refused_exit
     except ApiKeyError as exc:
         if record.refused_exit == EXIT_REFUSED:
             raise
