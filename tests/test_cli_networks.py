@@ -92,9 +92,11 @@ def test_propose_prints_the_covering_list_and_apply_sets_it_in_shadow(
         verifier.close()
     code, out, _ = run(capsys, database_url, "keys", "networks", "k", "--owner", "bob", "--propose")
     assert code == 0 and out.splitlines() == ["192.0.2.0/23", "198.51.100.0/24"]
-    code, out, _ = run(
+    code, out, err = run(
         capsys, database_url, "keys", "networks", "k", "--owner", "bob", "--apply", "--json"
     )
+    # The next step, ready to paste: this key and owner, not a placeholder.
+    assert "apikey-tui keys set-networks k --owner bob --mode enforce" in err
     data = json.loads(out)
     assert data["networks"]["mode"] == "shadow"
     assert data["networks"]["allow"] == data["proposal"] == ["192.0.2.0/23", "198.51.100.0/24"]

@@ -104,7 +104,8 @@ def networks(call: Call) -> int:
         print(
             f"Key {info.name!r} of {printable(info.owner)} now has the proposal in shadow "
             f"mode: {_words(info.networks)}. Requests from elsewhere pass and are recorded; "
-            "enforce with: keys set-networks NAME --mode enforce",
+            f"enforce with: apikey-tui keys set-networks {printable(info.name)} "
+            f"--owner {printable(info.owner)} --mode enforce",
             file=sys.stderr,
         )
     if use.more:
