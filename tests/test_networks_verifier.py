@@ -311,32 +311,36 @@ def test_a_flood_of_refusals_to_distinct_routes_writes_a_bounded_number_of_rows(
     assert any(r.network == "*" for r in refusals)
 
 
-def test_an_async_check_whose_limit_needs_the_store_records_a_would_be_refusal_once(
+def test_an_async_check_records_a_would_be_refusal_once_whatever_its_limit_answers(
     store: KeyStore, database_url: str
 ) -> None:
     """As the async integrations check (`cached`, then `verify_async` when a limit needs the
-    store), a shadow mode's would-be refusal is counted and recorded once per request, not once
-    by each of the two calls."""
+    store), a shadow mode's would-be refusal is counted and recorded once per request: when the
+    limit needs the store, when it admits and when it refuses (429 from memory or the store)."""
     key = store.create_key(
         "dora",
         "k",
         ["project"],
-        limits=[parse_limit(f"5/{LONG}")],  # a lease of one token: each request asks the store
+        limits=[parse_limit(f"2/{LONG}")],  # a lease of one token: each request asks the store
         networks=network_rules(["10.0.0.0/8"], mode=SHADOW),
     )
     verifier = Verifier.from_url(database_url, hasher=CHEAP)
 
-    async def request() -> None:
+    async def request() -> str:
         head = header(key.plaintext)
-        if verifier.cached(head, ("project",), OUTSIDE, "/orders") is None:
-            await verifier.verify_async(head, ("project",), OUTSIDE, "/orders")
+        try:
+            if verifier.cached(head, ("project",), OUTSIDE, "/orders") is None:
+                await verifier.verify_async(head, ("project",), OUTSIDE, "/orders")
+        except RateLimitedError:
+            return "limit"
+        return "ok"
 
     try:
-        for _ in range(3):
-            asyncio.run(request())
-        assert verifier.stats.network_shadowed == 3
+        # the 4th is refused from memory: the store granted none in this window
+        assert [asyncio.run(request()) for _ in range(4)] == ["ok", "ok", "limit", "limit"]
+        assert verifier.stats.network_shadowed == 4
         verifier.flush()
     finally:
         verifier.close()
     [refusal] = store.network_use("dora", "k").refusals
-    assert (refusal.network, refusal.requests, refusal.shadow) == ("203.0.113.0/24", 3, True)
+    assert (refusal.network, refusal.requests, refusal.shadow) == ("203.0.113.0/24", 4, True)

@@ -358,7 +358,13 @@ class Verifier:
         ):
             self._placed(caller, client, route)  # raises, or records before the scopes refuse
         self._scoped(caller, required_scopes)
-        if not self._limited(caller, local=True):
+        try:
+            spent = self._limited(caller, local=True)
+        except AuthError:  # refused from memory (a window the store granted none of): final
+            if networks is not None:
+                self._placed(caller, client, route)
+            raise
+        if not spent:
             return None
         if networks is not None:
             self._placed(caller, client, route)
