@@ -133,8 +133,9 @@ async def test_django_under_asgi_never_believes_the_servers_proxy_rewrite(
     placed: tuple[Verifier, str],
 ) -> None:
     """Under ASGI, a client address of port 0 (uvicorn's own X-Forwarded-For handling put it
-    there: the client chose it) is unknown and refused, as in the ASGI middleware; a real peer
-    at the same address passes."""
+    there: the client chose it), or one X-Forwarded-For names with its port (uvicorn 0.54 takes
+    that too), is unknown and refused, as in the ASGI middleware; a real peer at the same
+    address passes."""
     configure_django()
     import io
 
@@ -149,13 +150,16 @@ async def test_django_under_asgi_never_believes_the_servers_proxy_rewrite(
     async def view(request: HttpRequest) -> HttpResponse:
         return HttpResponse(b"ok")
 
-    def request(peer: tuple[str, int]) -> ASGIRequest:
+    def request(peer: tuple[str, int], forwarded: bytes | None = None) -> ASGIRequest:
+        headers = [(b"host", b"testserver"), (b"authorization", f"ApiKey {key}".encode())]
+        if forwarded is not None:
+            headers.append((b"x-forwarded-for", forwarded))
         scope = {
             "type": "http",
             "method": "GET",
             "path": "/projects",
             "query_string": b"",
-            "headers": [(b"host", b"testserver"), (b"authorization", f"ApiKey {key}".encode())],
+            "headers": headers,
             "client": peer,  # what Django copies into REMOTE_ADDR and REMOTE_PORT
         }
         return ASGIRequest(scope, io.BytesIO())
@@ -166,6 +170,9 @@ async def test_django_under_asgi_never_believes_the_servers_proxy_rewrite(
     ):
         middleware = ApiKeyMiddleware(view)
         assert (await middleware(request((ALLOWED, 40000)))).status_code == 200
+        assert (await middleware(request((ALLOWED, 40000), ALLOWED.encode()))).status_code == 200
         rewritten = await middleware(request((ALLOWED, 0)))
         assert rewritten.status_code == 403
         assert json.loads(rewritten.content)["type"] == NETWORK_NOT_ALLOWED
+        ported = await middleware(request((ALLOWED, 443), f"{OTHER}, {ALLOWED}:443".encode()))
+        assert ported.status_code == 403

@@ -26,13 +26,27 @@ def trusted_proxies(
     return TrustedProxies(given, header or os.environ.get(CLIENT_HEADER_ENV) or XFF)
 
 
+def _taken_from_header(host: str, value: str) -> bool:
+    """Whether an X-Forwarded-For value names `host` with a port ('host:443', '[host]:443'):
+    then a server's own proxy handling may have made it the peer, port and all (uvicorn 0.54
+    does), and the peer is no TCP peer we can judge. A real peer's own address and port in the
+    header it sends is no case worth admitting."""
+    return f"{host}:" in value or f"{host}]:" in value
+
+
 def _asgi_peer(scope: Mapping[str, Any]) -> str | None:
     client = scope.get("client")
     # Port 0 is no TCP peer: a server's own proxy-header handling put a forwarding header's
     # address there (uvicorn's default believes X-Forwarded-For from 127.0.0.1, for anyone on
     # the host or behind a local proxy that passes the client's header on). We cannot judge it:
     # unknown, which no network rule admits. Trusted proxies are named here, never there.
-    return client[0] if client and len(client) > 1 and client[1] else None
+    if not client or len(client) < 2 or not client[1]:
+        return None
+    host: str = client[0]
+    for name, value in scope.get("headers", ()):
+        if name == b"x-forwarded-for" and _taken_from_header(host, value.decode("latin-1")):
+            return None  # the header's address with the header's port (see _taken_from_header)
+    return host
 
 
 def asgi_client(proxies: TrustedProxies) -> ClientReader:
@@ -60,10 +74,14 @@ def meta_peer(meta: Mapping[str, Any]) -> str | None:
     """Django's request.META peer. Port 0 is no TCP peer, as in `_asgi_peer`: under ASGI,
     Django copies scope["client"] into REMOTE_ADDR and REMOTE_PORT, so uvicorn's default proxy
     handling (believing X-Forwarded-For from 127.0.0.1) puts a client-chosen address there.
-    Unknown."""
+    Unknown; so is an address the header names with a port (`_taken_from_header`)."""
     if meta.get("REMOTE_PORT") in _NO_PEER_PORT:
         return None
-    return meta.get("REMOTE_ADDR") or None
+    host: str | None = meta.get("REMOTE_ADDR") or None
+    forwarded = meta.get("HTTP_X_FORWARDED_FOR")
+    if host is not None and forwarded is not None and _taken_from_header(host, forwarded):
+        return None  # a port taken from the header too, as in `_asgi_peer`
+    return host
 
 
 def environ_client(proxies: TrustedProxies, peer: ClientReader = _remote_addr) -> ClientReader:
