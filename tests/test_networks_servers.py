@@ -11,6 +11,7 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -161,17 +162,38 @@ async def hello(scope, receive, send):
     await send({"type": "http.response.start", "status": 200, "headers": []})
     await send({"type": "http.response.body", "body": b"hello"})
 
-app = ApiKeyMiddleware(hello, Verifier.from_url(os.environ["KEYS_URL"]))
-uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", lifespan="off")
+app = ApiKeyMiddleware(hello, Verifier.from_url(os.environ["KEYS_URL"]), **%s)
+uvicorn.run(
+    app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", lifespan="off", **%s
+)
 """
 
 
-def test_an_address_uvicorn_took_from_a_header_is_no_peer(tmp_path: Path) -> None:
-    """Under uvicorn's defaults a client on 127.0.0.1 naming an allowed address in
-    X-Forwarded-For, with or without a port, gets the network 403, not that address's 200: no
-    header is believed without trusted proxies of ours."""
+@pytest.mark.parametrize(
+    ("ours", "uvicorns", "source", "spoofs"),
+    [
+        # uvicorn's defaults, no trusted proxy of ours: a client on 127.0.0.1 names an address.
+        (
+            {}, {}, "127.0.0.1",
+            [ALLOWED, f"{OTHER}, {ALLOWED}", f"{ALLOWED}:443", f"{OTHER}, {ALLOWED}:8_0",
+             "[::1]:080"],
+        ),
+        # uvicorn believing every peer (its first hop), a proxy of ours at 127.0.0.1: a client
+        # anywhere names the proxy, with a port, then an address.
+        (
+            {"trusted_proxies": ["127.0.0.1"]}, {"forwarded_allow_ips": "*"}, OTHER,
+            [f"127.0.0.1, {ALLOWED}", f"127.0.0.1:80, {ALLOWED}"],
+        ),
+    ],
+)  # fmt: skip
+def test_an_address_uvicorn_took_from_a_header_is_no_peer(
+    tmp_path: Path, ours: dict[str, Any], uvicorns: dict[str, Any], source: str, spoofs: list[str]
+) -> None:
+    """When uvicorn's own proxy handling puts a client-chosen X-Forwarded-For address into
+    scope["client"], with port 0 or (uvicorn 0.54) the header's port, the client gets the
+    network 403, not that address's 200: uvicorn's reading is never believed."""
     keys = make_keys(tmp_path)
-    (tmp_path / "service.py").write_text(DEFAULT_UVICORN)
+    (tmp_path / "service.py").write_text(DEFAULT_UVICORN % (ours, uvicorns))
     port = free_port()
     process = Process(
         "service", [sys.executable, str(tmp_path / "service.py"), str(port)], port, tmp_path,
@@ -179,16 +201,8 @@ def test_an_address_uvicorn_took_from_a_header_is_no_peer(tmp_path: Path) -> Non
     )  # fmt: skip
     try:
         assert get(port, keys.placed, ALLOWED)[0] == 200
-        # uvicorn 0.54 takes a port from the header too ("host:port", "[v6]:port"): port 0
-        # alone no longer tells its address from a peer's.
-        spoofs = [
-            {"X-Forwarded-For": ALLOWED},
-            {"X-Forwarded-For": f"{OTHER}, {ALLOWED}"},
-            {"X-Forwarded-For": f"{ALLOWED}:443"},
-            {"X-Forwarded-For": f"{OTHER}, {ALLOWED}:8_0"},
-            {"X-Forwarded-For": "[::1]:080"},
-        ]
-        bypasses = [s for s in spoofs if get(port, keys.placed, "127.0.0.1", s)[0] != 403]
+        tried = [{"X-Forwarded-For": spoof} for spoof in spoofs]
+        bypasses = [h for h in tried if get(port, keys.placed, source, h)[0] != 403]
         assert bypasses == []
     finally:
         process.stop()
