@@ -344,3 +344,20 @@ def test_an_async_check_records_a_would_be_refusal_once_whatever_its_limit_answe
         verifier.close()
     [refusal] = store.network_use("dora", "k").refusals
     assert (refusal.network, refusal.requests, refusal.shadow) == ("203.0.113.0/24", 4, True)
+
+
+def test_the_keys_of_an_owner_share_one_compiled_copy_of_its_rules(
+    store: KeyStore, database_url: str
+) -> None:
+    """An owner's rules (up to 10,000 networks, a megabyte compiled) are parsed and compiled
+    once for all of its keys a verifier holds, not once per key and per re-read."""
+    fence = network_rules([f"10.{i // 128}.{i % 128 * 2}.0/24" for i in range(2000)])
+    store.set_owner_networks("erin", fence)
+    keys = [store.create_key("erin", f"k{i}", ["project"]).plaintext for i in range(3)]
+    verifier = Verifier.from_url(database_url, hasher=CHEAP)
+    try:
+        callers = [verifier.verify(header(key), (), INSIDE) for key in keys]
+        compiled = {id(c.networks.fences[-1]) for c in callers if c.networks is not None}
+        assert len(compiled) == 1
+    finally:
+        verifier.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
@@ -297,9 +298,18 @@ def parse_networks(values: Iterable[str]) -> tuple[Cidr, ...]:
     return tuple(parse_cidr(v) for value in values for v in value.replace(",", " ").split())
 
 
+# Stored rule texts read back, kept: every key of an owner carries the owner's text (up to
+# RULES_MAX networks, ~50 ms to parse and ~1 MB compiled), and keys set in one batch carry one
+# text, so each is parsed and compiled once and shared (rules are immutable), not once per key
+# and per re-read.
+_RULE_TEXTS = 64
+
+
+@functools.lru_cache(maxsize=_RULE_TEXTS)
 def rules_of_text(text: str | None) -> NetworkRules | None:
     """Stored rules read back: None (NULL) for none, UNREADABLE for anything not understood,
-    an empty or blank text included: no writer of ours stores one, so it is not "no rules"."""
+    an empty or blank text included: no writer of ours stores one, so it is not "no rules".
+    The same text gives the same (immutable) rules, compiled once."""
     if text is None:
         return None
     mode, *entries = text.split() or [""]
