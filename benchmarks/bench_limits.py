@@ -23,9 +23,6 @@ class _Generous:
         now = time.time()
         return Grant(want, (now // window_seconds + 1) * window_seconds, now, "bench")
 
-    def window_use(self, limit_key: str, window_seconds: int) -> tuple[int, float]:
-        return 0, 0.0
-
     def forget_connections(self) -> None:
         pass
 

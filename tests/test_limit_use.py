@@ -9,9 +9,11 @@ import pytest
 from apikey_tui.cli import main
 from apikey_tui.limits import AppliedLimit, parse_limit
 from apikey_tui.limits.model import key_subject, owner_subject
+from apikey_tui.limits.redis_store import RedisLimitStore
 from apikey_tui.limits.where import open_store
 from apikey_tui.store import KeyStore
 from apikey_tui.store import limit_use as limit_use_module
+from tests.redis_server import RedisServer
 from tests.test_cli import run
 
 LONG = "30d"  # no test straddles a window's turn
@@ -156,3 +158,34 @@ def test_keys_near_limits_refuses_a_threshold_outside_1_to_100(
     out, err = capsys.readouterr()
     assert (stopped.value.code, out, err.count("\n")) == (2, "", 1)
     assert "expected a percentage from 1 to 100" in err
+
+
+def test_a_store_no_verifier_has_counted_in_is_unknown_never_a_silent_zero(
+    store: KeyStore,
+    database_url: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A store of counts no verifier has taken from (services count in Redis while the admin's
+    shell lacks APIKEY_TUI_LIMITS_URL, or the reverse) says nothing of their use: the use is
+    unknown, saying why, and `keys near-limits` exits 2, never a silent all-clear."""
+    key = store.create_key("fay", "k", ["project"], limits=[parse_limit(f"10/{LONG}")])
+    server = RedisServer()
+    server.start()
+    try:
+        counts = RedisLimitStore(server.url)  # the services count here, and nearly all of it
+        limit = key.info.limits[0]
+        counts.take(AppliedLimit(key_subject("fay", "k"), limit).key, 10, limit.seconds, 9, "")
+        read = store.limit_use(key.info)  # the admin's shell: the key database
+        assert [u.used for u in read.uses] == [None]
+        assert "no verifier has counted a limit in the key database" in read.unknown
+        code, out, err = run(capsys, database_url, "keys", "near-limits", "--all")
+        assert (code, out, err.count("\n")) == (2, "", 1) and "APIKEY_TUI_LIMITS_URL" in err
+        monkeypatch.setenv("APIKEY_TUI_LIMITS_URL", server.url)  # where the services count
+        code, out, err = run(capsys, database_url, "keys", "near-limits", "--all")
+        assert (code, err) == (1, "") and out.startswith("fay/k: ")
+    finally:
+        server.cleanup()
+    monkeypatch.delenv("APIKEY_TUI_LIMITS_URL")
+    spend(store, key_subject("fay", "other"), f"10/{LONG}", 0)  # a verifier counted here
+    assert [u.used for u in store.limit_use(key.info).uses] == [0]

@@ -46,9 +46,6 @@ class MemoryStore:
         self.used[limit_key, window] += granted
         return Grant(granted, float((window + 1) * window_seconds), self.now, "boot-1")
 
-    def window_use(self, limit_key: str, window_seconds: int) -> tuple[int, float]:
-        return 0, 0.0
-
     def forget_connections(self) -> None:
         pass
 

@@ -126,6 +126,7 @@ async def test_l_edits_the_limits_audited_and_u_undoes_it(tui_store: KeyStore) -
     """L asks with the limits as they are; Set limits writes them (a key.limits event), and u
     puts back exactly what the key had."""
     tui_store.create_key("alice", "metered", ["project"], limits=[parse_limit("10/s")])
+    spend(tui_store, key_subject("alice", "metered"), "10/s", 0)  # a verifier counts here
     app = make_app(tui_store)
     toasts = Toasts()
     async with app.run_test(size=SIZE, message_hook=toasts.hook) as pilot:

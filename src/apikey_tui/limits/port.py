@@ -1,4 +1,4 @@
-"""What the limiter needs from a store of counts: one atomic take, and nothing else."""
+"""What a store of counts gives: the limiter one atomic take, an admin's read the counts."""
 
 from __future__ import annotations
 
@@ -31,11 +31,25 @@ class LimitStore(Protocol):
         """Grant up to `want` tokens of limit_key's current window; see the class."""
         ...
 
+    def forget_connections(self) -> None:
+        """In a forked child: drop (never use, never close) the parent's connections."""
+        ...
+
+
+class CountReader(Protocol):
+    """What an admin's read of the counts needs (`store.limit_use`)."""
+
     def window_use(self, limit_key: str, window_seconds: int) -> tuple[int, float]:
         """Tokens granted so far in limit_key's current window (by the store's clock), and
         that window's end: what an admin is shown, never what decides a request."""
         ...
 
-    def forget_connections(self) -> None:
-        """In a forked child: drop (never use, never close) the parent's connections."""
+    def counted(self) -> bool:
+        """Whether a verifier has taken from this store since it last lost its counts (its
+        boot marker is there). Where none has, every window reads 0, so a reader cannot tell
+        idle limits from services that count in another store: an admin's read says unknown."""
         ...
+
+
+class CountStore(LimitStore, CountReader, Protocol):
+    """A store of counts: both sides (`limits.where.open_store`)."""

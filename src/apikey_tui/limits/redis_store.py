@@ -117,10 +117,7 @@ class RedisLimitStore:
         try:
             granted, ends, seconds, micros, boot = self._script(keys=keys, args=args)
         except redis.RedisError as exc:
-            reason = " ".join(str(exc).split())[:200] or type(exc).__name__
-            raise StoreUnavailableError(
-                f"limits store unavailable ({self._where}): {reason}"
-            ) from None
+            raise self._unavailable(exc) from None
         if not self._policy_read:
             self._policy_read = True
             self._warn_if_evicting()
@@ -152,7 +149,7 @@ class RedisLimitStore:
             )
 
     def window_use(self, limit_key: str, window_seconds: int) -> tuple[int, float]:
-        """The window's count, read with the server's TIME (LimitStore.window_use)."""
+        """The window's count, read with the server's TIME (CountReader.window_use)."""
         import redis
 
         try:
@@ -161,13 +158,24 @@ class RedisLimitStore:
                 pipe.hmget(f"{PREFIX}{{{limit_key}}}", "w", "used")
                 (seconds, _micros), (window, used) = pipe.execute()
         except redis.RedisError as exc:
-            reason = " ".join(str(exc).split())[:200] or type(exc).__name__
-            raise StoreUnavailableError(
-                f"limits store unavailable ({self._where}): {reason}"
-            ) from None
+            raise self._unavailable(exc) from None
         current = int(seconds) // window_seconds
         count = int(used) if window is not None and int(window) == current else 0
         return count, float((current + 1) * window_seconds)
+
+    def counted(self) -> bool:
+        """Whether the boot marker is there (CountReader.counted)."""
+        import redis
+
+        try:
+            return bool(self._client.exists(BOOT_KEY))
+        except redis.RedisError as exc:
+            raise self._unavailable(exc) from None
+
+    def _unavailable(self, exc: Exception) -> StoreUnavailableError:
+        """A Redis error as ours: one line, the URL's password masked."""
+        reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+        return StoreUnavailableError(f"limits store unavailable ({self._where}): {reason}")
 
     def forget_connections(self) -> None:
         """Park the parent's client (its sockets are the parent's) and connect anew."""

@@ -82,12 +82,17 @@ class SqlLimitStore:
         return Grant(granted, ends, now, boot)
 
     def window_use(self, limit_key: str, window_seconds: int) -> tuple[int, float]:
-        """The window's count, by the store's clock (LimitStore.window_use)."""
+        """The window's count, by the store's clock (CountReader.window_use)."""
         with database_errors(self._engine), self._engine.connect() as conn:
             now = self._now(conn)
             window = int(now // window_seconds)
             found = conn.execute(text(_USED), {"key": limit_key, "window": window}).scalar()
         return int(found or 0), float((window + 1) * window_seconds)
+
+    def counted(self) -> bool:
+        """Whether the boot marker is there (CountReader.counted)."""
+        with database_errors(self._engine), self._engine.connect() as conn:
+            return conn.execute(text(_MARKER)).first() is not None
 
     def _now(self, conn: Connection) -> float:
         if self._postgres:

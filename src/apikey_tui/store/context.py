@@ -12,7 +12,7 @@ from apikey_tui.clock import Clock, system_clock
 from apikey_tui.config import mask_url
 from apikey_tui.db import WRITE, Conflicts, database_errors
 from apikey_tui.hashing import SecretHasher
-from apikey_tui.limits.port import LimitStore
+from apikey_tui.limits.port import CountReader
 from apikey_tui.store.types import Actor
 
 
@@ -35,7 +35,8 @@ class StoreContext:
         # clock (timezone-aware UTC); tests pass a fake one.
         self.clock = clock
         self.key_indexes: bool | None = None  # found on the first filtered read (`queries`)
-        self.limit_counts: LimitStore | None = None  # opened on the first read (`limit_use`)
+        # The store of counts and where it is, opened on the first read (`limit_use`).
+        self.limit_counts: tuple[CountReader, str] | None = None
 
     @property
     def label(self) -> str:

@@ -8,7 +8,7 @@ from typing import Literal
 
 from sqlalchemy import select
 
-from apikey_tui.config import resolve_limits_url
+from apikey_tui.config import LIMITS_URL_ENV, resolve_limits_url
 from apikey_tui.errors import ApiKeyError
 from apikey_tui.limits.model import (
     AppliedLimit,
@@ -17,7 +17,7 @@ from apikey_tui.limits.model import (
     limits_of_text,
     owner_subject,
 )
-from apikey_tui.limits.port import LimitStore
+from apikey_tui.limits.port import CountReader
 from apikey_tui.limits.where import open_store
 from apikey_tui.store import owner_limits
 from apikey_tui.store.context import StoreContext
@@ -81,10 +81,11 @@ class NearLimits:
     unknown: str = ""
 
 
-def _counts(ctx: StoreContext) -> LimitStore:
-    """The store of counts ($APIKEY_TUI_LIMITS_URL, else the key database), opened once."""
+def _counts(ctx: StoreContext) -> tuple[CountReader, str]:
+    """The store of counts ($APIKEY_TUI_LIMITS_URL, else the key database), opened once, and
+    where it is (password masked)."""
     if ctx.limit_counts is None:
-        ctx.limit_counts, _ = open_store(ctx.engine, resolve_limits_url(None), clock=ctx.clock)
+        ctx.limit_counts = open_store(ctx.engine, resolve_limits_url(None), clock=ctx.clock)
     return ctx.limit_counts
 
 
@@ -95,7 +96,14 @@ def _read(ctx: StoreContext, limits: list[tuple[Of, str, Limit]]) -> LimitUses:
     found: list[LimitUse] = []
     unknown = ""
     try:
-        counts = _counts(ctx)
+        counts, where = _counts(ctx)
+        # A store no verifier counts in reads 0 everywhere: an admin whose shell lacks the
+        # services' APIKEY_TUI_LIMITS_URL (or has one they lack) would read an all-clear.
+        if not counts.counted():
+            unknown = (
+                f"no verifier has counted a limit in {where} yet; if your services count"
+                f" elsewhere, set {LIMITS_URL_ENV} as they have it"
+            )
     except (ApiKeyError, ImportError) as exc:  # a bad URL, or the redis extra not installed
         unknown = str(exc) if isinstance(exc, ApiKeyError) else "redis-py is not installed"
     for of, subject, limit in limits:
