@@ -76,17 +76,14 @@ def _run(arguments: list[str]) -> int:
         # usage error, like a bad option, whichever layer found it: one place, every command.
         print(f"apikey-tui: {printable(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyNotFoundError as exc:
-        if getattr(args, "owner", None) is not None:
-            raise
-        # The owner was assumed (the login name): the key is often another owner's.
-        hint = "another owner's? give --owner OWNER (`keys list --all` lists every owner's keys)"
-        print(f"apikey-tui: {printable(str(exc))}; {hint}", file=sys.stderr)
-        return record.refused_exit
     except ApiKeyError as exc:
-        if record.refused_exit == EXIT_REFUSED:
+        hint = ""
+        if isinstance(exc, KeyNotFoundError) and "owner" in args and args.owner is None:
+            # The owner was assumed (the login name): the key is often another owner's.
+            hint = "; another owner's? give --owner OWNER (`keys list --all` lists all keys)"
+        elif record.refused_exit == EXIT_REFUSED:
             raise
-        print(f"apikey-tui: {printable(str(exc))}", file=sys.stderr)
+        print(f"apikey-tui: {printable(str(exc))}{hint}", file=sys.stderr)
         return record.refused_exit
     except Exception as exc:
         if record.bug_exit == EXIT_REFUSED:
