@@ -78,7 +78,7 @@ def _run(arguments: list[str]) -> int:
         return EXIT_USAGE
     except ApiKeyError as exc:
         hint = ""
-        if isinstance(exc, KeyNotFoundError) and "owner" in args and args.owner is None:
+        if isinstance(exc, KeyNotFoundError) and "owner" not in args:  # --owner: SUPPRESS
             # The owner was assumed (the login name): the key is often another owner's.
             hint = "; another owner's? give --owner OWNER (`keys list --all` lists all keys)"
         elif record.refused_exit == EXIT_REFUSED:
