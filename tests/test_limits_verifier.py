@@ -22,7 +22,7 @@ from apikey_tui.errors import (
     RateLimitedError,
 )
 from apikey_tui.limits import parse_limit
-from apikey_tui.store import KeyStore
+from apikey_tui.store import CreatedKey, KeyStore
 from apikey_tui.verifier import Verifier
 from tests.conftest import ACTOR, CHEAP
 from tests.redis_server import RedisServer
@@ -133,6 +133,58 @@ def test_an_owners_pool_is_shared_and_a_change_reaches_a_running_verifier(
         admitted = sum(passes(verifier, k.plaintext) for _ in range(6) for k in (one, two))
         # The two checks that saw the pool arrive spent from it too.
         assert admitted == 4 - 2
+    finally:
+        verifier.close()
+
+
+def test_a_lowered_limit_voids_the_tokens_leased_under_the_old_one(
+    store: KeyStore, database_url: str
+) -> None:
+    """Tokens a verifier leased under a higher limit are not spent once the key's limit (or
+    its owner's pool) is lowered: the running window admits no more than the new N."""
+    key = store.create_key("gil", "k", ["project"], limits=[parse_limit(f"1000/{LONG}")])
+    pooled = store.create_key("hal", "k", ["project"])
+    store.set_owner_limits("hal", [parse_limit(f"1000/{LONG}")])
+    verifier = Verifier.from_url(database_url, hasher=CHEAP)
+    try:
+        # One request each leases 16 tokens (1000 // 16 > 16) and spends one.
+        assert passes(verifier, key.plaintext) and passes(verifier, pooled.plaintext)
+        store.set_limits_of_keys([key.info], [parse_limit(f"2/{LONG}")])
+        store.set_owner_limits("hal", [parse_limit(f"2/{LONG}")])
+        for lowered in (key, pooled):
+            seen: list[bool] = []
+
+            def lowered_is_seen(lowered: CreatedKey = lowered, seen: list[bool] = seen) -> bool:
+                try:
+                    caller = verifier.verify(header(lowered.plaintext), ["project"])
+                except RateLimitedError:
+                    seen.append(False)
+                    return True  # only the new limit can refuse: 1000 has room
+                seen.append(True)
+                return all(a.limit.count == 2 for a in caller.limits)
+
+            assert eventually(lowered_is_seen)
+            # The store counted the 16 granted before the change: 2 leave it no room, so
+            # nothing more passes once the change is seen (the check that saw it included).
+            admitted = sum(passes(verifier, lowered.plaintext) for _ in range(20)) + seen[-1]
+            assert admitted == 0
+    finally:
+        verifier.close()
+
+
+def test_a_raised_limit_admits_again_in_a_window_the_old_one_had_spent(
+    store: KeyStore, database_url: str
+) -> None:
+    """A verifier that knows a key's window spent asks the store again once the limit is
+    raised, rather than answering 429 until the window turns (up to 30 days for a quota)."""
+    key = store.create_key("ida", "k", ["project"], limits=[parse_limit(f"2/{LONG}")])
+    verifier = Verifier.from_url(database_url, hasher=CHEAP)
+    try:
+        assert [passes(verifier, key.plaintext) for _ in range(3)] == [True, True, False]
+        store.set_limits_of_keys([key.info], [parse_limit(f"5/{LONG}")])
+        assert eventually(lambda: passes(verifier, key.plaintext))
+        admitted = 1 + sum(passes(verifier, key.plaintext) for _ in range(5))
+        assert admitted == 5 - 2
     finally:
         verifier.close()
 

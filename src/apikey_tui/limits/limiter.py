@@ -44,14 +44,17 @@ class Lease:
     once. exhausted: the store granted 0 in that window, so every request is refused until the
     deadline without asking it again. A verifier holds the Lease objects of a key on its cached
     caller (`Limiter.leases`): they live as long as the limiter, a fork only empties them.
+    count: the limit's N the store granted them under (0: none yet), so a changed limit is
+    seen when a caller's record is built again (`Limiter.leases`).
     """
 
-    __slots__ = ("exhausted", "held", "window_end")
+    __slots__ = ("count", "exhausted", "held", "window_end")
 
     def __init__(self) -> None:
         self.held: tuple[float, Iterator[int]] = (float("-inf"), _NONE)
         self.exhausted = False
         self.window_end = float("-inf")  # the store's end of the window the tokens are of
+        self.count = 0
 
     def left(self, now: float) -> int:
         """Tokens in hand at `now` (others may spend them meanwhile unless none are left)."""
@@ -99,9 +102,27 @@ class Limiter:
         reset_in_child(self._after_fork)
 
     def leases(self, limits: Sequence[AppliedLimit]) -> tuple[Lease, ...]:
-        """The Lease of each limit, in order, made empty if new: a caller holds them to `spend`."""
+        """The Lease of each limit, in order, made empty if new: a caller holds them to `spend`.
+
+        Called when a caller's record is built, so also when its limits changed: a lease
+        granted under a higher N loses its tokens in hand (the store counted them under the
+        old N; spent, they would pass the new one by up to a lease per process for the rest
+        of the window), and a window known spent is asked again (a raised N may have room).
+        """
         with self._lock:
-            return tuple(self._lease_of(applied.key) for applied in limits)
+            return tuple(self._lease_under(applied) for applied in limits)
+
+    def _lease_under(self, applied: AppliedLimit) -> Lease:
+        """Under the lock: the key's Lease, brought to the limit's N (see `leases`)."""
+        lease = self._lease_of(applied.key)
+        count = applied.limit.count
+        if lease.count and lease.count != count:
+            if count < lease.count:
+                sum(lease.held[1])  # drained: spenders holding the iterator find it empty
+                lease.held = (lease.held[0], _NONE)
+            lease.exhausted = False
+            lease.count = count
+        return lease
 
     def _lease_of(self, key: str) -> Lease:
         lease = self._leases.get(key)
@@ -247,7 +268,7 @@ class Limiter:
                     return self._during_outage(limits, now)
             else:
                 with self._lock:
-                    self._merge(missing.key, grant, now)
+                    self._merge(missing.key, grant, now, limit.count)
             finally:
                 with self._lock:
                     if self._taking.get(missing.key) is flight:
@@ -284,8 +305,8 @@ class Limiter:
                 missing = applied
         return missing
 
-    def _merge(self, key: str, grant: Grant, sent: float) -> None:
-        """Under the lock: add a grant to the key's lease.
+    def _merge(self, key: str, grant: Grant, sent: float, count: int) -> None:
+        """Under the lock: add a grant, taken under a limit of `count`, to the key's lease.
 
         The tokens may be spent until sent + (window_end - store_now) on the monotonic clock: the
         store read its now after `sent`, so that moment is never after the store's window end.
@@ -297,11 +318,14 @@ class Limiter:
         if grant.window_end > lease.window_end or sent >= lease.held[0]:
             # A new window: the old tokens are void (not carried over), spent only by a
             # request whose moment came before their own deadline.
-            lease.window_end, lease.exhausted = grant.window_end, False
+            lease.window_end, lease.exhausted, lease.count = grant.window_end, False, count
             lease.held = (deadline, repeat(1, grant.granted) if grant.granted else _NONE)
         elif grant.window_end < lease.window_end:
             return
         else:
+            # Tokens put back may have been granted under a higher N: the higher is kept, so
+            # that a lowered limit still voids them (`leases`).
+            lease.count = max(lease.count, count)
             self._refill(lease, max(lease.held[0], deadline), grant.granted)
         if grant.granted == 0:
             lease.exhausted = True
@@ -343,10 +367,11 @@ class Limiter:
         objects stay (verifiers hold them), emptied: a lease is never spent twice."""
         self._lock = threading.Lock()
         for lease in self._leases.values():
-            lease.held, lease.exhausted, lease.window_end = (
+            lease.held, lease.exhausted, lease.window_end, lease.count = (
                 (float("-inf"), _NONE),
                 False,
                 float("-inf"),
+                0,
             )
         self._local = {}
         self._taking = {}  # the parent's takes are not this process's to wait for
