@@ -6,7 +6,9 @@ import os
 from collections import Counter
 
 import pytest
+from sqlalchemy import create_engine
 
+from apikey_tui.config import LIMITS_PROCESSES_ENV
 from apikey_tui.errors import InvalidInputError, StoreUnavailableError
 from apikey_tui.limits import (
     ADMITTED,
@@ -23,6 +25,7 @@ from apikey_tui.limits import (
     parse_fail_mode,
     parse_limit,
 )
+from apikey_tui.verifier.restrictions import Restrictions
 from tests.conftest import FakeClock
 
 
@@ -387,3 +390,13 @@ def test_a_burst_that_finds_a_lease_spent_sends_one_take_not_one_each() -> None:
         thread.join()
     assert answers == [ADMITTED] * 8
     assert store.calls == 1
+
+
+@pytest.mark.parametrize("text", ["²", "٣", "two", "-1"])
+def test_a_process_count_that_is_no_whole_number_is_one_line(
+    text: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """APIKEY_TUI_LIMITS_PROCESSES that Python's isdigit takes but int refuses is one line."""
+    monkeypatch.setenv(LIMITS_PROCESSES_ENV, text)
+    with pytest.raises(InvalidInputError, match=LIMITS_PROCESSES_ENV):
+        Restrictions.build(create_engine("sqlite://"))

@@ -167,7 +167,7 @@ class Restrictions:
         mode = fail if isinstance(fail, FailMode) else parse_fail_mode(fail)
         if processes is None:
             text = os.environ.get(LIMITS_PROCESSES_ENV) or "1"
-            if not text.strip().isdigit():
+            if not (text.strip().isdigit() and text.isascii()):  # '²' is a digit to isdigit
                 raise InvalidInputError(
                     f"{LIMITS_PROCESSES_ENV}={text[:20]!a} is not allowed: write a whole number"
                 )
