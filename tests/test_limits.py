@@ -392,6 +392,44 @@ def test_a_burst_that_finds_a_lease_spent_sends_one_take_not_one_each() -> None:
     assert store.calls == 1
 
 
+def test_a_grant_that_arrives_after_its_deadline_is_never_spent() -> None:
+    """A take answered after its window's end (the store read its now 0.1 s before the turn,
+    the answer took 0.3 s) brings void tokens: the request is admitted with a token of the new
+    window, by the taker and by a thread that waited for its take alike."""
+    import threading
+    import time
+
+    class LateStore(MemoryStore):
+        """Answers each take 0.3 s after reading its now; the first one 0.1 s before a turn."""
+
+        started = threading.Event()
+
+        def take(self, limit_key: str, n: int, window_seconds: int, want: int, known: str) -> Grant:
+            grant = super().take(limit_key, n, window_seconds, want, known)
+            self.started.set()
+            time.sleep(0.3)  # the answer is late: the store's window has turned meanwhile
+            self.now = grant.window_end
+            return grant
+
+    store = LateStore(now=1_000_019.9)  # 0.1 s before the turn at 1_000_020
+    limiter = Limiter(store, lease=10)
+    applied = (AppliedLimit("key:a", Limit(1000, 60)),)
+    waiter: list[object] = []
+
+    def wait_for_the_take() -> None:
+        LateStore.started.wait()  # the taker's take is under way: this one waits for it
+        waiter.append(limiter.admit(applied, time.monotonic()))
+
+    thread = threading.Thread(target=wait_for_the_take)
+    thread.start()
+    assert limiter.admit(applied, time.monotonic()) is ADMITTED
+    thread.join()
+    assert waiter == [ADMITTED]
+    # Both admissions spent tokens of the window that began at the turn, none of the other.
+    assert store.used[applied[0].key, 16666] == 10 and store.used[applied[0].key, 16667] == 10
+    assert sum(limiter.leases(applied)[0].held[1]) == 10 - 2
+
+
 @pytest.mark.parametrize("text", ["²", "٣", "two", "-1"])
 def test_a_process_count_that_is_no_whole_number_is_one_line(
     text: str, monkeypatch: pytest.MonkeyPatch

@@ -231,7 +231,12 @@ class Limiter:
         Single-flight per limit key: while one thread's take is under way, the others that
         need that key wait for it and look again, rather than each leasing tokens of their own
         (a burst at a window's start would otherwise send a take per request, and strand the
-        surplus leases in this process)."""
+        surplus leases in this process).
+
+        `now` is moved on by the time spent here, waiting for a take (another thread's or this
+        one's): a grant answered after its deadline is void, as a token a spender took too late
+        is, and a stale `now` would spend it in the store's next window."""
+        asked, entered = now, monotonic()
         while True:
             with self._lock:
                 missing = self._missing(limits, now)
@@ -254,6 +259,7 @@ class Limiter:
                 # Bounded by the taker's own store timeouts; a taker that failed marks the
                 # store down, which the next look answers without a take.
                 flight.wait()
+                now = asked + (monotonic() - entered)
                 continue
             limit = missing.limit
             try:
@@ -274,6 +280,7 @@ class Limiter:
                     if self._taking.get(missing.key) is flight:
                         del self._taking[missing.key]
                 flight.set()
+            now = asked + (monotonic() - entered)
 
     def unanswered(self, limits: Sequence[AppliedLimit], now: float) -> Decision:
         """The declared mode's answer for a take that did not return in time (a store that
