@@ -430,6 +430,49 @@ def test_a_grant_that_arrives_after_its_deadline_is_never_spent() -> None:
     assert sum(limiter.leases(applied)[0].held[1]) == 10 - 2
 
 
+def test_a_store_that_fails_slowly_is_left_alone_for_the_retry_interval_after_the_failure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A take that fails only after longer than the retry interval (SQLite's busy timeout of
+    2 s, a connect timeout) leaves the store alone from its failure on: the thread that waited
+    for it and the next request get the outage answer at once, not a take (and its wait) each."""
+    import threading
+
+    from apikey_tui.limits import limiter as limiter_module
+
+    moment = [500.0]  # the limiter's monotonic clock, moved by the store's slow failure
+    monkeypatch.setattr(limiter_module, "monotonic", lambda: moment[0])
+    started, release = threading.Event(), threading.Event()
+
+    class SlowFailure(MemoryStore):
+        def take(self, limit_key: str, n: int, window_seconds: int, want: int, known: str) -> Grant:
+            self.calls += 1
+            started.set()
+            release.wait(10)
+            moment[0] += 5.0  # the busy timeout ran out
+            raise StoreUnavailableError("limits store unavailable (test): database is locked")
+
+    store = SlowFailure()
+    limiter = Limiter(store, outage=Outage(retry_seconds=1.0))
+    applied = (AppliedLimit("key:a", Limit(1000, 60)),)
+    waited: list[object] = []
+
+    def wait_for_the_take() -> None:
+        started.wait(10)
+        waited.append(limiter.admit(applied, moment[0]))
+
+    thread = threading.Thread(target=wait_for_the_take)
+    thread.start()
+    threading.Timer(0.2, release.set).start()  # the waiter is (most likely) waiting by then
+    first = limiter.admit(applied, moment[0])
+    thread.join()
+    assert isinstance(first, Unavailable) and first.retry_after == pytest.approx(1.0)
+    assert isinstance(waited[0], Unavailable)
+    assert isinstance(limiter.admit(applied, moment[0] + 0.5), Unavailable)
+    assert store.calls == 1
+    assert limiter.admit(applied, moment[0] + 1.0) is not None and store.calls == 2
+
+
 @pytest.mark.parametrize("text", ["²", "٣", "two", "-1"])
 def test_a_process_count_that_is_no_whole_number_is_one_line(
     text: str, monkeypatch: pytest.MonkeyPatch

@@ -268,10 +268,14 @@ class Limiter:
                     known_boot,
                 )  # fmt: skip
             except StoreUnavailableError:
+                # Left alone from the failure on, not from the take's start: a failure that
+                # took longer than the interval (SQLite's busy timeout, a connect timeout)
+                # would leave no interval at all, and every request would wait as long.
+                failed = asked + (monotonic() - entered)
                 with self._lock:
                     self.store_failures += 1
-                    self._down_until = now + self._outage.retry_seconds
-                    return self._during_outage(limits, now)
+                    self._down_until = max(self._down_until, failed + self._outage.retry_seconds)
+                    return self._during_outage(limits, failed)
             else:
                 with self._lock:
                     self._merge(missing.key, grant, now, limit.count)
