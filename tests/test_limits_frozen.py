@@ -4,12 +4,14 @@ foresaw): 503, never a hang, a 500 or a pass."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import threading
 
 import pytest
 
-from apikey_tui.errors import AuthError, VerifierUnavailableError
+from apikey_tui.errors import AuthError, StoreUnavailableError, VerifierUnavailableError
 from apikey_tui.limits import parse_limit
+from apikey_tui.limits.redis_store import RedisLimitStore
 from apikey_tui.store import KeyStore
 from apikey_tui.verifier import Verifier
 from tests.conftest import CHEAP
@@ -104,5 +106,33 @@ def test_a_redis_url_asking_for_decoded_replies_still_counts(
                 statuses.append(error.status)
         checker.close()
         assert statuses == [200, 200, 429]
+    finally:
+        server.cleanup()
+
+
+def test_a_redis_url_cannot_lift_the_stores_timeouts() -> None:
+    """`?socket_timeout=3600` on the limits URL (redis-py lets a URL's options override the
+    client's) still fails a take on a frozen Redis within the store's own bound, not an hour."""
+    server = RedisServer()
+    server.start()
+    try:
+        url = server.url + "?socket_timeout=3600&socket_connect_timeout=3600"
+        store = RedisLimitStore(url)
+        store.take("key:a/b:60", 10, 60, 1, "")
+        assert server.process is not None
+        server.process.send_signal(signal.SIGSTOP)
+        outcome: list[object] = []
+
+        def take() -> None:
+            try:
+                outcome.append(store.take("key:a/b:60", 10, 60, 1, ""))
+            except StoreUnavailableError as error:
+                outcome.append(error)
+
+        taker = threading.Thread(target=take, daemon=True)
+        taker.start()
+        taker.join(30)  # a hang guard: the bound is 0.5 s, the URL's an hour
+        server.process.send_signal(signal.SIGCONT)
+        assert outcome and isinstance(outcome[0], StoreUnavailableError)
     finally:
         server.cleanup()

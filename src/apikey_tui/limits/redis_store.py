@@ -97,6 +97,18 @@ class RedisLimitStore:
             )
         except ValueError as exc:
             raise InvalidInputError(f"limits store URL is not usable: {exc}") from None
+        # A URL's ?socket_timeout= overrides the arguments above (redis-py's from_url): it may
+        # shorten a bound, never lift it, or a sync request would wait that long on a frozen
+        # store (none is made yet: connections read these when they are made).
+        options = client.connection_pool.connection_kwargs
+        for name, bound in (
+            ("socket_connect_timeout", CONNECT_TIMEOUT_S),
+            ("socket_timeout", SOCKET_TIMEOUT_S),
+        ):
+            given = options.get(name)
+            options[name] = given if given is not None and 0 < given < bound else bound
+            if f"orig_{name}" in options:  # what redis-py 8 restores after a maintenance event
+                options[f"orig_{name}"] = options[name]
         return client
 
     def take(
