@@ -247,12 +247,12 @@ def test_threads_spending_leases_without_the_lock_never_admit_more_than_n_in_a_w
                 return super().take(limit_key, n, window_seconds, want, known)
 
     store = LockedStore()
-    limiter = Limiter(store, lease=7)
+    now = [0.0]  # the process's monotonic clock; the store's is 1_000_000 + it
+    limiter = Limiter(store, lease=7, monotonic=lambda: now[0])
     key = AppliedLimit("key:a", Limit(key_n, 10))
     pool = owner_n is not None
     limits = (key, AppliedLimit("owner:o", Limit(owner_n, 10))) if owner_n else (key,)
     leases = limiter.leases(limits)
-    now = [0.0]  # the process's monotonic clock; the store's is 1_000_000 + it
     # The clock moves only between checks (a check is dated by the clock it read): threads
     # enter a check unless the clock is about to move, which waits for those inside.
     turn = threading.Condition()
@@ -430,18 +430,13 @@ def test_a_grant_that_arrives_after_its_deadline_is_never_spent() -> None:
     assert sum(limiter.leases(applied)[0].held[1]) == 10 - 2
 
 
-def test_a_store_that_fails_slowly_is_left_alone_for_the_retry_interval_after_the_failure(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_store_that_fails_slowly_is_left_alone_for_the_retry_interval_after_the_failure() -> None:
     """A take that fails only after longer than the retry interval (SQLite's busy timeout of
     2 s, a connect timeout) leaves the store alone from its failure on: the thread that waited
     for it and the next request get the outage answer at once, not a take (and its wait) each."""
     import threading
 
-    from apikey_tui.limits import limiter as limiter_module
-
     moment = [500.0]  # the limiter's monotonic clock, moved by the store's slow failure
-    monkeypatch.setattr(limiter_module, "monotonic", lambda: moment[0])
     started, release = threading.Event(), threading.Event()
 
     class SlowFailure(MemoryStore):
@@ -453,7 +448,7 @@ def test_a_store_that_fails_slowly_is_left_alone_for_the_retry_interval_after_th
             raise StoreUnavailableError("limits store unavailable (test): database is locked")
 
     store = SlowFailure()
-    limiter = Limiter(store, outage=Outage(retry_seconds=1.0))
+    limiter = Limiter(store, outage=Outage(retry_seconds=1.0), monotonic=lambda: moment[0])
     applied = (AppliedLimit("key:a", Limit(1000, 60)),)
     waited: list[object] = []
 
@@ -471,6 +466,25 @@ def test_a_store_that_fails_slowly_is_left_alone_for_the_retry_interval_after_th
     assert isinstance(limiter.admit(applied, moment[0] + 0.5), Unavailable)
     assert store.calls == 1
     assert limiter.admit(applied, moment[0] + 1.0) is not None and store.calls == 2
+
+
+def test_a_store_clock_that_steps_back_across_a_turn_costs_one_take_not_a_loop() -> None:
+    """After the store's clock went back into the window before the lease's (a failover to a
+    host whose clock is behind), a request takes once and spends that grant: the store's clock
+    decides. It used to drop every such grant and take again until the clock caught up."""
+
+    class CatchingUp(MemoryStore):
+        def take(self, limit_key: str, n: int, window_seconds: int, want: int, known: str) -> Grant:
+            if self.calls >= 20:  # a guard: the old loop ends once the clock has caught up
+                self.now = 1_000_021.0
+            return super().take(limit_key, n, window_seconds, want, known)
+
+    store = CatchingUp(now=1_000_020.5)
+    limiter = Limiter(store, lease=4)
+    applied = (AppliedLimit("key:a", Limit(64, 1)),)
+    assert [limiter.admit(applied, 100.0) for _ in range(4)] == [ADMITTED] * 4  # until 100.5
+    store.now = 1_000_019.9  # the store's clock is back in the window that ended at 1_000_020
+    assert limiter.admit(applied, 100.1) is ADMITTED and store.calls == 2
 
 
 @pytest.mark.parametrize("text", ["²", "٣", "two", "-1"])

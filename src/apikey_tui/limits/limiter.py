@@ -73,6 +73,8 @@ class Limiter:
     turns.
 
     clock: the wall clock, read only in fail-open (the windows of the local allowance).
+    monotonic: the clock of the `now` that callers pass, read to move it on by the time a
+    check spends waiting for a take (`_admit_cold`).
     """
 
     def __init__(
@@ -82,6 +84,7 @@ class Limiter:
         lease: int = LEASE_DEFAULT,
         outage: Outage | None = None,
         clock: Clock = system_clock,
+        monotonic: Callable[[], float] = monotonic,
     ) -> None:
         if lease < 1:
             raise InvalidInputError("a lease must be at least one token")
@@ -89,6 +92,7 @@ class Limiter:
         self._lease = lease
         self._outage = outage or Outage()
         self._clock = clock
+        self._monotonic = monotonic
         self._lock = threading.Lock()
         self._leases: dict[str, Lease] = {}
         self._boot = ""  # the store's boot id last seen: '' until the first take
@@ -236,7 +240,7 @@ class Limiter:
         `now` is moved on by the time spent here, waiting for a take (another thread's or this
         one's): a grant answered after its deadline is void, as a token a spender took too late
         is, and a stale `now` would spend it in the store's next window."""
-        asked, entered = now, monotonic()
+        asked, entered = now, self._monotonic()
         while True:
             with self._lock:
                 missing = self._missing(limits, now)
@@ -259,7 +263,7 @@ class Limiter:
                 # Bounded by the taker's own store timeouts; a taker that failed marks the
                 # store down, which the next look answers without a take.
                 flight.wait()
-                now = asked + (monotonic() - entered)
+                now = asked + (self._monotonic() - entered)
                 continue
             limit = missing.limit
             try:
@@ -271,7 +275,7 @@ class Limiter:
                 # Left alone from the failure on, not from the take's start: a failure that
                 # took longer than the interval (SQLite's busy timeout, a connect timeout)
                 # would leave no interval at all, and every request would wait as long.
-                failed = asked + (monotonic() - entered)
+                failed = asked + (self._monotonic() - entered)
                 with self._lock:
                     self.store_failures += 1
                     self._down_until = max(self._down_until, failed + self._outage.retry_seconds)
@@ -284,7 +288,7 @@ class Limiter:
                     if self._taking.get(missing.key) is flight:
                         del self._taking[missing.key]
                 flight.set()
-            now = asked + (monotonic() - entered)
+            now = asked + (self._monotonic() - entered)
 
     def unanswered(self, limits: Sequence[AppliedLimit], now: float) -> Decision:
         """The declared mode's answer for a take that did not return in time (a store that
@@ -321,18 +325,19 @@ class Limiter:
 
         The tokens may be spent until sent + (window_end - store_now) on the monotonic clock: the
         store read its now after `sent`, so that moment is never after the store's window end.
-        A grant of an older window than the lease's (a slow answer overtaken) is dropped.
+        A grant of another window than the lease's replaces it, an older one too: takes of a key
+        are one at a time, so an older window means the store's clock went back (a failover to
+        a host whose clock is behind), and the store's clock decides. Dropping it sent the
+        request back for another take, each burning tokens, until that clock caught up.
         """
         self._boot = grant.boot
         lease = self._lease_of(key)
         deadline = sent + (grant.window_end - grant.store_now)
-        if grant.window_end > lease.window_end or sent >= lease.held[0]:
+        if grant.window_end != lease.window_end or sent >= lease.held[0]:
             # A new window: the old tokens are void (not carried over), spent only by a
             # request whose moment came before their own deadline.
             lease.window_end, lease.exhausted, lease.count = grant.window_end, False, count
             lease.held = (deadline, repeat(1, grant.granted) if grant.granted else _NONE)
-        elif grant.window_end < lease.window_end:
-            return
         else:
             # Tokens put back may have been granted under a higher N: the higher is kept, so
             # that a lowered limit still voids them (`leases`).
