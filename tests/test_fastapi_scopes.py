@@ -310,3 +310,44 @@ def test_answer_with_install_is_the_error_trees_answer(keys: Keys) -> None:
     assert answer.status_code == status
     assert answer.content == body
     assert sorted(answer.headers.items()) == sorted(headers)
+
+
+def test_a_request_through_several_key_dependencies_spends_its_limit_and_is_counted_once(
+    database_url: str,
+) -> None:
+    """A router's key dependency and a route's (the documented pattern) check one request
+    twice, each for its own scopes; the request spends one token of the key's limit and is
+    recorded once, and the union of the scopes is still enforced."""
+    from apikey_tui.errors import InsufficientScopeError
+    from apikey_tui.limits import parse_limit
+
+    store = KeyStore.open(database_url, hasher=CHEAP)
+    key = store.create_key(
+        "bob", "metered", ["project", "serving"], limits=[parse_limit("4/30d")]
+    ).plaintext
+    narrow = store.create_key("bob", "narrow", ["serving"]).plaintext
+    verifier = Verifier.from_url(database_url, hasher=CHEAP, check_timeout=30)
+    try:
+        app = FastAPI()
+        auth = ApiKeyAuth(verifier)
+        auth.install(app)
+        router = APIRouter(dependencies=[Security(auth.dependency(), scopes=["serving"])])
+
+        @router.get("/both")
+        def both(caller: Caller = auth.require("project")) -> str:  # noqa: B008
+            return caller.key_name
+
+        app.include_router(router)
+        with TestClient(app) as client:
+            answers = [
+                client.get("/both", headers={"Authorization": f"ApiKey {key}"}).status_code
+                for _ in range(6)
+            ]
+            refused = client.get("/both", headers={"Authorization": f"ApiKey {narrow}"})
+        assert answers == [200] * 4 + [429] * 2
+        assert refused.status_code == InsufficientScopeError.status
+        verifier.flush()
+        assert store.key_usage("bob", "metered").requests == 4
+    finally:
+        verifier.close()
+        store.close()

@@ -104,7 +104,10 @@ class ApiKeyScheme(SecurityBase):
     async def __call__(self, connection: HTTPConnection, security_scopes: SecurityScopes) -> Caller:
         scope = connection.scope
         try:
-            caller = await self.guard.caller_async(scope, security_scopes.scopes, scope["path"])
+            caller = self._checked_before(scope, security_scopes.scopes)
+            if caller is None:
+                caller = await self.guard.caller_async(scope, security_scopes.scopes, scope["path"])
+                scope[_CHECKED] = (self.guard.verifier, caller)
         except AuthError as error:
             if answered_by_app(connection.scope, error):
                 raise
@@ -119,6 +122,23 @@ class ApiKeyScheme(SecurityBase):
             )  # fmt: skip
             connection._receive, connection._send = watch.receive, watch.send
         return caller
+
+    def _checked_before(self, scope: Scope, required: list[str]) -> Caller | None:
+        """The caller another key dependency of this request checked (a router's and a route's
+        both run, each with its own scopes): its scopes judged for these too, but the request
+        spends its limits and is counted once, not once per dependency."""
+        checked = scope.get(_CHECKED)
+        if checked is None or checked[0] is not self.guard.verifier:
+            return None
+        caller: Caller = checked[1]
+        if not caller.scopes.issuperset(required):
+            # The refusal the full check gives (403, recorded); the limits are spent already.
+            self.guard.verifier.authorize(caller, required, _spent=True)
+        return caller
+
+
+# Where a request's scope keeps the caller its first key dependency checked, with the verifier.
+_CHECKED = "apikey_tui.checked"
 
 
 def answered_by_app(scope: Scope, error: AuthError) -> bool:
