@@ -351,3 +351,40 @@ def test_a_request_through_several_key_dependencies_spends_its_limit_and_is_coun
     finally:
         verifier.close()
         store.close()
+
+
+def test_a_request_checked_by_the_middleware_and_a_dependency_spends_its_limit_once(
+    database_url: str,
+) -> None:
+    """The ASGI middleware's check and a route's key dependency on one request (the same
+    verifier) spend one token of the key's limit, and the dependency's scopes still apply."""
+    from apikey_tui.integrations.asgi import ApiKeyMiddleware
+    from apikey_tui.limits import parse_limit
+
+    store = KeyStore.open(database_url, hasher=CHEAP)
+    key = store.create_key(
+        "cy", "metered", ["project", "serving"], limits=[parse_limit("4/30d")]
+    ).plaintext
+    narrow = store.create_key("cy", "narrow", ["serving"]).plaintext
+    verifier = Verifier.from_url(database_url, hasher=CHEAP, check_timeout=30)
+    try:
+        app = FastAPI()
+        auth = ApiKeyAuth(verifier)
+        auth.install(app)
+
+        @app.get("/both")
+        def both(caller: Caller = auth.require("project")) -> str:  # noqa: B008
+            return caller.key_name
+
+        app.add_middleware(ApiKeyMiddleware, verifier=verifier, default_scopes=["serving"])
+        with TestClient(app) as client:
+            answers = [
+                client.get("/both", headers={"Authorization": f"ApiKey {key}"}).status_code
+                for _ in range(6)
+            ]
+            refused = client.get("/both", headers={"Authorization": f"ApiKey {narrow}"})
+        assert answers == [200] * 4 + [429] * 2
+        assert refused.status_code == 403
+    finally:
+        verifier.close()
+        store.close()

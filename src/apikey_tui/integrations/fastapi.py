@@ -37,7 +37,7 @@ from apikey_tui.integrations.asgi_messages import (
 )
 from apikey_tui.integrations.clients import ClientReader, asgi_client
 from apikey_tui.integrations.clients import trusted_proxies as trusted_proxies_of
-from apikey_tui.integrations.guard import Guard
+from apikey_tui.integrations.guard import CHECKED, Guard
 from apikey_tui.integrations.websocket_watch import KeyWatch
 from apikey_tui.networks import TrustedProxies
 from apikey_tui.verifier import Caller, Verifier
@@ -107,7 +107,7 @@ class ApiKeyScheme(SecurityBase):
             caller = self._checked_before(scope, security_scopes.scopes)
             if caller is None:
                 caller = await self.guard.caller_async(scope, security_scopes.scopes, scope["path"])
-                scope[_CHECKED] = (self.guard.verifier, caller)
+                scope[CHECKED] = (self.guard.verifier, caller)
         except AuthError as error:
             if answered_by_app(connection.scope, error):
                 raise
@@ -124,10 +124,10 @@ class ApiKeyScheme(SecurityBase):
         return caller
 
     def _checked_before(self, scope: Scope, required: list[str]) -> Caller | None:
-        """The caller another key dependency of this request checked (a router's and a route's
-        both run, each with its own scopes): its scopes judged for these too, but the request
-        spends its limits and is counted once, not once per dependency."""
-        checked = scope.get(_CHECKED)
+        """The caller the middleware or another key dependency of this request checked (a
+        router's and a route's both run, each with its own scopes): its scopes judged for these
+        too, but the request spends its limits and is counted once, not once per check."""
+        checked = scope.get(CHECKED)
         if checked is None or checked[0] is not self.guard.verifier:
             return None
         caller: Caller = checked[1]
@@ -135,10 +135,6 @@ class ApiKeyScheme(SecurityBase):
             # The refusal the full check gives (403, recorded); the limits are spent already.
             self.guard.verifier.authorize(caller, required, _spent=True)
         return caller
-
-
-# Where a request's scope keeps the caller its first key dependency checked, with the verifier.
-_CHECKED = "apikey_tui.checked"
 
 
 def answered_by_app(scope: Scope, error: AuthError) -> bool:

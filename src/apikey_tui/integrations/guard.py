@@ -21,6 +21,10 @@ Refusal = tuple[int, list[tuple[str, str]], bytes]
 # The rules of a guard given none: any valid key, on any path in normal form. It holds no state
 # but its bounded answer cache, so every such guard shares one.
 _ANY_KEY = RouteScopes(())
+# Where an ASGI request's scope keeps (verifier, caller) once its key was checked, so a later
+# check of the same request (a FastAPI key dependency after the middleware or another
+# dependency) judges only its own scopes: one request spends its limits and is counted once.
+CHECKED = "apikey_tui.checked"
 
 
 def _unknown(_request: object) -> str | None:
