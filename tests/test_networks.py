@@ -195,3 +195,13 @@ def test_a_text_longer_than_any_address_is_unknown_and_not_kept() -> None:
     assert address_of(long) is None
     assert long not in ADDRESSES
     assert address_of("ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255") is not None  # 45 chars
+
+
+def test_an_ipv4_mapped_network_written_in_ipv6_counts_its_length_in_ipv6_bits() -> None:
+    """'::ffff:10.0.0.0/104' is 10.0.0.0/8 and '::ffff:0:0/96' every IPv4 address: a length
+    written after an IPv6 text is an IPv6 length (was refused as '/104 is too long')."""
+    assert parse_cidr("::ffff:10.0.0.0/104") == parse_cidr("10.0.0.0/8")
+    assert parse_cidr("::ffff:0:0/96") == parse_cidr("0.0.0.0/0")
+    assert parse_cidr("::ffff:192.0.2.7") == parse_cidr("192.0.2.7")
+    with pytest.raises(InvalidInputError, match="host bits set"):
+        parse_cidr("::ffff:0:0/80")  # wider than IPv4's space, from a mapped address

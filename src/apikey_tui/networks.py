@@ -142,7 +142,9 @@ def parse_cidr(text: str) -> Cidr:
             f"network {text[:60]!a} is not allowed: write an address or a CIDR (10.0.0.0/8, "
             "2001:db8::/32)"
         )
-    family_bits = 32 if is_v4(start) else 128
+    # A length after an IPv6 text counts IPv6 bits, an IPv4-mapped one's too (::ffff:0:0/96 is
+    # every IPv4 address); IPv4 is held mapped, so only the length's scale differs.
+    family_bits = 32 if is_v4(start) and ":" not in address else 128
     bits = int(length) if slash else family_bits
     if bits > family_bits:
         raise InvalidInputError(f"network {text[:60]!a} is not allowed: /{bits} is too long")
@@ -291,11 +293,6 @@ def network_rules(
     if not allowed and not denied:
         raise InvalidInputError("no network given: name --allow-from or --deny-from, or none")
     return NetworkRules(mode, allowed, denied)
-
-
-def parse_networks(values: Iterable[str]) -> tuple[Cidr, ...]:
-    """Networks from repeated or comma-separated options ('10.0.0.0/8,192.0.2.1')."""
-    return tuple(parse_cidr(v) for value in values for v in value.replace(",", " ").split())
 
 
 # Stored rule texts read back, kept: every key of an owner carries the owner's text (up to
