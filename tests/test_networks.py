@@ -8,6 +8,7 @@ import random
 import pytest
 
 from apikey_tui.errors import InvalidInputError
+from apikey_tui.integrations import clients
 from apikey_tui.networks import (
     ENFORCE,
     SHADOW,
@@ -205,3 +206,24 @@ def test_an_ipv4_mapped_network_written_in_ipv6_counts_its_length_in_ipv6_bits()
     assert parse_cidr("::ffff:192.0.2.7") == parse_cidr("192.0.2.7")
     with pytest.raises(InvalidInputError, match="host bits set"):
         parse_cidr("::ffff:0:0/80")  # wider than IPv4's space, from a mapped address
+
+
+def test_a_client_the_server_took_from_a_header_is_unknown_and_said_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A peer of port 0, or one X-Forwarded-For names with a port (uvicorn's own proxy handling
+    wrote it), is unknown in ASGI and Django's META alike, and one warning per process says
+    how to set the server up; a real peer is read as it is, without a word."""
+    clients._REWRITTEN.done = False
+    forwarded = [(b"x-forwarded-for", b"127.0.0.2:443")]
+    with caplog.at_level("WARNING", logger="apikey_tui.integrations"):
+        assert clients._asgi_peer({"client": ("10.1.2.3", 50000), "headers": []}) == "10.1.2.3"
+        assert clients.meta_peer({"REMOTE_ADDR": "10.1.2.3", "REMOTE_PORT": "50000"}) == (
+            "10.1.2.3"
+        )
+        assert caplog.records == []
+        assert clients._asgi_peer({"client": ("127.0.0.2", 0), "headers": []}) is None
+        assert clients._asgi_peer({"client": ("127.0.0.2", 443), "headers": forwarded}) is None
+        assert clients.meta_peer({"REMOTE_ADDR": "127.0.0.2", "REMOTE_PORT": 0}) is None
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1 and "--no-proxy-headers" in warnings[0]

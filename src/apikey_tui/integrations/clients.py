@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
 from operator import methodcaller
@@ -11,6 +12,30 @@ from apikey_tui.config import CLIENT_HEADER_ENV, TRUSTED_PROXIES_ENV
 from apikey_tui.networks import XFF, TrustedProxies
 
 ClientReader = Callable[[Any], str | None]
+
+log = logging.getLogger("apikey_tui.integrations")
+
+
+class _Once:
+    """A warning logged the first time only, per process: a misconfigured server would otherwise
+    write it at every request."""
+
+    def __init__(self, line: str) -> None:
+        self.line, self.done = line, False
+
+    def __call__(self) -> None:
+        if not self.done:
+            self.done = True
+            log.warning(self.line)
+
+
+# Every key with network rules is refused from such a client, so its team needs to know why.
+_REWRITTEN = _Once(
+    "a request's client is no TCP peer (port 0), or came from a forwarding header the server"
+    " applied itself (uvicorn's proxy headers, on by default): it counts as unknown, and keys"
+    " with network rules are refused. Run uvicorn with --no-proxy-headers and name the proxy"
+    " in trusted_proxies (APIKEY_TUI_TRUSTED_PROXIES)"
+)
 
 
 def trusted_proxies(
@@ -40,11 +65,15 @@ def _asgi_peer(scope: Mapping[str, Any]) -> str | None:
     # address there (uvicorn's default believes X-Forwarded-For from 127.0.0.1, for anyone on
     # the host or behind a local proxy that passes the client's header on). We cannot judge it:
     # unknown, which no network rule admits. Trusted proxies are named here, never there.
-    if not client or len(client) < 2 or not client[1]:
+    if not client or len(client) < 2:
+        return None
+    if not client[1]:
+        _REWRITTEN()
         return None
     host: str = client[0]
     for name, value in scope.get("headers", ()):
         if name == b"x-forwarded-for" and _taken_from_header(host, value.decode("latin-1")):
+            _REWRITTEN()
             return None  # the header's address with the header's port (see _taken_from_header)
     return host
 
@@ -75,11 +104,12 @@ def meta_peer(meta: Mapping[str, Any]) -> str | None:
     Django copies scope["client"] into REMOTE_ADDR and REMOTE_PORT, so uvicorn's default proxy
     handling (believing X-Forwarded-For from 127.0.0.1) puts a client-chosen address there.
     Unknown; so is an address the header names with a port (`_taken_from_header`)."""
-    if meta.get("REMOTE_PORT") in _NO_PEER_PORT:
-        return None
     host: str | None = meta.get("REMOTE_ADDR") or None
     forwarded = meta.get("HTTP_X_FORWARDED_FOR")
-    if host is not None and forwarded is not None and _taken_from_header(host, forwarded):
+    if meta.get("REMOTE_PORT") in _NO_PEER_PORT or (
+        host is not None and forwarded is not None and _taken_from_header(host, forwarded)
+    ):
+        _REWRITTEN()
         return None  # a port taken from the header too, as in `_asgi_peer`
     return host
 
