@@ -527,6 +527,33 @@ def test_database_down_and_serve_auth_down_fail_closed(proxy: str, tmp_path: Pat
         answer = call(started[2].port, "/projects", key)
         expected = 503 if proxy == "nginx" else 502
         assert answer.status == expected, (answer.status, answer.body)
+        if proxy == "nginx":  # no answer to pass on: nginx's own
+            assert answer.headers.get("retry-after") == "5"
+        assert seen_by_upstream(started[0]) == []
+    finally:
+        for process in reversed(started):
+            process.stop()
+
+
+@pytest.mark.parametrize("proxy", sorted(PROXIES))
+def test_a_failed_store_of_counts_reaches_the_client_as_503_with_serve_auths_retry_after(
+    proxy: str, tmp_path: Path
+) -> None:
+    """A limited key whose store of counts is down gets serve-auth's 503 and its Retry-After
+    (1 s: the store is tried again after a second), not the proxy's own 5 s."""
+    started: list[Process] = []
+    try:
+        url = f"sqlite:///{tmp_path / 'keys.db'}"
+        store = KeyStore.open(url, hasher=CHEAP, actor=ACTOR)
+        key = store.create_key("alice", "m", ["project"], limits=[parse_limit("5/m")]).plaintext
+        store.close()
+        dead = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+        started.append(start_upstream(tmp_path))
+        started.append(start_serve_auth(tmp_path, url, options=["--limits-url", dead]))
+        started.append(PROXIES[proxy](tmp_path, started[1].port, started[0].port))
+        answer = call(started[2].port, "/projects", key)
+        assert answer.status == 503, (answer.status, answer.body)
+        assert answer.headers.get("retry-after") == "1"
         assert seen_by_upstream(started[0]) == []
     finally:
         for process in reversed(started):
