@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from sqlalchemy import text as sql
@@ -596,6 +597,32 @@ def test_revoke_buys_one_argon2_run_a_minute_per_key_of_0_1_0(store: KeyStore) -
         assert len(counting.calls) == 5 + 1  # the fingerprint refuses every wrong one
     secret = keyformat.parse(created.plaintext).secret
     assert every_fingerprint(store)[public_id] == fingerprint(public_id, secret)
+
+
+def test_ids_never_issued_read_no_audit_trail(store: KeyStore, signer: Signer) -> None:
+    """Tokens of ids this database never issued, in /revoke or a signed report, cost no read
+    of the audit trail (no index serves a read of it by public id: each was a whole scan)."""
+    read: list[str] = []
+
+    def count(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        if threading.current_thread().name.startswith("serve-leaks") and (
+            statement.lstrip().upper().startswith("SELECT") and "apikey_tui_event" in statement
+        ):
+            read.append(statement)
+
+    strangers = [keyformat.generate()[1] for _ in range(50)]
+    sqlalchemy.event.listen(store.engine, "before_cursor_execute", count)
+    try:
+        with make_client(store, signer, revoke_per_minute=1000) as client:
+            revoke_and_wait(client, store, [])
+            alone = len(read)  # the sentinel's own (is this report a repeat?)
+            revoke_and_wait(client, store, strangers)
+            assert len(read) == 2 * alone
+            body = report(*strangers)
+            assert client.post("/github", content=body, headers=signer.headers(body)).json()
+            assert len(read) == 2 * alone
+    finally:
+        sqlalchemy.event.remove(store.engine, "before_cursor_execute", count)
 
 
 @dataclass(frozen=True)

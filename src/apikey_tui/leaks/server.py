@@ -214,7 +214,9 @@ class LeaksApp(HTTPApp):
         except MalformedKey:
             return None
         # A signed report is judged whole; /revoke, open to anyone, within the legacy budget.
-        verdict = judge(store, key, self.legacy if source == "revoke" else None)
+        # Deleted or unknown changes nothing here: not told apart (each a scan of the trail).
+        legacy = self.legacy if source == "revoke" else None
+        verdict = judge(store, key, legacy, tell_deleted=False)
         if verdict.credential is None:
             if verdict.state in _REFUSALS and (verdict.state, key.public_id) not in said:
                 said.add((verdict.state, key.public_id))

@@ -57,7 +57,13 @@ class TokenVerdict:
         return self.credential is not None
 
 
-def judge(store: KeyStore, key: ParsedKey, legacy: FailureBudget | None = None) -> TokenVerdict:
+def judge(
+    store: KeyStore,
+    key: ParsedKey,
+    legacy: FailureBudget | None = None,
+    *,
+    tell_deleted: bool = True,
+) -> TokenVerdict:
     """Look the public id up and check the secret (fingerprint, then argon2).
 
     argon2 runs only for a secret whose fingerprint matches (the right one, bar a 2**-64
@@ -65,10 +71,15 @@ def judge(store: KeyStore, key: ParsedKey, legacy: FailureBudget | None = None) 
     0.1.0, which has no fingerprint: then `legacy`, when given, bounds the wrong secrets
     checked for its id (a spent budget is "unchecked", nothing changes). A key of 0.1.0 whose
     secret is proven right is given its fingerprint, so later wrong secrets cost no argon2.
+
+    Telling a deleted id from an unknown one reads the audit trail by public id, which no index
+    serves: a scan of the whole trail per id. With tell_deleted False both are "unknown", so a
+    caller that acts on neither (serve-leaks, taking ids from anyone) never pays for it.
     """
     credential = store.credential(key.public_id)
     if credential is None:
-        return TokenVerdict("deleted" if store.issued(key.public_id) else "unknown")
+        deleted = tell_deleted and store.issued(key.public_id)
+        return TokenVerdict("deleted" if deleted else "unknown")
     info = credential.info
     presented = fingerprint(key.public_id, key.secret)
     if credential.fingerprint is None:
