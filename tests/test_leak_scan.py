@@ -277,6 +277,35 @@ def test_git_history_finds_a_key_removed_by_the_next_commit(
     assert found["where"] == f"{added[:12]}:config.py:2"
 
 
+def test_git_history_places_many_keys_with_one_walk_of_history(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Keys in 30 versions of a file are each placed at the commit that added them, from one
+    `git log` (one walk of the whole history per key-bearing blob made a scan quadratic)."""
+    git(tmp_path, "init", "-q", "-b", "main")
+    added = {}
+    for number in range(30):
+        key = new_key()
+        (tmp_path / "f.txt").write_text(f"version {number}\n{key}\n")
+        git(tmp_path, "add", "f.txt")
+        git(tmp_path, "commit", "-qm", f"v{number}")
+        added[token_sha256(key)] = git(tmp_path, "rev-parse", "HEAD").strip()
+    logs = []
+    run = subprocess.run
+
+    def counting(command: list[str], *args: Any, **kwargs: Any) -> Any:
+        logs.extend(command[3:4] if command[3:4] == ["log"] else [])
+        return run(command, *args, **kwargs)
+
+    monkeypatch.setattr("apikey_tui.leaks.scan.subprocess.run", counting)
+    code, out, _ = scan(capsys, "--offline", "--git", "--json", str(tmp_path))
+    rows = json.loads(out)
+    assert code == 1 and len(rows) == 30
+    assert {row["token_sha256"]: row["commit"] for row in rows} == added
+    assert {(row["path"], row["line"]) for row in rows} == {("f.txt", 2)}
+    assert len(logs) == 1
+
+
 def test_git_history_covers_every_ref(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A key only on another branch is found by --git run on the main branch."""
     git(tmp_path, "init", "-q", "-b", "main")

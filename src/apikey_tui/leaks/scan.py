@@ -22,6 +22,9 @@ CHUNK = 8 * 1024 * 1024  # bytes read at a time: memory stays bounded whatever t
 BINARY_SNIFF = 8000
 # Shorter than a key, so a key that straddles two chunks is found exactly once.
 _OVERLAP = keyformat.KEY_LENGTH - 1
+# Blobs whose first commit one `git log` looks for: ~55 bytes of arguments each, far below
+# any system's limit on a command line.
+INTRODUCED_BATCH = 1000
 
 
 class ScanError(Exception):
@@ -275,20 +278,30 @@ def _contents(
                 pass
 
 
-def _introduced(repository: str, oid: str) -> tuple[str | None, str | None]:
-    """The first commit (any ref) that added this blob, and its path there."""
-    commit: str | None = None
-    for row in _git(
-        repository, "log", "--all", "--reverse", "-m", "--no-renames", "--raw", "--no-abbrev",
-        "--format=commit %H", f"--find-object={oid}",
-    ):  # fmt: skip
-        if row.startswith("commit "):
-            commit = row.split()[1]
-        elif row.startswith(":") and commit is not None:
-            fields, _, path = row.partition("\t")
-            if fields.split()[3] == oid:
-                return commit, path
-    return None, None
+def _introduced(repository: str, oids: list[str]) -> dict[str, tuple[str, str]]:
+    """The first commit (any ref) that added each blob, and its path there (absent: none did).
+
+    One `git log` walks the whole history for up to INTRODUCED_BATCH blobs at once (git takes
+    --find-object many times): one walk per blob made a scan quadratic in a history whose
+    versions of a file each hold a key.
+    """
+    first: dict[str, tuple[str, str]] = {}
+    for start in range(0, len(oids), INTRODUCED_BATCH):
+        batch = oids[start : start + INTRODUCED_BATCH]
+        wanted = set(batch)
+        commit: str | None = None
+        for row in _git(
+            repository, "log", "--all", "--reverse", "-m", "--no-renames", "--raw", "--no-abbrev",
+            "--format=commit %H", *(f"--find-object={oid}" for oid in batch),
+        ):  # fmt: skip
+            if row.startswith("commit "):
+                commit = row.split()[1]
+            elif row.startswith(":") and commit is not None:
+                fields, _, path = row.partition("\t")
+                oid = fields.split()[3]
+                if oid in wanted and oid not in first:
+                    first[oid] = (commit, path)
+    return first
 
 
 def scan_git(repository: str, on_error: Callable[[ScanError], None]) -> Iterator[Found]:
@@ -300,17 +313,27 @@ def scan_git(repository: str, on_error: Callable[[ScanError], None]) -> Iterator
     """
     objects = _objects(repository)
     names = dict(objects)
+    # In object order; a blob's keys (by its id) wait for where they were added, which is
+    # asked of git once for all such blobs at the end.
+    found: list[Found | str] = []
+    in_blobs: dict[str, list[tuple[int, ParsedKey, str]]] = {}
     for oid, kind, content in _contents(repository, [oid for oid, _ in objects], on_error):
         if kind == "commit":
             for line, key, text in find_keys([content]):
-                yield Found(None, line, key, text, commit=oid)
+                found.append(Found(None, line, key, text, commit=oid))
         elif kind == "tag":
             for line, key, text in find_keys([content]):
-                yield Found(None, line, key, text, tag=names[oid] or oid)
+                found.append(Found(None, line, key, text, tag=names[oid] or oid))
         elif kind == "blob" and b"\x00" not in content[:BINARY_SNIFF]:
-            found = list(find_keys([content]))
-            if not found:
-                continue
-            commit, path = _introduced(repository, oid)
-            for line, key, text in found:
-                yield Found(path or names[oid] or f"blob {oid[:12]}", line, key, text, commit)
+            keys = list(find_keys([content]))
+            if keys:
+                in_blobs[oid] = keys
+                found.append(oid)
+    introduced = _introduced(repository, list(in_blobs))
+    for item in found:
+        if isinstance(item, Found):
+            yield item
+            continue
+        commit, path = introduced.get(item, (None, None))
+        for line, key, text in in_blobs[item]:
+            yield Found(path or names[item] or f"blob {item[:12]}", line, key, text, commit)
