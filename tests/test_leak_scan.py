@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tracemalloc
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -304,6 +305,29 @@ def test_git_history_places_many_keys_with_one_walk_of_history(
     assert {row["token_sha256"]: row["commit"] for row in rows} == added
     assert {(row["path"], row["line"]) for row in rows} == {("f.txt", 2)}
     assert len(logs) == 1
+
+
+def test_git_history_reads_a_large_blob_in_chunks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A blob 64 times the read size is scanned in chunks, its key found on its line: it was
+    read whole, twice over, so a repository of 1 MB holding a 1 GB blob took 2 GB."""
+    key = new_key()
+    git(tmp_path, "init", "-q", "-b", "main")
+    (tmp_path / "big.txt").write_text("filler line\n" * (4 * 1024 * 1024 // 12) + key + "\n")
+    git(tmp_path, "add", "big.txt")
+    git(tmp_path, "commit", "-qm", "big")
+    lines = (tmp_path / "big.txt").read_text().count("\n")
+    monkeypatch.setattr("apikey_tui.leaks.scan.CHUNK", 64 * 1024)
+    tracemalloc.start()
+    try:
+        code, out, _ = scan(capsys, "--offline", "--git", "--json", str(tmp_path))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    [row] = json.loads(out)
+    assert code == 1 and (row["path"], row["line"]) == ("big.txt", lines)
+    assert peak < 2 * 1024 * 1024
 
 
 def test_git_history_covers_every_ref(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

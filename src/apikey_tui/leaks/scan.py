@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import stat
@@ -9,7 +10,7 @@ import subprocess
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import IO, BinaryIO
 
 from apikey_tui import keyformat
 from apikey_tui.keyformat import MalformedKey, ParsedKey
@@ -231,11 +232,35 @@ def _objects(repository: str) -> list[tuple[str, str]]:
     return objects
 
 
+class _Content:
+    """One object's content on `git cat-file --batch`'s output, read CHUNK bytes at a time: a
+    blob can be any size (a 1 GB one packs into 1 MB), so it is never held whole."""
+
+    def __init__(self, stream: IO[bytes], size: int) -> None:
+        self.stream = stream
+        self.left = size
+
+    def chunks(self) -> Iterator[bytes]:
+        while self.left > 0:
+            chunk = self.stream.read(min(CHUNK, self.left))
+            if not chunk:
+                return  # git ended: the next header says so
+            self.left -= len(chunk)
+            yield chunk
+
+    def skip_rest(self) -> None:
+        """Read past what the reader left unread, and the newline after the content."""
+        for _ in self.chunks():
+            pass
+        self.stream.read(1)
+
+
 def _contents(
     repository: str, oids: list[str], on_error: Callable[[ScanError], None]
-) -> Iterator[tuple[str, str, bytes]]:
-    """(oid, type, content) of each object, streamed from one `git cat-file --batch`; an object
-    git does not have (a partial clone) goes to on_error."""
+) -> Iterator[tuple[str, str, Iterator[bytes]]]:
+    """(oid, type, content in chunks) of each object, streamed from one `git cat-file --batch`;
+    the chunks are valid until the next object is asked for. An object git does not have (a
+    partial clone) goes to on_error."""
     process = subprocess.Popen(
         ["git", "-C", repository, "cat-file", "--batch"],
         stdin=subprocess.PIPE,
@@ -264,9 +289,9 @@ def _contents(
             if len(header) != 3 or not header[2].isdigit():
                 on_error(ScanError(f"git cat-file stopped at {oid}: the rest was not scanned"))
                 return
-            size = int(header[2])
-            content = process.stdout.read(size + 1)[:size]  # and the newline after it
-            yield oid, header[1].decode("ascii", "replace"), content
+            content = _Content(process.stdout, int(header[2]))
+            yield oid, header[1].decode("ascii", "replace"), content.chunks()
+            content.skip_rest()
     finally:
         process.kill()
         process.wait()
@@ -317,15 +342,18 @@ def scan_git(repository: str, on_error: Callable[[ScanError], None]) -> Iterator
     # asked of git once for all such blobs at the end.
     found: list[Found | str] = []
     in_blobs: dict[str, list[tuple[int, ParsedKey, str]]] = {}
-    for oid, kind, content in _contents(repository, [oid for oid, _ in objects], on_error):
+    for oid, kind, chunks in _contents(repository, [oid for oid, _ in objects], on_error):
         if kind == "commit":
-            for line, key, text in find_keys([content]):
+            for line, key, text in find_keys(chunks):
                 found.append(Found(None, line, key, text, commit=oid))
         elif kind == "tag":
-            for line, key, text in find_keys([content]):
+            for line, key, text in find_keys(chunks):
                 found.append(Found(None, line, key, text, tag=names[oid] or oid))
-        elif kind == "blob" and b"\x00" not in content[:BINARY_SNIFF]:
-            keys = list(find_keys([content]))
+        elif kind == "blob":
+            first = next(chunks, b"")  # CHUNK bytes, or the whole blob if smaller
+            if b"\x00" in first[:BINARY_SNIFF]:
+                continue
+            keys = list(find_keys(itertools.chain([first], chunks)))
             if keys:
                 in_blobs[oid] = keys
                 found.append(oid)
