@@ -330,6 +330,51 @@ def test_git_history_reads_a_large_blob_in_chunks(
     assert peak < 2 * 1024 * 1024
 
 
+def test_git_history_runs_nothing_a_repositorys_config_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """scan --git of a repository whose own config names programs (a gpg.program that
+    log.showSignature runs, an ext:: promisor remote a lazy fetch runs) runs none of them,
+    finds the key, and names the object git lacks instead of fetching it."""
+    ran = tmp_path / "ran"
+    program = tmp_path / "program.sh"
+    program.write_text(f"#!/bin/sh\ntouch {ran}\nexit 1\n")
+    program.chmod(0o755)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "gone.txt").write_text("fetched lazily\n")
+    git(repo, "add", "gone.txt")
+    git(repo, "commit", "-qm", "a blob that will be missing")
+    gone = git(repo, "rev-parse", "HEAD:gone.txt").strip()
+    (repo / ".git" / "objects" / gone[:2] / gone[2:]).unlink()
+    key = new_key()
+    blob = git(repo, "hash-object", "-w", "--stdin", input=f"{key}\n").strip()
+    tree = git(repo, "mktree", input=f"100644 blob {blob}\tkey.txt\n").strip()
+    signed = (
+        f"tree {tree}\nparent {git(repo, 'rev-parse', 'HEAD').strip()}\n"
+        "author t <t@example.org> 1700000000 +0000\ncommitter t <t@example.org> 1700000000 +0000\n"
+        "gpgsig -----BEGIN PGP SIGNATURE-----\n \n AAAA\n -----END PGP SIGNATURE-----\n\nsigned\n"
+    )
+    commit = git(repo, "hash-object", "-t", "commit", "-w", "--stdin", input=signed).strip()
+    git(repo, "update-ref", "refs/heads/main", commit)
+    for name, value in {
+        "log.showSignature": "true",
+        "gpg.program": str(program),
+        "core.repositoryformatversion": "1",
+        "extensions.partialClone": "origin",
+        "remote.origin.promisor": "true",
+        "remote.origin.url": f"ext::{program}",
+        "protocol.ext.allow": "always",
+    }.items():
+        git(repo, "config", name, value)
+    code, out, err = scan(capsys, "--offline", "--git", "--json", str(repo))
+    assert not ran.exists()
+    [row] = json.loads(out)
+    assert code == 1 and (row["commit"], row["path"]) == (commit, "key.txt")
+    assert f"git has no object {gone}" in err
+
+
 def test_git_history_covers_every_ref(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A key only on another branch is found by --git run on the main branch."""
     git(tmp_path, "init", "-q", "-b", "main")

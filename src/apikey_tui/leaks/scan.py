@@ -204,13 +204,26 @@ def scan_paths(paths: Iterable[str], on_error: Callable[[ScanError], None]) -> I
 # --- git history --------------------------------------------------------------------------------
 
 
+# A repository's own config is the scanned repository's to write, and git obeys it: a
+# promisor remote's `ext::` URL (with protocol.ext.allow) is a command a lazy fetch of a
+# missing object runs, as is the gpg.program that log.showSignature runs on a signed commit.
+# No transport is allowed at all (GIT_ALLOW_PROTOCOL empty overrides every protocol.*.allow;
+# git 2.45+ also honours GIT_NO_LAZY_FETCH), and the log is asked for no signature.
+_NO_FETCH = {"GIT_ALLOW_PROTOCOL": "", "GIT_NO_LAZY_FETCH": "1"}
+
+
+def _git_command(repository: str, *arguments: str) -> list[str]:
+    return ["git", "-C", repository, *arguments]
+
+
 def _git(repository: str, *arguments: str) -> list[str]:
     try:
         done = subprocess.run(
-            ["git", "-C", repository, *arguments],
+            _git_command(repository, *arguments),
             capture_output=True,
             check=False,
             timeout=3600,
+            env={**os.environ, **_NO_FETCH},
         )
     except OSError as exc:
         raise ScanError(f"cannot run git: {exc.strerror}") from None
@@ -220,16 +233,27 @@ def _git(repository: str, *arguments: str) -> list[str]:
     return done.stdout.decode("utf-8", "surrogateescape").splitlines()
 
 
-def _objects(repository: str) -> list[tuple[str, str]]:
+def _objects(repository: str) -> tuple[list[tuple[str, str]], list[str]]:
     """Every commit, annotated tag and blob reachable from any ref (removed files included),
-    each with the name rev-list gives it: a path for a blob, the tag's name, '' for a commit."""
-    objects = []
+    each with the name rev-list gives it: a path for a blob, the tag's name, '' for a commit;
+    and the objects git does not have (a partial clone's), which it is not to fetch."""
+    objects, missing = [], []
     # The filter drops trees only: commits and tags are listed, a tag with its name, so a name
-    # never tells a blob (`git cat-file` tells each object's type).
-    for row in _git(repository, "rev-list", "--objects", "--all", "--filter=object:type=blob"):
+    # never tells a blob (`git cat-file` tells each object's type). --missing=print lists what
+    # git lacks as "?<oid>" where it would fetch each one from the promisor remote in turn.
+    for row in _git(
+        repository, "rev-list", "--objects", "--all", "--filter=object:type=blob", "--missing=print"
+    ):
+        if row.startswith("?"):
+            missing.append(row[1:])
+            continue
         oid, _, name = row.partition(" ")
         objects.append((oid, name))
-    return objects
+    return objects, missing
+
+
+def _missing(oid: str) -> ScanError:
+    return ScanError(f"git has no object {oid} (a partial clone?)")
 
 
 class _Content:
@@ -262,10 +286,11 @@ def _contents(
     the chunks are valid until the next object is asked for. An object git does not have (a
     partial clone) goes to on_error."""
     process = subprocess.Popen(
-        ["git", "-C", repository, "cat-file", "--batch"],
+        _git_command(repository, "cat-file", "--batch"),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
+        env={**os.environ, **_NO_FETCH},
     )
     assert process.stdin is not None and process.stdout is not None
     requests = process.stdin
@@ -284,7 +309,7 @@ def _contents(
         for oid in oids:
             header = process.stdout.readline().split()
             if len(header) == 2 and header[1] == b"missing":
-                on_error(ScanError(f"git has no object {oid} (a partial clone?)"))
+                on_error(_missing(oid))
                 continue
             if len(header) != 3 or not header[2].isdigit():
                 on_error(ScanError(f"git cat-file stopped at {oid}: the rest was not scanned"))
@@ -317,7 +342,7 @@ def _introduced(repository: str, oids: list[str]) -> dict[str, tuple[str, str]]:
         commit: str | None = None
         for row in _git(
             repository, "log", "--all", "--reverse", "-m", "--no-renames", "--raw", "--no-abbrev",
-            "--format=commit %H", *(f"--find-object={oid}" for oid in batch),
+            "--no-show-signature", "--format=commit %H", *(f"--find-object={oid}" for oid in batch),
         ):  # fmt: skip
             if row.startswith("commit "):
                 commit = row.split()[1]
@@ -336,7 +361,9 @@ def scan_git(repository: str, on_error: Callable[[ScanError], None]) -> Iterator
     A key in a blob is placed at the commit that added it (a key deleted by a later commit is
     found all the same). ScanError if git cannot list the history (not a repository).
     """
-    objects = _objects(repository)
+    objects, missing = _objects(repository)
+    for oid in missing:
+        on_error(_missing(oid))
     names = dict(objects)
     # In object order; a blob's keys (by its id) wait for where they were added, which is
     # asked of git once for all such blobs at the end.
