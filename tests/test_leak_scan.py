@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy
 import yaml
+from sqlalchemy.engine import Engine
 
 from apikey_tui import keyformat
 from apikey_tui.cli import main
@@ -488,6 +490,32 @@ def test_database_scan_tells_each_state_and_exits_1_for_live(
     }
     for key in made.values():
         assert keyformat.parse(key).secret not in out + err
+
+
+def test_database_scan_reads_the_audit_trail_once_for_many_unknown_keys(
+    keys_file: tuple[Path, dict[str, str]], database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Telling deleted keys from unknown ones reads the audit trail once for 50 unknown keys as
+    for one (a read per key, each a scan of the whole trail, made a scan quadratic)."""
+    path, _ = keys_file
+    reads: list[str] = []
+
+    def count(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        if statement.lstrip().upper().startswith("SELECT") and "apikey_tui_event" in statement:
+            reads.append(statement)
+
+    sqlalchemy.event.listen(Engine, "before_cursor_execute", count)
+    try:
+        scan(capsys, "--database-url", database_url, str(path))
+        alone = len(reads)
+        with path.open("a") as more:
+            more.writelines(f"{new_key()}\n" for _ in range(50))
+        _, out, _ = scan(capsys, "--database-url", database_url, "--json", str(path))
+    finally:
+        sqlalchemy.event.remove(Engine, "before_cursor_execute", count)
+    assert len(reads) == 2 * alone
+    states = [row["state"] for row in json.loads(out)]
+    assert states.count("unknown") == 51 and states.count("deleted") == 1
 
 
 def test_database_scan_without_live_keys_exits_0(

@@ -64,7 +64,7 @@ def run_scan(call: Call) -> int:
 
 
 def _report(args: argparse.Namespace, found: list[Found], store: KeyStore | None) -> int:
-    from apikey_tui.leaks.verdicts import judge, mask, token_sha256
+    from apikey_tui.leaks.verdicts import judge_all, mask, token_sha256
 
     verdicts: dict[str, TokenVerdict] = {}
     outcomes: dict[str, str] = {}
@@ -72,9 +72,9 @@ def _report(args: argparse.Namespace, found: list[Found], store: KeyStore | None
     first: dict[str, Found] = {}  # where each distinct key was first seen
     if store is not None:
         for place in found:
-            digest = token_sha256(place.text)
-            if digest not in verdicts:
-                verdicts[digest], first[digest] = judge(store, place.key), place
+            first.setdefault(token_sha256(place.text), place)
+        judged = judge_all(store, [place.key for place in first.values()])
+        verdicts = dict(zip(first, judged, strict=True))
     # A leak marks the secret whatever the key's state (store.leaks): a disabled or expired
     # key found with its right secret is marked too, so no enable or new expiry revives it.
     genuine = [d for d, v in verdicts.items() if v.genuine]

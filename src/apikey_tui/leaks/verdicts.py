@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -73,13 +74,38 @@ def judge(
     secret is proven right is given its fingerprint, so later wrong secrets cost no argon2.
 
     Telling a deleted id from an unknown one reads the audit trail by public id, which no index
-    serves: a scan of the whole trail per id. With tell_deleted False both are "unknown", so a
-    caller that acts on neither (serve-leaks, taking ids from anyone) never pays for it.
+    serves: a scan of the whole trail. With tell_deleted False both are "unknown", so a caller
+    that acts on neither (serve-leaks, taking ids from anyone) never pays for it; `judge_all`
+    pays once for many keys.
     """
+    return judge_all(store, [key], legacy, tell_deleted=tell_deleted)[0]
+
+
+def judge_all(
+    store: KeyStore,
+    keys: Sequence[ParsedKey],
+    legacy: FailureBudget | None = None,
+    *,
+    tell_deleted: bool = True,
+) -> list[TokenVerdict]:
+    """`judge` each key, in order, telling deleted ids from unknown ones with one read of the
+    audit trail for them all (one per id made a scan of a file of keys quadratic)."""
+    verdicts = [_judge(store, key, legacy) for key in keys]
+    absent = [key.public_id for key, v in zip(keys, verdicts, strict=True) if v.state == "unknown"]
+    if not (tell_deleted and absent):
+        return verdicts
+    issued = store.issued(absent)
+    return [
+        TokenVerdict("deleted") if v.state == "unknown" and key.public_id in issued else v
+        for key, v in zip(keys, verdicts, strict=True)
+    ]
+
+
+def _judge(store: KeyStore, key: ParsedKey, legacy: FailureBudget | None) -> TokenVerdict:
+    """`judge` of one key, an id that no key holds being "unknown" (deleted or never issued)."""
     credential = store.credential(key.public_id)
     if credential is None:
-        deleted = tell_deleted and store.issued(key.public_id)
-        return TokenVerdict("deleted" if deleted else "unknown")
+        return TokenVerdict("unknown")
     info = credential.info
     presented = fingerprint(key.public_id, key.secret)
     if credential.fingerprint is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import replace
 
 from sqlalchemy import or_
@@ -25,6 +26,9 @@ from apikey_tui.store.types import LEAK_EVENT, LEAK_SOURCES, Leak, leak_reason, 
 # A secret's newest reports compared against a new one: a replay is of a recent report, and a
 # bound keeps a secret reported thousands of times from costing a scan of them all.
 _REPORTS_COMPARED = 100
+# Public ids asked of the audit trail in one read (`issued`): bound parameters stay far below
+# any database's limit (SQLite's is 32,766; psycopg's 65,535).
+_ISSUED_ASKED = 1000
 
 
 def contain_leak(
@@ -125,10 +129,19 @@ def leaks(ctx: StoreContext, owner: str, name: str, limit: int = 20) -> list[Lea
         return [Leak.from_event(audit.event_of(r)) for r in rows]
 
 
-def issued(ctx: StoreContext, public_id: str) -> bool:
-    """Whether this database ever made a key with this public id (its events name it)."""
+def issued(ctx: StoreContext, public_ids: Collection[str]) -> set[str]:
+    """Those of these public ids this database ever made a key with (its events name them).
+
+    No index serves a read of the trail by public id: each read scans it whole, so ids are
+    asked _ISSUED_ASKED at a time, not one by one.
+    """
+    asked = list(dict.fromkeys(public_ids))
+    found: set[str] = set()
     with ctx.session() as session:
-        found = session.exec(
-            select(EventRow.id).where(EventRow.public_id == public_id).limit(1)
-        ).first()
-    return found is not None
+        for start in range(0, len(asked), _ISSUED_ASKED):
+            batch = asked[start : start + _ISSUED_ASKED]
+            rows = session.exec(
+                select(EventRow.public_id).where(col(EventRow.public_id).in_(batch)).distinct()
+            )
+            found.update(row for row in rows if row is not None)
+    return found
