@@ -31,7 +31,7 @@ from apikey_tui.cli import main
 from apikey_tui.hashing import SecretHasher, fingerprint
 from apikey_tui.leaks.clients import RateLimit
 from apikey_tui.leaks.reports import load_public_keys
-from apikey_tui.leaks.server import REVOKE_ACCEPTED, LeaksApp
+from apikey_tui.leaks.server import ON_LEAK_AT_ONCE, REVOKE_ACCEPTED, LeaksApp
 from apikey_tui.networks import TrustedProxies
 from apikey_tui.store import LEAK_EVENT, KeyStore
 from tests.conftest import ACTOR, CHEAP, every_fingerprint
@@ -345,6 +345,36 @@ def test_on_leak_runs_with_a_description_without_the_key(
     secret = keyformat.parse(created.plaintext).secret
     assert secret not in out.read_text() and created.info.public_id not in out.read_text()
     assert sha(created.plaintext) in caplog.text and secret not in caplog.text
+
+
+ON_LEAK_WAITING = """
+cat > /dev/null
+touch "$1/started-$$"
+echo $(( $(ls "$1" | grep -c '^started-') - $(ls "$1" | grep -c '^done-') )) > "$1/seen-$$"
+while [ ! -e "$1/go" ]; do sleep 0.01; done
+touch "$1/done-$$"
+"""
+
+
+def test_on_leak_runs_a_few_at_once_and_never_blocks_revoke(
+    tmp_path: Path, store: KeyStore, signer: Signer
+) -> None:
+    """A report of 70 leaked keys runs --on-leak at most ON_LEAK_AT_ONCE at a time (it ran 70
+    processes at once), and /revoke is answered 202 meanwhile (70 runs took its 64 places)."""
+    keys = [store.create_key("alice", f"k{n}", ["project"]).plaintext for n in range(70)]
+    command = ["sh", "-c", ON_LEAK_WAITING, "on-leak", str(tmp_path)]
+    body = report(*keys)
+    with make_client(store, signer, on_leak=command, revoke_per_minute=1000) as client:
+        try:
+            assert client.post("/github", content=body, headers=signer.headers(body)).is_success
+            wait_for(lambda: len(list(tmp_path.glob("seen-*"))) >= ON_LEAK_AT_ONCE)
+            time.sleep(0.5)  # more would have started by now, were nothing bounding them
+            assert client.post("/revoke", json={"credentials": []}).status_code == 202
+        finally:
+            (tmp_path / "go").touch()
+        wait_for(lambda: len(list(tmp_path.glob("done-*"))) == 70)
+    seen = [int(path.read_text()) for path in tmp_path.glob("seen-*")]
+    assert max(seen) <= ON_LEAK_AT_ONCE
 
 
 def test_a_replayed_report_acts_once(tmp_path: Path, store: KeyStore, signer: Signer) -> None:

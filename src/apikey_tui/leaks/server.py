@@ -47,6 +47,7 @@ REALM = "leaks"  # for the error tree's answer; no challenge is sent
 REVOKE_ACCEPTED = json.dumps({"message": "accepted; any live key among them is now revoked"})
 JSON = [("content-type", "application/json"), ("cache-control", "no-store")]
 ON_LEAK_TIMEOUT = 60.0  # seconds an --on-leak command may run
+ON_LEAK_AT_ONCE = 4  # --on-leak commands running at once; the others wait their turn
 MAX_PENDING_REVOCATIONS = 64  # revocation requests queued behind their answers
 REPORT_WORKERS = 4  # signed reports judged at once (argon2, database)
 # /revoke and keys made by 0.1.0 (no fingerprint, so any secret costs argon2): one wrong secret
@@ -93,7 +94,11 @@ class LeaksApp(HTTPApp):
         self.legacy = FailureBudget(LEGACY_BURST, LEGACY_PER_SECOND, clock=monotonic)
         # The services' one reading of the trusted-proxy rule (`integrations.clients`).
         self._client = asgi_client(trusted_proxies or TrustedProxies())
-        self._pending: set[asyncio.Task[None]] = set()
+        self._pending: set[asyncio.Task[None]] = set()  # revocations answered, not yet done
+        # --on-leak runs, apart: they neither take a revocation's place nor run unbounded (a
+        # report of 1,000 leaks started 1,000 processes at once).
+        self._notifying: set[asyncio.Task[None]] = set()
+        self._on_leak_turns = asyncio.Semaphore(ON_LEAK_AT_ONCE)
         # Separate threads: a signed report never waits behind revocations, which take one
         # thread (one core's worth of argon2 at most) and queue for it.
         self._reports = ThreadPoolExecutor(REPORT_WORKERS, "serve-leaks-report")
@@ -165,7 +170,7 @@ class LeaksApp(HTTPApp):
         # Answered first, the same for every list: the time to answer says nothing either.
         await respond(scope, send, 202, JSON, REVOKE_ACCEPTED.encode())
         pairs = [(c, f"POST /revoke from {address}") for c in credentials]
-        self._later(self._revoke_later(pairs, address))
+        self._later(self._revoke_later(pairs, address), self._pending)
 
     async def _revoke_later(self, pairs: list[tuple[str, str]], address: str) -> None:
         try:
@@ -247,9 +252,15 @@ class LeaksApp(HTTPApp):
                 "public_id": mask(leak.public_id or ""),
                 "token_sha256": hashes[leak],
             }
-            self._later(self._run_on_leak(json.dumps(description).encode() + b"\n"))
+            self._later(
+                self._run_on_leak(json.dumps(description).encode() + b"\n"), self._notifying
+            )
 
     async def _run_on_leak(self, description: bytes) -> None:
+        async with self._on_leak_turns:
+            await self._on_leak_run(description)
+
+    async def _on_leak_run(self, description: bytes) -> None:
         assert self.on_leak is not None
         try:
             process = await asyncio.create_subprocess_exec(
@@ -271,14 +282,14 @@ class LeaksApp(HTTPApp):
         if process.returncode != 0:
             logger.error("serve-leaks: --on-leak exited with %s", process.returncode)
 
-    def _later(self, work: Coroutine[Any, Any, None]) -> None:
+    def _later(self, work: Coroutine[Any, Any, None], tasks: set[asyncio.Task[None]]) -> None:
         task = asyncio.ensure_future(work)
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
 
     async def shutdown(self) -> None:
-        if self._pending:  # revocations answered 202 are finished, not dropped
-            await asyncio.wait(set(self._pending), timeout=ON_LEAK_TIMEOUT)
+        if self._pending or self._notifying:  # revocations answered 202 finish, not dropped
+            await asyncio.wait(self._pending | self._notifying, timeout=ON_LEAK_TIMEOUT)
         self._reports.shutdown(wait=False)
         self._revocations.shutdown(wait=False)
         self.store.close()
