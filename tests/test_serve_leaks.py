@@ -561,6 +561,17 @@ def test_revoke_goes_past_a_lone_surrogate_and_never_logs_a_token(
     assert not store.get_key("alice", "one").disabled
 
 
+def test_revoke_takes_a_key_sent_with_whitespace_around_it(
+    client: TestClient, store: KeyStore
+) -> None:
+    """A key sent to /revoke with its line's newline (`jq -Rs` of a key file) or spaces around
+    it is revoked: it was silently not, under the same 202 saying it was."""
+    keys = {name: store.create_key("alice", name, ["project"]).plaintext for name in "ab"}
+    body = json.dumps({"credentials": [keys["a"] + "\n", f"  {keys['b']}\r\n"]}).encode()
+    assert client.post("/revoke", content=body).status_code == 202
+    wait_for(lambda: all(store.get_key("alice", name).disabled for name in keys))
+
+
 def test_a_reports_url_is_logged_escaped(
     client: TestClient, store: KeyStore, signer: Signer, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -215,7 +215,9 @@ class LeaksApp(HTTPApp):
         self, store: KeyStore, token: str, source: str, where: str, said: set[tuple[str, str]]
     ) -> Leak | None:
         try:
-            key = keyformat.parse(token)
+            # A key holds no whitespace: one sent with some around it (a line read with its
+            # newline, as `jq -Rs` reads a key file) is that key, never "not ours" under a 202.
+            key = keyformat.parse(token.strip())
         except MalformedKey:
             return None
         # A signed report is judged whole; /revoke, open to anyone, within the legacy budget.
