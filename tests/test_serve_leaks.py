@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import gc
 import hashlib
@@ -30,8 +31,13 @@ from apikey_tui import keyformat
 from apikey_tui.cli import main
 from apikey_tui.hashing import SecretHasher, fingerprint
 from apikey_tui.leaks.clients import RateLimit
-from apikey_tui.leaks.reports import load_public_keys
-from apikey_tui.leaks.server import ON_LEAK_AT_ONCE, REVOKE_ACCEPTED, LeaksApp
+from apikey_tui.leaks.reports import MAX_BODY, load_public_keys
+from apikey_tui.leaks.server import (
+    BODIES_IN_FLIGHT,
+    ON_LEAK_AT_ONCE,
+    REVOKE_ACCEPTED,
+    LeaksApp,
+)
 from apikey_tui.networks import TrustedProxies
 from apikey_tui.store import LEAK_EVENT, KeyStore
 from tests.conftest import ACTOR, CHEAP, every_fingerprint
@@ -570,6 +576,51 @@ def test_revoke_takes_a_key_sent_with_whitespace_around_it(
     body = json.dumps({"credentials": [keys["a"] + "\n", f"  {keys['b']}\r\n"]}).encode()
     assert client.post("/revoke", content=body).status_code == 202
     wait_for(lambda: all(store.get_key("alice", name).disabled for name in keys))
+
+
+def test_bodies_arriving_at_once_hold_a_bounded_memory(store: KeyStore, signer: Signer) -> None:
+    """Requests whose bodies stall just under MAX_BODY hold at most BODIES_IN_FLIGHT bytes
+    together: one more is answered 503 at once (1,500 such connections held 1.6 GB), and the
+    stalled ones are answered as usual when their bodies end."""
+    keys = {"github": {signer.identifier: signer.private.public_key()}}
+    app = LeaksApp(KeyStore(store.engine, hasher=CHEAP, clock=store.clock), keys)
+    held = BODIES_IN_FLIGHT // MAX_BODY
+    headers = [(b"github-public-key-identifier", signer.identifier.encode())]
+
+    async def scenario() -> tuple[list[int], int]:
+        release, stalled = asyncio.Event(), asyncio.Semaphore(0)
+
+        async def request(stall: bool) -> int:
+            chunks = [b" " * (MAX_BODY - 1), b""]
+            answers: list[dict[str, Any]] = []
+
+            async def receive() -> dict[str, Any]:
+                chunk = chunks.pop(0)
+                if stall and not chunk:  # the first chunk is counted: hold the rest back
+                    stalled.release()
+                    await release.wait()
+                return {"type": "http.request", "body": chunk, "more_body": bool(chunks)}
+
+            async def send(message: dict[str, Any]) -> None:
+                answers.append(message)
+
+            scope = {"type": "http", "method": "POST", "path": "/github", "headers": headers}
+            await app(scope, receive, send)
+            return int(answers[0]["status"])
+
+        stalling = [asyncio.ensure_future(request(True)) for _ in range(held)]
+        for _ in range(held):
+            await stalled.acquire()
+        one_more = await request(False)
+        release.set()
+        return list(await asyncio.gather(*stalling)), one_more
+
+    try:
+        answered, one_more = asyncio.run(scenario())
+    finally:
+        app.store.close()
+    assert one_more == 503
+    assert answered == [401] * held  # no signature: refused as any unsigned report
 
 
 def test_a_reports_url_is_logged_escaped(

@@ -48,6 +48,7 @@ REVOKE_ACCEPTED = json.dumps({"message": "accepted; any live key among them is n
 JSON = [("content-type", "application/json"), ("cache-control", "no-store")]
 ON_LEAK_TIMEOUT = 60.0  # seconds an --on-leak command may run
 ON_LEAK_AT_ONCE = 4  # --on-leak commands running at once; the others wait their turn
+BODIES_IN_FLIGHT = 64 * MAX_BODY  # bytes of request bodies arriving at once, all requests
 MAX_PENDING_REVOCATIONS = 64  # revocation requests queued behind their answers
 REPORT_WORKERS = 4  # signed reports judged at once (argon2, database)
 # /revoke and keys made by 0.1.0 (no fingerprint, so any secret costs argon2): one wrong secret
@@ -94,6 +95,7 @@ class LeaksApp(HTTPApp):
         self.legacy = FailureBudget(LEGACY_BURST, LEGACY_PER_SECOND, clock=monotonic)
         # The services' one reading of the trusted-proxy rule (`integrations.clients`).
         self._client = asgi_client(trusted_proxies or TrustedProxies())
+        self._arriving = 0  # bytes of request bodies being received (`_body`)
         self._pending: set[asyncio.Task[None]] = set()  # revocations answered, not yet done
         # --on-leak runs, apart: they neither take a revocation's place nor run unbounded (a
         # report of 1,000 leaks started 1,000 processes at once).
@@ -124,7 +126,7 @@ class LeaksApp(HTTPApp):
         if signer is None:
             await self._revoke(scope, receive, send, address)
             return
-        body = await _body(scope, receive)
+        body = await self._body(scope, receive)
         headers = _headers(scope, signer)
         check_signature(self.keys[signer.name], *headers, body)  # before reading anything
         reported = parse_report(body)
@@ -153,6 +155,40 @@ class LeaksApp(HTTPApp):
         await respond(scope, send, 200, JSON, json.dumps(feedback).encode())
         self._notify([c.leak for c in contained if c.leak is not None], contained)
 
+    async def _body(self, scope: Scope, receive: Receive) -> bytes:
+        """The request body, refused (413) as soon as it passes MAX_BODY, or (503) as soon as
+        the bodies arriving at once would hold over BODIES_IN_FLIGHT bytes: anyone may open
+        many connections that each send nearly MAX_BODY and stall until the header timeout
+        (1,500 of them held 1.6 GB); a signature can only be checked over a whole body."""
+        for name, value in scope["headers"]:
+            if name.lower() == b"content-length":
+                if not value.isdigit():
+                    raise LeakRequestError(400, "content-length is not a number")
+                if int(value) > MAX_BODY:
+                    raise LeakRequestError(413, f"the body is over {MAX_BODY} bytes")
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            while True:
+                message = await receive()
+                if message["type"] != "http.request":
+                    raise LeakRequestError(400, "the request ended before its body")
+                chunk: bytes = message.get("body", b"")
+                if size + len(chunk) > MAX_BODY:
+                    raise LeakRequestError(413, f"the body is over {MAX_BODY} bytes")
+                if self._arriving + len(chunk) > BODIES_IN_FLIGHT:
+                    raise LeakRequestError(
+                        503, "too many requests arriving at once; send it again",
+                        headers=(("retry-after", "5"),),
+                    )  # fmt: skip
+                size += len(chunk)
+                self._arriving += len(chunk)
+                chunks.append(chunk)
+                if not message.get("more_body", False):
+                    return b"".join(chunks)
+        finally:
+            self._arriving -= size
+
     async def _revoke(self, scope: Scope, receive: Receive, send: Send, address: str) -> None:
         if not self.rate.allow(address):
             raise LeakRequestError(
@@ -160,7 +196,7 @@ class LeaksApp(HTTPApp):
                 "too many revocation requests from this address",
                 headers=(("retry-after", "60"),),
             )
-        credentials = parse_revocation(await _body(scope, receive))
+        credentials = parse_revocation(await self._body(scope, receive))
         if len(self._pending) >= MAX_PENDING_REVOCATIONS:
             raise LeakRequestError(
                 503,
@@ -308,28 +344,6 @@ def _headers(scope: Scope, signer: Signer) -> tuple[bytes | None, bytes | None]:
         raise LeakRequestError(401, "a signature header is given twice")
     identifier, signature = found[signer.identifier_header], found[signer.signature_header]
     return (identifier[0] if identifier else None, signature[0] if signature else None)
-
-
-async def _body(scope: Scope, receive: Receive) -> bytes:
-    """The request body, refused (413) as soon as it passes MAX_BODY."""
-    for name, value in scope["headers"]:
-        if name.lower() == b"content-length":
-            if not value.isdigit():
-                raise LeakRequestError(400, "content-length is not a number")
-            if int(value) > MAX_BODY:
-                raise LeakRequestError(413, f"the body is over {MAX_BODY} bytes")
-    chunks, size = [], 0
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            raise LeakRequestError(400, "the request ended before its body")
-        chunk: bytes = message.get("body", b"")
-        size += len(chunk)
-        if size > MAX_BODY:
-            raise LeakRequestError(413, f"the body is over {MAX_BODY} bytes")
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
 
 
 def _peer(scope: Scope) -> str:
