@@ -34,6 +34,7 @@ from apikey_tui.leaks.clients import RateLimit
 from apikey_tui.leaks.reports import MAX_BODY, load_public_keys
 from apikey_tui.leaks.server import (
     BODIES_IN_FLIGHT,
+    BODIES_PER_CLIENT,
     ON_LEAK_AT_ONCE,
     REVOKE_ACCEPTED,
     LeaksApp,
@@ -578,19 +579,19 @@ def test_revoke_takes_a_key_sent_with_whitespace_around_it(
     wait_for(lambda: all(store.get_key("alice", name).disabled for name in keys))
 
 
-def test_bodies_arriving_at_once_hold_a_bounded_memory(store: KeyStore, signer: Signer) -> None:
-    """Requests whose bodies stall just under MAX_BODY hold at most BODIES_IN_FLIGHT bytes
-    together: one more is answered 503 at once (1,500 such connections held 1.6 GB), and the
-    stalled ones are answered as usual when their bodies end."""
+def stall_bodies(
+    store: KeyStore, signer: Signer, stalled_from: list[str], then_from: list[str]
+) -> tuple[list[int], list[int]]:
+    """Statuses of requests from stalled_from, whose bodies stall just under MAX_BODY until
+    the requests from then_from (bodies as large, whole) were answered, and of those."""
     keys = {"github": {signer.identifier: signer.private.public_key()}}
     app = LeaksApp(KeyStore(store.engine, hasher=CHEAP, clock=store.clock), keys)
-    held = BODIES_IN_FLIGHT // MAX_BODY
     headers = [(b"github-public-key-identifier", signer.identifier.encode())]
 
-    async def scenario() -> tuple[list[int], int]:
+    async def scenario() -> tuple[list[int], list[int]]:
         release, stalled = asyncio.Event(), asyncio.Semaphore(0)
 
-        async def request(stall: bool) -> int:
+        async def request(address: str, stall: bool) -> int:
             chunks = [b" " * (MAX_BODY - 1), b""]
             answers: list[dict[str, Any]] = []
 
@@ -604,23 +605,45 @@ def test_bodies_arriving_at_once_hold_a_bounded_memory(store: KeyStore, signer: 
             async def send(message: dict[str, Any]) -> None:
                 answers.append(message)
 
-            scope = {"type": "http", "method": "POST", "path": "/github", "headers": headers}
+            scope = {
+                "type": "http", "method": "POST", "path": "/github", "headers": headers,
+                "client": (address, 40000),
+            }  # fmt: skip
             await app(scope, receive, send)
             return int(answers[0]["status"])
 
-        stalling = [asyncio.ensure_future(request(True)) for _ in range(held)]
-        for _ in range(held):
+        stalling = [asyncio.ensure_future(request(a, stall=True)) for a in stalled_from]
+        for _ in stalled_from:
             await stalled.acquire()
-        one_more = await request(False)
+        then = [await request(address, stall=False) for address in then_from]
         release.set()
-        return list(await asyncio.gather(*stalling)), one_more
+        return list(await asyncio.gather(*stalling)), then
 
     try:
-        answered, one_more = asyncio.run(scenario())
+        return asyncio.run(scenario())
     finally:
         app.store.close()
-    assert one_more == 503
-    assert answered == [401] * held  # no signature: refused as any unsigned report
+
+
+def test_bodies_arriving_at_once_hold_a_bounded_memory(store: KeyStore, signer: Signer) -> None:
+    """Requests from many clients whose bodies stall just under MAX_BODY hold at most
+    BODIES_IN_FLIGHT bytes together: one more is answered 503 at once (1,500 such connections
+    held 1.6 GB), and the stalled ones are answered as usual when their bodies end."""
+    many = [f"192.0.2.{n}" for n in range(BODIES_IN_FLIGHT // MAX_BODY)]
+    stalled, then = stall_bodies(store, signer, many, ["198.51.100.1"])
+    assert then == [503]
+    assert stalled == [401] * len(many)  # no signature: refused as any unsigned report
+
+
+def test_one_client_holds_a_few_arriving_bodies_at_most(store: KeyStore, signer: Signer) -> None:
+    """One client address (IPv6: its /64) with BODIES_PER_CLIENT bodies stalled gets 503 for
+    one more, while another client is still served: one client alone cannot fill the bound."""
+    one = ["192.0.2.1"] * BODIES_PER_CLIENT
+    _, then = stall_bodies(store, signer, one, ["192.0.2.1", "192.0.2.2"])
+    assert then == [503, 401]
+    six = ["2001:db8::1"] * BODIES_PER_CLIENT
+    _, then = stall_bodies(store, signer, six, ["2001:db8::2", "2001:db8:0:1::1"])
+    assert then == [503, 401]
 
 
 def test_a_reports_url_is_logged_escaped(

@@ -17,10 +17,19 @@ def _address(text: str) -> Address | None:
         return None
 
 
+def bucket(address: str) -> str:
+    """Whom a client address counts as: itself, or for IPv6 its /64 (one host usually holds a
+    whole /64, so counting its addresses one by one would count nothing)."""
+    parsed = _address(address)
+    if isinstance(parsed, ipaddress.IPv6Address) and parsed.ipv4_mapped is None:
+        return str(ipaddress.IPv6Network((parsed, 64), strict=False))
+    return address
+
+
 class RateLimit:
     """A token bucket per client: `per_minute` requests a minute, bursts up to that many.
 
-    IPv6 clients are counted per /64 (one host usually holds a whole /64). At most `clients`
+    IPv6 clients are counted per /64 (`bucket`). At most `clients`
     buckets are kept, the least recently used dropped first, so memory stays bounded.
     """
 
@@ -39,9 +48,7 @@ class RateLimit:
 
     def allow(self, address: str) -> bool:
         """Take one request's token for this address; False when it has none left."""
-        parsed = _address(address)
-        if isinstance(parsed, ipaddress.IPv6Address) and parsed.ipv4_mapped is None:
-            address = str(ipaddress.IPv6Network((parsed, 64), strict=False))
+        address = bucket(address)
         now = self.clock()
         tokens, then = self._buckets.pop(address, (self.capacity, now))
         tokens = min(self.capacity, tokens + (now - then) * self.refill)

@@ -24,7 +24,7 @@ from apikey_tui.errors import LeakRequestError, StoreUnavailableError
 from apikey_tui.integrations.asgi_messages import HTTPApp, Receive, Scope, Send, respond
 from apikey_tui.integrations.clients import asgi_client
 from apikey_tui.keyformat import MalformedKey
-from apikey_tui.leaks.clients import RateLimit
+from apikey_tui.leaks.clients import RateLimit, bucket
 from apikey_tui.leaks.reports import (
     DEPSDEV,
     GITHUB,
@@ -49,6 +49,7 @@ JSON = [("content-type", "application/json"), ("cache-control", "no-store")]
 ON_LEAK_TIMEOUT = 60.0  # seconds an --on-leak command may run
 ON_LEAK_AT_ONCE = 4  # --on-leak commands running at once; the others wait their turn
 BODIES_IN_FLIGHT = 64 * MAX_BODY  # bytes of request bodies arriving at once, all requests
+BODIES_PER_CLIENT = 4  # bodies of MAX_BODY one client address (IPv6: /64) may have arriving
 MAX_PENDING_REVOCATIONS = 64  # revocation requests queued behind their answers
 REPORT_WORKERS = 4  # signed reports judged at once (argon2, database)
 # /revoke and keys made by 0.1.0 (no fingerprint, so any secret costs argon2): one wrong secret
@@ -96,6 +97,7 @@ class LeaksApp(HTTPApp):
         # The services' one reading of the trusted-proxy rule (`integrations.clients`).
         self._client = asgi_client(trusted_proxies or TrustedProxies())
         self._arriving = 0  # bytes of request bodies being received (`_body`)
+        self._arriving_from: dict[str, int] = {}  # and per client (`clients.bucket`)
         self._pending: set[asyncio.Task[None]] = set()  # revocations answered, not yet done
         # --on-leak runs, apart: they neither take a revocation's place nor run unbounded (a
         # report of 1,000 leaks started 1,000 processes at once).
@@ -126,7 +128,7 @@ class LeaksApp(HTTPApp):
         if signer is None:
             await self._revoke(scope, receive, send, address)
             return
-        body = await self._body(scope, receive)
+        body = await self._body(scope, receive, address)
         headers = _headers(scope, signer)
         check_signature(self.keys[signer.name], *headers, body)  # before reading anything
         reported = parse_report(body)
@@ -155,11 +157,13 @@ class LeaksApp(HTTPApp):
         await respond(scope, send, 200, JSON, json.dumps(feedback).encode())
         self._notify([c.leak for c in contained if c.leak is not None], contained)
 
-    async def _body(self, scope: Scope, receive: Receive) -> bytes:
+    async def _body(self, scope: Scope, receive: Receive, address: str) -> bytes:
         """The request body, refused (413) as soon as it passes MAX_BODY, or (503) as soon as
-        the bodies arriving at once would hold over BODIES_IN_FLIGHT bytes: anyone may open
-        many connections that each send nearly MAX_BODY and stall until the header timeout
-        (1,500 of them held 1.6 GB); a signature can only be checked over a whole body."""
+        the bodies arriving at once would hold over BODIES_IN_FLIGHT bytes, or those of this
+        client (`clients.bucket`) over BODIES_PER_CLIENT bodies' worth: anyone may open many
+        connections that each send nearly MAX_BODY and stall until the header timeout (1,500
+        of them held 1.6 GB), and a signature can only be checked over a whole body."""
+        client = bucket(address)
         for name, value in scope["headers"]:
             if name.lower() == b"content-length":
                 if not value.isdigit():
@@ -176,18 +180,27 @@ class LeaksApp(HTTPApp):
                 chunk: bytes = message.get("body", b"")
                 if size + len(chunk) > MAX_BODY:
                     raise LeakRequestError(413, f"the body is over {MAX_BODY} bytes")
-                if self._arriving + len(chunk) > BODIES_IN_FLIGHT:
+                mine = self._arriving_from.get(client, 0) + len(chunk)
+                if (
+                    self._arriving + len(chunk) > BODIES_IN_FLIGHT
+                    or mine > BODIES_PER_CLIENT * MAX_BODY
+                ):
                     raise LeakRequestError(
-                        503, "too many requests arriving at once; send it again",
+                        503,
+                        "too many requests arriving at once; send it again",
                         headers=(("retry-after", "5"),),
-                    )  # fmt: skip
+                    )
                 size += len(chunk)
                 self._arriving += len(chunk)
+                self._arriving_from[client] = mine
                 chunks.append(chunk)
                 if not message.get("more_body", False):
                     return b"".join(chunks)
         finally:
             self._arriving -= size
+            left = self._arriving_from.pop(client, 0) - size
+            if left:  # only clients with bodies arriving are kept
+                self._arriving_from[client] = left
 
     async def _revoke(self, scope: Scope, receive: Receive, send: Send, address: str) -> None:
         if not self.rate.allow(address):
@@ -196,7 +209,7 @@ class LeaksApp(HTTPApp):
                 "too many revocation requests from this address",
                 headers=(("retry-after", "60"),),
             )
-        credentials = parse_revocation(await self._body(scope, receive))
+        credentials = parse_revocation(await self._body(scope, receive, address))
         if len(self._pending) >= MAX_PENDING_REVOCATIONS:
             raise LeakRequestError(
                 503,
