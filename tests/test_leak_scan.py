@@ -107,6 +107,36 @@ def test_binary_files_are_skipped_but_stdin_is_read(
     assert done.returncode == 1 and done.stdout.startswith(b"-:1: API key ak")
 
 
+def test_utf16_text_with_a_byte_order_mark_is_scanned(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A UTF-16 file with a byte-order mark (Windows PowerShell 5's `>` writes them) is text:
+    its key is found on its line in a tree, on standard input and in git history (its NULs
+    made it binary and skipped: a clean exit 0 over a key)."""
+    key = new_key()
+    for number, encoding in enumerate(("utf-16-le", "utf-16-be")):
+        text = f"first\r\nsecond\r\ntoken = {key}\r\n"
+        bom = "\ufeff".encode(encoding)
+        (tmp_path / f"key{number}.txt").write_bytes(bom + text.encode(encoding))
+    code, out, _ = scan(capsys, "--offline", "--json", str(tmp_path))
+    assert code == 1
+    assert [(Path(r["path"]).name, r["line"]) for r in json.loads(out)] == [
+        ("key0.txt", 3),
+        ("key1.txt", 3),
+    ]
+    done = subprocess.run(
+        [CLI, "scan", "--offline", "-"],
+        input=(tmp_path / "key0.txt").read_bytes(),
+        capture_output=True,
+    )
+    assert done.returncode == 1 and done.stdout.startswith(b"-:3: API key")
+    git(tmp_path, "init", "-q", "-b", "main")
+    git(tmp_path, "add", ".")
+    git(tmp_path, "commit", "-qm", "keys in UTF-16")
+    code, out, _ = scan(capsys, "--offline", "--git", "--json", str(tmp_path))
+    assert code == 1 and sorted(r["line"] for r in json.loads(out)) == [3, 3]
+
+
 def test_a_key_across_chunk_boundaries_is_found_once_on_its_line() -> None:
     """find_keys finds a key split over two chunks once, with the line counted across chunks."""
     key = new_key()

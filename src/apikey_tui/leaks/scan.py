@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import itertools
 import os
 import re
@@ -21,6 +22,7 @@ PATTERN = re.compile(keyformat.KEY_PATTERN.encode("ascii"))
 CHUNK = 8 * 1024 * 1024  # bytes read at a time: memory stays bounded whatever the file's size
 # As git and grep judge: a NUL in the first 8000 bytes makes a file binary, and it is skipped.
 BINARY_SNIFF = 8000
+_UTF16_MARKS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)  # but these open text (`_text`)
 # Shorter than a key, so a key that straddles two chunks is found exactly once.
 _OVERLAP = keyformat.KEY_LENGTH - 1
 # Blobs whose first commit one `git log` looks for: ~55 bytes of arguments each, far below
@@ -88,23 +90,37 @@ def find_keys(chunks: Iterable[bytes]) -> Iterator[tuple[int, ParsedKey, str]]:
         tail = buffer[len(buffer) - keep :]
 
 
-def _chunks(handle: BinaryIO, first: bytes = b"") -> Iterator[bytes]:
-    if first:
-        yield first
+def _chunks(handle: BinaryIO) -> Iterator[bytes]:
     while chunk := handle.read(CHUNK):
         yield chunk
 
 
+def _text(chunks: Iterator[bytes], *, skip_binary: bool) -> Iterator[bytes]:
+    """The chunks to search: UTF-16 (a byte-order mark first) as UTF-8, so its keys are found
+    (Windows PowerShell 5's `>` writes UTF-16, whose NULs would make it binary); with
+    skip_binary nothing for anything else with a NUL in its first BINARY_SNIFF bytes."""
+    first = next(chunks, b"")
+    if first.startswith(_UTF16_MARKS):
+        decoder = codecs.getincrementaldecoder("utf-16")("replace")
+        for chunk in itertools.chain([first], chunks):
+            yield decoder.decode(chunk).encode("utf-8")
+        yield decoder.decode(b"", final=True).encode("utf-8")
+    elif not (skip_binary and b"\x00" in first[:BINARY_SNIFF]):
+        yield first
+        yield from chunks
+
+
 def scan_stream(handle: BinaryIO, path: str = "-") -> Iterator[Found]:
     """Keys in a stream read to its end (standard input: binary or not, it is scanned)."""
-    for line, key, text in find_keys(_chunks(handle)):
+    for line, key, text in find_keys(_text(_chunks(handle), skip_binary=False)):
         yield Found(path, line, key, text)
 
 
 def scan_file(path: str, *, named: bool = True) -> Iterator[Found]:
     """Keys in one file; ScanError if it cannot be opened or read.
 
-    A regular file with a NUL in its first BINARY_SNIFF bytes is binary and yields nothing. A
+    A regular file with a NUL in its first BINARY_SNIFF bytes is binary and yields nothing,
+    unless it is UTF-16 with a byte-order mark (`_text`). A
     path the user named is read whatever it is: a pipe (`/dev/stdin`, `<(git diff)`) or a
     device is read to its end like standard input. A file found inside a tree (named=False)
     is opened without following a symlink at the last step (O_NOFOLLOW), so one swapped for a
@@ -126,10 +142,7 @@ def scan_file(path: str, *, named: bool = True) -> Iterator[Found]:
                 if not named:
                     return
                 os.set_blocking(descriptor, True)  # else an empty pipe reads as EAGAIN
-            first = handle.read(CHUNK)
-            if regular and b"\x00" in first[:BINARY_SNIFF]:
-                return
-            for line, key, text in find_keys(_chunks(handle, first)):
+            for line, key, text in find_keys(_text(_chunks(handle), skip_binary=regular)):
                 yield Found(path, line, key, text)
         except OSError as exc:
             raise ScanError(f"cannot read {path}: {exc.strerror}") from None
@@ -377,10 +390,7 @@ def scan_git(repository: str, on_error: Callable[[ScanError], None]) -> Iterator
             for line, key, text in find_keys(chunks):
                 found.append(Found(None, line, key, text, tag=names[oid] or oid))
         elif kind == "blob":
-            first = next(chunks, b"")  # CHUNK bytes, or the whole blob if smaller
-            if b"\x00" in first[:BINARY_SNIFF]:
-                continue
-            keys = list(find_keys(itertools.chain([first], chunks)))
+            keys = list(find_keys(_text(chunks, skip_binary=True)))
             if keys:
                 in_blobs[oid] = keys
                 found.append(oid)
