@@ -407,6 +407,35 @@ def test_git_history_runs_nothing_a_repositorys_config_names(
     assert f"git has no object {gone}" in err
 
 
+def test_git_history_ignores_replace_refs_and_grafts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A commit that added a key and was then hidden behind a replace ref or a graft (which
+    git follows by default, and a clone or a push leaves behind) is still scanned: --git
+    passed such a history as clean (exit 0)."""
+    key = new_key()
+    git(tmp_path, "init", "-q", "-b", "main")
+    (tmp_path / "a.txt").write_text("base\n")
+    git(tmp_path, "add", "a.txt")
+    git(tmp_path, "commit", "-qm", "base")
+    (tmp_path / "secret.txt").write_text(f"{key}\n")
+    git(tmp_path, "add", "secret.txt")
+    git(tmp_path, "commit", "-qm", "add a key")
+    added = git(tmp_path, "rev-parse", "HEAD").strip()
+    git(tmp_path, "rm", "-q", "secret.txt")
+    git(tmp_path, "commit", "-qm", "remove it")
+    tree = git(tmp_path, "rev-parse", "HEAD~2^{tree}").strip()
+    clean = git(tmp_path, "commit-tree", "-p", "HEAD~2", "-m", "add a key", tree).strip()
+    git(tmp_path, "replace", added, clean)
+    code, out, _ = scan(capsys, "--offline", "--git", "--json", str(tmp_path))
+    assert code == 1 and [r["commit"] for r in json.loads(out)] == [added]
+    git(tmp_path, "replace", "-d", added)
+    head, base = (git(tmp_path, "rev-parse", r).strip() for r in ("HEAD", "HEAD~2"))
+    (tmp_path / ".git" / "info" / "grafts").write_text(f"{head} {base}\n")
+    code, out, _ = scan(capsys, "--offline", "--git", "--json", str(tmp_path))
+    assert code == 1 and [r["commit"] for r in json.loads(out)] == [added]
+
+
 def test_git_history_covers_every_ref(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A key only on another branch is found by --git run on the main branch."""
     git(tmp_path, "init", "-q", "-b", "main")

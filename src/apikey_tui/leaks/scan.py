@@ -221,8 +221,15 @@ def scan_paths(paths: Iterable[str], on_error: Callable[[ScanError], None]) -> I
 # promisor remote's `ext::` URL (with protocol.ext.allow) is a command a lazy fetch of a
 # missing object runs, as is the gpg.program that log.showSignature runs on a signed commit.
 # No transport is allowed at all (GIT_ALLOW_PROTOCOL empty overrides every protocol.*.allow;
-# git 2.45+ also honours GIT_NO_LAZY_FETCH), and the log is asked for no signature.
-_NO_FETCH = {"GIT_ALLOW_PROTOCOL": "", "GIT_NO_LAZY_FETCH": "1"}
+# git 2.45+ also honours GIT_NO_LAZY_FETCH), and the log is asked for no signature. History
+# is read as it is: replace refs and grafts (info/grafts) would each hide a commit, and the key
+# it added, from the walk, while a clone or a push carries neither and shows it.
+_GIT_ENV = {
+    "GIT_ALLOW_PROTOCOL": "",
+    "GIT_NO_LAZY_FETCH": "1",
+    "GIT_NO_REPLACE_OBJECTS": "1",
+    "GIT_GRAFT_FILE": os.devnull,
+}
 
 
 def _git_command(repository: str, *arguments: str) -> list[str]:
@@ -236,7 +243,7 @@ def _git(repository: str, *arguments: str) -> list[str]:
             capture_output=True,
             check=False,
             timeout=3600,
-            env={**os.environ, **_NO_FETCH},
+            env={**os.environ, **_GIT_ENV},
         )
     except OSError as exc:
         raise ScanError(f"cannot run git: {exc.strerror}") from None
@@ -303,7 +310,7 @@ def _contents(
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
-        env={**os.environ, **_NO_FETCH},
+        env={**os.environ, **_GIT_ENV},
     )
     assert process.stdin is not None and process.stdout is not None
     requests = process.stdin
