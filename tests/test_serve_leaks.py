@@ -29,6 +29,7 @@ from starlette.testclient import TestClient
 
 from apikey_tui import keyformat
 from apikey_tui.cli import main
+from apikey_tui.errors import DatabasePermissionError
 from apikey_tui.hashing import SecretHasher, fingerprint
 from apikey_tui.leaks.clients import RateLimit
 from apikey_tui.leaks.reports import MAX_BODY, load_public_keys
@@ -644,6 +645,33 @@ def test_one_client_holds_a_few_arriving_bodies_at_most(store: KeyStore, signer:
     six = ["2001:db8::1"] * BODIES_PER_CLIENT
     _, then = stall_bodies(store, signer, six, ["2001:db8::2", "2001:db8:0:1::1"])
     assert then == [503, 401]
+
+
+def test_a_database_refusing_a_leak_is_logged_with_its_reason(
+    client: TestClient,
+    store: KeyStore,
+    signer: Signer,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A report or a revocation the database refuses (a role with a verifier's grants only) is
+    503 or lost as before, and logged with the database's reason: a report's 503 was logged
+    nowhere, and both said "unavailable" of a permission the operator must grant."""
+    key = store.create_key("alice", "ci", ["project"]).plaintext
+    reason = "permission denied for table apikey_tui_key"
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise DatabasePermissionError(f"the database role lacks a privilege (leak): {reason}")
+
+    monkeypatch.setattr(KeyStore, "contain_leak", refuse)
+    caplog.set_level(logging.INFO, "apikey_tui")
+    body = report(key)
+    assert client.post("/github", content=body, headers=signer.headers(body)).status_code == 503
+    assert reason in logged(caplog)
+    caplog.clear()
+    client.post("/revoke", json={"credentials": [key]})
+    wait_for(lambda: reason in logged(caplog))
+    assert not store.get_key("alice", "ci").disabled
 
 
 def test_a_reports_url_is_logged_escaped(

@@ -140,7 +140,11 @@ class LeaksApp(HTTPApp):
                 signer.name,
                 address,
             )
-        except StoreUnavailableError:
+        except StoreUnavailableError as exc:
+            # Its text is the driver's first line, not the statement (`db.driver_errors`), and
+            # no token reaches the database, only public ids: the operator must learn why (a
+            # role with a verifier's grants cannot stop a key).
+            logger.error("serve-leaks: a %s report was not acted on: %s", signer.name, exc)
             raise LeakRequestError(503, "the key database is unavailable; send it again") from None
         feedback = [
             {
@@ -226,8 +230,8 @@ class LeaksApp(HTTPApp):
             contained = await asyncio.get_running_loop().run_in_executor(
                 self._revocations, self._contain_all, pairs, "revoke", address
             )
-        except StoreUnavailableError:
-            logger.error("serve-leaks: the key database is unavailable: a revocation was lost")
+        except StoreUnavailableError as exc:
+            logger.error("serve-leaks: a revocation was lost: %s", exc)
             return
         except Exception as exc:
             # Named by its type alone: an exception's repr may hold a token (a UnicodeError
