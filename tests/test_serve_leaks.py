@@ -15,7 +15,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -603,8 +603,8 @@ def stall_bodies(
                     await release.wait()
                 return {"type": "http.request", "body": chunk, "more_body": bool(chunks)}
 
-            async def send(message: dict[str, Any]) -> None:
-                answers.append(message)
+            async def send(message: MutableMapping[str, Any]) -> None:
+                answers.append(dict(message))
 
             scope = {
                 "type": "http", "method": "POST", "path": "/github", "headers": headers,
