@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
 import sqlite3
 import subprocess
 import sys
@@ -319,6 +320,31 @@ def test_a_forked_worker_gets_its_own_threads_and_connections(sqlite_url: str) -
     assert (name, writer_ok, child.exitcode) == ("demo", True, 0)
     checker.close()
     store.close()
+
+
+def test_a_forked_child_leaves_its_parents_kept_connections_open(postgres_url: str) -> None:
+    """A child forked beside a started verifier (multiprocessing, a preloading master) never
+    closes the parent's kept PostgreSQL connections: the parent's next read needs no retry."""
+    store = KeyStore.open(postgres_url, hasher=CHEAP)
+    key = store.create_key("alice", "demo", ["project"]).plaintext
+    checker = Verifier.from_url(postgres_url, hasher=CHEAP)
+    checker.start()  # reads kept open: checked out of the pool for good
+    # A pool full of idle connections (any busy moment leaves it so): a connection handed back
+    # to it then has no room and is closed, in the process that hands it back.
+    idle = [checker._engine.connect() for _ in range(5)]  # QueuePool's pool_size
+    for connection in idle:
+        connection.close()
+    pid = os.fork()
+    if pid == 0:  # the child does nothing: only what the fork hooks do runs
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    try:
+        assert checker.verify(header(key)).key_name == "demo"
+        assert checker.stats.database_errors == 0
+    finally:
+        checker.close()
+        store.close()
 
 
 def test_importing_the_verifier_never_loads_textual_or_rich() -> None:

@@ -260,7 +260,7 @@ class ReusedConnections:
     A pool checkout and return costs more than a SQLite read; keeping one connection per
     concurrent reader (a free list: at most as many as ever ran at once, which the CheckGate
     bounds) skips both. A connection that failed is closed, never reused. In a forked child
-    the list starts empty: the parent's connections are parked by the verifier, never used.
+    the list starts empty: the parent's connections are parked, never used or handed back.
     After any failure every kept connection is let go, so one retry reaches a fresh one.
     """
 
@@ -271,6 +271,11 @@ class ReusedConnections:
         forksafety.reset_in_child(self._after_fork)
 
     def _after_fork(self) -> None:
+        # Parked, not dropped: a dropped checked-out connection is handed back to the pool by
+        # the garbage collector, in this child: under the pool's lock (held for good if a
+        # parent's thread held it at the fork) and, when the pool has no room, closed, which
+        # ends the parent's PostgreSQL session (libpq sends Terminate on the shared socket).
+        forksafety.park(self._free)
         self._free = []
 
     def connection(self) -> _Read:
