@@ -473,6 +473,40 @@ def test_closing_waits_for_a_check_still_running() -> None:
     assert closed.is_set() and done.is_set() and future.result() == "checked"
 
 
+def test_check_threads_left_idle_end_and_hold_no_work() -> None:
+    """A check thread holds no finished work and ends once idle, so checks submitted after
+    close() (requests still in flight, a verifier dropped unclosed) leave no thread for good;
+    a thread that takes a stop meant for an older one keeps working."""
+    import gc
+    import weakref
+
+    from apikey_tui.verifier.gate import CheckGate
+
+    class Work:
+        def __call__(self) -> str:
+            return "checked"
+
+    gate = CheckGate(workers=2, timeout=30.0, max_pending=4, idle=0.05)
+    work = Work()
+    assert gate.wait(gate.submit("k", work), time.monotonic() + 30) == "checked"
+    held = weakref.ref(work)
+    del work
+    gc.collect()
+    assert held() is None  # the idle thread kept no reference to what it ran
+    deadline = time.monotonic() + 30
+    while gate._threads and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert gate._threads == []
+    assert gate.wait(gate.submit("k", Work()), time.monotonic() + 30) == "checked"
+    gate.close()
+    # Used again after close: a stop left queued for a thread (one stuck past the timeout, say)
+    # never ends the thread the next check starts, so that check is run.
+    gate = CheckGate(workers=1, timeout=30.0, max_pending=4, idle=30.0)
+    gate._queue.put(None)
+    assert gate.wait(gate.submit("k", Work()), time.monotonic() + 30) == "checked"
+    gate.close()
+
+
 @pytest.mark.parametrize("fails", [False, True])
 def test_an_inline_run_shares_its_outcome_with_those_who_join_it(fails: bool) -> None:
     """A run in the caller's thread (CheckGate inline) is joined by later submits of its key,

@@ -20,6 +20,9 @@ T = TypeVar("T")
 
 
 OUTAGE_LOG_INTERVAL = 30.0  # seconds between two lines about one outage
+# Seconds a check thread waits for work before it ends (the next check starts one again): a
+# gate whose checks stopped, closed while requests still ran or dropped unclosed, keeps none.
+IDLE_SECONDS = 60.0
 
 
 class OutageLog:
@@ -95,14 +98,22 @@ class CheckGate:
     past the deadline, the answer is 503 at once. A database that stops answering therefore
     costs a request at most `timeout` seconds and the process at most `workers` stuck threads.
     The threads are daemons (unlike a ThreadPoolExecutor's): a stuck one never holds up exit.
+    A thread idle for `idle` seconds ends.
     """
 
     def __init__(
-        self, workers: int, timeout: float, max_pending: int, outage: OutageLog | None = None
+        self,
+        workers: int,
+        timeout: float,
+        max_pending: int,
+        outage: OutageLog | None = None,
+        *,
+        idle: float = IDLE_SECONDS,
     ) -> None:
         if workers < 1 or timeout <= 0 or max_pending < workers:
             raise ValueError("need workers >= 1, timeout > 0 and max_pending >= workers")
         self.workers, self.timeout, self.max_pending = workers, timeout, max_pending
+        self.idle = idle
         self.outage = outage or OutageLog(log)
         # Metrics: submit-to-start wait, run time, 503s for a full queue and for the deadline.
         self.waited, self.ran = Timings(), Timings()
@@ -119,8 +130,26 @@ class CheckGate:
         self._lock = threading.Lock()
 
     def _work(self) -> None:
-        while (item := self._queue.get()) is not None:
+        me = threading.current_thread()
+        while True:
+            try:
+                item = self._queue.get(timeout=self.idle)
+            except queue.Empty:
+                with self._lock:  # work is queued under it: none can slip in unseen
+                    if self._queue.empty():
+                        if me in self._threads:
+                            self._threads.remove(me)
+                        return
+                continue
+            if item is None:
+                with self._lock:
+                    # close() lists no thread it stops: one listed was started since, and
+                    # took a stop meant for an older thread (one stuck past the timeout).
+                    if me not in self._threads:
+                        return
+                continue
             future, work, submitted = item
+            del item  # an idle thread holds nothing of the work it ran (nor its verifier)
             if future.set_running_or_notify_cancel():
                 started = time.monotonic()
                 self.waited.observe(started - submitted)
@@ -129,6 +158,7 @@ class CheckGate:
                 except BaseException as exc:  # the waiting request re-raises it
                     future.set_exception(exc)
                 self.ran.observe(time.monotonic() - started)
+            del future, work
 
     def submit(self, key: Hashable, work: Callable[[], T], *, inline: bool = False) -> Run[T]:
         """Start work (or join the run already under way for key); 503 when the queue is full.
