@@ -347,6 +347,35 @@ def test_a_forked_child_leaves_its_parents_kept_connections_open(postgres_url: s
         store.close()
 
 
+def test_a_closed_verifier_is_freed_the_first_of_its_process_too(sqlite_url: str) -> None:
+    """A verifier closed and dropped is garbage collected with its caches and key index, also
+    the process's first on SQLite (whose dialect the reads' compiled statements keep)."""
+    store = KeyStore.open(sqlite_url, hasher=CHEAP)
+    key = store.create_key("alice", "demo", ["project"]).plaintext
+    store.close()
+    code = (
+        "import gc, sys, weakref\n"
+        "from apikey_tui.hashing import SecretHasher\n"
+        "from apikey_tui.verifier import Verifier\n"
+        "def used():\n"
+        "    checker = Verifier.from_url(sys.argv[1], hasher=SecretHasher('cheapest'))\n"
+        "    checker.start()\n"
+        "    checker.verify('ApiKey ' + sys.argv[2])\n"
+        "    checker.close()\n"
+        "    return weakref.ref(checker)\n"
+        "freed = [used(), used()]\n"
+        "gc.collect()\n"
+        "print([ref() is None for ref in freed])\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, sqlite_url, key],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.stdout.strip() == "[True, True]", result.stderr
+
+
 def test_importing_the_verifier_never_loads_textual_or_rich() -> None:
     """A service importing the verifier and its adapters pays nothing for the terminal UI."""
     code = (

@@ -8,6 +8,7 @@ import logging
 import secrets
 import sys
 import time
+import weakref
 from collections.abc import Callable, Collection, Generator, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
@@ -288,7 +289,17 @@ class Verifier:
         self._tallies = self._uses.tallies
         self._sources = self._uses.sources  # the last client address noted per key
         self.stats = VerifierStats(self._gate, self._freshness, revocation_bound, self._uses)
-        event.listen(self._engine, "handle_error", self.stats.database_error)
+        # Through a weak reference: the listener stays on the engine's dialect, which may
+        # outlive this verifier (the reads' compiled statements keep the first SQLite dialect
+        # of the process, `change_log._raw`), and must not keep it, its caches and index alive.
+        alive = weakref.ref(self)
+
+        def database_error(context: Any) -> None:
+            verifier = alive()
+            if verifier is not None:
+                verifier.stats.database_error(context)
+
+        event.listen(self._engine, "handle_error", database_error)
         # A verified key is remembered under its public id (the entry's own string: one dict,
         # and a change finds its entry by the id it names) with header_digest("ApiKey " + key):
         # the warm path looks up the characters where "ApiKey <key>" holds the id, then
