@@ -81,6 +81,24 @@ def test_delete_rescope_and_recreate_reach_a_verifier_by_push(postgres_url: str)
     store.close()
 
 
+def test_close_ends_the_listener_and_its_connection(postgres_url: str) -> None:
+    """close() ends the listener thread, closing its connection, before it returns: with a
+    120 s bound it waited up to a heartbeat (30 s), so a suite or a process making verifiers
+    one after another held a PostgreSQL connection and a thread per closed one meanwhile."""
+    store = KeyStore.open(postgres_url, hasher=CHEAP)
+    key = store.create_key("alice", "demo", ["project"]).plaintext
+    checker = Verifier.from_url(postgres_url, hasher=CHEAP, revocation_bound=LONG_BOUND)
+    checker.verify(header(key))
+    assert eventually(lambda: listening(checker))
+    freshness = checker._freshness
+    assert isinstance(freshness, PushFreshness)
+    thread, connection = freshness._thread, freshness._connection
+    assert thread is not None and connection is not None
+    checker.close()
+    store.close()
+    assert not thread.is_alive() and connection.closed
+
+
 def test_changes_in_another_schema_of_the_database_wake_no_verifier(
     postgres_server: str, postgres_url: str
 ) -> None:

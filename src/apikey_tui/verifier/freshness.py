@@ -143,6 +143,9 @@ class PushFreshness:
     PROBE_WAIT = 2.0  # seconds to wait for our own NOTIFY after LISTEN
     POLL = 0.002  # the request path peeks at the listener's socket at most this often
     RETRY = (0.5, 10.0)  # first and longest wait between reconnects
+    # The longest the listener waits for notices at once: close() ends it (and its connection)
+    # within this, not at its next heartbeat (a quarter bound: 30 s at a 120 s bound).
+    STOP_SLICE = 0.25
 
     def __init__(self, engine: Engine, bound: float) -> None:
         # The engine's own bounds, with the URL's settings winning, under the listener's name;
@@ -294,8 +297,10 @@ class PushFreshness:
             for notice in connection.notifies(timeout=0):  # those that came with the answer
                 self._pushes += notice.payload == ours
             self._alive_at = sent
-            for notice in connection.notifies(timeout=period):
-                self._pushes += notice.payload == ours
+            until = sent + period
+            while not self._stop.is_set() and (left := until - time.monotonic()) > 0:
+                for notice in connection.notifies(timeout=min(left, self.STOP_SLICE)):
+                    self._pushes += notice.payload == ours
 
     def _after_fork(self) -> None:
         """In a child: the parent's thread is gone and its connection is parked, not closed."""
@@ -309,8 +314,12 @@ class PushFreshness:
             self._stop.set()
 
     def close(self) -> None:
-        """Stop listening (the thread ends at its next heartbeat)."""
+        """Stop listening: the thread ends, closing its connection, within a STOP_SLICE (or a
+        connect or probe under way, PROBE_WAIT at most), waited for here."""
         self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(self.PROBE_WAIT + self.STOP_SLICE)
 
 
 def freshness_for(engine: Engine, bound: float) -> Freshness:
