@@ -376,6 +376,30 @@ def test_a_closed_verifier_is_freed_the_first_of_its_process_too(sqlite_url: str
     assert result.stdout.strip() == "[True, True]", result.stderr
 
 
+def test_a_verifier_used_after_close_is_still_freed(database_url: str) -> None:
+    """A verifier that reads a key after close() (a request still in flight, an app whose
+    lifespan ran twice) and is then dropped is garbage collected, with the connection it kept:
+    the pool's listeners held it, and SQLAlchemy holds a pool while a connection is out."""
+    import gc
+    import warnings
+    import weakref
+
+    store = KeyStore.open(database_url, hasher=CHEAP)
+    first, second = (store.create_key("alice", name, ["project"]).plaintext for name in "ab")
+    store.close()
+    checker = Verifier.from_url(database_url, hasher=CHEAP)
+    checker.verify(header(first))
+    checker.close()
+    assert checker.verify(header(second)).key_name == "b"  # read on a connection kept anew
+    freed = weakref.ref(checker)
+    del checker
+    with warnings.catch_warnings():  # psycopg's: a connection freed unclosed (what is tested)
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
+        gc.collect()  # the pool the verifier held, freed with it, and its connection
+    assert freed() is None
+
+
 def test_importing_the_verifier_never_loads_textual_or_rich() -> None:
     """A service importing the verifier and its adapters pays nothing for the terminal UI."""
     code = (

@@ -289,17 +289,7 @@ class Verifier:
         self._tallies = self._uses.tallies
         self._sources = self._uses.sources  # the last client address noted per key
         self.stats = VerifierStats(self._gate, self._freshness, revocation_bound, self._uses)
-        # Through a weak reference: the listener stays on the engine's dialect, which may
-        # outlive this verifier (the reads' compiled statements keep the first SQLite dialect
-        # of the process, `change_log._raw`), and must not keep it, its caches and index alive.
-        alive = weakref.ref(self)
-
-        def database_error(context: Any) -> None:
-            verifier = alive()
-            if verifier is not None:
-                verifier.stats.database_error(context)
-
-        event.listen(self._engine, "handle_error", database_error)
+        self._listen("handle_error", lambda verifier, context: verifier.stats.database_error())
         # A verified key is remembered under its public id (the entry's own string: one dict,
         # and a change finds its entry by the id it names) with header_digest("ApiKey " + key):
         # the warm path looks up the characters where "ApiKey <key>" holds the id, then
@@ -312,9 +302,9 @@ class Verifier:
         self._ready = False
         self._rehash_refused = self._fingerprint_refused = False
         self._connections: dict[int, Any] = {}
-        event.listen(self._engine, "connect", self._on_connect)
-        event.listen(self._engine, "close", self._on_close)
-        event.listen(self._engine, "close_detached", self._on_close)
+        self._listen("connect", Verifier._on_connect)
+        self._listen("close", Verifier._on_close)
+        self._listen("close_detached", Verifier._on_close)
         forksafety.reset_in_child(self._after_fork)
 
     @classmethod
@@ -993,6 +983,22 @@ class Verifier:
         return entry
 
     # --- resources ----------------------------------------------------------------------------
+
+    def _listen(self, name: str, call: Callable[..., None]) -> None:
+        """Listen to the engine's event `name` with call(verifier, *its arguments), holding the
+        verifier weakly: the engine's pool and dialect outlive it (SQLAlchemy holds a pool while
+        a connection is out, as a kept read is; the reads' compiled statements keep the first
+        SQLite dialect of the process, `change_log._raw`), and must not keep it alive, its
+        caches, index and kept connections with it, once it is dropped: after close(), or
+        used again since (a request still in flight, an app whose lifespan ran twice)."""
+        alive = weakref.ref(self)
+
+        def listener(*arguments: Any) -> None:
+            verifier = alive()
+            if verifier is not None:
+                call(verifier, *arguments)
+
+        event.listen(self._engine, name, listener)
 
     def _on_connect(self, dbapi_connection: Any, _record: Any) -> None:
         self._connections[id(dbapi_connection)] = dbapi_connection
