@@ -220,3 +220,44 @@ def test_a_checking_verifier_outlives_other_processes_opening_the_database(
     assert churn_code == 0, f"the churning process exited with {churn_code}; stderr: {churn_err}"
     assert json.loads(churn_out)["rounds"] >= 1
     assert cli_codes and set(cli_codes) == {0}, f"`keys list` exit codes: {cli_codes}"
+
+
+def test_a_child_forked_while_a_thread_writes_can_write_too(tmp_path: Path) -> None:
+    """A child forked while another thread of its parent writes to the SQLite file (a usage
+    flush, a limit's take) can write to it too: SQLite's record that the process holds the
+    write lock was copied by fork without the lock, and every write of the child then waited
+    out its busy timeout ("database is locked"), limits included, for the child's whole life."""
+    import sqlite3
+
+    from sqlalchemy import text
+
+    path = tmp_path / "keys.db"
+    store = KeyStore.open(f"sqlite:///{path}", hasher=CHEAP, actor=ACTOR)
+    store.create_key("alice", "demo", ["project"])
+    writing = threading.Event()
+
+    def write() -> None:
+        with store.session(write=True) as session:
+            session.connection().execute(text("UPDATE apikey_tui_key SET name = name"))
+            writing.set()
+            time.sleep(0.3)  # the write lock held a while, as a large flush holds it
+            session.commit()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    assert writing.wait(30)
+    pid = os.fork()
+    if pid == 0:  # exits 0 only if its own connection can write
+        code = 1
+        try:
+            own = sqlite3.connect(path, timeout=2, isolation_level=None)
+            own.execute("BEGIN IMMEDIATE")
+            own.execute("UPDATE apikey_tui_key SET name = name")
+            own.execute("COMMIT")
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    writer.join(30)
+    store.close()
+    assert os.waitstatus_to_exitcode(status) == 0

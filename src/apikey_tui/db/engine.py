@@ -13,6 +13,7 @@ from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import URL, Connection
 from sqlalchemy.pool import StaticPool
 
+from apikey_tui import forksafety
 from apikey_tui.config import parse_database_url
 from apikey_tui.db import schema
 from apikey_tui.db.driver_errors import database_errors
@@ -164,12 +165,22 @@ def _sqlite_engine(url: URL, *, create: bool) -> Engine:
         write = options.get("apikey_tui_write", False)
         if write and where is not None:
             _refuse_a_file_gone(where, connection.connection.info.get(_OPENED))
+        if write and not connection.connection.info.get(_WRITING):
+            # A fork waits for it to end (forksafety.WRITE_WAIT): its child could never write.
+            forksafety.write_begins()
+            connection.connection.info[_WRITING] = True
         connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    @event.listens_for(engine, "checkin")
+    def _on_checkin(_dbapi_connection: Any, record: Any) -> None:
+        if record.info.pop(_WRITING, False):  # committed or rolled back by now
+            forksafety.write_ends()
 
     return engine
 
 
 _OPENED = "apikey_tui_opened"  # a pooled SQLite connection's (device, inode) when it connected
+_WRITING = "apikey_tui_writing"  # set from a write's BEGIN IMMEDIATE until the connection is back
 
 
 def _file_identity(path: str) -> tuple[int, int] | None:
