@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+# Imported first for its fork hooks: hooks run before a fork in the reverse order of their
+# registration, so logging takes its lock only after _before_fork has waited for the writes
+# (a writer that logs meanwhile never waits for the fork that waits for it).
+import logging  # noqa: F401
 import os
 import threading
 import weakref
