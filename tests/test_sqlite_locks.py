@@ -261,3 +261,34 @@ def test_a_child_forked_while_a_thread_writes_can_write_too(tmp_path: Path) -> N
     writer.join(30)
     store.close()
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_child_forked_from_a_checking_process_holds_the_shm_lock_itself(
+    checking: Checking,
+) -> None:
+    """A child forked from a process that had the database open (a preloading master that
+    checked keys, a multiprocessing child) holds SQLite's DMS lock on the -shm itself once it
+    checks, and the database file's SHARED lock: SQLite's per-process record that they are held
+    reached it without the locks, so it relied on its parent's, and once the parent was gone
+    (daemonized, exited first) the next process to close the database removed the -wal and
+    -shm the child still read (a key deleted later stayed valid there while any other process
+    held the database open) or rebuilt the -shm under its maps."""
+    database = checking.shm.removesuffix("-shm")
+    shared = ("POSIX", "READ", str(0x40000002), str(0x40000002 + 509))
+
+    def holds_shared(pid: int) -> bool:
+        found = (_LOCK_LINE.match(line) for line in _locks_on(database))
+        return any(m and (m["kind"], m["mode"], m["start"], m["end"]) == shared and
+                   m["pid"] == str(pid) for m in found)  # fmt: skip
+
+    pid = os.fork()
+    if pid == 0:  # exits 0 only if, after a check, this child holds both locks itself
+        code = 1
+        try:
+            checking.verifier.verify(checking.header)
+            mine = os.getpid()
+            code = 0 if _holds_dms_lock(checking.shm, mine) and holds_shared(mine) else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
