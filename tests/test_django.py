@@ -482,3 +482,28 @@ def test_the_verifier_is_found_once_and_again_when_the_setting_changes(sqlite_ur
     finally:
         first.close()
         second.close()
+
+
+def test_a_child_forked_while_the_url_verifier_is_built_builds_its_own(sqlite_url: str) -> None:
+    """A child forked while a thread of its parent builds the verifier a URL setting names
+    (holding the lock of built verifiers) builds its own, never waiting for a lock no thread
+    of its own holds (a preloading master importing the app in one thread, say)."""
+    import os
+    import signal
+
+    from django.test import override_settings
+
+    from apikey_tui.integrations import django as integration
+
+    configure_django()
+    with override_settings(APIKEY_TUI={"VERIFIER": sqlite_url}), integration._by_url_lock:
+        pid = os.fork()
+        if pid == 0:  # exits 0 once it has its verifier; a hang is ended by the alarm
+            code = 1
+            try:
+                signal.alarm(20)
+                code = 0 if isinstance(integration.get_verifier(), Verifier) else 1
+            finally:
+                os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -32,6 +32,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.http import HttpRequest, HttpResponse
 
+from apikey_tui import forksafety
 from apikey_tui.errors import AuthError, InvalidInputError
 from apikey_tui.integrations.clients import (
     ClientReader,
@@ -49,6 +50,14 @@ _RULE_SETTINGS = ("ROUTES", "DEFAULT_SCOPES", "UNMATCHED")
 
 _by_url: dict[str, Verifier] = {}
 _by_url_lock = threading.Lock()
+
+
+def _new_lock() -> None:
+    global _by_url_lock
+    _by_url_lock = threading.Lock()  # a thread that held it did not survive the fork
+
+
+forksafety.reset_in_child(_new_lock)
 
 
 def config() -> dict[str, Any]:
