@@ -13,7 +13,7 @@ from apikey_tui.integrations.asgi_messages import (
     respond,
     scope_authorization,
 )
-from apikey_tui.integrations.guard import CHECKED, GuardedApp
+from apikey_tui.integrations.guard import GuardedApp
 from apikey_tui.integrations.websocket_watch import KeyWatch
 
 logger = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ class ApiKeyMiddleware(GuardedApp[ASGIApp, Scope]):
                     scope["state"] = {"apikey": caller}
                 else:
                     state["apikey"] = caller
-                scope[CHECKED] = (self.guard.verifier, caller)  # FastAPI's dependencies read it
+                scope[self.guard.checked] = caller  # FastAPI's dependencies read it
                 if kind == "websocket":  # every later message too, while the key passes
                     required = self.guard.rules.required("GET", path) or ()
                     watch = KeyWatch(self.guard, scope, caller, required, path, receive, send)

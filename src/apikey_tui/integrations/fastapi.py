@@ -37,7 +37,7 @@ from apikey_tui.integrations.asgi_messages import (
 )
 from apikey_tui.integrations.clients import ClientReader, asgi_client
 from apikey_tui.integrations.clients import trusted_proxies as trusted_proxies_of
-from apikey_tui.integrations.guard import CHECKED, Guard
+from apikey_tui.integrations.guard import Guard
 from apikey_tui.integrations.websocket_watch import KeyWatch
 from apikey_tui.networks import TrustedProxies
 from apikey_tui.verifier import Caller, Verifier
@@ -100,14 +100,20 @@ class ApiKeyScheme(SecurityBase):
         # The raw ASGI headers, as the middleware reads them: no Headers object, no list, and
         # the same rule for two Authorization headers.
         self.guard = Guard(verifier, scope_authorization, client=client)
+        self._checked = self.guard.checked
 
     async def __call__(self, connection: HTTPConnection, security_scopes: SecurityScopes) -> Caller:
         scope = connection.scope
         try:
-            caller = self._checked_before(scope, security_scopes.scopes)
+            # Checked already in this request (the middleware, a router's dependency): the
+            # caller's scopes judged for these too, but its limits spent and its use counted once.
+            caller: Caller | None = scope.get(self._checked)
             if caller is None:
                 caller = await self.guard.caller_async(scope, security_scopes.scopes, scope["path"])
-                scope[CHECKED] = (self.guard.verifier, caller)
+                scope[self._checked] = caller
+            elif not caller.scopes.issuperset(security_scopes.scopes):
+                # The refusal the full check gives (403, recorded); the limits are spent already.
+                self.guard.verifier.authorize(caller, security_scopes.scopes, _spent=True)
         except AuthError as error:
             if answered_by_app(connection.scope, error):
                 raise
@@ -121,19 +127,6 @@ class ApiKeyScheme(SecurityBase):
                 connection._receive, connection._send,
             )  # fmt: skip
             connection._receive, connection._send = watch.receive, watch.send
-        return caller
-
-    def _checked_before(self, scope: Scope, required: list[str]) -> Caller | None:
-        """The caller the middleware or another key dependency of this request checked (a
-        router's and a route's both run, each with its own scopes): its scopes judged for these
-        too, but the request spends its limits and is counted once, not once per check."""
-        checked = scope.get(CHECKED)
-        if checked is None or checked[0] is not self.guard.verifier:
-            return None
-        caller: Caller = checked[1]
-        if not caller.scopes.issuperset(required):
-            # The refusal the full check gives (403, recorded); the limits are spent already.
-            self.guard.verifier.authorize(caller, required, _spent=True)
         return caller
 
 

@@ -21,10 +21,6 @@ Refusal = tuple[int, list[tuple[str, str]], bytes]
 # The rules of a guard given none: any valid key, on any path in normal form. It holds no state
 # but its bounded answer cache, so every such guard shares one.
 _ANY_KEY = RouteScopes(())
-# Where an ASGI request's scope keeps (verifier, caller) once its key was checked, so a later
-# check of the same request (a FastAPI key dependency after the middleware or another
-# dependency) judges only its own scopes: one request spends its limits and is counted once.
-CHECKED = "apikey_tui.checked"
 
 
 def _unknown(_request: object) -> str | None:
@@ -54,6 +50,12 @@ class Guard(Generic[RequestT]):
         self.authorization = authorization
         self.rules = rules if rules is not None else _ANY_KEY
         self.client: ClientReader = client if client is not None else _unknown
+        # Where an ASGI request's scope keeps its caller once this verifier checked its key, so
+        # a later check of the same request (a FastAPI key dependency after the middleware or
+        # another dependency) judges only its own scopes: one request spends its limits and is
+        # counted once. One key per verifier (every guard over it writes the same): a str, so
+        # marking costs a request one dict store and no allocation.
+        self.checked = f"apikey_tui.checked.{id(verifier):x}"
 
     def check(self, method: str, path: str, request: RequestT) -> Caller | None:
         """The caller of a request to `path`, or None for a public route (blocking)."""
