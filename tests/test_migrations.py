@@ -534,6 +534,9 @@ def test_0010_adds_network_rules_that_verifiers_enforce_and_downgrade_drops(
                 verifier.verify(f"ApiKey {live['key']}", (), "10.2.0.1")
         finally:
             verifier.close()
+        # Shadow rules refuse nothing, so going back may drop them (enforced ones: below).
+        store.set_networks_of_keys([info], network_rules(["10.0.0.0/8"], mode="shadow"))
+        store.set_owner_networks(live["owner"], network_rules(["10.1.0.0/16"], mode="shadow"))
         minute = int(store.clock().timestamp()) // 60
         with engine.begin() as conn:
             conn.execute(
@@ -553,6 +556,38 @@ def test_0010_adds_network_rules_that_verifiers_enforce_and_downgrade_drops(
     finally:
         if store is not None:
             store.close()
+        engine.dispose()
+
+
+def test_downgrade_0010_to_0009_refuses_while_a_key_or_owner_enforces_networks(
+    old_database: OldDatabase,
+) -> None:
+    """Undoing 0010 is refused while a key's or an owner's network rules refuse requests (the
+    key would work from anywhere again), and works once those rules are lifted."""
+    from apikey_tui.networks import network_rules
+
+    engine = make_engine(old_database.url)
+    [live] = old_database.keys("live")[:1]
+    upgrade_schema(engine)
+    store = KeyStore.open(old_database.url, hasher=CHEAP, actor=ACTOR, create=False)
+    try:
+        info = store.get_key(live["owner"], live["name"])
+        store.set_networks_of_keys([info], network_rules([], ["127.0.0.0/8"]))
+        with pytest.raises(RuntimeError, match="1 key"), engine.begin() as conn:
+            command.downgrade(alembic_config(conn), "0009")
+        store.set_networks_of_keys([info], None)
+        store.set_owner_networks(live["owner"], network_rules(["10.0.0.0/8"]))
+        with pytest.raises(RuntimeError, match="1 owner"), engine.begin() as conn:
+            command.downgrade(alembic_config(conn), "0009")
+        assert _rows(old_database.url, "SELECT value FROM apikey_tui_meta WHERE key = "
+                     "'schema_version'") == [(str(SCHEMA_VERSION),)]  # fmt: skip
+        store.set_owner_networks(live["owner"], None)
+        with engine.begin() as conn:
+            command.downgrade(alembic_config(conn), "0009")
+        assert _rows(old_database.url, "SELECT value FROM apikey_tui_meta WHERE key = "
+                     "'schema_version'") == [("9",)]  # fmt: skip
+    finally:
+        store.close()
         engine.dispose()
 
 

@@ -64,8 +64,29 @@ def upgrade() -> None:
     _set_version("10")
 
 
+def _enforcing(table: str) -> int:
+    """Rows of this table whose rules refuse requests: every one but shadow mode's (rules that
+    cannot be read refuse everything, as the verifier reads them)."""
+    query = (
+        f"SELECT count(*) FROM {table} WHERE networks IS NOT NULL AND networks NOT LIKE 'shadow %'"
+    )
+    return int(op.get_bind().execute(sa.text(query)).scalar_one())
+
+
 def downgrade() -> None:
-    """Back to schema version 9: network rules are forgotten, and usage by network with them."""
+    """Back to schema version 9: network rules are forgotten, and usage by network with them;
+    refused while any rule refuses requests (as 0003's downgrade refuses disabled keys).
+
+    Version 9 has no place for rules, so a key kept from a network would work from anywhere.
+    """
+    keys, owners = _enforcing("apikey_tui_key"), _enforcing("apikey_tui_owner_network")
+    if keys or owners:
+        raise RuntimeError(
+            f"{keys} key(s) and {owners} owner(s) have network rules in enforce mode, which "
+            "schema version 9 cannot hold: their keys would work from anywhere; lift the rules "
+            "(keys set-networks NAME none, owners set-networks OWNER none) or put them in "
+            "shadow mode before downgrading"
+        )
     op.execute("DELETE FROM apikey_tui_usage WHERE kind IN (4, 5, 6)")
     op.drop_table("apikey_tui_owner_network")
     op.drop_column("apikey_tui_key", "networks")
