@@ -67,10 +67,10 @@ def upgrade() -> None:
 def _enforcing(table: str) -> int:
     """Rows of this table whose rules refuse requests: every one but shadow mode's (rules that
     cannot be read refuse everything, as the verifier reads them)."""
-    query = (
-        f"SELECT count(*) FROM {table} WHERE networks IS NOT NULL AND networks NOT LIKE 'shadow %'"
-    )
-    return int(op.get_bind().execute(sa.text(query)).scalar_one())
+    networks = sa.column("networks", sa.String)
+    enforcing = sa.and_(networks.is_not(None), networks.not_like("shadow %"))
+    query = sa.select(sa.func.count()).select_from(sa.table(table, networks)).where(enforcing)
+    return int(op.get_bind().execute(query).scalar_one())
 
 
 def downgrade() -> None:
