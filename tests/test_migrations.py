@@ -196,6 +196,18 @@ def test_upgrade_keeps_every_key_working_and_every_old_key_refused(
     ) == [("11",)]
 
 
+def test_upgrade_says_an_older_verifier_started_after_it_may_answer_unrestricted(
+    old_database: OldDatabase, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`db upgrade` does not promise that every older release started after it answers 503:
+    from 0.4 on one keeps answering (verifiers_from), enforcing no limits or network rules it
+    does not know, and the operator must hear that."""
+    code, _, err = _cli(capsys, old_database.url, "db", "upgrade")
+    assert code == 0
+    assert "An older release started after the upgrade answers 503." not in err
+    assert "network rules" in err and "limits" in err
+
+
 def test_upgrade_keeps_events_and_usage_and_fingerprints_only_new_keys(
     old_database: OldDatabase, capsys: pytest.CaptureFixture[str]
 ) -> None:
