@@ -293,3 +293,41 @@ def test_a_role_granted_before_version_8_counts_limits_after_the_upgrade(
             assert excess_privileges(conn, role) == []
     finally:
         engine.dispose()
+
+
+def test_a_role_granted_before_version_4_verifies_and_records_use_after_the_upgrade(
+    postgres_url: str, role: str, admin_store: KeyStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A verifier role granted at schema version 3 (release 0.3.0) reads the change log, appends
+    usage and counts limits after `db upgrade` to this release, with no excess privilege."""
+    from alembic import command
+
+    from apikey_tui.errors import RateLimitedError
+    from apikey_tui.limits.model import parse_limit
+
+    created = admin_store.create_key("alice", "svc", ["project"])
+    assert _grant(capsys, postgres_url, role)[0] == 0
+    engine = make_engine(postgres_url)
+    try:
+        with engine.begin() as conn:  # back to 3: every later table goes, with the role's grants
+            command.downgrade(alembic_config(conn), "0003")
+        assert upgrade_schema(engine)[:2] == (3, SCHEMA_VERSION)
+    finally:
+        engine.dispose()
+    admin_store.set_limits_of_keys([admin_store.get_key("alice", "svc")], [parse_limit("3/1h")])
+    verifier = Verifier.from_url(_as(role, postgres_url), hasher=CHEAP)
+    try:
+        for _ in range(3):
+            verifier.verify("ApiKey " + created.plaintext, ["project"])
+        with pytest.raises(RateLimitedError):
+            verifier.verify("ApiKey " + created.plaintext, ["project"])
+    finally:
+        verifier.close()
+    assert verifier.stats.snapshot()["usage_dropped"] == 0
+    assert admin_store.key_usage("alice", "svc").requests == 3
+    engine = make_engine(postgres_url)
+    try:
+        with engine.connect() as conn:
+            assert excess_privileges(conn, role) == []
+    finally:
+        engine.dispose()

@@ -44,3 +44,38 @@ def is_ours(name: str | None, type_: str, parent_names: object) -> bool:
     if type_ == "index":
         return name not in key_indexes.INDEXES
     return True
+
+
+def grant_to_holders(privilege: str, table: str, grant: str, column: str | None = None) -> str:
+    """A PostgreSQL block that runs ``GRANT {grant} TO`` every role holding `privilege` on
+    `table` (on its `column` alone, when named), PUBLIC included and the table's owner aside.
+
+    A migration that adds a table a verifier needs gives it to the roles an older `db
+    grant-verifier` made, so services keep working through `db upgrade` without a new grant.
+    """
+    if column is None:
+        holders = f"pg_catalog.pg_class c, aclexplode(c.relacl) a WHERE c.oid = '{table}'::regclass"
+    else:
+        holders = (
+            "pg_catalog.pg_class c JOIN pg_catalog.pg_attribute att ON att.attrelid = c.oid, "
+            f"aclexplode(att.attacl) a WHERE c.oid = '{table}'::regclass "
+            f"AND att.attname = '{column}'"
+        )
+    # Names and privileges are the migrations' own constants, never input.
+    return f"""
+DO $$
+DECLARE grantee oid;
+BEGIN
+  FOR grantee IN
+    SELECT DISTINCT a.grantee FROM {holders}
+      AND a.privilege_type = '{privilege}' AND a.grantee <> c.relowner
+  LOOP
+    IF grantee = 0 THEN
+      EXECUTE 'GRANT {grant} TO PUBLIC';
+    ELSE
+      EXECUTE format('GRANT {grant} TO %s', grantee::regrole);
+    END IF;
+  END LOOP;
+END
+$$
+"""  # noqa: S608

@@ -3,8 +3,9 @@
 A new table apikey_tui_change (seq, public_id, changed_at): every change to a key appends its
 id(s) in the same transaction. It starts with one row (public_id '', seq 1) that marks the
 log's beginning: a reader that saw it and still finds it knows it missed nothing. Keys and
-their data are untouched; a verifier of this version reads the table (`db grant-verifier`
-grants SELECT on it).
+their data are untouched; a verifier of this version reads the table: on PostgreSQL every role
+that may read apikey_tui_key is granted SELECT on it, so verifiers granted by an older `db
+grant-verifier` keep working after the upgrade.
 
 Revision ID: 0004
 Revises: 0003
@@ -16,6 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from apikey_tui.clock import system_clock
+from apikey_tui.db.migrations import grant_to_holders
 
 revision = "0004"
 down_revision: str | None = "0003"
@@ -44,6 +46,9 @@ def upgrade() -> None:
     op.create_index("ix_apikey_tui_change_changed_at", "apikey_tui_change", ["changed_at"])
     # The moment only decides when this row may be pruned; the newest row never is.
     op.bulk_insert(change, [{"public_id": "", "changed_at": system_clock()}])
+    if op.get_bind().dialect.name == "postgresql":
+        # A verifier reads the log for every check's freshness: without it every check is 503.
+        op.execute(grant_to_holders("SELECT", "apikey_tui_key", "SELECT ON apikey_tui_change"))
     _set_version("4")
 
 

@@ -1,7 +1,8 @@
 """Schema version 5: usage counts per key, per minute (compacted to hours and days).
 
 A new table apikey_tui_usage (public_id, minute, span, kind, scope, requests): verifiers append
-their counts to it (`db grant-verifier` grants INSERT on it, nothing more) and `db compact` rolls
+their counts to it (INSERT, nothing more: on PostgreSQL every role that may write a key's
+last_used_at, as `db grant-verifier` lets a verifier, is granted it here) and `db compact` rolls
 old minutes into hours and days. Keys and their data are untouched, and a verifier of schema
 version 4 keeps working beside it (it records no use): the meta row 'verifiers_from' says so.
 
@@ -13,6 +14,8 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
+
+from apikey_tui.db.migrations import grant_to_holders
 
 revision = "0005"
 down_revision: str | None = "0004"
@@ -42,6 +45,14 @@ def upgrade() -> None:
     # Version 4 verifiers read nothing this version changed: they keep working (and record no
     # use). Admin tools of version 4 are still refused: they would not compact.
     op.bulk_insert(_meta, [{"key": "verifiers_from", "value": "4"}])
+    if op.get_bind().dialect.name == "postgresql":
+        # The last-used column is the one write a verifier grant gives: its holders are the
+        # verifiers, which record use here (0007 and 0008 then grant on from this table).
+        op.execute(
+            grant_to_holders(
+                "UPDATE", "apikey_tui_key", "INSERT ON apikey_tui_usage", column="last_used_at"
+            )
+        )
     _set_version("5")
 
 

@@ -24,6 +24,8 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
+from apikey_tui.db.migrations import grant_to_holders
+
 revision = "0007"
 down_revision: str | None = "0006"
 branch_labels: str | None = None
@@ -53,24 +55,9 @@ _event = sa.table(
 # Every release wrote a recreate's and a rotation's detail starting so (lifecycle.rotate_in).
 _REPLACES = re.compile(r"replaces (ak[a-z2-7]{16})\b")
 # Grant INSERT on the batch table to every role that may insert into the usage table.
-_GRANT_BATCH = """
-DO $$
-DECLARE grantee oid;
-BEGIN
-  FOR grantee IN
-    SELECT DISTINCT a.grantee FROM pg_catalog.pg_class c, aclexplode(c.relacl) a
-    WHERE c.oid = 'apikey_tui_usage'::regclass AND a.privilege_type = 'INSERT'
-      AND a.grantee <> c.relowner
-  LOOP
-    IF grantee = 0 THEN
-      EXECUTE 'GRANT INSERT ON TABLE apikey_tui_usage_batch TO PUBLIC';
-    ELSE
-      EXECUTE format('GRANT INSERT ON TABLE apikey_tui_usage_batch TO %s', grantee::regrole);
-    END IF;
-  END LOOP;
-END
-$$
-"""
+_GRANT_BATCH = grant_to_holders(
+    "INSERT", "apikey_tui_usage", "INSERT ON TABLE apikey_tui_usage_batch"
+)
 
 
 def _set_version(version: str) -> None:

@@ -20,32 +20,19 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
+from apikey_tui.db.migrations import grant_to_holders
+
 revision = "0008"
 down_revision: str | None = "0007"
 branch_labels: str | None = None
 depends_on: str | None = None
 
 _meta = sa.table("apikey_tui_meta", sa.column("key", sa.String), sa.column("value", sa.String))
-_GRANT_COUNTS = """
-DO $$
-DECLARE grantee oid;
-BEGIN
-  FOR grantee IN
-    SELECT DISTINCT a.grantee FROM pg_catalog.pg_class c, aclexplode(c.relacl) a
-    WHERE c.oid = 'apikey_tui_usage'::regclass AND a.privilege_type = 'INSERT'
-      AND a.grantee <> c.relowner
-  LOOP
-    IF grantee = 0 THEN
-      EXECUTE 'GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE apikey_tui_limit_count, '
-        'apikey_tui_limit_boot TO PUBLIC';
-    ELSE
-      EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE apikey_tui_limit_count, '
-        'apikey_tui_limit_boot TO %s', grantee::regrole);
-    END IF;
-  END LOOP;
-END
-$$
-"""
+_GRANT_COUNTS = grant_to_holders(
+    "INSERT",
+    "apikey_tui_usage",
+    "SELECT, INSERT, UPDATE, DELETE ON TABLE apikey_tui_limit_count, apikey_tui_limit_boot",
+)
 
 
 def _set_version(version: str) -> None:

@@ -16,6 +16,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from apikey_tui.db.migrations import grant_to_holders
+
 revision = "0009"
 down_revision: str | None = "0008"
 branch_labels: str | None = None
@@ -23,24 +25,9 @@ depends_on: str | None = None
 
 _meta = sa.table("apikey_tui_meta", sa.column("key", sa.String), sa.column("value", sa.String))
 # Every role that may read keys may read owners' limits: a verifier needs both for one check.
-_GRANT_OWNER_LIMITS = """
-DO $$
-DECLARE grantee oid;
-BEGIN
-  FOR grantee IN
-    SELECT DISTINCT a.grantee FROM pg_catalog.pg_class c, aclexplode(c.relacl) a
-    WHERE c.oid = 'apikey_tui_key'::regclass AND a.privilege_type = 'SELECT'
-      AND a.grantee <> c.relowner
-  LOOP
-    IF grantee = 0 THEN
-      EXECUTE 'GRANT SELECT ON TABLE apikey_tui_owner_limit TO PUBLIC';
-    ELSE
-      EXECUTE format('GRANT SELECT ON TABLE apikey_tui_owner_limit TO %s', grantee::regrole);
-    END IF;
-  END LOOP;
-END
-$$
-"""
+_GRANT_OWNER_LIMITS = grant_to_holders(
+    "SELECT", "apikey_tui_key", "SELECT ON TABLE apikey_tui_owner_limit"
+)
 
 
 def _set_version(version: str) -> None:
