@@ -208,6 +208,35 @@ def test_upgrade_says_an_older_verifier_started_after_it_may_answer_unrestricted
     assert "network rules" in err and "limits" in err
 
 
+def test_upgrade_blocked_by_another_session_gives_up_and_can_be_run_again(
+    postgres_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On PostgreSQL a `db upgrade` that another session's open transaction on the key table
+    holds up gives up with one line saying so, having changed nothing, instead of waiting (and
+    queueing every service's read of the keys behind it) for as long as that session lasts;
+    run again once it ended, it upgrades."""
+    import threading
+
+    load_postgres_dump(postgres_url)
+    holder = psycopg.connect(postgres_url.replace("postgresql+psycopg://", "postgresql://"))
+    holder.execute(b"SELECT count(*) FROM apikey_tui_key")  # an open transaction's share lock
+    # Ends the hold in any case, so the code before the fix fails this test instead of hanging.
+    release = threading.Timer(30, holder.rollback)
+    release.start()
+    try:
+        code, _, err = _cli(capsys, postgres_url, "db", "upgrade")
+    finally:
+        release.cancel()
+        holder.rollback()
+        holder.close()
+    assert code == 1 and "apikey-tui db upgrade" in err and "session" in err
+    assert len(err.strip().splitlines()) == 1
+    assert _rows(postgres_url, "SELECT value FROM apikey_tui_meta WHERE key = "
+                 "'schema_version'") == [("1",)]  # fmt: skip
+    code, _, err = _cli(capsys, postgres_url, "db", "upgrade")
+    assert code == 0 and f"from schema version 1 to {SCHEMA_VERSION}." in err
+
+
 def test_upgrade_keeps_events_and_usage_and_fingerprints_only_new_keys(
     old_database: OldDatabase, capsys: pytest.CaptureFixture[str]
 ) -> None:
