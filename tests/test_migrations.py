@@ -235,6 +235,18 @@ def test_upgrade_blocked_by_another_session_gives_up_and_can_be_run_again(
                  "'schema_version'") == [("1",)]  # fmt: skip
     code, _, err = _cli(capsys, postgres_url, "db", "upgrade")
     assert code == 0 and f"from schema version 1 to {SCHEMA_VERSION}." in err
+    # Run again at this version it only adds missing indexes, which wait for writers: the same.
+    holder = psycopg.connect(postgres_url.replace("postgresql+psycopg://", "postgresql://"))
+    holder.execute(b"UPDATE apikey_tui_key SET last_used_at = last_used_at")
+    release = threading.Timer(30, holder.rollback)
+    release.start()
+    try:
+        code, _, err = _cli(capsys, postgres_url, "db", "upgrade")
+    finally:
+        release.cancel()
+        holder.rollback()
+        holder.close()
+    assert code == 1 and "another session holds" in err
 
 
 def test_upgrade_keeps_events_and_usage_and_fingerprints_only_new_keys(

@@ -40,6 +40,13 @@ _POSTGRES_CORRUPT = {"XX001", "XX002"}  # data_corrupted, index_corrupted
 # insufficient_privilege; invalid_schema_name, which is what a role without USAGE on the
 # schema in its search_path meets when it looks for (or creates) the tables.
 _POSTGRES_DENIED = {"42501", "3F000"}
+_POSTGRES_LOCK_TIMEOUT = "55P03"  # lock_not_available: a statement's lock_timeout ran out
+
+
+def lock_timed_out(exc: Exception) -> bool:
+    """Whether a PostgreSQL statement gave up waiting for a lock another session held."""
+    origin = exc.orig if isinstance(exc, StatementError) and exc.orig is not None else exc
+    return str(getattr(origin, "sqlstate", None) or "") == _POSTGRES_LOCK_TIMEOUT
 
 
 @contextmanager

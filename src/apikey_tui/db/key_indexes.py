@@ -47,6 +47,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import DBAPIError
 
+from apikey_tui.db.driver_errors import lock_timed_out
+
 SEARCH_TABLE = "apikey_tui_key_search"  # SQLite
 # A trigram index finds substrings of three characters or more; shorter text is scanned for.
 SHORTEST = 3
@@ -254,7 +256,9 @@ def install(conn: Connection) -> bool:
                 conn.execute(text("DROP INDEX IF EXISTS ix_apikey_tui_key_tags_trgm"))
                 for statement in _PG_TERMS:  # the terms' index last: see _PG_PROBE
                     conn.exec_driver_sql(statement.replace("{words}", _PG_WORDS))
-    except DBAPIError:
+    except DBAPIError as exc:
+        if lock_timed_out(exc):  # not a database that cannot hold it: one busy now (`upgrade`)
+            raise
         return False
     return True
 

@@ -24,6 +24,7 @@ from sqlalchemy import Connection, column, inspect, select, table, text
 from sqlalchemy.exc import DBAPIError
 
 from apikey_tui.db import key_indexes
+from apikey_tui.db.driver_errors import lock_timed_out
 from apikey_tui.db.migrations import LOCATION, TABLE_PREFIX, VERSION_TABLE, revision_of
 from apikey_tui.db.models import SCHEMA_VERSION, SchemaInfo
 from apikey_tui.errors import InvalidInputError, SchemaVersionError, StoreUnavailableError
@@ -35,7 +36,6 @@ if TYPE_CHECKING:  # Alembic costs ~0.3 s to import: only creating and upgrading
 UPGRADE_HINT = "run `apikey-tui db upgrade`"
 # Seconds an upgrade on PostgreSQL waits for a table another session holds before it gives up.
 UPGRADE_LOCK_WAIT = 5
-_LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's lock_not_available: lock_timeout ran out
 _REVISION = re.compile(r"\d{4}")
 _META = SchemaInfo.__tablename__
 _version_table = table(VERSION_TABLE, column("version_num"))
@@ -135,29 +135,28 @@ def upgrade(conn: Connection) -> Upgrade:
     found = found_version(conn)
     if found is not None and found > SCHEMA_VERSION:
         check(found, create=False)
-    if found != SCHEMA_VERSION:
-        from alembic import command
+    if conn.dialect.name == "postgresql":
+        # A migration's ALTER (an index's CREATE too) queues for the table behind any open
+        # transaction that read it, and every later read of it (each service's key lookups)
+        # queues behind the ALTER: waiting for a session left open would hold them up as long.
+        conn.execute(text(f"SET LOCAL lock_timeout = '{UPGRADE_LOCK_WAIT}s'"))
+    try:
+        if found != SCHEMA_VERSION:
+            from alembic import command
 
-        if conn.dialect.name == "postgresql":
-            # A migration's ALTER queues for the table behind any open transaction that read
-            # it, and every later read of it (each service's key lookups) queues behind the
-            # ALTER: waiting for a session left open would hold up the services as long.
-            conn.execute(text(f"SET LOCAL lock_timeout = '{UPGRADE_LOCK_WAIT}s'"))
-        config = alembic_config(conn)
-        try:
+            config = alembic_config(conn)
             if found is not None and not inspect(conn).has_table(VERSION_TABLE):
                 command.stamp(config, revision_of(found))  # 0.1.0 kept no Alembic table
             command.upgrade(config, revision_of(SCHEMA_VERSION))
-        except DBAPIError as exc:
-            if getattr(exc.orig, "sqlstate", None) != _LOCK_NOT_AVAILABLE:
-                raise
-            raise StoreUnavailableError(
-                "another session holds apikey-tui's tables (an admin app or script left open, "
-                f"a long transaction: see pg_stat_activity); the upgrade waited "
-                f"{UPGRADE_LOCK_WAIT} s for it and changed nothing: end that session and run "
-                "`apikey-tui db upgrade` again"
-            ) from None
-    return Upgrade(found, SCHEMA_VERSION, key_indexes.install(conn))
+        return Upgrade(found, SCHEMA_VERSION, key_indexes.install(conn))
+    except DBAPIError as exc:
+        if not lock_timed_out(exc):
+            raise
+        raise StoreUnavailableError(
+            "another session holds apikey-tui's tables (an admin app or script left open, a "
+            f"long transaction: see pg_stat_activity); the upgrade waited {UPGRADE_LOCK_WAIT} s "
+            "for it and changed nothing: end that session and run `apikey-tui db upgrade` again"
+        ) from None
 
 
 def head_revision() -> str | None:
