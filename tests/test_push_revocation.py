@@ -352,3 +352,40 @@ def test_a_new_key_whose_notice_is_late_passes_after_a_flood_spent_the_rechecks(
     assert checker.verify(header(new)).key_name == "second"
     checker.close()
     store.close()
+
+
+def test_a_verifier_whose_search_path_starts_with_an_empty_schema_counts_the_admins_notices(
+    postgres_server: str, postgres_url: str
+) -> None:
+    """A verifier whose search_path puts an empty schema before the keys' (PostgreSQL's default
+    `"$user", public` for a role with a schema of its name) counts the admins' notices: each
+    named current_schema(), which differed, so none counted and a deleted key stayed valid
+    until a heartbeat happened to be peeked (43 s at the 1 s bound)."""
+    schema = str(make_url(postgres_url).query["options"]).split("=")[1]
+    own = f"own_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(SHARED, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {own}".encode())
+    store = KeyStore.open(postgres_url, hasher=CHEAP)
+    verifier_url = make_url(postgres_url).update_query_dict(
+        {"options": f"-csearch_path={own},{schema}"}
+    )
+    checker = Verifier.from_url(
+        verifier_url.render_as_string(hide_password=False),
+        hasher=CHEAP,
+        revocation_bound=LONG_BOUND,
+    )
+    try:
+        key = store.create_key("alice", "demo", ["project"]).plaintext
+        checker.verify(header(key))
+        assert eventually(lambda: listening(checker))
+        freshness = checker._freshness
+        assert isinstance(freshness, PushFreshness)
+        before = freshness._pushes
+        store.delete_key("alice", "demo")
+        assert eventually(lambda: freshness._pushes > before)
+        assert refused(checker, key)
+    finally:
+        checker.close()
+        store.close()
+        with psycopg.connect(SHARED, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {own} CASCADE".encode())

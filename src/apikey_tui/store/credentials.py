@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, Table, bindparam, func, or_, text, update
+from sqlalchemy import Engine, Table, bindparam, or_, text, update
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col
 
@@ -64,6 +64,18 @@ _MARK_BATCH = (
 # The notice names the schema the change was made in: one channel serves a whole database, and a
 # deployment in another schema must not wake this one's verifiers (a read of the log per notice).
 CHANGE_CHANNEL = "apikey_tui_changes"
+# That schema as writers and listeners both name it: the one holding the change log their
+# search_path finds, not current_schema(), the first schema of the path that exists. A verifier
+# role with a schema of its own name (PostgreSQL's default path is `"$user", public`) has its
+# own as current_schema() while it reads the keys in public: it counted no admin's notice, and
+# a deleted key stayed valid until a heartbeat happened to be peeked (43 s at a 1 s bound).
+_LOG = change_log.CHANGE.name  # our own table's name: no input reaches this SQL
+NOTICE_SCHEMA = (
+    "coalesce((SELECT n.nspname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n"  # noqa: S608
+    f" ON n.oid = c.relnamespace WHERE c.oid = pg_catalog.to_regclass('{_LOG}')),"
+    " current_schema(), '')"
+)
+_NOTIFY = text(f"SELECT pg_notify(:channel, {NOTICE_SCHEMA})")
 
 
 def announce(session: Session, public_ids: Iterable[str | None], now: datetime) -> None:
@@ -71,8 +83,7 @@ def announce(session: Session, public_ids: Iterable[str | None], now: datetime) 
     change_log.append(session, public_ids, now)
     if session.get_bind().dialect.name == "postgresql":
         with session.no_autoflush:  # pending rows flush at commit, where callers expect it
-            schema = func.coalesce(func.current_schema(), "")
-            session.execute(sa_select(func.pg_notify(CHANGE_CHANNEL, schema)))
+            session.execute(_NOTIFY, {"channel": CHANGE_CHANNEL})
 
 
 @dataclass(frozen=True)

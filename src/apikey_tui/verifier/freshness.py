@@ -19,7 +19,7 @@ from sqlalchemy import Engine
 from apikey_tui import forksafety
 from apikey_tui.db import LISTENER_APPLICATION, database_errors, postgres_connection
 from apikey_tui.errors import StoreUnavailableError, VerifierUnavailableError
-from apikey_tui.store.credentials import CHANGE_CHANNEL
+from apikey_tui.store.credentials import CHANGE_CHANNEL, NOTICE_SCHEMA
 from apikey_tui.verifier.sqlite_watch import CommitWatch, watch_for
 
 log = logging.getLogger("apikey_tui.verifier")
@@ -237,7 +237,7 @@ class PushFreshness:
                     )
                     connection = self._connection
                     connection.execute(f"LISTEN {CHANGE_CHANNEL}")
-                    row = connection.execute("SELECT coalesce(current_schema(), '')").fetchone()
+                    row = connection.execute(f"SELECT {NOTICE_SCHEMA}").fetchone()
                     # Every writer names its schema: a store refuses a schema not its own
                     # release's, and releases before this one cannot write to this schema.
                     ours = row[0] if row else ""
