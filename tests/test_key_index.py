@@ -6,6 +6,7 @@ import base64
 import gc
 import os
 import threading
+from collections.abc import Iterator
 
 import pytest
 
@@ -197,3 +198,24 @@ def test_forgetting_an_id_the_index_never_held_keeps_no_entry() -> None:
     assert len(index) == 0
     assert index.judge(public_id, secret)[0] is Verdict.UNKNOWN
     assert forged not in index._overlay  # the memory a flood would have bought
+
+
+def test_a_change_applied_while_a_snapshot_is_put_in_is_kept() -> None:
+    """A change read from the log while the loader puts its snapshot in stays in the overlay:
+    apply wrote into the overlay the loader had just replaced by its filtered copy, so a key
+    created then was UNKNOWN (a 401 for a valid key) until the next reload."""
+    (old, _, old_fp), (first, first_secret, first_fp), (second, second_secret, second_fp) = _keys(3)
+    gate = threading.Event()
+    index = KeyIndex(lambda: 1, _pages([(old, old_fp)], gate))
+    index.load_from(4)
+
+    def changes() -> Iterator[tuple[int, str, str | None, bool]]:
+        yield 5, first, first_fp, True
+        gate.set()  # the snapshot is read and put in while this read is applied
+        index.wait_loaded(1)  # with apply holding the overlay, the loader waits for it
+        yield 6, second, second_fp, True
+
+    index.apply(changes())
+    assert index.wait_loaded(10)
+    assert index.judge(first, first_secret)[0] is Verdict.MATCH
+    assert index.judge(second, second_secret)[0] is Verdict.MATCH

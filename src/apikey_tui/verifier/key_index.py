@@ -209,12 +209,15 @@ class KeyIndex:
 
     def apply(self, changes: Iterable[tuple[int, str, str | None, bool]]) -> None:
         """Record changes read from the log: (seq, public id, its fingerprint now, exists)."""
-        overlay = self._overlay
-        for seq, public_id, stored, exists in changes:
-            if public_id:
-                overlay[public_id] = (seq, packed_fingerprint(stored) if exists else _GONE)
+        # Under the loader's lock: a snapshot put in meanwhile replaces the overlay with its
+        # filtered copy, and a change written into the old one was lost (a new key UNKNOWN).
+        with self._lock:
+            overlay = self._overlay
+            for seq, public_id, stored, exists in changes:
+                if public_id:
+                    overlay[public_id] = (seq, packed_fingerprint(stored) if exists else _GONE)
         base = self._base
-        if len(overlay) > max(4096, (len(base) if base is not None else 0) // 8):
+        if len(self._overlay) > max(4096, (len(base) if base is not None else 0) // 8):
             self._reload(self._last_seq())
 
     def forget(self, public_id: str) -> None:
@@ -223,9 +226,10 @@ class KeyIndex:
         Only an id the index holds is marked gone: a forged id looked up while the index loads
         must not buy an overlay entry (a flood would grow it by one per request).
         """
-        base = self._base
-        if public_id in self._overlay or (base is not None and base.get(public_id) is not None):
-            self._overlay[public_id] = (self._base_seq, _GONE)
+        with self._lock:  # as apply
+            base = self._base
+            if public_id in self._overlay or (base is not None and base.get(public_id) is not None):
+                self._overlay[public_id] = (self._base_seq, _GONE)
 
     def _last_seq(self) -> int:
         return max((seq for seq, _ in self._overlay.values()), default=self._base_seq)
@@ -237,8 +241,9 @@ class KeyIndex:
         the new snapshot is in.
         """
         if distrust:
-            self._trusted = False
-            self._overlay = {}
+            with self._lock:  # as apply
+                self._trusted = False
+                self._overlay = {}
         self._reload(seq)
 
     def _reload(self, seq: int) -> None:
