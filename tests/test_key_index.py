@@ -219,3 +219,27 @@ def test_a_change_applied_while_a_snapshot_is_put_in_is_kept() -> None:
     assert index.wait_loaded(10)
     assert index.judge(first, first_secret)[0] is Verdict.MATCH
     assert index.judge(second, second_secret)[0] is Verdict.MATCH
+
+
+def test_falling_behind_while_a_snapshot_loads_loads_another() -> None:
+    """A reader that falls behind the log while a snapshot loads reads the keys again: the load
+    under way went on and was trusted, though its pages were read before changes the reader
+    never saw, so a key created then was UNKNOWN (a 401 for a valid key) until a reload."""
+    (old, _, old_fp), (new, new_secret, new_fp) = _keys(2)
+    rows: list[tuple[str, str | None]] = [(old, old_fp)]
+    read, gate = threading.Event(), threading.Event()
+
+    def page(after: int, limit: int) -> tuple[int, list[tuple[str, str | None]]]:
+        chunk = rows[after : after + limit]  # read, then held before the snapshot goes in
+        read.set()
+        assert gate.wait(10)
+        return after + len(chunk), chunk
+
+    index = KeyIndex(lambda: len(rows), page)
+    index.load_from(1)
+    assert read.wait(10)
+    rows.append((new, new_fp))  # its entry in the log is pruned before the reader looks
+    index.load_from(9, distrust=True)
+    gate.set()
+    assert index.wait_loaded(10)
+    assert index.judge(new, new_secret)[0] is Verdict.MATCH

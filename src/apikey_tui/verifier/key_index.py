@@ -244,6 +244,10 @@ class KeyIndex:
             with self._lock:  # as apply
                 self._trusted = False
                 self._overlay = {}
+                # A load under way read pages before changes this reader never saw: stopped
+                # (its snapshot is put in by nobody), and the keys are read again.
+                self._stop.set()
+                self._stop, self._loading = threading.Event(), None
         self._reload(seq)
 
     def _reload(self, seq: int) -> None:
