@@ -508,3 +508,18 @@ def test_fail_closed_mode_refuses_paths_no_rule_covers(keys: Keys) -> None:
         wsgi.wsgi_app, keys.verifier, RULES, unmatched="deny"
     )
     assert wsgi.test_client().get("/files/x", headers=_auth(keys.both)).status_code == 403
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/" + "a" * 100 + "%", "/" + "a" * 100 + "A", "/x/" + "." * 200_000 + "x/y",
+     "/" + " " * 200_000 + "x", "/" + "~" * 200_000 + "x", "/" + "a." * 100_000 + "/y"],
+)  # fmt: skip
+def test_paths_built_to_make_the_path_patterns_backtrack_are_answered(path: str) -> None:
+    """Paths that made the plain-path, format-suffix and trailing-blank patterns backtrack
+    (exponentially, then quadratically: a worker stuck for hours) are answered at once."""
+    rules = RouteScopes([route("/", public=True), route("/admin", "admin")])
+    try:
+        rules.required("GET", path)
+    except AuthError as refused:
+        assert refused.status == 400

@@ -15,17 +15,18 @@ _REPEATED_SLASHES = re.compile(r"/{2,}")
 # "/admin;jsessionid=1/x" as "/admin/x". "%3B" counts too, for a server that decodes first.
 _PARAMETERS = re.compile(r"(?:;|%3b)[^/]*", re.IGNORECASE)
 # A path every reading leaves as it is: lower-case, no ";", "%", "\", ".", "~" or empty segment.
-_PLAIN = re.compile(r"/(?:[a-z0-9\-_!$&'()*+,=:@]+/?)*")
+# Each repetition starts with its "/", so a path is matched one way only: a pattern that could
+# split a segment several ways ("(?:[a-z]+/?)*") backtracks exponentially on "/aaa…a%".
+_PLAIN = re.compile(r"/(?:[a-z0-9\-_!$&'()*+,=:@]+(?:/[a-z0-9\-_!$&'()*+,=:@]+)*/?)?")
 # A "?" or "#" left in the decoded path: a server that decodes before it splits off the query
 # (or a fragment) routes only what comes before it ("/admin%3f" is "/admin").
 _QUERY_OR_FRAGMENT = re.compile(r"[?#]")
-# The last segment's format suffix: Rails routes "/admin.json" and "/admin.xml" to "/admin"
-# (every route has an optional "(.:format)"), Symfony and DRF's format suffixes likewise.
-_FORMAT = re.compile(r"(?<=[^/])\.[^/]*(?=/?\Z)")
 # What Windows and IIS cut from the end of each segment ("/admin." and "/admin " are "/admin"),
-# with "~"; cut without the dots too, so "/x/.. /admin" shows its hidden dot segment.
-_TRAILING = re.compile(r"[. ~]+(?=/|\Z)")
-_TRAILING_BLANKS = re.compile(r"[ ~]+(?=/|\Z)")
+# with "~"; cut without the dots too, so "/x/.. /admin" shows its hidden dot segment. A match
+# starts only where a run starts and never gives characters back: tried from inside a run too,
+# a long run not at a segment's end cost its length squared.
+_TRAILING = re.compile(r"(?<![. ~])[. ~]++(?=/|\Z)")
+_TRAILING_BLANKS = re.compile(r"(?<![ ~])[ ~]++(?=/|\Z)")
 # A script before PATH_INFO: PHP front controllers (Symfony, Laravel) route "/index.php/admin"
 # as "/admin"; so do CGI and ASP.NET handlers.
 _SCRIPT = re.compile(
@@ -47,6 +48,17 @@ def fold(path: str) -> str:
 def is_plain(path: str) -> bool:
     """True when every reading of `path` is `path` itself (the fast path of route lookups)."""
     return _PLAIN.fullmatch(path) is not None
+
+
+def _without_format(path: str) -> str:
+    """The path without its last segment's format suffix: Rails routes "/admin.json" and
+    "/admin.xml" to "/admin" (every route has an optional "(.:format)"), Symfony and DRF's format
+    suffixes likewise. The suffix runs from the segment's first dot (not its first character) to
+    its end, before one trailing "/". Found by position: a pattern searched for it tried every
+    dot of a long segment to its end, the segment's length squared."""
+    end = len(path) - 1 if path.endswith("/") else len(path)
+    dot = path.find(".", path.rfind("/", 0, end) + 2, end)
+    return path if dot < 0 else path[:dot] + path[end:]
 
 
 def readings(path: str) -> list[tuple[str, bool, bool]]:
@@ -74,7 +86,7 @@ def readings(path: str) -> list[tuple[str, bool, bool]]:
             (_REPEATED_SLASHES.sub("/", current), False),
             (_PARAMETERS.sub("", current), False),
             (_QUERY_OR_FRAGMENT.split(current, 1)[0] or "/", True),
-            (_FORMAT.sub("", current, 1), True),
+            (_without_format(current), True),
             (_TRAILING.sub("", current), True),
             (_TRAILING_BLANKS.sub("", current), True),
             (_SCRIPT.sub("", current, 1), True),
