@@ -600,3 +600,22 @@ def test_a_has_scopes_subclass_may_compute_its_scopes(keys: Keys) -> None:
 
     assert call([Serving], auth(keys.project)).status_code == 403
     assert call([Serving], auth(keys.serving)).status_code == 200
+
+
+def test_a_has_scopes_that_admits_more_its_own_way_spends_the_keys_limit(keys: Keys) -> None:
+    """A HasScopes subclass whose has_permission admits reads without the scope is not taken
+    for a refusal: the requests it admits spend the key's limit (they spent none: unlimited)."""
+    from rest_framework.permissions import SAFE_METHODS
+
+    from apikey_tui.integrations.drf import HasScopes
+    from apikey_tui.limits import parse_limit
+
+    class WriteNeedsAdmin(HasScopes):
+        scopes = ("serving",)
+
+        def has_permission(self, request: Any, view: Any) -> bool:
+            return request.method in SAFE_METHODS or super().has_permission(request, view)
+
+    limited = keys.store.create_key("alice", "metered", ["project"], limits=[parse_limit("2/1h")])
+    answers = [call([WriteNeedsAdmin], auth(limited.plaintext)).status_code for _ in range(4)]
+    assert answers == [200, 200, 429, 429]

@@ -451,6 +451,11 @@ def _judged(
     if isinstance(permission, HasScopes):
         required = permission.required(view)
         missing = required - caller.scopes
+        if missing and type(permission).has_permission is not HasScopes.has_permission:
+            # A has_permission of its own may admit the key without them (reads without the
+            # scope): taken for a refusal, the request would be recorded as one and spend no
+            # limit though the view answers it.
+            return None, set(), set()
         return not missing, set() if missing else required, missing
     if isinstance(permission, permissions.AND | permissions.OR):
         a, b = _judged(permission.op1, view, caller), _judged(permission.op2, view, caller)
