@@ -507,3 +507,51 @@ def test_a_child_forked_while_the_url_verifier_is_built_builds_its_own(sqlite_ur
                 os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_the_middleware_and_drf_spend_a_request_once(database_url: str) -> None:
+    """Behind the middleware, ApiKeyAuthentication takes the caller it checked: a key limited
+    to 2 an hour gets 2 requests (not 1), counted twice no more; a scope HasScopes asks for
+    beyond the route's is still refused (403)."""
+    configure_django()
+    from django.test import Client, override_settings
+    from django.urls import path
+    from rest_framework.request import Request
+    from rest_framework.response import Response
+    from rest_framework.views import APIView
+
+    from apikey_tui.integrations.drf import ApiKeyAuthentication, HasScopes
+    from apikey_tui.limits import parse_limit
+
+    class Project(APIView):  # type: ignore[misc]
+        authentication_classes = [ApiKeyAuthentication]
+        permission_classes = [HasScopes.of("project")]
+
+        def get(self, request: Request) -> Response:
+            return Response({"owner": str(request.user)})
+
+    class Serving(Project):
+        permission_classes = [HasScopes.of("serving")]
+
+    store = KeyStore.open(database_url, hasher=CHEAP)
+    limit = [parse_limit("2/1h")]
+    key = store.create_key("alice", "a", ["project"], limits=limit).plaintext
+    checker = Verifier.from_url(database_url, hasher=CHEAP)
+    try:
+        with drf_settings(checker), override_settings(MIDDLEWARE=MIDDLEWARE):
+            urlpatterns[:] = [
+                path("projects", Project.as_view()),
+                path("serving", Serving.as_view()),
+            ]
+            client = Client()
+            assert client.get("/serving", headers=auth(key)).status_code == 403
+            answer = client.get("/projects", headers=auth(key))
+            assert answer.status_code == 200, answer.content
+            assert client.get("/projects", headers=auth(key)).status_code == 429
+            checker.flush()
+            usage = store.key_usage("alice", "a")
+            assert usage.requests == 2
+            assert [(f.missing, f.requests) for f in usage.forbidden] == [(("serving",), 1)]
+    finally:
+        checker.close()
+        store.close()

@@ -206,6 +206,7 @@ class ApiKeyMiddleware:
             return problem_response(error, self.guard.verifier.realm)
         if caller is not None:
             request.apikey = caller
+            setattr(request, self.guard.checked, caller)  # DRF's authentication reads it
         return self.get_response(request)
 
     async def _acall(self, request: HttpRequest) -> HttpResponse:
@@ -216,5 +217,6 @@ class ApiKeyMiddleware:
             return problem_response(error, self.guard.verifier.realm)
         if caller is not None:
             request.apikey = caller
+            setattr(request, self.guard.checked, caller)  # DRF's authentication reads it
         response: Awaitable[HttpResponse] = self.get_response(request)
         return await response

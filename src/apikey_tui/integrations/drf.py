@@ -39,6 +39,7 @@ from apikey_tui.integrations.django import (
     get_verifier,
     problem_response,
 )
+from apikey_tui.integrations.guard import checked_mark
 from apikey_tui.names import parse_scopes
 from apikey_tui.verifier import Caller, Verifier
 
@@ -163,6 +164,9 @@ class ApiKeyAuthentication(BaseAuthentication):  # type: ignore[misc]
         # Django's own request: DRF's Request reaches its attributes through a failed lookup.
         django_request: HttpRequest = request._request
         meta = django_request.META
+        checked: Caller | None = django_request.__dict__.get(checked_mark(verifier))
+        if checked is not None:
+            return self._checked_before(request, verifier, checked)
         try:
             # request_authorization, inline: a call is a tenth of what this class adds.
             caller = verifier.identify(meta.get("HTTP_AUTHORIZATION"))
@@ -193,6 +197,23 @@ class ApiKeyAuthentication(BaseAuthentication):  # type: ignore[misc]
             raise ApiKeyLimited(error, verifier.realm) from None
         except VerifierUnavailableError as error:  # the store of counts, failing closed
             raise ApiKeyUnavailable(error, verifier.realm) from None
+        return ApiKeyUser(caller), caller
+
+    @staticmethod
+    def _checked_before(
+        request: Request, verifier: Verifier, caller: Caller
+    ) -> tuple[ApiKeyUser, Caller]:
+        """authenticate for a request whose key the middleware checked with this verifier: its
+        network judged, its limits spent and its use counted there, so only a scope the view
+        asks for beyond the route's is judged (recorded as a 403; HasScopes answers it)."""
+        if _ASKING and request._request in _ASKING:
+            return ApiKeyUser(caller), caller
+        asked = _scopes_asked(request, caller)
+        if not caller.scopes.issuperset(asked):
+            try:
+                verifier.authorize(caller, asked, _spent=True)
+            except InsufficientScopeError:
+                pass
         return ApiKeyUser(caller), caller
 
     def authenticate_header(self, request: Request) -> str:

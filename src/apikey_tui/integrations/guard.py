@@ -27,6 +27,15 @@ def _unknown(_request: object) -> str | None:
     return None
 
 
+def checked_mark(verifier: Verifier) -> str:
+    """Where a request keeps its caller once this verifier checked its key (an ASGI scope's key,
+    a Django request's attribute), so a later check of the same request (a FastAPI key
+    dependency or DRF's authentication after the middleware) judges only its own scopes: one
+    request spends its limits and is counted once. One per verifier (every guard over it writes
+    the same): a str, so marking costs a request one store and no allocation."""
+    return f"apikey_tui.checked.{id(verifier):x}"
+
+
 class Guard(Generic[RequestT]):
     """Route rules, the verifier's cache, the verifier, and the refusal: the four steps of every
     integration, once.
@@ -50,12 +59,7 @@ class Guard(Generic[RequestT]):
         self.authorization = authorization
         self.rules = rules if rules is not None else _ANY_KEY
         self.client: ClientReader = client if client is not None else _unknown
-        # Where an ASGI request's scope keeps its caller once this verifier checked its key, so
-        # a later check of the same request (a FastAPI key dependency after the middleware or
-        # another dependency) judges only its own scopes: one request spends its limits and is
-        # counted once. One key per verifier (every guard over it writes the same): a str, so
-        # marking costs a request one dict store and no allocation.
-        self.checked = f"apikey_tui.checked.{id(verifier):x}"
+        self.checked = checked_mark(verifier)
 
     def check(self, method: str, path: str, request: RequestT) -> Caller | None:
         """The caller of a request to `path`, or None for a public route (blocking)."""
