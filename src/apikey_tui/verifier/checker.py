@@ -359,16 +359,14 @@ class Verifier:
         ):
             self._placed(caller, client, route)  # raises, or records before the scopes refuse
         self._scoped(caller, required_scopes)
+        spent = True  # a refusal from memory (a window the store granted none of) is final too
         try:
             spent = self._limited(caller, local=True)
-        except AuthError:  # refused from memory (a window the store granted none of): final
-            if networks is not None:
+        finally:
+            if spent and networks is not None:
                 self._placed(caller, client, route)
-            raise
         if not spent:
             return None
-        if networks is not None:
-            self._placed(caller, client, route)
         return self.authorize(caller, required_scopes, client, route, _spent=True)
 
     def verify(
