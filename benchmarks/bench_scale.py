@@ -251,6 +251,10 @@ def cold_reread_apart(rounds: int = 400) -> dict[str, float]:
         try:
             for _ in range(rounds):
                 here.send(True)
+                # The admin's answer, or a loud failure: an admin that died (it imports this
+                # module afresh, spawned) would leave recv() waiting for ever.
+                if not here.poll(60):
+                    raise RuntimeError(f"the admin process stopped answering ({admin.exitcode})")
                 here.recv()
                 started = time.perf_counter_ns()
                 verifier.verify(header)
