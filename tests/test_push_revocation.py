@@ -389,3 +389,35 @@ def test_a_verifier_whose_search_path_starts_with_an_empty_schema_counts_the_adm
         store.close()
         with psycopg.connect(SHARED, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA {own} CASCADE".encode())
+
+
+def test_a_change_whose_notice_never_counted_is_read_within_the_bound(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A key deleted with no notice (one lost, or a writer's NOTIFY gone wrong) is refused
+    within the bound while the listener is alive: the heartbeat reads the log's position, where
+    `SELECT 1` left the key valid until a heartbeat's answer happened to be peeked."""
+    from sqlalchemy import text
+
+    from apikey_tui.store import credentials
+
+    store = KeyStore.open(postgres_url, hasher=CHEAP)
+    bound = 1.0
+    checker = Verifier.from_url(postgres_url, hasher=CHEAP, revocation_bound=bound)
+    try:
+        key = store.create_key("alice", "demo", ["project"]).plaintext
+        checker.verify(header(key))
+        assert eventually(lambda: listening(checker))
+        checker.verify(header(key))  # read the log once the listener counts: synced with it
+        # No notice at all: one naming another schema still wakes the request path's peek.
+        monkeypatch.setattr(credentials, "_NOTIFY", text("SELECT :channel"))
+        store.delete_key("alice", "demo")
+        # One check once the bound has passed, nothing between: each check peeks at the
+        # listener's socket, and one that caught a heartbeat's answer unread would read the log
+        # whatever the heartbeat asked. The bound is the contract: a heartbeat within a quarter
+        # of it, or the fallback to it if the listener lags that long.
+        time.sleep(bound * 1.1)
+        assert refused(checker, key)
+    finally:
+        checker.close()
+        store.close()

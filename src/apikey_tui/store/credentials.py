@@ -76,6 +76,8 @@ NOTICE_SCHEMA = (
     " current_schema(), '')"
 )
 _NOTIFY = text(f"SELECT pg_notify(:channel, {NOTICE_SCHEMA})")
+# The change log's newest position: what a listener's heartbeat asks (`PushFreshness`).
+LOG_POSITION = change_log.POSITION
 
 
 def announce(session: Session, public_ids: Iterable[str | None], now: datetime) -> None:

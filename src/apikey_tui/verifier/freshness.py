@@ -19,7 +19,7 @@ from sqlalchemy import Engine
 from apikey_tui import forksafety
 from apikey_tui.db import LISTENER_APPLICATION, database_errors, postgres_connection
 from apikey_tui.errors import StoreUnavailableError, VerifierUnavailableError
-from apikey_tui.store.credentials import CHANGE_CHANNEL, NOTICE_SCHEMA
+from apikey_tui.store.credentials import CHANGE_CHANNEL, LOG_POSITION, NOTICE_SCHEMA
 from apikey_tui.verifier.sqlite_watch import CommitWatch, watch_for
 
 log = logging.getLogger("apikey_tui.verifier")
@@ -134,7 +134,10 @@ class PushFreshness:
     A listener thread holds its own connection (never a pooled one), LISTENs, then moves the
     generation once (notices sent while it was away are lost, so whatever may be stale is
     dropped), and proves every `bound / 4` seconds that it is alive with a round trip; a
-    change committed before that round trip has been counted when it returns. While it has
+    change committed before that round trip has been counted when it returns. That round trip
+    reads the change log's position: a change whose notice never counted (lost, or naming
+    another schema, as every admin's once did for some roles) moves the generation at the next
+    heartbeat, within a quarter bound, instead of never. While it has
     not proved itself within `bound` (down, reconnecting, or LISTEN not working), the
     generation falls back to the time bound, so a cache entry is never trusted longer than
     `bound` either way. The warm path reads two attributes and the clock: no query.
@@ -229,6 +232,7 @@ class PushFreshness:
         import psycopg  # only PostgreSQL services pay for it
 
         wait, failing = self.RETRY[0], False
+        position = str(LOG_POSITION.compile(dialect=self._engine.dialect))
         while not self._stop.is_set():
             try:
                 with database_errors(self._engine):  # one line, masked URL: the one mapper
@@ -254,7 +258,7 @@ class PushFreshness:
                     if failing:
                         log.warning("API key changes reach this process by push again")
                     wait, failing = self.RETRY[0], False
-                    self._heartbeat(connection, ours)
+                    self._heartbeat(connection, ours, position)
             except StoreUnavailableError as exc:
                 if not failing:
                     log.warning(
@@ -288,14 +292,21 @@ class PushFreshness:
                 return True
         return False
 
-    def _heartbeat(self, connection: Any, ours: str) -> None:
-        """Prove the connection alive every quarter bound; count the notices of our schema."""
+    def _heartbeat(self, connection: Any, ours: str, position: str) -> None:
+        """Prove the connection alive every quarter bound; count the notices of our schema,
+        and a move of the change log's position (`position`, its SQL) as one more."""
         period = self._bound / 4
+        seen = None
         while not self._stop.is_set():
             sent = time.monotonic()
-            connection.execute("SELECT 1")
+            row = connection.execute(position).fetchone()
             for notice in connection.notifies(timeout=0):  # those that came with the answer
                 self._pushes += notice.payload == ours
+            # The first answer is the log read at connect (`_listen` moved the generation);
+            # after it, a move counts once more even when its notice counted: one log read.
+            newest = row[0] if row else None
+            self._pushes += seen is not None and newest != seen
+            seen = newest
             self._alive_at = sent
             until = sent + period
             while not self._stop.is_set() and (left := until - time.monotonic()) > 0:
