@@ -131,6 +131,12 @@ def _store_error(exc: Exception, where: str, file: str | None = None) -> StoreUn
     if sqlstate in _POSTGRES_DENIED:
         message = "the database role lacks a privilege apikey-tui needs"
         return DatabasePermissionError(f"{message} ({where}): {_reason(exc)}")
+    if sqlstate == _POSTGRES_LOCK_TIMEOUT:  # only writes set a lock_timeout (`engine`)
+        return StoreUnavailableError(
+            "another session holds a lock this change needs (an app or script left open, a "
+            "long transaction, a service's role holding a key's row: see pg_stat_activity); "
+            f"waited for it and gave up, nothing was changed ({where})"
+        )
     if sqlstate.startswith("22"):
         # A data exception's text may quote the offending value: name its kind instead.
         return StoreUnavailableError(

@@ -26,7 +26,13 @@ WRITE = {"apikey_tui_write": True}
 # Execution option for single-statement reads (the verifier's): no BEGIN on SQLite, so a read
 # is one statement in its own implicit transaction, not BEGIN + SELECT + ROLLBACK.
 READ = {"apikey_tui_read": True}
-SQLITE_BUSY_TIMEOUT_MS = 10_000
+# The longest a write waits for a lock another session holds, on either database. On
+# PostgreSQL nothing else bounds it: one session left open on a key's row, or holding the
+# change log's advisory lock (any role that connects may take it: a service's, stolen), held
+# every admin's delete for as long as it lived. Past it the write is rolled back and says so
+# in one line (`driver_errors`). Read at each write's BEGIN there, at connect on SQLite.
+LOCK_WAIT_S = 10.0
+SQLITE_BUSY_TIMEOUT_MS = int(LOCK_WAIT_S * 1000)
 # A PostgreSQL server that stops answering costs a caller at most about 2 s per step, never a
 # hang: connecting (per address tried; 2 s is libpq's minimum), and waiting for a pooled
 # connection when every one is in use. A connection whose sent data stays unacknowledged for
@@ -111,7 +117,7 @@ def _prepare_threshold(given: str | tuple[str, ...] | None) -> int | None:
 def _postgres_engine(url: URL, *, pre_ping: bool, application_name: str) -> Engine:
     url, connect_args = postgres_connection(url, application_name)
     try:
-        return create_engine(
+        engine = create_engine(
             url,
             hide_parameters=True,  # bound parameters (hashes) never reach an exception message
             # A restarted server costs one reconnect, not an error. The verifier turns it off
@@ -122,6 +128,16 @@ def _postgres_engine(url: URL, *, pre_ping: bool, application_name: str) -> Engi
         )
     except ImportError:  # the [postgres] extra is not installed
         raise DatabaseUrlError("PostgreSQL needs psycopg 3: install apikey-tui[postgres]") from None
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Connection) -> None:
+        # SET LOCAL, in each write transaction: a session-wide SET would outlive it on a server
+        # connection a transaction-pooling PgBouncer hands to other clients.
+        if connection.get_execution_options().get("apikey_tui_write", False):
+            wait = int(LOCK_WAIT_S * 1000)
+            connection.exec_driver_sql(f"SET LOCAL lock_timeout = {wait}")
+
+    return engine
 
 
 def _sqlite_engine(url: URL, *, create: bool) -> Engine:

@@ -1,0 +1,80 @@
+"""A write never waits for ever on PostgreSQL: a lock another session keeps is one line, later."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import psycopg
+import pytest
+
+from apikey_tui.cli import main
+from apikey_tui.db import engine as engine_module
+from apikey_tui.store import KeyStore
+from apikey_tui.store.change_log import LOG_LOCK
+from tests.conftest import CHEAP, _libpq
+
+
+@contextmanager
+def advisory_lock(url: str) -> Iterator[None]:
+    """The change log's lock, held by a session of its own (any role that connects may)."""
+    with psycopg.connect(_libpq(url), autocommit=True) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)", (LOG_LOCK,))
+        yield
+
+
+@contextmanager
+def row_lock(url: str) -> Iterator[None]:
+    """The key row, locked FOR UPDATE in a transaction left open (a service's role may: it
+    updates last_used_at)."""
+    with psycopg.connect(_libpq(url)) as holder, holder.transaction():
+        holder.execute("SELECT id FROM apikey_tui_key FOR UPDATE")
+        yield
+
+
+def within(seconds: float, call: Callable[[], int]) -> tuple[bool, int | None]:
+    """Run call in a thread: (whether it returned within seconds, what it returned)."""
+    result: list[int] = []
+    thread = threading.Thread(target=lambda: result.append(call()), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    return not thread.is_alive(), (result[0] if result else None)
+
+
+@pytest.mark.parametrize("held", [advisory_lock, row_lock], ids=["advisory", "row"])
+def test_a_delete_behind_a_lock_kept_open_fails_in_one_line_and_changes_nothing(
+    postgres_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    held: Callable[[str], contextlib.AbstractContextManager[None]],
+) -> None:
+    """`keys delete` behind a lock another session keeps (the change log's advisory lock, or
+    the key's row) gives up after the write's lock wait with one line and exit 1, and the key
+    is still there; before, it waited for as long as that session lived."""
+    monkeypatch.setattr(engine_module, "LOCK_WAIT_S", 0.5)
+    store = KeyStore.open(postgres_url, hasher=CHEAP)
+    store.create_key("alice", "demo", ["project"])
+    with held(postgres_url):
+        returned, code = within(
+            30,
+            lambda: main(
+                [
+                    "--database-url",
+                    postgres_url,
+                    "keys",
+                    "delete",
+                    "demo",
+                    "--owner",
+                    "alice",
+                    "--yes",
+                ]
+            ),
+        )
+    assert returned, "the delete still waits for the lock"
+    out, err = capsys.readouterr()
+    assert code == 1 and out == "" and err.count("\n") == 1
+    assert "another session holds a lock" in err and "nothing was changed" in err
+    assert store.get_key("alice", "demo").name == "demo"
+    store.close()
