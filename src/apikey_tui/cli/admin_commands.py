@@ -151,12 +151,14 @@ def db_upgrade(call: Call) -> int:
             else ""
         )
         # A verifier that has the verifiers_from check (schema 5 names 4) accepts this database
-        # when it starts, and judges only what its release knew: never promise a 503.
+        # when it starts, and judges only what its release knew, until the database stores a
+        # limit or an enforced rule (`schema.require_verifiers`): never promise a 503.
         print(
             "Restart every service now, on this release: one started before the upgrade runs "
             f"its old release until it restarts{stale}. An older release started after the "
-            "upgrade answers 503 (0.3 and older) or answers without what it does not know: "
-            "no limits before 0.7.0, no network rules before 0.8.0.",
+            "upgrade answers 503 (0.3 and older; before 0.7.0 once a limit is set, before "
+            "0.8.0 once a network rule is enforced) or answers without what it does not know "
+            "(limits before 0.7.0, network rules before 0.8.0, while none is stored).",
             file=sys.stderr,
         )
     if not searchable:

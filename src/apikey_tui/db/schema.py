@@ -18,20 +18,22 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from functools import cache
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from sqlalchemy import Connection, column, inspect, select, table, text
+from sqlalchemy import Connection, Integer, cast, column, event, inspect, select, table, text
 from sqlalchemy.exc import DBAPIError
 
 from apikey_tui.db import key_indexes
 from apikey_tui.db.driver_errors import lock_timed_out
 from apikey_tui.db.migrations import LOCATION, TABLE_PREFIX, VERSION_TABLE, revision_of
-from apikey_tui.db.models import SCHEMA_VERSION, SchemaInfo
+from apikey_tui.db.models import SCHEMA_VERSION, KeyRow, OwnerNetworkRow, OwnerRow, SchemaInfo
 from apikey_tui.errors import InvalidInputError, SchemaVersionError, StoreUnavailableError
+from apikey_tui.networks import SHADOW
 
 if TYPE_CHECKING:  # Alembic costs ~0.3 s to import: only creating and upgrading need it
     from alembic.config import Config
     from alembic.script import ScriptDirectory
+    from sqlalchemy.sql.elements import ColumnClause
 
 UPGRADE_HINT = "run `apikey-tui db upgrade`"
 # Seconds an upgrade on PostgreSQL waits for a table another session holds before it gives up.
@@ -98,6 +100,73 @@ def verifiers_from(conn: Connection) -> int | None:
     return int(value) if value is not None and value.isdigit() else None
 
 
+# The schema versions that brought what a verifier judges on behalf of the admins: limits (9)
+# and network rules (10). A verifier older than one of them still starts on a newer database
+# that names it in 'verifiers_from' and judges without it: a key kept to one network would work
+# from anywhere. So a database that uses one raises 'verifiers_from' to its version (never
+# lowers it): the write that stores the first limit or enforced rule, and `db upgrade` for what
+# an earlier release stored. Shadow rules refuse nothing: they raise nothing.
+LIMITS_FROM, NETWORKS_FROM = 9, 10
+
+
+def verifiers_needed(limits: str | None, networks: str | None) -> int:
+    """The oldest verifier's schema version that judges these stored limits and rules (0: any)."""
+    if networks is not None and not networks.startswith(f"{SHADOW} "):
+        return NETWORKS_FROM  # unreadable rules too: they refuse every request
+    return LIMITS_FROM if limits else 0
+
+
+def require_verifiers(conn: Connection, version: int) -> None:
+    """Raise 'verifiers_from' to version (a database whose row is missing or higher: as it is)."""
+    conn.execute(
+        _meta_table.update()
+        .where(_meta_table.c.key == "verifiers_from")
+        .where(cast(_meta_table.c.value, Integer) < version)
+        .values(value=str(version))
+    )
+
+
+# Where a database holds what `verifiers_needed` judges: (table, column, the version it needs).
+_USES = (
+    ("apikey_tui_key", "limits", LIMITS_FROM),
+    ("apikey_tui_owner_limit", "limits", LIMITS_FROM),
+    ("apikey_tui_key", "networks", NETWORKS_FROM),
+    ("apikey_tui_owner_network", "networks", NETWORKS_FROM),
+)
+
+
+def _require_for_data(conn: Connection) -> None:
+    """`require_verifiers` for what the database holds (any release may have stored it)."""
+    for name, held, version in _USES:
+        value: ColumnClause[str] = column(held)
+        used = value.is_not(None) & (value != "")
+        if held == "networks":  # an unreadable text refuses everything: only shadow is free
+            used = value.is_not(None) & value.not_like(f"{SHADOW} %")
+        if conn.execute(select(value).select_from(table(name)).where(used).limit(1)).first():
+            require_verifiers(conn, version)
+
+
+def _on_write(_mapper: Any, conn: Connection, row: Any) -> None:
+    """Before a key's or owner's row is written: raise the floor when its limits or network
+    rules are set now (an unchanged row writes nothing more: serve-leaks' disable, say)."""
+    state = inspect(row)
+    changed = [
+        name
+        for name in ("limits", "networks")
+        if name in state.attrs and state.attrs[name].history.has_changes()
+    ]
+    if not changed:
+        return
+    needed = verifiers_needed(getattr(row, "limits", None), getattr(row, "networks", None))
+    if needed:
+        require_verifiers(conn, needed)
+
+
+for _row in (KeyRow, OwnerRow, OwnerNetworkRow):
+    event.listen(_row, "before_insert", _on_write)
+    event.listen(_row, "before_update", _on_write)
+
+
 def ensure(conn: Connection, *, create: bool, verifier: bool = False) -> None:
     """Create the tables at this release's version in an empty database (if create), or
     check that an existing database is at exactly this release's version.
@@ -148,6 +217,7 @@ def upgrade(conn: Connection) -> Upgrade:
             if found is not None and not inspect(conn).has_table(VERSION_TABLE):
                 command.stamp(config, revision_of(found))  # 0.1.0 kept no Alembic table
             command.upgrade(config, revision_of(SCHEMA_VERSION))
+        _require_for_data(conn)
         return Upgrade(found, SCHEMA_VERSION, key_indexes.install(conn))
     except DBAPIError as exc:
         if not lock_timed_out(exc):

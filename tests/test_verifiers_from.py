@@ -1,0 +1,92 @@
+"""An older verifier never starts on a database using what it cannot judge: limits, networks."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import text
+
+from apikey_tui.db import make_engine, schema, upgrade_schema
+from apikey_tui.errors import SchemaVersionError
+from apikey_tui.limits.model import parse_limit
+from apikey_tui.networks import SHADOW, network_rules
+from apikey_tui.store import KeyStore
+from tests.conftest import CHEAP
+
+
+def starts(url: str, release_schema: int) -> bool:
+    """Whether a verifier whose code is at `release_schema` accepts this database at start:
+    its check (`schema.ensure(verifier=True)`), unchanged since schema version 5."""
+    engine = make_engine(url, create=False)
+    try:
+        with engine.connect() as conn:
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(schema, "SCHEMA_VERSION", release_schema)
+                try:
+                    schema.ensure(conn, create=False, verifier=True)
+                except SchemaVersionError:
+                    return False
+            return True
+    finally:
+        engine.dispose()
+
+
+def test_enforced_network_rules_keep_verifiers_before_networks_from_starting(
+    database_url: str,
+) -> None:
+    """Once a key's network rules are enforced, a verifier from before network rules (schema 9)
+    refuses the database at start (503) instead of letting the key in from anywhere; shadow
+    rules, which refuse nothing, leave it working; this release's verifier starts either way."""
+    store = KeyStore.open(database_url, hasher=CHEAP)
+    key = store.create_key("alice", "demo", ["project"]).info
+    assert starts(database_url, 9)
+    store.set_networks_of_keys([key], network_rules(["10.0.0.0/8"], mode=SHADOW))
+    assert starts(database_url, 9)
+    store.set_networks_of_keys([key], network_rules(["10.0.0.0/8"]))
+    assert not starts(database_url, 9) and starts(database_url, 10)
+    store.close()
+
+
+def test_an_owners_enforced_rules_keep_verifiers_before_networks_from_starting(
+    database_url: str,
+) -> None:
+    """An owner's enforced rules (which each of its keys must pass) raise the floor the same."""
+    store = KeyStore.open(database_url, hasher=CHEAP)
+    store.create_key("alice", "demo", ["project"])
+    store.set_owner_networks("alice", network_rules([], ["192.0.2.0/24"]))
+    assert not starts(database_url, 9) and starts(database_url, 10)
+    store.close()
+
+
+@pytest.mark.parametrize("whose", ["key", "owner"])
+def test_limits_keep_verifiers_before_limits_from_starting(database_url: str, whose: str) -> None:
+    """A key's limits or its owner's pool keep a verifier from before limits (schema 8) from
+    starting; one that knows limits (9) starts."""
+    store = KeyStore.open(database_url, hasher=CHEAP)
+    key = store.create_key("alice", "demo", ["project"]).info
+    assert starts(database_url, 8)
+    if whose == "key":
+        store.set_limits_of_keys([key], [parse_limit("10/s")])
+    else:
+        store.set_owner_limits("alice", [parse_limit("100/m")])
+    assert not starts(database_url, 8) and starts(database_url, 9)
+    store.close()
+
+
+def test_db_upgrade_raises_the_floor_for_rules_an_earlier_release_stored(
+    database_url: str,
+) -> None:
+    """`db upgrade` on a database whose enforced rules were stored before the floor rose with
+    them (verifiers_from still 4) raises it, so no older verifier starts on it after."""
+    store = KeyStore.open(database_url, hasher=CHEAP)
+    key = store.create_key("alice", "demo", ["project"]).info
+    store.set_networks_of_keys([key], network_rules(["10.0.0.0/8"]))
+    with store.engine.begin() as conn:  # as an earlier release left it
+        conn.execute(text("UPDATE apikey_tui_meta SET value = '4' WHERE key = 'verifiers_from'"))
+    store.close()
+    assert starts(database_url, 9)
+    engine = make_engine(database_url)
+    try:
+        upgrade_schema(engine)
+    finally:
+        engine.dispose()
+    assert not starts(database_url, 9) and starts(database_url, 10)
