@@ -90,3 +90,19 @@ def test_db_upgrade_raises_the_floor_for_rules_an_earlier_release_stored(
     finally:
         engine.dispose()
     assert not starts(database_url, 9) and starts(database_url, 10)
+
+
+def test_a_batch_of_limits_raises_the_floor_with_one_statement(sqlite_url: str) -> None:
+    """Giving 30 keys limits in one batch asks the meta row once, not once a key."""
+    from sqlalchemy import event
+
+    store = KeyStore.open(sqlite_url, hasher=CHEAP)
+    keys = [store.create_key("alice", f"k{n}", ["project"]).info for n in range(30)]
+    statements: list[str] = []
+    event.listen(
+        store.engine, "before_cursor_execute", lambda *a: statements.append(a[2]), named=False
+    )
+    store.set_limits_of_keys(keys, [parse_limit("10/s")])
+    assert sum("apikey_tui_meta" in s and s.startswith("UPDATE") for s in statements) == 1
+    assert not starts(sqlite_url, 8)
+    store.close()

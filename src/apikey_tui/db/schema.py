@@ -158,8 +158,20 @@ def _on_write(_mapper: Any, conn: Connection, row: Any) -> None:
     if not changed:
         return
     needed = verifiers_needed(getattr(row, "limits", None), getattr(row, "networks", None))
-    if needed:
-        require_verifiers(conn, needed)
+    if not needed:
+        return
+    # Once a transaction: a batch giving 10,000 keys limits asks once, not 10,000 times. Kept on
+    # the pooled connection with the transaction it was asked in (a rolled-back one is not
+    # the next one: that asks again).
+    transaction = conn.get_transaction()
+    asked = conn.info.get(_ASKED)
+    if asked is not None and asked[0] is transaction and asked[1] >= needed:
+        return
+    require_verifiers(conn, needed)
+    conn.info[_ASKED] = (transaction, needed)
+
+
+_ASKED = "apikey_tui_verifiers_asked"
 
 
 for _row in (KeyRow, OwnerRow, OwnerNetworkRow):
