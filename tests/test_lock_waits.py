@@ -15,6 +15,7 @@ from apikey_tui.db import engine as engine_module
 from apikey_tui.store import KeyStore
 from apikey_tui.store.change_log import LOG_LOCK
 from tests.conftest import CHEAP, _libpq
+from tests.test_postgres_connections import fresh_database  # noqa: F401  (a fixture)
 
 
 @contextmanager
@@ -45,14 +46,16 @@ def within(seconds: float, call: Callable[[], int]) -> tuple[bool, int | None]:
 
 @pytest.mark.parametrize("held", [advisory_lock, row_lock], ids=["advisory", "row"])
 def test_a_delete_behind_a_lock_kept_open_fails_in_one_line_and_changes_nothing(
-    postgres_url: str,
+    fresh_database: str,  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     held: Callable[[str], contextlib.AbstractContextManager[None]],
 ) -> None:
     """`keys delete` behind a lock another session keeps (the change log's advisory lock, or
     the key's row) gives up after the write's lock wait with one line and exit 1, and the key
-    is still there; before, it waited for as long as that session lived."""
+    is still there; before, it waited for as long as that session lived. In a database of its
+    own: the advisory lock is the whole database's, and would hold up other tests' writes."""
+    postgres_url = fresh_database
     monkeypatch.setattr(engine_module, "LOCK_WAIT_S", 0.5)
     store = KeyStore.open(postgres_url, hasher=CHEAP)
     store.create_key("alice", "demo", ["project"])
