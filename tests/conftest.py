@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import select
 import socket
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -96,6 +97,16 @@ def plain_environment(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(name)
     monkeypatch.setenv("TERM", "xterm-256color")
     monkeypatch.setenv("LOGNAME", TEST_LOGIN)
+
+
+def eventually(condition: Callable[[], bool], seconds: float = 15.0) -> bool:
+    """Poll condition until it holds or the time is up (a hang guard, not a timing claim)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return condition()
 
 
 def _libpq(url: str) -> str:

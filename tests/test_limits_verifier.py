@@ -7,8 +7,6 @@ import asyncio
 import json
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,7 +22,7 @@ from apikey_tui.errors import (
 from apikey_tui.limits import parse_limit
 from apikey_tui.store import CreatedKey, KeyStore
 from apikey_tui.verifier import Verifier
-from tests.conftest import ACTOR, CHEAP
+from tests.conftest import ACTOR, CHEAP, eventually
 from tests.redis_server import RedisServer
 from tests.test_proxies import Process, call
 from tests.throwaway_postgres import free_port
@@ -40,16 +38,6 @@ def header(key: str) -> str:
 def wrong_secret(key: str) -> str:
     """The same public id with another secret (a valid checksum is not needed: it is refused)."""
     return key[:-6] + ("aaaaaa" if not key.endswith("aaaaaa") else "bbbbbb")
-
-
-def eventually(condition: Callable[[], bool], seconds: float = 15.0) -> bool:
-    """Poll condition until it holds or the time is up (a hang guard, not a timing claim)."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
 
 
 def passes(verifier: Verifier, key: str, scopes: tuple[str, ...] = ("project",)) -> bool:

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -33,7 +32,7 @@ from apikey_tui.verifier import Verifier
 from apikey_tui.verifier.freshness import PushFreshness
 from apikey_tui.verifier.gate import CheckGate
 from apikey_tui.verifier.metrics import OUTCOMES
-from tests.conftest import CHEAP
+from tests.conftest import CHEAP, eventually
 from tests.test_gunicorn_load import Gunicorn, get
 
 NS = "apikey_tui_verifier"
@@ -390,16 +389,6 @@ def test_scrapes_of_two_gunicorn_workers_never_see_a_counter_go_down(
     for before, after in itertools.pairwise(scrapes):
         fell = {k[0]: (before[k], v) for k, v in after.items() if v < before.get(k, 0)}
         assert not fell, f"counters that went down between two scrapes: {fell}"
-
-
-def eventually(condition: Callable[[], bool], seconds: float = 15.0) -> bool:
-    """Poll condition until it holds or the time is up (a hang guard, not a timing claim)."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.1)
-    return condition()
 
 
 def test_ok_never_goes_down_while_a_forbidden_check_is_half_counted() -> None:

@@ -18,8 +18,7 @@ import pytest
 from apikey_tui.errors import NETWORK_NOT_ALLOWED
 from apikey_tui.networks import SHADOW, network_rules
 from apikey_tui.store import KeyStore
-from tests.conftest import ACTOR, CHEAP
-from tests.test_limits_verifier import eventually
+from tests.conftest import ACTOR, CHEAP, eventually
 from tests.test_proxies import PROXIES, Process, start_serve_auth, start_upstream
 from tests.throwaway_postgres import free_port
 

@@ -21,8 +21,8 @@ from apikey_tui.limits import parse_limit
 from apikey_tui.networks import SHADOW, network_rules, parse_cidr
 from apikey_tui.store import KeyStore
 from apikey_tui.verifier import Verifier
-from tests.conftest import ACTOR, CHEAP
-from tests.test_limits_verifier import LONG, eventually, header
+from tests.conftest import ACTOR, CHEAP, eventually
+from tests.test_limits_verifier import LONG, header
 
 INSIDE, OUTSIDE = "10.1.2.3", "203.0.113.9"
 

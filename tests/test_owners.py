@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,21 +20,11 @@ from apikey_tui.store import KeyStore
 from apikey_tui.store.offboarding import MADE, OWNS, RESPONSIBLE
 from apikey_tui.store.types import Actor, KeyQuery
 from apikey_tui.verifier import Verifier
-from tests.conftest import ACTOR, CHEAP
+from tests.conftest import ACTOR, CHEAP, eventually
 
 
 def header(key: str) -> str:
     return f"ApiKey {key}"
-
-
-def eventually(condition: Callable[[], bool], seconds: float = 15.0) -> bool:
-    """Poll condition until it holds or the time is up (a hang guard, not a timing claim)."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
 
 
 @pytest.fixture

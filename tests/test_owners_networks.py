@@ -12,8 +12,8 @@ from apikey_tui.networks import network_rules
 from apikey_tui.store import KeyStore
 from apikey_tui.store.types import KeyQuery
 from apikey_tui.verifier import Verifier
-from tests.conftest import CHEAP
-from tests.test_owners import _cli, as_actor, eventually, header
+from tests.conftest import CHEAP, eventually
+from tests.test_owners import _cli, as_actor, header
 
 OFFICE = network_rules(["10.0.0.0/8"], ["10.9.0.0/16"])
 WATCHED = network_rules(["192.0.2.0/24"], mode="shadow")

@@ -18,8 +18,8 @@ from apikey_tui.db import (
 from apikey_tui.errors import DatabaseUrlError
 from apikey_tui.store import KeyStore
 from apikey_tui.verifier import Verifier
-from tests.conftest import CHEAP
-from tests.test_push_revocation import LONG_BOUND, SHARED, SHARED_URL, eventually, listening
+from tests.conftest import CHEAP, eventually
+from tests.test_push_revocation import LONG_BOUND, SHARED, SHARED_URL, listening
 from tests.test_verifier import header
 
 

@@ -13,7 +13,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ from apikey_tui.store import KeyStore
 from apikey_tui.store.credentials import CredentialReads
 from apikey_tui.verifier import Verifier
 from apikey_tui.verifier.freshness import PushFreshness
-from tests.conftest import CHEAP, POSTGRES_URL, fresh_schema
+from tests.conftest import CHEAP, POSTGRES_URL, eventually, fresh_schema
 from tests.test_verifier import header
 from tests.throwaway_postgres import ThrowawayPostgres, free_port
 
@@ -35,16 +35,6 @@ from tests.throwaway_postgres import ThrowawayPostgres, free_port
 SHARED_URL = make_url(POSTGRES_URL)
 SHARED = SHARED_URL.set(drivername="postgresql").render_as_string(hide_password=False)
 LONG_BOUND = 120.0  # far longer than any test waits: only a push can explain a quick refusal
-
-
-def eventually(condition: Callable[[], bool], seconds: float = 15.0) -> bool:
-    """Poll condition until it holds or the time is up (a hang guard, not a timing claim)."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return condition()
 
 
 def refused(checker: Verifier, key: str, scopes: tuple[str, ...] = ()) -> bool:

@@ -29,7 +29,7 @@ from apikey_tui.hashing import SecretHasher
 from apikey_tui.store import KeyStore
 from apikey_tui.verifier import Verifier
 from apikey_tui.verifier.freshness import CommitFreshness, PushFreshness
-from tests.conftest import CHEAP
+from tests.conftest import CHEAP, eventually
 from tests.throwaway_postgres import ThrowawayPostgres
 
 
@@ -398,6 +398,29 @@ def test_a_verifier_used_after_close_is_still_freed(database_url: str) -> None:
         gc.collect()
         gc.collect()  # the pool the verifier held, freed with it, and its connection
     assert freed() is None
+
+
+def test_a_verifier_dropped_without_close_ends_its_threads_and_writes_what_it_noted(
+    database_url: str,
+) -> None:
+    """A verifier dropped without close() (an app made per test, a lifespan that never ran its
+    end) ends its threads (last-used, usage, the PostgreSQL listener) and writes the use it
+    noted: they held its parts, and ran, with the connections they kept, for the process's life."""
+    import gc
+    import threading
+
+    store = KeyStore.open(database_url, hasher=CHEAP)
+    key = store.create_key("alice", "demo", ["project"]).plaintext
+    before = set(threading.enumerate())
+    checker = Verifier.from_url(database_url, hasher=CHEAP, flush_interval=3600)
+    checker.verify(header(key))  # notes the use; nothing writes it for an hour
+    started = {t for t in threading.enumerate() if t.name.startswith("apikey-tui")} - before
+    assert {"apikey-tui-last-used", "apikey-tui-usage"} <= {t.name for t in started}
+    del checker
+    gc.collect()
+    assert eventually(lambda: not any(t.is_alive() for t in started), seconds=15)
+    assert store.get_key("alice", "demo").last_used_at is not None
+    store.close()
 
 
 def test_importing_the_verifier_never_loads_textual_or_rich() -> None:

@@ -30,8 +30,8 @@ from apikey_tui.store import KeyStore
 from apikey_tui.verifier import Verifier
 from apikey_tui.verifier.checker import RECHECK_BURST
 from apikey_tui.verifier.last_used import LastUsedWriter
-from tests.conftest import CHEAP, every_fingerprint
-from tests.test_push_revocation import eventually, refused
+from tests.conftest import CHEAP, eventually, every_fingerprint
+from tests.test_push_revocation import refused
 from tests.test_verifier import CountingHasher, header
 from tests.throwaway_postgres import ThrowawayPostgres
 

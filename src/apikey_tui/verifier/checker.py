@@ -7,13 +7,14 @@ import hmac
 import logging
 import secrets
 import sys
+import threading
 import time
 import weakref
 from collections.abc import Callable, Collection, Generator, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from operator import attrgetter
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from sqlalchemy import Engine, event
 
@@ -159,6 +160,36 @@ _fields: Callable[[Caller], tuple[object, ...]] = attrgetter(
 _set = object.__setattr__  # an entry's own slots, past Caller's frozen __setattr__
 
 
+class _Parts(NamedTuple):
+    """What a verifier closes (`Verifier.close`), held apart from it: its finalizer's."""
+
+    gate: CheckGate
+    key_index: KeyIndex
+    last_used: LastUsedWriter
+    uses: UseCounts
+    listener: PushFreshness | None
+    source: CredentialSource
+    engine: Engine
+
+
+def _close(parts: _Parts) -> None:
+    """Stop the threads (writing what they hold), then release the connections."""
+    parts.gate.close()
+    parts.key_index.close()
+    parts.last_used.close()
+    parts.uses.close()
+    if parts.listener is not None:
+        parts.listener.close()
+    parts.source.close()  # its kept connections, then the engine's pool
+    parts.engine.dispose()
+
+
+def _close_later(parts: _Parts) -> None:
+    """`_close` in a thread: a verifier's finalizer runs where the collector does (an event
+    loop's thread, say), and closing waits for threads and writes."""
+    threading.Thread(target=_close, args=(parts,), name="apikey-tui-close", daemon=True).start()
+
+
 class Verifier:
     """Checks API keys against the admins' database; thread-safe, one per service process.
 
@@ -183,6 +214,7 @@ class Verifier:
         "_entries",
         "_exact",
         "_feed",
+        "_finalizer",
         "_fingerprint_refused",
         "_freshness",
         "_gate",
@@ -306,6 +338,12 @@ class Verifier:
         self._listen("close", Verifier._on_close)
         self._listen("close_detached", Verifier._on_close)
         forksafety.reset_in_child(self._after_fork)
+        # Dropped without close() (an app made per test, a lifespan whose end never ran), it is
+        # closed all the same, in a thread of its own: its threads hold its parts, not it, and
+        # would write and keep connections for the process's life. Not at exit: daemon threads
+        # writing while the interpreter shuts down end in noise, not in writes.
+        self._finalizer = weakref.finalize(self, _close_later, self._parts())
+        self._finalizer.atexit = False
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Verifier:
@@ -1036,14 +1074,19 @@ class Verifier:
 
         The process's SQLite commit watch stays open on purpose (see sqlite_watch.CommitWatch).
         """
-        self._gate.close()
-        self._index.close()
-        self._last_used.close()
-        self._uses.close()
-        if isinstance(self._freshness, PushFreshness):
-            self._freshness.close()
-        self._source.close()  # its kept connections, then the engine's pool
-        self._engine.dispose()
+        self._finalizer.detach()
+        _close(self._parts())
+
+    def _parts(self) -> _Parts:
+        return _Parts(
+            self._gate,
+            self._index,
+            self._last_used,
+            self._uses,
+            self._freshness if isinstance(self._freshness, PushFreshness) else None,
+            self._source,
+            self._engine,
+        )
 
     def cache_size(self) -> int:
         """How many verified keys this process remembers (fresh ones)."""
