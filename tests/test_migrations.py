@@ -283,6 +283,7 @@ def test_second_upgrade_says_it_is_already_done(
         "from_version": SCHEMA_VERSION,
         "to_version": SCHEMA_VERSION,
         "filter_index": True,
+        "raised_verifiers_from": None,
     }
 
 

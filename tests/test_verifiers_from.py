@@ -106,3 +106,26 @@ def test_a_batch_of_limits_raises_the_floor_with_one_statement(sqlite_url: str) 
     assert sum("apikey_tui_meta" in s and s.startswith("UPDATE") for s in statements) == 1
     assert not starts(sqlite_url, 8)
     store.close()
+
+
+def test_db_upgrade_says_which_older_services_it_now_turns_away(
+    database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`db upgrade` on a database already at this schema (0.9.0's) whose enforced rules were
+    stored before the floor rose with them raises the floor and says which services now answer
+    503 when they start, instead of only "already at schema version 11"; run again, it has
+    nothing more to say about them."""
+    from apikey_tui.cli import main
+
+    store = KeyStore.open(database_url, hasher=CHEAP)
+    key = store.create_key("alice", "demo", ["project"]).info
+    store.set_networks_of_keys([key], network_rules(["10.0.0.0/8"]))
+    with store.engine.begin() as conn:  # as 0.9.0 left it
+        conn.execute(text("UPDATE apikey_tui_meta SET value = '4' WHERE key = 'verifiers_from'"))
+    store.close()
+    assert main(["--database-url", database_url, "db", "upgrade"]) == 0
+    err = capsys.readouterr().err
+    assert "already at schema version" in err
+    assert "network rules in enforce mode" in err and "before 0.8.0" in err and "503" in err
+    assert main(["--database-url", database_url, "db", "upgrade"]) == 0
+    assert "503" not in capsys.readouterr().err

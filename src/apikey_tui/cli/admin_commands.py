@@ -128,10 +128,11 @@ SCHEMA_WITH_EXPIRY = 3  # the schema version that brought disable and expiry (re
 def db_upgrade(call: Call) -> int:
     url, args = call.url(), call.args
     from apikey_tui.db import make_engine, upgrade_schema
+    from apikey_tui.db.schema import FLOOR_NEEDS
 
     engine = make_engine(url)
     try:
-        before, after, searchable = upgrade_schema(engine)
+        before, after, searchable, raised_floor = upgrade_schema(engine)
     finally:
         engine.dispose()
     if before is None:
@@ -161,6 +162,15 @@ def db_upgrade(call: Call) -> int:
             "(limits before 0.7.0, network rules before 0.8.0, while none is stored).",
             file=sys.stderr,
         )
+    if raised_floor is not None and raised_floor in FLOOR_NEEDS:
+        # Said even at the same schema version: 0.9.0 stored rules without raising the floor.
+        what, release = FLOOR_NEEDS[raised_floor]
+        print(
+            f"This database holds {what}: a service on a release before {release} now answers "
+            "503 when it starts, instead of ignoring them (one running keeps going until it "
+            "restarts); restart every service on this release.",
+            file=sys.stderr,
+        )
     if not searchable:
         print(
             "The key filter scans every key: this database cannot hold its trigram index "
@@ -168,7 +178,12 @@ def db_upgrade(call: Call) -> int:
             "pg_trgm extension; see docs/guide/app.md).",
             file=sys.stderr,
         )
-    result = {"from_version": before, "to_version": after, "filter_index": searchable}
+    result = {
+        "from_version": before,
+        "to_version": after,
+        "filter_index": searchable,
+        "raised_verifiers_from": raised_floor,
+    }
     return emit(args, result, lambda out: None)
 
 

@@ -107,6 +107,11 @@ def verifiers_from(conn: Connection) -> int | None:
 # lowers it): the write that stores the first limit or enforced rule, and `db upgrade` for what
 # an earlier release stored. Shadow rules refuse nothing: they raise nothing.
 LIMITS_FROM, NETWORKS_FROM = 9, 10
+# What raises the floor to each of them, and the release that brought it (`db upgrade` says so).
+FLOOR_NEEDS = {
+    LIMITS_FROM: ("limits", "0.7.0"),
+    NETWORKS_FROM: ("network rules in enforce mode", "0.8.0"),
+}
 
 
 def verifiers_needed(limits: str | None, networks: str | None) -> int:
@@ -206,6 +211,9 @@ class Upgrade(NamedTuple):
     before: int | None
     after: int
     searchable: bool
+    # 'verifiers_from' after, when this upgrade raised it for what was stored already (None:
+    # left as it was): older services that start from now on answer 503, the operator must hear.
+    raised_floor: int | None = None
 
 
 def upgrade(conn: Connection) -> Upgrade:
@@ -229,8 +237,11 @@ def upgrade(conn: Connection) -> Upgrade:
             if found is not None and not inspect(conn).has_table(VERSION_TABLE):
                 command.stamp(config, revision_of(found))  # 0.1.0 kept no Alembic table
             command.upgrade(config, revision_of(SCHEMA_VERSION))
+        floor = verifiers_from(conn)
         _require_for_data(conn)
-        return Upgrade(found, SCHEMA_VERSION, key_indexes.install(conn))
+        raised = verifiers_from(conn)
+        raised = raised if raised != floor else None
+        return Upgrade(found, SCHEMA_VERSION, key_indexes.install(conn), raised)
     except DBAPIError as exc:
         if not lock_timed_out(exc):
             raise
