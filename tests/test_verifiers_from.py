@@ -129,3 +129,38 @@ def test_db_upgrade_says_which_older_services_it_now_turns_away(
     assert "network rules in enforce mode" in err and "before 0.8.0" in err and "503" in err
     assert main(["--database-url", database_url, "db", "upgrade"]) == 0
     assert "503" not in capsys.readouterr().err
+
+
+def _floor_lost(store: KeyStore) -> None:
+    """Put 'verifiers_from' back to 4, as a database from before the floor has it."""
+    with store.engine.begin() as conn:
+        conn.execute(text("UPDATE apikey_tui_meta SET value = '4' WHERE key = 'verifiers_from'"))
+
+
+def test_every_other_path_that_stores_limits_or_enforced_rules_raises_the_floor(
+    sqlite_url: str,
+) -> None:
+    """A key created with limits or enforced rules, an undo that puts them back, and an owner's
+    shadow rules switched to enforce each raise the floor, as set-limits and set-networks do."""
+    store = KeyStore.open(sqlite_url, hasher=CHEAP)
+    store.create_key("alice", "a", ["project"], limits=[parse_limit("5/m")])
+    assert not starts(sqlite_url, 8) and starts(sqlite_url, 9)
+    store.create_key("alice", "b", ["project"], networks=network_rules(["10.0.0.0/8"]))
+    assert not starts(sqlite_url, 9)
+    key = store.get_key("alice", "b")
+    lifted = store.set_networks_of_keys([key], None)
+    _floor_lost(store)
+    store.undo(lifted)  # the rules come back: so does the floor
+    assert not starts(sqlite_url, 9)
+    _floor_lost(store)
+    done = store.set_owner_limits("bob", [parse_limit("1/h")])
+    lifted_pool = store.set_owner_limits("bob", [])
+    _floor_lost(store)
+    store.undo_owner_limits(lifted_pool)
+    assert not starts(sqlite_url, 8) and done.owner == "bob"
+    _floor_lost(store)
+    store.set_owner_networks("carol", network_rules(["10.0.0.0/8"], mode=SHADOW))
+    assert starts(sqlite_url, 9)
+    store.set_owner_networks("carol", network_rules(["10.0.0.0/8"]))
+    assert not starts(sqlite_url, 9)
+    store.close()
