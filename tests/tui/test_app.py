@@ -21,7 +21,7 @@ from apikey_tui.cli import build_parser
 from apikey_tui.clock import system_clock
 from apikey_tui.errors import StoreUnavailableError
 from apikey_tui.store import KeyStore
-from apikey_tui.tui.app import ApiKeysApp
+from apikey_tui.tui.app import ERROR_TOAST_SECONDS, ApiKeysApp
 from apikey_tui.tui.context_line import ContextLine, database_forms, fit_context
 from apikey_tui.tui.dialogs.confirm import ConfirmDialog
 from apikey_tui.tui.dialogs.create_key import CreateKeyDialog, expiry_problem
@@ -313,6 +313,26 @@ async def test_key_deleted_elsewhere_is_a_notification(tui_store: KeyStore) -> N
         assert any("alice has no key named 'gone'" in m for m in messages)
         assert table_rows(app) == []
         assert isinstance(app.screen, KeysScreen)
+
+
+async def test_an_error_toast_stays_long_enough_to_read(tui_store: KeyStore) -> None:
+    """A failed change's toast (often several lines at 70 columns: why, and that nothing
+    changed) stays 15 s, where Textual's default took every toast away after 5; the others
+    keep the default."""
+    tui_store.create_key("alice", "gone", ["project"])
+    app = make_app(tui_store, owner="alice")
+    app.poll_seconds = 60  # keep the stale row on screen for this test
+    toasts = Toasts()
+    async with app.run_test(size=(70, 24), message_hook=toasts.hook) as pilot:
+        await settle(pilot)
+        tui_store.delete_key("alice", "gone")
+        await pilot.press("d", "y")
+        await settle(pilot)
+        app.notify("done")
+        await settle(pilot)
+        timeouts = {n.severity: n.timeout for n in toasts.shown}
+        assert timeouts == {"error": ERROR_TOAST_SECONDS, "information": app.NOTIFICATION_TIMEOUT}
+        assert ERROR_TOAST_SECONDS >= 3 * app.NOTIFICATION_TIMEOUT
 
 
 async def test_database_down_is_a_notification(throwaway_postgres: ThrowawayPostgres) -> None:

@@ -51,6 +51,12 @@ if TYPE_CHECKING:
     from apikey_tui.store import Batch, KeyStore
 
 
+# Seconds an error's toast stays (others: Textual's 5). A failed change says why and that
+# nothing changed, often in several lines at 70 columns; gone after 5 s, it was missed by an
+# admin who looked away while the database waited.
+ERROR_TOAST_SECONDS = 15.0
+
+
 class ApiKeysApp(QuietCrashes):
     """The Settings → API keys tab in a terminal."""
 
@@ -154,11 +160,14 @@ class ApiKeysApp(QuietCrashes):
         timeout: float | None = None,
         markup: bool = True,
     ) -> None:
-        """Every toast (ours, and Textual's) shows control characters as escapes, never raw.
+        """Every toast (ours, and Textual's) shows control characters as escapes, never raw;
+        an error's stays ERROR_TOAST_SECONDS.
 
         Toasts quote the database (a key's owner and name, a store error): callers that do
         pass markup=False, so '[link=…]' in a name is text; this is the one gate for the rest.
         """
+        if timeout is None and severity == "error":
+            timeout = ERROR_TOAST_SECONDS
         super().notify(
             printable(message),
             title=printable(title),
