@@ -22,12 +22,14 @@ import psycopg
 import pytest
 from sqlalchemy import event, make_url
 
+from apikey_tui.cli import main
 from apikey_tui.errors import AuthError, InsufficientScopeError, InvalidKeyError
 from apikey_tui.store import KeyStore
 from apikey_tui.store.credentials import CredentialReads
 from apikey_tui.verifier import Verifier
 from apikey_tui.verifier.freshness import PushFreshness
-from tests.conftest import CHEAP, POSTGRES_URL, eventually, fresh_schema
+from tests.conftest import CHEAP, POSTGRES_URL, _libpq, eventually, fresh_schema
+from tests.test_privileges import _as, role  # noqa: F401  (role: a fixture)
 from tests.test_verifier import header
 from tests.throwaway_postgres import ThrowawayPostgres, free_port
 
@@ -408,6 +410,39 @@ def test_a_change_whose_notice_never_counted_is_read_within_the_bound(
         # of it, or the fallback to it if the listener lags that long.
         time.sleep(bound * 1.1)
         assert refused(checker, key)
+    finally:
+        checker.close()
+        store.close()
+
+
+def test_a_listener_whose_heartbeat_cannot_read_the_log_says_so_once_and_keeps_the_bound(
+    postgres_url: str,
+    role: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A listener that LISTENs but whose heartbeat fails (its role may not read the change log)
+    logs that notices stopped once, never that they are back, and the bound holds; it said
+    both again at each reconnect (0.5 s apart: four lines a second, three connections)."""
+    store = KeyStore.open(postgres_url, hasher=CHEAP)
+    assert main(["--database-url", postgres_url, "db", "grant-verifier", role, "--apply"]) == 0
+    capsys.readouterr()
+    with psycopg.connect(_libpq(postgres_url), autocommit=True) as conn:
+        conn.execute(f"REVOKE SELECT ON apikey_tui_change FROM {role}".encode())
+    monkeypatch.setattr(PushFreshness, "RETRY", (0.01, 0.01))  # many reconnects, quickly
+    checker = Verifier.from_url(_as(role, postgres_url), hasher=CHEAP, revocation_bound=1.0)
+    freshness = checker._freshness
+    assert isinstance(freshness, PushFreshness)
+    try:
+        with caplog.at_level(logging.WARNING, logger="apikey_tui.verifier"):
+            freshness.generation()  # starts the listener
+            # Each attempt LISTENs and probes, then its heartbeat fails: five attempts made.
+            assert eventually(lambda: freshness._pushes >= 5)
+            assert not freshness.listening
+        said = [r.getMessage() for r in caplog.records]
+        assert sum("notices stopped" in line for line in said) == 1
+        assert not any("by push again" in line for line in said)
     finally:
         checker.close()
         store.close()

@@ -255,10 +255,17 @@ class PushFreshness:
                         self._stop.wait(60)
                         continue
                     self._pushes += 1  # notices sent while we were away are lost: read the log
-                    if failing:
-                        log.warning("API key changes reach this process by push again")
-                    wait, failing = self.RETRY[0], False
-                    self._heartbeat(connection, ours, position)
+
+                    def proved() -> None:
+                        # Back only once a heartbeat has read the log: a connection that LISTENs
+                        # but cannot read it (a role without SELECT on it, a search_path missing
+                        # it) said "stopped" and "back" at every reconnect, twice a second.
+                        nonlocal wait, failing
+                        if failing:
+                            log.warning("API key changes reach this process by push again")
+                        wait, failing = self.RETRY[0], False
+
+                    self._heartbeat(connection, ours, position, proved)
             except StoreUnavailableError as exc:
                 if not failing:
                     log.warning(
@@ -292,14 +299,19 @@ class PushFreshness:
                 return True
         return False
 
-    def _heartbeat(self, connection: Any, ours: str, position: str) -> None:
+    def _heartbeat(
+        self, connection: Any, ours: str, position: str, proved: Callable[[], None]
+    ) -> None:
         """Prove the connection alive every quarter bound; count the notices of our schema,
-        and a move of the change log's position (`position`, its SQL) as one more."""
+        and a move of the change log's position (`position`, its SQL) as one more. `proved`
+        is called once, when the first heartbeat has answered."""
         period = self._bound / 4
         seen = None
         while not self._stop.is_set():
             sent = time.monotonic()
             row = connection.execute(position).fetchone()
+            if seen is None:
+                proved()
             for notice in connection.notifies(timeout=0):  # those that came with the answer
                 self._pushes += notice.payload == ours
             # The first answer is the log read at connect (`_listen` moved the generation);
