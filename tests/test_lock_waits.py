@@ -81,3 +81,36 @@ def test_a_delete_behind_a_lock_kept_open_fails_in_one_line_and_changes_nothing(
     assert "another session holds a lock" in err and "nothing was changed" in err
     assert store.get_key("alice", "demo").name == "demo"
     store.close()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["keys", "delete", "demo", "--owner", "alice", "--yes"],
+        ["db", "grant-verifier", "svc_reader"],  # checks the schema without creating it
+    ],
+    ids=["keys-delete", "grant-verifier"],
+)
+def test_a_command_behind_the_schema_lock_kept_open_fails_in_one_line_naming_it(
+    fresh_database: str,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    command: list[str],
+) -> None:
+    """A command behind a session that keeps the schema's advisory lock (any role may take it)
+    gives up after the lock wait with one line naming that lock, and the key is still there;
+    a command that only checks the schema (`db grant-verifier`) waited for as long as that
+    session lived, and `keys delete` blamed a lock "this change needs"."""
+    postgres_url = fresh_database
+    monkeypatch.setattr(engine_module, "LOCK_WAIT_S", 0.5)
+    store = KeyStore.open(postgres_url, hasher=CHEAP)
+    store.create_key("alice", "demo", ["project"])
+    with psycopg.connect(_libpq(postgres_url), autocommit=True) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)", (engine_module._SCHEMA_LOCK,))
+        returned, code = within(30, lambda: main(["--database-url", postgres_url, *command]))
+    assert returned, "the command still waits for the schema lock"
+    out, err = capsys.readouterr()
+    assert code == 1 and out == "" and err.count("\n") == 1
+    assert "schema lock" in err and "nothing was changed" in err
+    assert store.get_key("alice", "demo").name == "demo"
+    store.close()

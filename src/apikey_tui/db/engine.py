@@ -11,12 +11,13 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import URL, Connection
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import StaticPool
 
 from apikey_tui import forksafety
-from apikey_tui.config import parse_database_url
+from apikey_tui.config import mask_url, parse_database_url
 from apikey_tui.db import schema
-from apikey_tui.db.driver_errors import database_errors
+from apikey_tui.db.driver_errors import database_errors, lock_timed_out
 from apikey_tui.errors import DatabaseUrlError, StoreUnavailableError
 
 # Execution option that makes a SQLite transaction take the write lock at BEGIN: a
@@ -134,10 +135,14 @@ def _postgres_engine(url: URL, *, pre_ping: bool, application_name: str) -> Engi
         # SET LOCAL, in each write transaction: a session-wide SET would outlive it on a server
         # connection a transaction-pooling PgBouncer hands to other clients.
         if connection.get_execution_options().get("apikey_tui_write", False):
-            wait = int(LOCK_WAIT_S * 1000)
-            connection.exec_driver_sql(f"SET LOCAL lock_timeout = {wait}")
+            bound_lock_wait(connection)
 
     return engine
+
+
+def bound_lock_wait(connection: Connection) -> None:
+    """PostgreSQL: this transaction waits at most LOCK_WAIT_S for any lock (SET LOCAL)."""
+    connection.exec_driver_sql(f"SET LOCAL lock_timeout = {int(LOCK_WAIT_S * 1000)}")
 
 
 def _sqlite_engine(url: URL, *, create: bool) -> Engine:
@@ -281,5 +286,25 @@ def _schema_transaction(engine: Engine, *, write: bool) -> Iterator[Connection]:
     ):
         if conn.dialect.name == "postgresql":
             # Concurrent openers queue here: one creates or upgrades, the others then see it.
-            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _SCHEMA_LOCK})
+            # A check that only reads waits no longer than a write: any role may take this
+            # lock, and one session keeping it held `db grant-verifier`, the usage commands
+            # and a starting verifier's check for as long as it lived.
+            if not write:
+                bound_lock_wait(conn)
+            _schema_lock(conn, engine)
         yield conn
+
+
+def _schema_lock(conn: Connection, engine: Engine) -> None:
+    """Take the schema's advisory lock; past the lock wait, say which lock in one line."""
+    try:
+        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _SCHEMA_LOCK})
+    except DBAPIError as exc:
+        if not lock_timed_out(exc):
+            raise
+        raise StoreUnavailableError(
+            "another session holds apikey-tui's schema lock (a 'db upgrade' under way, or a "
+            f"session keeping pg_advisory_lock({_SCHEMA_LOCK}): see pg_locks and "
+            f"pg_stat_activity); waited {LOCK_WAIT_S:g} s and gave up, nothing was changed "
+            f"({mask_url(str(engine.url))})"
+        ) from None
