@@ -417,7 +417,7 @@ def test_a_change_whose_notice_never_counted_is_read_within_the_bound(
 
 def test_a_listener_whose_heartbeat_cannot_read_the_log_says_so_once_and_keeps_the_bound(
     postgres_url: str,
-    role: str,
+    role: str,  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
     capsys: pytest.CaptureFixture[str],
@@ -429,7 +429,7 @@ def test_a_listener_whose_heartbeat_cannot_read_the_log_says_so_once_and_keeps_t
     assert main(["--database-url", postgres_url, "db", "grant-verifier", role, "--apply"]) == 0
     capsys.readouterr()
     with psycopg.connect(_libpq(postgres_url), autocommit=True) as conn:
-        conn.execute(f"REVOKE SELECT ON apikey_tui_change FROM {role}".encode())
+        conn.execute(f"REVOKE SELECT ON apikey_tui_change FROM {role}".encode())  # noqa: S608
     monkeypatch.setattr(PushFreshness, "RETRY", (0.01, 0.01))  # many reconnects, quickly
     checker = Verifier.from_url(_as(role, postgres_url), hasher=CHEAP, revocation_bound=1.0)
     freshness = checker._freshness
