@@ -446,3 +446,32 @@ def test_a_listener_whose_heartbeat_cannot_read_the_log_says_so_once_and_keeps_t
     finally:
         checker.close()
         store.close()
+
+
+def test_a_change_whose_notice_never_counted_is_read_within_the_bound_after_an_empty_log(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same with the change log emptied by hand before the listener started (its newest
+    position NULL): the first change's move was taken for the first heartbeat's answer and
+    never counted, so the deleted key stayed valid for as long as the listener lived."""
+    from sqlalchemy import text
+
+    from apikey_tui.store import credentials
+
+    store = KeyStore.open(postgres_url, hasher=CHEAP)
+    key = store.create_key("alice", "demo", ["project"]).plaintext
+    with psycopg.connect(_libpq(postgres_url), autocommit=True) as conn:
+        conn.execute("DELETE FROM apikey_tui_change")  # a DBA's clean-up: no newest row kept
+    bound = 1.0
+    checker = Verifier.from_url(postgres_url, hasher=CHEAP, revocation_bound=bound)
+    try:
+        checker.verify(header(key))
+        assert eventually(lambda: listening(checker))
+        checker.verify(header(key))  # read the log once the listener counts: synced with it
+        monkeypatch.setattr(credentials, "_NOTIFY", text("SELECT :channel"))
+        store.delete_key("alice", "demo")
+        time.sleep(bound * 1.1)  # one check past the bound, as above
+        assert refused(checker, key)
+    finally:
+        checker.close()
+        store.close()

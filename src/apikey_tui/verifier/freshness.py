@@ -128,6 +128,9 @@ class BoundFreshness:
         return int(time.monotonic() / self._bound)
 
 
+_UNREAD = object()  # a heartbeat's "no position read yet on this connection"
+
+
 class PushFreshness:
     """PostgreSQL: the generation moves when the database NOTIFYs a change (LISTEN/NOTIFY).
 
@@ -306,18 +309,20 @@ class PushFreshness:
         and a move of the change log's position (`position`, its SQL) as one more. `proved`
         is called once, when the first heartbeat has answered."""
         period = self._bound / 4
-        seen = None
+        # Not None: an emptied log's position is NULL, and its first change then looked like
+        # the first answer, never counted.
+        seen: object = _UNREAD
         while not self._stop.is_set():
             sent = time.monotonic()
             row = connection.execute(position).fetchone()
-            if seen is None:
+            if seen is _UNREAD:
                 proved()
             for notice in connection.notifies(timeout=0):  # those that came with the answer
                 self._pushes += notice.payload == ours
             # The first answer is the log read at connect (`_listen` moved the generation);
             # after it, a move counts once more even when its notice counted: one log read.
             newest = row[0] if row else None
-            self._pushes += seen is not None and newest != seen
+            self._pushes += seen is not _UNREAD and newest != seen
             seen = newest
             self._alive_at = sent
             until = sent + period
