@@ -23,7 +23,13 @@ import pytest
 from sqlalchemy import event, make_url
 
 from apikey_tui.cli import main
-from apikey_tui.errors import AuthError, InsufficientScopeError, InvalidKeyError
+from apikey_tui.errors import (
+    AuthError,
+    InsufficientScopeError,
+    InvalidKeyError,
+    SchemaVersionError,
+    VerifierUnavailableError,
+)
 from apikey_tui.store import KeyStore
 from apikey_tui.store.credentials import CredentialReads
 from apikey_tui.verifier import Verifier
@@ -475,3 +481,38 @@ def test_a_change_whose_notice_never_counted_is_read_within_the_bound_after_an_e
     finally:
         checker.close()
         store.close()
+
+
+def test_a_stray_change_log_earlier_on_the_search_path_is_refused_not_read(
+    postgres_url: str,
+) -> None:
+    """A change log in a schema the search_path names before the keys' (a leftover, or one
+    planted where any role may create, as public before PostgreSQL 15) is refused: the
+    verifier answers 503 and an admin's open fails in one line. Read, it hid every change
+    from the listener and the log reads, and a deleted key stayed valid (5 s and counting
+    at a 1 s bound)."""
+    schema = str(make_url(postgres_url).query["options"]).split("=")[1]
+    stray = f"stray_{uuid.uuid4().hex[:8]}"
+    store = KeyStore.open(postgres_url, hasher=CHEAP)
+    key = store.create_key("alice", "demo", ["project"]).plaintext
+    with psycopg.connect(SHARED, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {stray}".encode())
+        conn.execute(
+            f"CREATE TABLE {stray}.apikey_tui_change (seq serial PRIMARY KEY, "
+            "public_id varchar(32) NOT NULL, changed_at timestamp NOT NULL)".encode()
+        )
+    hijacked = make_url(postgres_url).update_query_dict(
+        {"options": f"-csearch_path={stray},{schema}"}
+    )
+    url = hijacked.render_as_string(hide_password=False)
+    checker = Verifier.from_url(url, hasher=CHEAP, revocation_bound=1.0)
+    try:
+        with pytest.raises(VerifierUnavailableError):
+            checker.verify(header(key))
+        with pytest.raises(SchemaVersionError, match=f"more than one schema.*{stray}"):
+            KeyStore.open(url, hasher=CHEAP)
+    finally:
+        checker.close()
+        store.close()
+        with psycopg.connect(SHARED, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {stray} CASCADE".encode())

@@ -72,6 +72,34 @@ def found_version(conn: Connection) -> int | None:
     raise SchemaVersionError("the database holds apikey-tui tables but no schema version")
 
 
+# Our tables the connection's search_path finds, by schema (visible: the first of each name).
+_VISIBLE_SCHEMAS = text(
+    "SELECT DISTINCT n.nspname FROM pg_catalog.pg_class c"
+    " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
+    " WHERE c.relkind IN ('r', 'p', 'v') AND c.relname LIKE :prefix"
+    " AND pg_catalog.pg_table_is_visible(c.oid) ORDER BY 1"
+)
+
+
+def refuse_tables_in_many_schemas(conn: Connection) -> None:
+    """PostgreSQL: refuse a search_path on which our tables come from more than one schema.
+
+    A table of ours in a schema the path names first hides the real one: a stray change log
+    (left over, or made where any role may create, as public before PostgreSQL 15) hid every
+    change from a verifier, and a deleted key stayed valid for as long as it ran.
+    """
+    if conn.dialect.name != "postgresql":
+        return
+    prefix = TABLE_PREFIX.replace("_", "\\_") + "%"
+    schemas = list(conn.execute(_VISIBLE_SCHEMAS, {"prefix": prefix}).scalars())
+    if len(schemas) > 1:
+        raise SchemaVersionError(
+            "apikey-tui's tables are found in more than one schema of the connection's "
+            f"search_path ({', '.join(schemas)}): one schema's tables hide another's; drop the "
+            "stray tables or set a search_path that names only the apikey-tui schema"
+        )
+
+
 def check(found: int | None, *, create: bool) -> None:
     """Refuse a database of another version than this release's, saying what to do."""
     if found == SCHEMA_VERSION or (found is None and create):
@@ -192,6 +220,8 @@ def ensure(conn: Connection, *, create: bool, verifier: bool = False) -> None:
     keep working beside it (a newer schema that only added tables a verifier never reads).
     """
     found = found_version(conn)
+    if found is not None:
+        refuse_tables_in_many_schemas(conn)
     if verifier and found is not None and found > SCHEMA_VERSION:
         oldest = verifiers_from(conn)
         if oldest is not None and oldest <= SCHEMA_VERSION:
