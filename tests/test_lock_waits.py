@@ -6,9 +6,11 @@ import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import psycopg
 import pytest
+from sqlalchemy import event
 
 from apikey_tui.cli import main
 from apikey_tui.db import engine as engine_module
@@ -113,4 +115,43 @@ def test_a_command_behind_the_schema_lock_kept_open_fails_in_one_line_naming_it(
     assert code == 1 and out == "" and err.count("\n") == 1
     assert "schema lock" in err and "nothing was changed" in err
     assert store.get_key("alice", "demo").name == "demo"
+    store.close()
+
+
+def test_a_verifiers_writes_wait_for_a_held_row_in_a_transaction_of_their_own(
+    fresh_database: str,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A verifier's last-used write runs in a transaction with the write's lock wait: its
+    close() gives up on a key row another session keeps locked (it waited for as long as that
+    session lived, and held a service's shutdown with it), and its SET LOCAL never lands
+    outside a transaction (the server logged a WARNING for each write of the autocommit
+    engine, whose usage flush wrote its mark and its rows as two commits, not all or none)."""
+    from apikey_tui.verifier import Verifier
+
+    postgres_url = fresh_database
+    monkeypatch.setattr(engine_module, "LOCK_WAIT_S", 0.5)
+    store = KeyStore.open(postgres_url, hasher=CHEAP)
+    key = store.create_key("alice", "demo", ["project"]).plaintext
+    checker = Verifier.from_url(postgres_url, hasher=CHEAP, flush_interval=3600)
+    warnings: list[str] = []
+
+    @event.listens_for(checker._engine, "connect")
+    def _notices(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.add_notice_handler(lambda d: warnings.append(d.message_primary or ""))
+
+    checker.verify(f"ApiKey {key}")
+    checker.flush()  # no lock held: written
+    assert warnings == []
+    assert store.get_key("alice", "demo").last_used_at is not None
+    checker._last_used.note(store.get_key("alice", "demo").public_id)  # one more to write
+    with row_lock(postgres_url):
+
+        def close() -> int:
+            checker.close()
+            return 0
+
+        returned, _ = within(30, close)
+    assert returned, "the verifier's close() still waits for the row"
+    assert warnings == []
     store.close()

@@ -26,9 +26,13 @@ class StoreContext:
         hasher: SecretHasher | None = None,
         actor: Actor | None = None,
         clock: Clock = system_clock,
+        writes: Engine | None = None,
     ) -> None:
         self.engine = engine
-        self._write_engine = engine.execution_options(**WRITE)
+        # writes: where writes run when engine's do not run in a transaction (the verifier
+        # reads in autocommit, and an isolation level set over it does not take: each write
+        # statement committed by itself, and SET LOCAL lock_timeout was a WARNING, no bound).
+        self._write_engine = (writes or engine).execution_options(**WRITE)
         self.hasher = hasher or SecretHasher()
         self.actor = actor or Actor.current()
         # Every timestamp the store writes, and every expiry and grace decision, reads this

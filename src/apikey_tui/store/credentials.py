@@ -16,7 +16,7 @@ from sqlalchemy import select as sa_select
 from sqlmodel import Session, col
 
 from apikey_tui.clock import Clock, system_clock
-from apikey_tui.db import WRITE, database_errors
+from apikey_tui.db import database_errors
 from apikey_tui.db.models import (
     KeyRow,
     OwnerNetworkRow,
@@ -302,11 +302,7 @@ class CredentialReads(StoreContext):
         """
         if not rows:
             return
-        engine = self.engine
-        if engine.dialect.name == "postgresql":  # the verifier's engine reads in autocommit
-            engine = engine.execution_options(isolation_level="READ COMMITTED")
-        else:
-            engine = engine.execution_options(**WRITE)
+        engine = self._write_engine  # a transaction, with the writes' lock wait
         with database_errors(engine), engine.begin() as conn:
             if batch is not None:
                 mark = {"id": batch, "minute": usage_minute(self.clock())}
@@ -335,7 +331,14 @@ class CredentialReads(StoreContext):
 
 
 def credential_source(
-    engine: Engine, *, hasher: SecretHasher | None = None, clock: Clock = system_clock
+    engine: Engine,
+    *,
+    hasher: SecretHasher | None = None,
+    clock: Clock = system_clock,
+    writes: Engine | None = None,
 ) -> CredentialReads:
-    """The verifier's reads on engine (it records no event; its actor only names it)."""
-    return CredentialReads(engine, hasher=hasher, actor=Actor("verifier"), clock=clock)
+    """The verifier's reads on engine, its writes on writes (engine's own when None: reads in
+    autocommit need an engine that is not); it records no event, its actor only names it."""
+    return CredentialReads(
+        engine, hasher=hasher, actor=Actor("verifier"), clock=clock, writes=writes
+    )

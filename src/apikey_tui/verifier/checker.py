@@ -282,10 +282,11 @@ class Verifier:
             clock=clock,
         )
         self._limiter = self.restrictions.limiter
+        writes = engine  # in transactions: last used, usage (all or none), upgraded hashes
         if engine.dialect.name == "postgresql":
             # Reads in autocommit: a cold check is one SELECT, not BEGIN + SELECT + ROLLBACK.
             engine = engine.execution_options(isolation_level="AUTOCOMMIT")
-        store = credential_source(engine, hasher=hasher, clock=clock)
+        store = credential_source(engine, hasher=hasher, clock=clock, writes=writes)
         self._source: CredentialSource = store
         self._hasher = store.hasher
         self._freshness = freshness_for(engine, revocation_bound)
