@@ -423,6 +423,35 @@ def test_a_verifier_dropped_without_close_ends_its_threads_and_writes_what_it_no
     store.close()
 
 
+def test_a_verifier_dropped_just_before_the_process_exits_writes_what_it_noted(
+    database_url: str,
+) -> None:
+    """A verifier dropped without close() and collected as the process ends (a script's main()
+    returning) still writes the use it noted and closes its connections, quietly: its closing
+    thread was a daemon, killed at exit mid-close (the use lost, a connection left open)."""
+    store = KeyStore.open(database_url, hasher=CHEAP)
+    key = store.create_key("alice", "demo", ["project"]).plaintext
+    code = (
+        "import gc, sys\n"
+        "from apikey_tui.verifier import Verifier\n"
+        "from tests.conftest import CHEAP\n"
+        "def main() -> None:\n"
+        "    checker = Verifier.from_url(sys.argv[1], hasher=CHEAP, flush_interval=3600)\n"
+        "    checker.verify(sys.argv[2])\n"
+        "main()\n"
+        "gc.collect()  # the collector's next run, as the process ends\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-X", "dev", "-c", code, database_url, header(key)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0 and result.stderr == ""
+    assert store.get_key("alice", "demo").last_used_at is not None
+    store.close()
+
+
 def test_importing_the_verifier_never_loads_textual_or_rich() -> None:
     """A service importing the verifier and its adapters pays nothing for the terminal UI."""
     code = (

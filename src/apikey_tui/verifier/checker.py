@@ -186,8 +186,10 @@ def _close(parts: _Parts) -> None:
 
 def _close_later(parts: _Parts) -> None:
     """`_close` in a thread: a verifier's finalizer runs where the collector does (an event
-    loop's thread, say), and closing waits for threads and writes."""
-    threading.Thread(target=_close, args=(parts,), name="apikey-tui-close", daemon=True).start()
+    loop's thread, say), and closing waits for threads and writes. Not a daemon: a verifier
+    dropped as the process ends (a script's main() returning) is closed before it exits, as
+    close() would be, where a daemon was killed mid-close, its uses and connections lost."""
+    threading.Thread(target=_close, args=(parts,), name="apikey-tui-close").start()
 
 
 class Verifier:
