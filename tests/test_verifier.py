@@ -400,6 +400,31 @@ def test_a_verifier_used_after_close_is_still_freed(database_url: str) -> None:
     assert freed() is None
 
 
+def test_a_verifier_used_after_close_then_dropped_ends_the_threads_that_use_started(
+    postgres_url: str,
+) -> None:
+    """A verifier used after close() (a request still in flight, an app whose lifespan ran
+    twice) starts threads again (on PostgreSQL a check runs in the gate's); dropped then, it is
+    closed all the same: close() detached its finalizer, and they ran for the process's life."""
+    database_url = postgres_url
+    import gc
+    import threading
+
+    store = KeyStore.open(database_url, hasher=CHEAP)
+    key = store.create_key("alice", "demo", ["project"]).plaintext
+    checker = Verifier.from_url(database_url, hasher=CHEAP, flush_interval=3600)
+    checker.verify(header(key))
+    checker.close()
+    before = set(threading.enumerate())
+    checker.verify(header(key))
+    started = {t for t in threading.enumerate() if t.name.startswith("apikey-tui")} - before
+    assert started
+    del checker
+    gc.collect()
+    assert eventually(lambda: not any(t.is_alive() for t in started), seconds=15)
+    store.close()
+
+
 def test_a_verifier_dropped_without_close_ends_its_threads_and_writes_what_it_noted(
     database_url: str,
 ) -> None:

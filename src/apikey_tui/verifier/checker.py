@@ -1077,7 +1077,9 @@ class Verifier:
 
         The process's SQLite commit watch stays open on purpose (see sqlite_watch.CommitWatch).
         """
-        self._finalizer.detach()
+        # The finalizer stays: a verifier used after close() (a request still in flight, an
+        # app whose lifespan ran twice) starts threads again, which only it would end. Closing
+        # closed parts again, once, costs nothing.
         _close(self._parts())
 
     def _parts(self) -> _Parts:
