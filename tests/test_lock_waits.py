@@ -155,3 +155,25 @@ def test_a_verifiers_writes_wait_for_a_held_row_in_a_transaction_of_their_own(
     assert returned, "the verifier's close() still waits for the row"
     assert warnings == []
     store.close()
+
+
+def test_opening_while_the_schema_is_being_upgraded_says_so(
+    fresh_database: str,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An admin's store opened while another session holds the schema's lock (a `db upgrade`
+    under way, which may take minutes) gives up after the write's lock wait saying that the
+    tables are being created or upgraded: it said an app had left a key's row locked."""
+    from apikey_tui.db.engine import _SCHEMA_LOCK
+    from apikey_tui.errors import StoreUnavailableError
+
+    postgres_url = fresh_database
+    KeyStore.open(postgres_url, hasher=CHEAP).close()
+    monkeypatch.setattr(engine_module, "LOCK_WAIT_S", 0.5)
+    with psycopg.connect(_libpq(postgres_url)) as upgrading, upgrading.transaction():
+        upgrading.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+        with pytest.raises(StoreUnavailableError) as raised:
+            KeyStore.open(postgres_url, hasher=CHEAP)
+    message = str(raised.value)
+    assert "creating or upgrading" in message and "\n" not in message
+    assert "key's row" not in message
