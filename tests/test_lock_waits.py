@@ -16,7 +16,7 @@ from apikey_tui.cli import main
 from apikey_tui.db import engine as engine_module
 from apikey_tui.store import KeyStore
 from apikey_tui.store.change_log import LOG_LOCK
-from tests.conftest import CHEAP, _libpq
+from tests.conftest import CHEAP, _libpq, eventually
 from tests.test_postgres_connections import fresh_database  # noqa: F401  (a fixture)
 
 
@@ -177,3 +177,56 @@ def test_opening_while_the_schema_is_being_upgraded_says_so(
     message = str(raised.value)
     assert "creating or upgrading" in message and "\n" not in message
     assert "key's row" not in message
+
+
+def test_two_services_writing_last_used_of_the_same_keys_never_deadlock(
+    fresh_database: str,  # noqa: F811
+) -> None:
+    """Two verifiers (two worker processes) that noted the same keys in opposite orders write
+    their last-used times in one transaction each without a deadlock: they lock the rows in
+    one order (an admin's session holding the first row lines them up behind it)."""
+    from datetime import UTC, datetime
+
+    from apikey_tui.verifier import Verifier
+
+    postgres_url = fresh_database
+    store = KeyStore.open(postgres_url, hasher=CHEAP)
+    ids = sorted(store.create_key("alice", name, ["project"]).info.public_id for name in "ab")
+    first, second = (
+        Verifier.from_url(postgres_url, hasher=CHEAP, flush_interval=3600) for _ in "12"
+    )
+    now = datetime.now(UTC)
+    failures: list[BaseException] = []
+
+    def write(checker: Verifier, order: list[str]) -> threading.Thread:
+        def run() -> None:
+            try:
+                checker._source.record_use(dict.fromkeys(order, now))
+            except Exception as exc:
+                failures.append(exc)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        return thread
+
+    def waiting() -> int:
+        with psycopg.connect(_libpq(postgres_url), autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            ).fetchone()
+            return int(row[0]) if row else 0
+
+    with psycopg.connect(_libpq(postgres_url)) as holder, holder.transaction():
+        holder.execute("SELECT id FROM apikey_tui_key WHERE public_id = %s FOR UPDATE", (ids[0],))
+        one = write(first, ids)
+        assert eventually(lambda: waiting() == 1)
+        other = write(second, ids[::-1])
+        assert eventually(lambda: waiting() == 2)
+    one.join(30)
+    other.join(30)
+    assert not one.is_alive() and not other.is_alive()
+    assert failures == []
+    first.close()
+    second.close()
+    store.close()

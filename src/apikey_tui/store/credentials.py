@@ -285,8 +285,10 @@ class CredentialReads(StoreContext):
         )
         with self.session(write=True) as session:
             # One executemany: a service that used 10,000 keys in a minute writes them at once.
+            # In id order: each worker process noted its keys in its own order, and two such
+            # transactions locking the same rows in opposite orders deadlock.
             session.connection().execute(
-                statement, [{"pid": pid, "at": at} for pid, at in used.items()]
+                statement, [{"pid": pid, "at": used[pid]} for pid in sorted(used)]
             )
             session.commit()
 
