@@ -425,6 +425,26 @@ def test_a_verifier_used_after_close_then_dropped_ends_the_threads_that_use_star
     store.close()
 
 
+def test_a_verifier_on_the_callers_engine_dropped_leaves_that_engine_working() -> None:
+    """A verifier built on the caller's engine (`Verifier(engine)`, shared with a store) and
+    dropped without close() ends its threads but leaves the engine to its owner: its finalizer
+    disposed of it, which on an in-memory SQLite database dropped the store's tables."""
+    import gc
+    import threading
+
+    store = KeyStore.open("sqlite://", hasher=CHEAP)
+    key = store.create_key("alice", "demo", ["project"]).plaintext
+    checker = Verifier(store.engine, hasher=CHEAP)
+    assert checker.verify(header(key)).key_name == "demo"
+    del checker
+    gc.collect()
+    assert eventually(
+        lambda: not any(t.name == "apikey-tui-close" for t in threading.enumerate()), seconds=15
+    )
+    assert store.get_key("alice", "demo").name == "demo"
+    store.close()
+
+
 def test_a_verifier_dropped_without_close_ends_its_threads_and_writes_what_it_noted(
     database_url: str,
 ) -> None:

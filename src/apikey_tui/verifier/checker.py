@@ -170,6 +170,10 @@ class _Parts(NamedTuple):
     listener: PushFreshness | None
     source: CredentialSource
     engine: Engine
+    # Whether closing disposes of the engine's pool: close() does, the finalizer only for an
+    # engine `from_url` made (the caller's own, shared with a store, stays the caller's: an
+    # in-memory SQLite database is its one connection, and disposing of it dropped the tables).
+    dispose: bool
 
 
 def _close(parts: _Parts) -> None:
@@ -180,8 +184,15 @@ def _close(parts: _Parts) -> None:
     parts.uses.close()
     if parts.listener is not None:
         parts.listener.close()
-    parts.source.close()  # its kept connections, then the engine's pool
-    parts.engine.dispose()
+    if parts.dispose:
+        parts.source.close()  # its kept connections, then the engine's pool
+        parts.engine.dispose()
+    else:
+        parts.source.release()  # its kept connections, back to the caller's pool
+
+
+# The engines `Verifier.from_url` made: a verifier dropped without close() disposes of those.
+_made_here: weakref.WeakSet[Engine] = weakref.WeakSet()
 
 
 def _close_later(parts: _Parts) -> None:
@@ -345,7 +356,8 @@ class Verifier:
         # closed all the same, in a thread of its own: its threads hold its parts, not it, and
         # would write and keep connections for the process's life. Not at exit: daemon threads
         # writing while the interpreter shuts down end in noise, not in writes.
-        self._finalizer = weakref.finalize(self, _close_later, self._parts())
+        owned = self._engine in _made_here
+        self._finalizer = weakref.finalize(self, _close_later, self._parts(dispose=owned))
         self._finalizer.atexit = False
 
     @classmethod
@@ -354,6 +366,7 @@ class Verifier:
         engine = make_engine(
             url, create=False, pre_ping=False, application_name=VERIFIER_APPLICATION
         )
+        _made_here.add(engine)
         return cls(engine, **options)
 
     def start(self) -> None:
@@ -1080,9 +1093,9 @@ class Verifier:
         # The finalizer stays: a verifier used after close() (a request still in flight, an
         # app whose lifespan ran twice) starts threads again, which only it would end. Closing
         # closed parts again, once, costs nothing.
-        _close(self._parts())
+        _close(self._parts(dispose=True))
 
-    def _parts(self) -> _Parts:
+    def _parts(self, *, dispose: bool) -> _Parts:
         return _Parts(
             self._gate,
             self._index,
@@ -1091,6 +1104,7 @@ class Verifier:
             self._freshness if isinstance(self._freshness, PushFreshness) else None,
             self._source,
             self._engine,
+            dispose,
         )
 
     def cache_size(self) -> int:

@@ -51,5 +51,8 @@ class CredentialSource(Protocol):
     def replace_hash(self, public_id: str, old_hash: str, new_hash: str) -> None:
         """Store an upgraded hash of the same secret (skipped when the role may not)."""
 
+    def release(self) -> None:
+        """Return the connections kept for reads to the engine's pool (the engine stays open)."""
+
     def close(self) -> None:
-        """Release the connections kept for reads."""
+        """Release the connections kept for reads, then the engine's pool."""
