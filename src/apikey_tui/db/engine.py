@@ -304,7 +304,7 @@ def _schema_lock(conn: Connection, engine: Engine) -> None:
             raise
         raise StoreUnavailableError(
             "another session holds apikey-tui's schema lock (creating or upgrading the tables: "
-            f"a 'db upgrade' under way; or keeping pg_advisory_lock({_SCHEMA_LOCK}): see pg_locks and "
-            f"pg_stat_activity); waited {LOCK_WAIT_S:g} s and gave up, nothing was changed: try "
-            f"again once it ends ({mask_url(str(engine.url))})"
+            f"a 'db upgrade' under way; or keeping pg_advisory_lock({_SCHEMA_LOCK}): see "
+            f"pg_locks and pg_stat_activity); waited {LOCK_WAIT_S:g} s and gave up, nothing was "
+            f"changed: try again once it ends ({mask_url(str(engine.url))})"
         ) from None
