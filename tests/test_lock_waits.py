@@ -16,7 +16,7 @@ from apikey_tui.cli import main
 from apikey_tui.db import engine as engine_module
 from apikey_tui.store import KeyStore
 from apikey_tui.store.change_log import LOG_LOCK
-from tests.conftest import CHEAP, _libpq, eventually
+from tests.conftest import CHEAP, _libpq
 from tests.test_postgres_connections import fresh_database  # noqa: F401  (a fixture)
 
 
@@ -182,51 +182,56 @@ def test_opening_while_the_schema_is_being_upgraded_says_so(
 def test_two_services_writing_last_used_of_the_same_keys_never_deadlock(
     fresh_database: str,  # noqa: F811
 ) -> None:
-    """Two verifiers (two worker processes) that noted the same keys in opposite orders write
-    their last-used times in one transaction each without a deadlock: they lock the rows in
-    one order (an admin's session holding the first row lines them up behind it)."""
+    """Two verifiers (two worker processes) that noted the same keys in opposite orders, behind
+    a session holding one of the rows, each give up at once (kept for their next round), never
+    in a deadlock, and both write once it is gone: a verifier's write never waits for a lock."""
     from datetime import UTC, datetime
 
+    from apikey_tui.errors import StoreUnavailableError
     from apikey_tui.verifier import Verifier
 
     postgres_url = fresh_database
     store = KeyStore.open(postgres_url, hasher=CHEAP)
     ids = sorted(store.create_key("alice", name, ["project"]).info.public_id for name in "ab")
-    first, second = (
-        Verifier.from_url(postgres_url, hasher=CHEAP, flush_interval=3600) for _ in "12"
-    )
+    checkers = [Verifier.from_url(postgres_url, hasher=CHEAP, flush_interval=3600) for _ in "12"]
     now = datetime.now(UTC)
-    failures: list[BaseException] = []
-
-    def write(checker: Verifier, order: list[str]) -> threading.Thread:
-        def run() -> None:
-            try:
-                checker._source.record_use(dict.fromkeys(order, now))
-            except Exception as exc:
-                failures.append(exc)
-
-        thread = threading.Thread(target=run, daemon=True)
-        thread.start()
-        return thread
-
-    def waiting() -> int:
-        with psycopg.connect(_libpq(postgres_url), autocommit=True) as conn:
-            row = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity"
-                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
-            ).fetchone()
-            return int(row[0]) if row else 0
-
+    orders = [ids, ids[::-1]]
     with psycopg.connect(_libpq(postgres_url)) as holder, holder.transaction():
-        holder.execute("SELECT id FROM apikey_tui_key WHERE public_id = %s FOR UPDATE", (ids[0],))
-        one = write(first, ids)
-        assert eventually(lambda: waiting() == 1)
-        other = write(second, ids[::-1])
-        assert eventually(lambda: waiting() == 2)
-    one.join(30)
-    other.join(30)
-    assert not one.is_alive() and not other.is_alive()
-    assert failures == []
-    first.close()
-    second.close()
+        holder.execute("SELECT id FROM apikey_tui_key WHERE public_id = %s FOR UPDATE", (ids[1],))
+        for checker, order in zip(checkers, orders, strict=True):
+            with pytest.raises(StoreUnavailableError, match="another session holds a lock"):
+                checker._source.record_use(dict.fromkeys(order, now))
+    for checker, order in zip(checkers, orders, strict=True):
+        checker._source.record_use(dict.fromkeys(order, now))
+        checker.close()
+    assert all(store.get_key("alice", name).last_used_at is not None for name in "ab")
+    store.close()
+
+
+def test_a_verifiers_write_never_waits_for_an_admins_row_and_writes_it_next_round(
+    fresh_database: str,  # noqa: F811
+) -> None:
+    """A verifier's last-used flush behind a key row an admin's open transaction holds gives up
+    at once, keeping the use, and writes it once the admin is done: waiting (as every write
+    may, 10 s), it held the rows it had written meanwhile, and an admin's batch waiting for
+    one of those in turn was a deadlock PostgreSQL could settle by failing the admin's change."""
+    from apikey_tui.verifier import Verifier
+
+    postgres_url = fresh_database
+    store = KeyStore.open(postgres_url, hasher=CHEAP)
+    key = store.create_key("alice", "demo", ["project"]).plaintext
+    checker = Verifier.from_url(postgres_url, hasher=CHEAP, flush_interval=3600)
+    checker.verify(f"ApiKey {key}")  # notes the use; nothing writes it for an hour
+    with row_lock(postgres_url):
+
+        def flush() -> int:
+            checker.flush()
+            return 0
+
+        returned, _ = within(5, flush)  # the admin's transaction stays open meanwhile
+        assert returned, "the verifier's write waits for the admin's row"
+        assert store.get_key("alice", "demo").last_used_at is None
+    checker.flush()  # the admin is done: the use kept from the failed round is written
+    assert store.get_key("alice", "demo").last_used_at is not None
+    checker.close()
     store.close()

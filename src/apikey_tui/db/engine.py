@@ -33,6 +33,8 @@ READ = {"apikey_tui_read": True}
 # every admin's delete for as long as it lived. Past it the write is rolled back and says so
 # in one line (`driver_errors`). Read at each write's BEGIN there, at connect on SQLite.
 LOCK_WAIT_S = 10.0
+# A write's own wait, in seconds, where it differs: `engine.execution_options(**lock_wait(s))`.
+LOCK_WAIT = "apikey_tui_lock_wait"
 SQLITE_BUSY_TIMEOUT_MS = int(LOCK_WAIT_S * 1000)
 # A PostgreSQL server that stops answering costs a caller at most about 2 s per step, never a
 # hang: connecting (per address tried; 2 s is libpq's minimum), and waiting for a pooled
@@ -134,15 +136,17 @@ def _postgres_engine(url: URL, *, pre_ping: bool, application_name: str) -> Engi
     def _on_begin(connection: Connection) -> None:
         # SET LOCAL, in each write transaction: a session-wide SET would outlive it on a server
         # connection a transaction-pooling PgBouncer hands to other clients.
-        if connection.get_execution_options().get("apikey_tui_write", False):
-            bound_lock_wait(connection)
+        options = connection.get_execution_options()
+        if options.get("apikey_tui_write", False):
+            bound_lock_wait(connection, options.get(LOCK_WAIT))
 
     return engine
 
 
-def bound_lock_wait(connection: Connection) -> None:
-    """PostgreSQL: this transaction waits at most LOCK_WAIT_S for any lock (SET LOCAL)."""
-    connection.exec_driver_sql(f"SET LOCAL lock_timeout = {int(LOCK_WAIT_S * 1000)}")
+def bound_lock_wait(connection: Connection, seconds: float | None = None) -> None:
+    """PostgreSQL: this transaction waits at most `seconds` (LOCK_WAIT_S) for any lock."""
+    wait = LOCK_WAIT_S if seconds is None else seconds
+    connection.exec_driver_sql(f"SET LOCAL lock_timeout = {max(1, int(wait * 1000))}")
 
 
 def _sqlite_engine(url: URL, *, create: bool) -> Engine:

@@ -21,6 +21,7 @@ from sqlalchemy import Engine, event
 from apikey_tui import forksafety, keyformat
 from apikey_tui.clock import Clock, system_clock
 from apikey_tui.db import VERIFIER_APPLICATION, ensure_schema, make_engine
+from apikey_tui.db.engine import LOCK_WAIT
 from apikey_tui.errors import (
     AuthError,
     InsufficientScopeError,
@@ -69,6 +70,7 @@ T = TypeVar("T")
 DEFAULT_REVOCATION_BOUND = 1.0  # seconds a PostgreSQL-backed cache entry is trusted unchecked
 DEFAULT_CHECK_TIMEOUT = 2.0  # seconds a request waits for the database before 503
 RECHECK_BURST, RECHECKS_PER_SECOND = 3, 1.0  # log re-reads for ids unknown where push may lag
+VERIFIER_LOCK_WAIT_S = 0.001  # the verifier's writes never wait for a lock: see __init__
 MAX_USAGE_INTERVAL = 10.0  # seconds usage counts may wait in memory at most
 _USUAL = "ApiKey "  # the header's usual spelling: the warm path looks only this one up
 # Where "ApiKey <key>" holds the key's public id (the warm path's cache lookup).
@@ -295,7 +297,12 @@ class Verifier:
             clock=clock,
         )
         self._limiter = self.restrictions.limiter
-        writes = engine  # in transactions: last used, usage (all or none), upgraded hashes
+        # Writes in transactions (last used, usage all or none, upgraded hashes) that never
+        # wait for a lock (1 ms): a last-used write holds its keys' rows as it goes, and one
+        # waiting for a row an admin's batch holds while the batch waits for one of its rows is
+        # a deadlock PostgreSQL may settle by failing the admin's change. Failing fast, the
+        # write is the one to go, and its keys are written next round.
+        writes = engine.execution_options(**{LOCK_WAIT: VERIFIER_LOCK_WAIT_S})
         if engine.dialect.name == "postgresql":
             # Reads in autocommit: a cold check is one SELECT, not BEGIN + SELECT + ROLLBACK.
             engine = engine.execution_options(isolation_level="AUTOCOMMIT")
