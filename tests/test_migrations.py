@@ -11,6 +11,7 @@ import re
 import shutil
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -208,6 +209,24 @@ def test_upgrade_says_an_older_verifier_started_after_it_may_answer_unrestricted
     assert "network rules" in err and "limits" in err
 
 
+@contextmanager
+def _held(url: str, statement: bytes) -> Iterator[None]:
+    """`statement` run in a transaction another session keeps open while the block runs, and
+    ended after 30 s in any case: code that waits for it fails a test instead of hanging it."""
+    import threading
+
+    holder = psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://"))
+    holder.execute(statement)
+    release = threading.Timer(30, holder.rollback)
+    release.start()
+    try:
+        yield
+    finally:
+        release.cancel()
+        holder.rollback()
+        holder.close()
+
+
 def test_upgrade_blocked_by_another_session_gives_up_and_can_be_run_again(
     postgres_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -215,20 +234,10 @@ def test_upgrade_blocked_by_another_session_gives_up_and_can_be_run_again(
     holds up gives up with one line saying so, having changed nothing, instead of waiting (and
     queueing every service's read of the keys behind it) for as long as that session lasts;
     run again once it ended, it upgrades."""
-    import threading
-
     load_postgres_dump(postgres_url)
-    holder = psycopg.connect(postgres_url.replace("postgresql+psycopg://", "postgresql://"))
-    holder.execute(b"SELECT count(*) FROM apikey_tui_key")  # an open transaction's share lock
-    # Ends the hold in any case, so the code before the fix fails this test instead of hanging.
-    release = threading.Timer(30, holder.rollback)
-    release.start()
-    try:
+    # An open transaction's share lock on the key table.
+    with _held(postgres_url, b"SELECT count(*) FROM apikey_tui_key"):
         code, _, err = _cli(capsys, postgres_url, "db", "upgrade")
-    finally:
-        release.cancel()
-        holder.rollback()
-        holder.close()
     assert code == 1 and "apikey-tui db upgrade" in err and "session" in err
     assert len(err.strip().splitlines()) == 1
     assert _rows(postgres_url, "SELECT value FROM apikey_tui_meta WHERE key = "
@@ -236,16 +245,8 @@ def test_upgrade_blocked_by_another_session_gives_up_and_can_be_run_again(
     code, _, err = _cli(capsys, postgres_url, "db", "upgrade")
     assert code == 0 and f"from schema version 1 to {SCHEMA_VERSION}." in err
     # Run again at this version it only adds missing indexes, which wait for writers: the same.
-    holder = psycopg.connect(postgres_url.replace("postgresql+psycopg://", "postgresql://"))
-    holder.execute(b"UPDATE apikey_tui_key SET last_used_at = last_used_at")
-    release = threading.Timer(30, holder.rollback)
-    release.start()
-    try:
+    with _held(postgres_url, b"UPDATE apikey_tui_key SET last_used_at = last_used_at"):
         code, _, err = _cli(capsys, postgres_url, "db", "upgrade")
-    finally:
-        release.cancel()
-        holder.rollback()
-        holder.close()
     assert code == 1 and "another session holds" in err
 
 

@@ -54,6 +54,20 @@ def _as(role: str, url: str) -> str:
     return make_url(url).set(username=role, password=None).render_as_string(hide_password=False)
 
 
+def _down_and_up(url: str, version: int) -> None:
+    """Take the database back to schema `version` (what came after goes, with the grants a
+    role had on it), then `db upgrade` it to this release's."""
+    from alembic import command
+
+    engine = make_engine(url)
+    try:
+        with engine.begin() as conn:
+            command.downgrade(alembic_config(conn), f"{version:04d}")
+        assert upgrade_schema(engine)[:2] == (version, SCHEMA_VERSION)
+    finally:
+        engine.dispose()
+
+
 def _grant(capsys: pytest.CaptureFixture[str], url: str, role: str) -> tuple[int, str, str]:
     code = main(["--database-url", url, "db", "grant-verifier", role, "--apply"])
     out, err = capsys.readouterr()
@@ -243,17 +257,9 @@ def test_a_role_granted_before_version_7_keeps_recording_usage_after_the_upgrade
 ) -> None:
     """A role that could append usage at schema version 6 may mark its flushes after `db
     upgrade` to 7 (the migration grants it), so its counts keep being recorded, once each."""
-    from alembic import command
-
     created = admin_store.create_key("alice", "svc", ["project"])
     assert _grant(capsys, postgres_url, role)[0] == 0
-    engine = make_engine(postgres_url)
-    try:
-        with engine.begin() as conn:  # back to 6: the mark table goes, with the role's grant
-            command.downgrade(alembic_config(conn), "0006")
-        assert upgrade_schema(engine)[:2] == (6, SCHEMA_VERSION)
-    finally:
-        engine.dispose()
+    _down_and_up(postgres_url, 6)  # back to 6: the mark table goes, with the role's grant
     verifier = Verifier.from_url(_as(role, postgres_url), hasher=CHEAP)
     try:
         for _ in range(3):
@@ -269,18 +275,10 @@ def test_a_role_granted_before_version_8_counts_limits_after_the_upgrade(
 ) -> None:
     """A verifier role granted at schema version 7 may take from the limits' counts after `db
     upgrade` to 8 (the migration grants it), and its grants leave it no excess privilege."""
-    from alembic import command
-
     from apikey_tui.limits.sql_store import SqlLimitStore
 
     assert _grant(capsys, postgres_url, role)[0] == 0
-    engine = make_engine(postgres_url)
-    try:
-        with engine.begin() as conn:  # back to 7: the limits' tables go, with the role's grant
-            command.downgrade(alembic_config(conn), "0007")
-        assert upgrade_schema(engine)[:2] == (7, SCHEMA_VERSION)
-    finally:
-        engine.dispose()
+    _down_and_up(postgres_url, 7)  # back to 7: the limits' tables go, with the role's grant
     as_role = make_engine(_as(role, postgres_url))
     try:
         store = SqlLimitStore(as_role)
@@ -300,20 +298,12 @@ def test_a_role_granted_before_version_4_verifies_and_records_use_after_the_upgr
 ) -> None:
     """A verifier role granted at schema version 3 (release 0.3.0) reads the change log, appends
     usage and counts limits after `db upgrade` to this release, with no excess privilege."""
-    from alembic import command
-
     from apikey_tui.errors import RateLimitedError
     from apikey_tui.limits.model import parse_limit
 
     created = admin_store.create_key("alice", "svc", ["project"])
     assert _grant(capsys, postgres_url, role)[0] == 0
-    engine = make_engine(postgres_url)
-    try:
-        with engine.begin() as conn:  # back to 3: every later table goes, with the role's grants
-            command.downgrade(alembic_config(conn), "0003")
-        assert upgrade_schema(engine)[:2] == (3, SCHEMA_VERSION)
-    finally:
-        engine.dispose()
+    _down_and_up(postgres_url, 3)  # back to 3: every later table goes, with the role's grants
     admin_store.set_limits_of_keys([admin_store.get_key("alice", "svc")], [parse_limit("3/1h")])
     verifier = Verifier.from_url(_as(role, postgres_url), hasher=CHEAP)
     try:
