@@ -33,7 +33,7 @@ READ = {"apikey_tui_read": True}
 # every admin's delete for as long as it lived. Past it the write is rolled back and says so
 # in one line (`driver_errors`). Read at each write's BEGIN there, at connect on SQLite.
 LOCK_WAIT_S = 10.0
-# A write's own wait, in seconds, where it differs: `engine.execution_options(**lock_wait(s))`.
+# A write's own wait in seconds, where it differs: `engine.execution_options(**{LOCK_WAIT: s})`.
 LOCK_WAIT = "apikey_tui_lock_wait"
 SQLITE_BUSY_TIMEOUT_MS = int(LOCK_WAIT_S * 1000)
 # A PostgreSQL server that stops answering costs a caller at most about 2 s per step, never a

@@ -179,16 +179,14 @@ def _require_for_data(conn: Connection) -> None:
             require_verifiers(conn, version)
 
 
+_ASKED = "apikey_tui_verifiers_asked"  # conn.info: (the transaction, the floor asked in it)
+
+
 def _on_write(_mapper: Any, conn: Connection, row: Any) -> None:
     """Before a key's or owner's row is written: raise the floor when its limits or network
     rules are set now (an unchanged row writes nothing more: serve-leaks' disable, say)."""
-    state = inspect(row)
-    changed = [
-        name
-        for name in ("limits", "networks")
-        if name in state.attrs and state.attrs[name].history.has_changes()
-    ]
-    if not changed:
+    attrs = inspect(row).attrs
+    if not any(n in attrs and attrs[n].history.has_changes() for n in ("limits", "networks")):
         return
     needed = verifiers_needed(getattr(row, "limits", None), getattr(row, "networks", None))
     if not needed:
@@ -202,9 +200,6 @@ def _on_write(_mapper: Any, conn: Connection, row: Any) -> None:
         return
     require_verifiers(conn, needed)
     conn.info[_ASKED] = (transaction, needed)
-
-
-_ASKED = "apikey_tui_verifiers_asked"
 
 
 for _row in (KeyRow, OwnerRow, OwnerNetworkRow):
