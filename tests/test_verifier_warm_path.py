@@ -147,15 +147,18 @@ def test_a_freshness_failure_on_the_warm_path_is_one_counted_503(
 
 def _objects_per_key(checker: Verifier) -> float:
     """Objects the cache holds per remembered key: each counted once, shared ones (an owner,
-    a scope set, an epoch) left out."""
+    a scope set, an epoch, the terms keys alike hold) left out."""
     shared = {id(checker._last_used.epoch), id(None)}
     for entry in checker._entries.values():
         shared |= {id(entry.owner), id(entry.scopes), id(entry.meta), id(entry.limits)}
         shared |= {id(scope) for scope in entry.scopes}
+        if entry._terms.shared:
+            shared.add(id(entry._terms))
     seen: set[int] = set()
     for public_id, entry in checker._entries.items():
-        parts = [public_id, entry, entry.key_name, entry.public_id]
-        parts += [entry.expires_at, *[getattr(entry, name) for name in entry.__slots__]]
+        parts = [public_id, entry, entry.key_name, entry.public_id, entry._terms]
+        parts += [getattr(entry, name) for cls in type(entry).__mro__
+                  for name in getattr(cls, "__slots__", ())]  # fmt: skip
         seen |= {id(part) for part in parts if id(part) not in shared}
     return len(seen) / len(checker._entries)
 

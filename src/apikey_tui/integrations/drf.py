@@ -213,7 +213,7 @@ class ApiKeyAuthentication(BaseAuthentication):  # type: ignore[misc]
         if _ASKING and request._request in _ASKING:
             return ApiKeyUser(caller), caller
         asked = _scopes_asked(request, caller)
-        if not caller.scopes.issuperset(asked):
+        if not caller._terms.scopes.issuperset(asked):  # no property call: see Caller
             try:
                 verifier.authorize(caller, asked, _spent=True)
             except InsufficientScopeError:
@@ -321,7 +321,7 @@ class HasScopes(BasePermission):  # type: ignore[misc]
             # that another class accepted (a session user) is told it needs a key: 403.
             self.message = str(MissingKeyError())
             return False
-        if required <= caller.scopes:
+        if required <= caller._terms.scopes:  # no property call on the request path (Caller)
             return True
         # DRF turns every value of a message into a string: "status" (a number in RFC 9457)
         # is left out; the HTTP status says it. exception_handler answers the problem exactly.
@@ -419,7 +419,7 @@ def _scopes_asked(request: Request, caller: Caller) -> frozenset[str]:
         return _NONE
     known = _ASKED.get(type(view))
     if known is not None and known.classes is classes and known.given is given:
-        found = known.by_scopes.get(caller.scopes)
+        found = known.by_scopes.get(caller._terms.scopes)  # no property call (Caller)
         if found is not None:
             return found
     django_request = request._request

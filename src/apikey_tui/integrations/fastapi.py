@@ -111,7 +111,7 @@ class ApiKeyScheme(SecurityBase):
             if caller is None:
                 caller = await self.guard.caller_async(scope, security_scopes.scopes, scope["path"])
                 scope[self._checked] = caller
-            elif not caller.scopes.issuperset(security_scopes.scopes):
+            elif not caller._terms.scopes.issuperset(security_scopes.scopes):  # no property call
                 # The refusal the full check gives (403, recorded); the limits are spent already.
                 self.guard.verifier.authorize(caller, security_scopes.scopes, _spent=True)
         except AuthError as error:

@@ -10,10 +10,8 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable, Collection, Generator, Hashable, Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Collection, Generator, Iterable, Mapping
 from datetime import datetime
-from operator import attrgetter
 from typing import Any, NamedTuple, TypeVar
 
 from sqlalchemy import Engine, event
@@ -35,10 +33,11 @@ from apikey_tui.errors import (
 )
 from apikey_tui.hashing import SecretHasher, fingerprint
 from apikey_tui.keyformat import ParsedKey
-from apikey_tui.limits import ADMITTED, LEASE_DEFAULT, AppliedLimit, FailMode, Lease
+from apikey_tui.limits import ADMITTED, LEASE_DEFAULT, FailMode
 from apikey_tui.limits.where import KEY_DATABASE
-from apikey_tui.store.credentials import NO_META, Change, Credential, credential_source
+from apikey_tui.store.credentials import Change, Credential, credential_source
 from apikey_tui.verifier.authorization import parse_key, split_credentials
+from apikey_tui.verifier.caller import Caller, Terms
 from apikey_tui.verifier.changes import ChangeFeed
 from apikey_tui.verifier.freshness import (
     BoundFreshness,
@@ -54,7 +53,6 @@ from apikey_tui.verifier.port import CredentialSource
 from apikey_tui.verifier.restrictions import (
     REFUSE,
     WOULD_REFUSE,
-    Placement,
     Restrictions,
     applied_limits,
     placement,
@@ -78,88 +76,54 @@ _HEADER_ID = slice(len(_USUAL), len(_USUAL) + keyformat.ID_LENGTH)
 _SYNC = object()  # the CheckGate key of a change-log read: one at a time, shared
 
 
-_SALTED = hashlib.blake2b(secrets.token_bytes(32), digest_size=16)  # salted once a process
+_SALTED = hashlib.blake2b(secrets.token_bytes(32), digest_size=8)  # salted once a process
 
 
-def _salted_digest(header: str) -> bytes:
-    """BLAKE2b-128 of a per-process salt and the header: the digest where `hash` is not a
+def _salted_digest(header: str) -> int:
+    """BLAKE2b-64 of a per-process salt and the header: the digest where `hash` is not a
     64-bit SipHash (a 32-bit build, another algorithm compiled in)."""
     salted = _SALTED.copy()
     salted.update(header.encode())
-    return salted.digest()
+    return int.from_bytes(salted.digest())
 
 
 # The digest a verified key is remembered with: of its whole header in the usual spelling,
-# "ApiKey <key>". Python's own hash of a str is SipHash-1-3 under a 128-bit key drawn at
-# interpreter start (derived from PYTHONHASHSEED when that is set): computed in C in about a
-# tenth of a salted BLAKE2b's time (0.07 against 0.57 us with the encode, copy and update it
-# needs), held in an int the allocator pays 48 bytes for, where 16 digest bytes cost 64.
-# 64 bits are enough: an entry is only ever compared with headers that name its id, its value
-# is never shown, and it hashes a 260-bit secret the forger lacks, so a forger guesses blindly,
-# a request a try, 2**63 on average. Where `hash` is anything else, the salted BLAKE2b-128.
+# "ApiKey <key>", its low 60 bits (`_DIGEST_BITS`). Python's own hash of a str is SipHash-1-3
+# under a 128-bit key drawn at interpreter start (derived from PYTHONHASHSEED when that is set):
+# computed in C in about a tenth of a salted BLAKE2b's time (0.07 against 0.57 us with the
+# encode, copy and update it needs). 60 bits, since an int under 2**60 is the allocator's 32
+# bytes where 64 bits take 48 (issue 31: a cached key under 300 bytes). 60 bits are enough: an
+# entry is only ever compared with headers that name its id, its value is never shown, and it
+# hashes a 260-bit secret the forger lacks, so a forger guesses blindly, a request a try, 2**59
+# on average. Where `hash` is anything else, a salted BLAKE2b-64, masked the same.
 _KEYED_HASH = sys.hash_info.width >= 64 and sys.hash_info.algorithm.startswith("siphash")
-header_digest: Callable[[str], Hashable] = hash if _KEYED_HASH else _salted_digest
-
-
-@dataclass(frozen=True, slots=True)
-class Caller:
-    """Who is calling: the key's owner, name, public id and scopes.
-
-    limits: the limits each of its requests must have room in (the key's own, then its owner's
-    pool), held here so a warm check reads them with the key (`verifier.restrictions`);
-    leases: the limiter's lease of each, in the same order, spent without a lookup or a lock.
-    networks: where its requests may come from (its own rules and its owner's), None for
-    anywhere; held here likewise.
-    """
-
-    owner: str
-    key_name: str
-    public_id: str
-    scopes: frozenset[str]
-    limits: tuple[AppliedLimit, ...] = field(default=(), compare=False, repr=False)
-    networks: Placement | None = field(default=None, compare=False, repr=False)
-    leases: tuple[Lease, ...] = field(default=(), compare=False, repr=False)
-    # The owner's metadata with the key's on top (schema version 11), read-only: read with the
-    # key, so a request reads it from memory (`store.metadata.caller_meta`).
-    meta: Mapping[str, str] = field(default_factory=lambda: NO_META, compare=False, repr=False)
+header_digest: Callable[[str], int] = hash if _KEYED_HASH else _salted_digest
+_DIGEST_BITS = (1 << 60) - 1
 
 
 class _Entry(Caller):
-    """A key this process has verified, remembered under its public id with a salted digest of
+    """A key this process has verified, remembered under its public id with a keyed digest of
     the key (never the key): its Caller, with what the cache needs besides in the same object
     (one a key, not two).
 
-    `digest` is header_digest("ApiKey " + key): only the exact key verified here has it.
-    `noted` is the last-used writer's epoch in which this key's use was last noted. The Caller's
-    fields stay frozen: a changed key gets a new entry; these are set with
-    `object.__setattr__` (Caller's frozen `__setattr__` refuses every name).
+    `seal` is `header_digest("ApiKey " + key) & _DIGEST_BITS`, which only the exact key verified
+    here has; for a key that expires, a pair of that and the moment it is refused from, cache
+    or not. With the Caller's key name, id and terms, four slots: 64 bytes a key. The Caller's
+    fields stay read-only: a changed key gets a new entry; the verifier sets `_terms` to their
+    twin of an epoch in which the key is noted (`Terms.noted_in`), with `_set`.
     """
 
-    __slots__ = ("digest", "expires_at", "noted")
-    digest: Hashable
-    expires_at: datetime | None  # refused from this moment on, cache or not
-    noted: object
+    __slots__ = ("seal",)
+    seal: int | tuple[int, datetime]
 
-    # Compared, hashed and shown as the Caller it is: what services hold.
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Caller):
-            return _fields(self) == _fields(other)
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(_fields(self))
-
-    def __repr__(self) -> str:
-        return "Caller" + Caller.__repr__(self).removeprefix(type(self).__qualname__)
+    @property
+    def digest(self) -> int:
+        """The key's digest, wherever the seal holds it (the cold path's reading)."""
+        seal = self.seal
+        return seal if seal.__class__ is int else seal[0]  # type: ignore[index]
 
 
-# What makes two callers equal: Caller's compared fields, read from its dataclass (one list).
-_fields: Callable[[Caller], tuple[object, ...]] = attrgetter(
-    *(f.name for f in fields(Caller) if f.compare)
-)
-
-
-_set = object.__setattr__  # an entry's own slots, past Caller's frozen __setattr__
+_set = object.__setattr__  # an entry's own slots, past Caller's read-only __setattr__
 
 
 class _Parts(NamedTuple):
@@ -247,6 +211,7 @@ class Verifier:
         "_record",
         "_rehash_refused",
         "_scope_sets",
+        "_shared_terms",
         "_source",
         "_sources",
         "_stale",
@@ -352,6 +317,9 @@ class Verifier:
         self._stale: dict[str, _Entry] = {}  # verified, changed since: re-read, no argon2
         self._scope_sets: dict[frozenset[str], frozenset[str]] = {}
         self._metas: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}
+        self._shared_terms: dict[
+            tuple[str, frozenset[str], tuple[tuple[str, str], ...]], Terms
+        ] = {}  # fmt: skip
         self._ready = False
         self._rehash_refused = self._fingerprint_refused = False
         self._connections: dict[int, Any] = {}
@@ -408,15 +376,16 @@ class Verifier:
         caller = self._warm(authorization)
         if caller is None:
             return None
-        if not caller.limits:
+        terms = caller._terms
+        if not terms.limits:
             return self.authorize(caller, required_scopes, client, route)
         # A limit whose lease is spent needs the store: that is verify_async's, in a thread,
         # which judges the request again. So what _placed records (a shadow mode's would-be
         # refusal, the key's use) waits until this answer is final: recorded once a request.
-        networks = caller.networks
+        networks = terms.networks
         if networks is not None and (
             networks.judge(client) == REFUSE
-            or (required_scopes and not caller.scopes.issuperset(required_scopes))
+            or (required_scopes and not terms.scopes.issuperset(required_scopes))
         ):
             self._placed(caller, client, route)  # raises, or records before the scopes refuse
         self._scoped(caller, required_scopes)
@@ -577,7 +546,7 @@ class Verifier:
         # CheckGate (the same key asked at once is checked once): the exact string, not its
         # digest, so two keys in flight never share an answer, however their digests compare.
         usual = _USUAL + credential
-        digest = header_digest(usual)
+        digest = header_digest(usual) & _DIGEST_BITS
         assert authorization is not None  # split_credentials refused None
         if not (
             warmed
@@ -651,7 +620,7 @@ class Verifier:
         return error
 
     def _warm(
-        self, authorization: str | None, digest: Hashable | None = None, public_id: str = ""
+        self, authorization: str | None, digest: int | None = None, public_id: str = ""
     ) -> Caller | None:
         """The caller of a key verified before and unchanged since, else None (no refusal).
 
@@ -672,24 +641,28 @@ class Verifier:
                     return None
                 # The digest of the whole header: only "ApiKey <key>" has an entry's, so the
                 # scheme is not looked at.
-                digest = header_digest(authorization)
+                digest = header_digest(authorization) & _DIGEST_BITS
             else:
                 entry = self._entries.get(public_id)
-            # records.secret_works inline for an entry (never a disabled key's): a call would
-            # be a tenth of this path. From the exact second, the full check refuses it.
-            # `==`, not compare_digest: a digest is a keyed hash, so learning how much of it
-            # matches tells nobody which header would match it all.
-            if not (
-                entry is not None
-                and entry.digest == digest
-                and self._feed.synced == self._freshness.generation()
-                and (entry.expires_at is None or self._clock() < entry.expires_at)
+                if entry is None:
+                    return None
+            # `!=`, not compare_digest: a digest is a keyed hash, so learning how much of it
+            # matches tells nobody which header would match it all. A key that expires has a
+            # pair for a seal (never equal to an int): records.secret_works inline for it (never
+            # a disabled key's; a call would be a tenth of this path), from the exact second on
+            # refused here, and by the full check.
+            seal = entry.seal
+            if seal != digest and not (
+                seal.__class__ is tuple and seal[0] == digest and self._clock() < seal[1]
             ):
                 return None
+            if self._feed.synced != self._freshness.generation():
+                return None
+            terms = entry._terms
             epoch = self._last_used.epoch  # no clock read: the writer's thread moves it
             # A key with network rules is noted once its request passed them (`_placed`).
-            if entry.noted is not epoch and entry.networks is None:
-                _set(entry, "noted", epoch)
+            if terms.noted is not epoch and terms.networks is None:
+                _set(entry, "_terms", terms.noted_in(epoch))
                 self._last_used.note(entry.public_id)
         except Exception:  # UnicodeEncodeError (a lone surrogate, to BLAKE2b) included
             return None
@@ -714,7 +687,8 @@ class Verifier:
         _spent: internal, for cached and verify_async, which judged the network and spent the
         limits already.
         """
-        networks = caller.networks
+        terms = caller._terms  # one read, then slots: Caller's properties are calls
+        networks = terms.networks
         if (
             networks is not None
             and not _spent
@@ -724,12 +698,12 @@ class Verifier:
             )
         ):
             self._placed(caller, client, route)
-        if required and not caller.scopes.issuperset(required):
+        if required and not terms.scopes.issuperset(required):
             self._scoped(caller, required)
-        if caller.limits and not _spent:
+        if terms.limits and not _spent:
             # Inline: the warm path of a limited key with tokens in hand (docs/reference/limits.md)
             # spends them without a lock; admit leases, refuses, or spends under the lock.
-            if not self._limiter.spend(caller.leases):
+            if not self._limiter.spend(terms.leases):
                 self._admit(caller)
         if self._record:  # the warm path's only recording cost: two lookups and a C next()
             spelling = required if required.__class__ in HASHABLE else tuple(required)
@@ -879,7 +853,7 @@ class Verifier:
             self._outage.warning("API keys cannot be checked: %s", exc)
             raise VerifierUnavailableError() from None
 
-    def _check(self, parsed: ParsedKey, digest: Hashable, presented: bytes | None = None) -> Caller:
+    def _check(self, parsed: ParsedKey, digest: int, presented: bytes | None = None) -> Caller:
         """Read the key; run argon2 only when this exact key was never verified here.
 
         presented: the secret's fingerprint if the index judged it already (computed once)."""
@@ -923,7 +897,7 @@ class Verifier:
             # comes with another secret's 64-bit fingerprint, or none: a key without one
             # (made by 0.1.0, where this role may not add it) is proven by argon2 again.
             self.stats.revalidated += 1
-            fresh = self._entry(stored, expires_at, entry.noted, digest)
+            fresh = self._entry(stored, expires_at, entry._terms.noted, digest)
             with self._feed.lock:
                 if self._feed.may_cache(parsed.public_id, mark) and (
                     self._stale.pop(entry.public_id, None) is entry
@@ -960,7 +934,7 @@ class Verifier:
             if self._feed.may_cache(parsed.public_id, mark):
                 self._stale.pop(parsed.public_id, None)
                 self._entries[entry.public_id] = entry  # the caller's string: one a key
-        if entry.networks is None:  # else noted once its request passes them (_placed)
+        if entry._terms.networks is None:  # else noted once its request passes them (_placed)
             self._last_used.note(entry.public_id)  # the cached string, not a second copy
         if self._record:
             self._uses.start()  # warm hits append to it from now on
@@ -1013,32 +987,39 @@ class Verifier:
             self.stats.revoked += 1
 
     def _entry(
-        self, stored: Credential, expires_at: datetime | None, noted: object, digest: Hashable
+        self, stored: Credential, expires_at: datetime | None, noted: object, digest: int
     ) -> _Entry:
-        """The cache entry (and Caller) of a key just read."""
+        """The cache entry (and Caller) of a key just read; noted: the epoch its use was last
+        noted in (`LastUsedWriter.epoch`), None for never."""
         info = stored.info
+        owner = sys.intern(info.owner)
         scopes = frozenset(info.scopes)
-        # Many keys share a few scope sets and owners: one object each saves ~250 bytes a key.
         scopes = self._scope_sets.setdefault(scopes, scopes)
         limits = applied_limits(stored)
         networks = placement(stored)
-        leases = self._limiter.leases(limits) if limits else ()
         meta = stored.meta
+        items = tuple(meta.items()) if meta else ()
         if meta:  # many keys carry their owner's metadata alone: one object each
-            meta = self._metas.setdefault(tuple(meta.items()), meta)
-        entry = _Entry(
-            sys.intern(info.owner),
-            info.name,
-            info.public_id,
-            scopes,
-            limits,
-            networks,
-            leases,
-            meta,
-        )
-        _set(entry, "digest", digest)
-        _set(entry, "expires_at", expires_at)
-        _set(entry, "noted", noted)
+            meta = self._metas.setdefault(items, meta)
+        if limits or networks is not None:  # leases and a Placement are the key's own
+            leases = self._limiter.leases(limits) if limits else ()
+            terms = Terms(owner, scopes, limits, networks, leases, meta, noted)
+        else:
+            # Many keys share an owner, a scope set and metadata: one Terms (and one twin an
+            # epoch) for all of them, where each key's own were 8 slots (issue 31).
+            alike = (owner, scopes, items)
+            found = self._shared_terms.get(alike)
+            if found is None:
+                found = Terms(owner, scopes, meta=meta, shared=True)
+                found = self._shared_terms.setdefault(alike, found)
+            terms = found
+            if noted is not None and noted is self._last_used.epoch:
+                terms = terms.noted_in(noted)  # else not noted this epoch: noted at its next use
+        entry: _Entry = _Entry.__new__(_Entry)
+        _set(entry, "key_name", info.name)
+        _set(entry, "public_id", info.public_id)
+        _set(entry, "_terms", terms)
+        _set(entry, "seal", digest if expires_at is None else (digest, expires_at))
         return entry
 
     # --- resources ----------------------------------------------------------------------------

@@ -1,0 +1,131 @@
+"""The Caller services hold, and what a remembered key costs the verifier's cache (issue 31)."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+from dataclasses import FrozenInstanceError
+
+import pytest
+
+from apikey_tui.hashing import SecretHasher
+from apikey_tui.store import KeyStore
+from apikey_tui.verifier import Caller, Verifier
+
+CHEAP = SecretHasher("cheapest")
+ID = "ak" + "a" * 16
+
+
+def test_a_caller_reads_as_the_fields_it_was_made_with() -> None:
+    """A Caller made by hand shows its owner, name, id and scopes, and no limits, rules or
+    metadata unless given."""
+    caller = Caller("alice", "ci", ID, frozenset({"project"}))
+    assert (caller.owner, caller.key_name, caller.public_id) == ("alice", "ci", ID)
+    assert caller.scopes == frozenset({"project"})
+    assert (caller.limits, caller.networks, caller.leases, dict(caller.meta)) == ((), None, (), {})
+    assert Caller("a", "b", ID, frozenset(), meta={"team": "x"}).meta == {"team": "x"}
+
+
+def test_callers_compare_by_owner_name_id_and_scopes() -> None:
+    """Equal when owner, name, id and scopes are; equal callers hash alike; anything else
+    differs, whatever their limits or metadata."""
+    one = Caller("alice", "ci", ID, frozenset({"project"}))
+    same = Caller("alice", "ci", ID, frozenset({"project"}), meta={"team": "x"})
+    assert one == same and hash(one) == hash(same) and len({one, same}) == 1
+    for other in (
+        Caller("bob", "ci", ID, frozenset({"project"})),
+        Caller("alice", "cd", ID, frozenset({"project"})),
+        Caller("alice", "ci", "ak" + "b" * 16, frozenset({"project"})),
+        Caller("alice", "ci", ID, frozenset({"serving"})),
+    ):
+        assert one != other
+    assert one != ("alice", "ci", ID, frozenset({"project"}))
+
+
+def test_a_caller_is_read_only() -> None:
+    """No field of a caller can be set or deleted, its scopes included."""
+    caller = Caller("alice", "ci", ID, frozenset({"project"}))
+    for name in ("owner", "key_name", "public_id", "scopes", "_terms", "anything"):
+        with pytest.raises(FrozenInstanceError):
+            setattr(caller, name, "x")
+        with pytest.raises(FrozenInstanceError):
+            delattr(caller, name)
+
+
+def test_a_caller_shows_what_a_dataclass_showed() -> None:
+    """repr shows the four compared fields, as the dataclass Caller did; match works by them."""
+    caller = Caller("alice", "ci", ID, frozenset({"project"}))
+    assert repr(caller) == (
+        f"Caller(owner='alice', key_name='ci', public_id='{ID}', scopes=frozenset({{'project'}}))"
+    )
+    match caller:
+        case Caller(owner, name, public_id, scopes):
+            assert (owner, name, public_id, scopes) == ("alice", "ci", ID, frozenset({"project"}))
+
+
+@pytest.fixture
+def remembered(sqlite_url: str) -> tuple[Verifier, list[str]]:
+    """A verifier that verified four keys of alice with scope project, and their headers."""
+    store = KeyStore.open(sqlite_url, hasher=CHEAP)
+    keys = [store.create_key("alice", f"k{n}", ["project"]).plaintext for n in range(4)]
+    store.close()
+    checker = Verifier.from_url(sqlite_url, hasher=CHEAP)
+    headers = [f"ApiKey {key}" for key in keys]
+    for header in headers:
+        checker.verify(header)
+    return checker, headers
+
+
+def test_a_remembered_key_holds_four_slots_and_a_60_bit_digest(
+    remembered: tuple[Verifier, list[str]],
+) -> None:
+    """A cache entry (a Caller) holds four slots (64 bytes, where eleven took 128) and a digest
+    under 2**60 (32 bytes, where 64 bits took 48); keys alike share one Terms."""
+    checker, _headers = remembered
+    try:
+        entries = list(checker._entries.values())
+        slots = [name for cls in type(entries[0]).__mro__ for name in getattr(cls, "__slots__", ())]
+        assert len(slots) == 4
+        assert all(0 <= entry.digest < 2**60 for entry in entries)
+        assert len({id(entry._terms) for entry in entries}) == 1
+    finally:
+        checker.close()
+
+
+def test_keys_sharing_terms_are_each_noted_once_an_epoch(
+    remembered: tuple[Verifier, list[str]],
+) -> None:
+    """Keys that share their terms are noted for last_used_at each on its own use, once an
+    epoch: one key's note does not count for another's (the terms' twin of the epoch)."""
+    checker, headers = remembered
+    writer = checker._last_used
+    try:
+        writer.flush()
+        writer.epoch = object()  # what the writer's thread does every minute or more
+        for header in (headers[0], headers[0], headers[1], headers[0]):
+            checker.verify(header)
+        noted = [header[len("ApiKey ") :][:18] for header in headers]
+        assert writer._ids == noted[:2]  # each once, in order, the others not at all
+        writer.flush()
+        writer.epoch = object()
+        for header in (headers[2], headers[0], headers[2]):
+            checker.verify(header)
+        assert writer._ids == [noted[2], noted[0]]
+        assert checker._entries[noted[0]]._terms is checker._entries[noted[2]]._terms  # a twin
+    finally:
+        checker.close()
+
+
+def test_a_copy_of_a_cached_caller_is_a_plain_caller(
+    remembered: tuple[Verifier, list[str]],
+) -> None:
+    """A copy or a pickle of the caller the cache gave is an equal plain Caller, without the
+    entry's digest (nothing of the key leaves the cache)."""
+    checker, headers = remembered
+    try:
+        caller = checker.verify(headers[0])
+        for made in (copy.copy(caller), copy.deepcopy(caller), pickle.loads(pickle.dumps(caller))):  # noqa: S301
+            assert type(made) is Caller and made == caller
+            assert not hasattr(made, "seal") and not hasattr(made, "digest")
+    finally:
+        checker.close()
