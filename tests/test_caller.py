@@ -129,3 +129,25 @@ def test_a_copy_of_a_cached_caller_is_a_plain_caller(
             assert not hasattr(made, "seal") and not hasattr(made, "digest")
     finally:
         checker.close()
+
+
+def test_a_key_re_read_after_a_change_is_noted_in_the_epoch_of_its_use(
+    remembered: tuple[Verifier, list[str]], sqlite_url: str
+) -> None:
+    """A key whose scopes an admin changed, used once in a new epoch (re-read without argon2),
+    is noted for last_used_at in that epoch, as any use of it is."""
+    checker, headers = remembered
+    writer = checker._last_used
+    store = KeyStore.open(sqlite_url, hasher=CHEAP)
+    try:
+        writer.flush()
+        writer.epoch = object()  # a minute later: what the writer's thread does
+        store.set_key_scopes("alice", "k0", ["project", "serving"])
+        checker.verify(headers[0], ["serving"])
+        assert checker.stats.revalidated == 1 and checker.stats.argon2 == 4
+        assert writer._ids == [headers[0][len("ApiKey ") :][:18]]
+        checker.verify(headers[0])  # noted once an epoch, the re-read's note counted
+        assert len(writer._ids) == 1
+    finally:
+        store.close()
+        checker.close()

@@ -897,13 +897,21 @@ class Verifier:
             # comes with another secret's 64-bit fingerprint, or none: a key without one
             # (made by 0.1.0, where this role may not add it) is proven by argon2 again.
             self.stats.revalidated += 1
-            fresh = self._entry(stored, expires_at, entry._terms.noted, digest)
+            # This request is a use: noted here unless the key was noted this epoch already
+            # (the warm path, which notes, did not answer it). A key with network rules is
+            # noted once its request passes them (`_placed`).
+            # A key that had rules was noted on its Placement: its terms' epoch says nothing.
+            was = entry._terms
+            epoch, noted = self._last_used.epoch, was.noted if was.networks is None else None
+            fresh = self._entry(stored, expires_at, epoch, digest)
             with self._feed.lock:
                 if self._feed.may_cache(parsed.public_id, mark) and (
                     self._stale.pop(entry.public_id, None) is entry
                     or self._entries.get(entry.public_id) is entry
                 ):
                     self._entries[entry.public_id] = fresh
+            if noted is not epoch and fresh._terms.networks is None:
+                self._last_used.note(fresh.public_id)
             return fresh
         if (
             stored.fingerprint is None
