@@ -8,7 +8,9 @@ from dataclasses import FrozenInstanceError
 
 import pytest
 
+from apikey_tui.errors import RateLimitedError
 from apikey_tui.hashing import SecretHasher
+from apikey_tui.limits import parse_limit
 from apikey_tui.store import KeyStore
 from apikey_tui.verifier import Caller, Verifier
 
@@ -150,4 +152,25 @@ def test_a_key_re_read_after_a_change_is_noted_in_the_epoch_of_its_use(
         assert len(writer._ids) == 1
     finally:
         store.close()
+        checker.close()
+
+
+def test_a_copy_of_a_limited_caller_is_held_to_its_limits(
+    store: KeyStore, database_url: str
+) -> None:
+    """A copy or a pickle of a limited key's caller (without the verifier's leases) passed to
+    authorize spends its limits as the cached caller does: N pass, then 429."""
+    limit = [parse_limit("3/30d")]
+    key = store.create_key("alice", "metered", ["project"], limits=limit)
+    checker = Verifier.from_url(database_url, hasher=CHEAP)
+    try:
+        caller = checker.verify(f"ApiKey {key.plaintext}", ["project"])  # one spent
+        for made in (copy.copy(caller), pickle.loads(pickle.dumps(caller))):  # noqa: S301
+            assert made.limits and not made.leases
+        made = copy.copy(caller)
+        checker.authorize(made, ["project"])
+        checker.authorize(made, ["project"])
+        with pytest.raises(RateLimitedError):
+            checker.authorize(made, ["project"])
+    finally:
         checker.close()

@@ -703,7 +703,9 @@ class Verifier:
         if terms.limits and not _spent:
             # Inline: the warm path of a limited key with tokens in hand (docs/reference/limits.md)
             # spends them without a lock; admit leases, refuses, or spends under the lock.
-            if not self._limiter.spend(terms.leases):
+            # A caller without leases (a copy or a pickle, `Caller.__reduce__`) spends nothing
+            # by them: `spend(())` is True. _admit spends its limits by their keys.
+            if not (terms.leases and self._limiter.spend(terms.leases)):
                 self._admit(caller)
         if self._record:  # the warm path's only recording cost: two lookups and a C next()
             spelling = required if required.__class__ in HASHABLE else tuple(required)
