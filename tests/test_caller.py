@@ -174,3 +174,23 @@ def test_a_copy_of_a_limited_caller_is_held_to_its_limits(
             checker.authorize(made, ["project"])
     finally:
         checker.close()
+
+
+def test_a_key_alike_no_other_costs_one_terms_once_noted(sqlite_url: str) -> None:
+    """Keys that share their terms with no other key (one key an owner) hold one Terms each
+    once noted, as a key's own record did, not the terms and their twin of the epoch."""
+    store = KeyStore.open(sqlite_url, hasher=CHEAP)
+    keys = [store.create_key(f"owner{n}", "k", ["project"]).plaintext for n in range(50)]
+    store.close()
+    checker = Verifier.from_url(sqlite_url, hasher=CHEAP)
+    try:
+        for epoch in range(3):
+            checker._last_used.epoch = object()  # the writer's thread, a minute apart
+            for key in keys:
+                checker.verify(f"ApiKey {key}")
+            assert len(checker._last_used._ids) == 50 * (epoch + 1)  # each noted each epoch
+        held = [entry._terms for entry in checker._entries.values()]
+        held += checker._shared_terms.values()
+        assert len({id(terms) for terms in held}) == 50
+    finally:
+        checker.close()

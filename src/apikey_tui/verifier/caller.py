@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import FrozenInstanceError
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -23,13 +23,13 @@ class Terms:
     a million (issue 31: a cached key in under 300 bytes).
 
     noted: the last-used writer's epoch in which the keys holding these terms were noted (the
-    verifier's). Terms never change once made: a key noted in a new epoch moves to its terms'
-    twin of that epoch (`noted_in`), one a set of terms and epoch, shared like them.
+    verifier's). Shared terms never change once made: a key noted in a new epoch moves to the
+    terms of its kind made for that epoch (`noted_in`), shared like them. heads: the verifier's
+    newest terms of each kind, under `alike`; None for a key's own terms.
     """
 
     __slots__ = (
-        "base", "leases", "limits", "meta", "networks", "noted", "owner", "scopes", "shared",
-        "twin",
+        "alike", "heads", "leases", "limits", "meta", "networks", "noted", "owner", "scopes",
     )  # fmt: skip
 
     def __init__(
@@ -41,9 +41,9 @@ class Terms:
         leases: tuple[Lease, ...] = (),
         meta: Mapping[str, str] = NO_META,
         noted: object = None,
-        base: Terms | None = None,
         *,
-        shared: bool = False,
+        heads: dict[Hashable, Terms] | None = None,
+        alike: Hashable = None,
     ) -> None:
         self.owner = owner
         self.scopes = scopes
@@ -52,27 +52,34 @@ class Terms:
         self.leases = leases
         self.meta = meta
         self.noted = noted
-        # Whether other keys hold these too: a key with limits or network rules holds its own
-        # (its leases and its Placement are its own), noted in place.
-        self.shared = shared
-        self.base = base  # the terms this one is a twin of; None for those
-        self.twin: Terms | None = None  # the newest twin of these (kept on the base alone)
+        # Where the newest terms of this kind are kept (shared terms only): a key with limits or
+        # network rules holds its own (its leases and its Placement are its own), noted in
+        # place. Not a link from old terms to new ones: a kind one key holds (an owner with one
+        # key) is then one object, not the terms and their twin of the epoch.
+        self.heads = heads
+        self.alike = alike
+
+    @property
+    def shared(self) -> bool:
+        """Whether other keys hold these too (the verifier's kind of terms)."""
+        return self.heads is not None
 
     def noted_in(self, epoch: object) -> Terms:
-        """These terms as noted in epoch: the twin of their base made for that epoch; a key's
-        own terms, themselves."""
-        if not self.shared:
+        """These terms as noted in epoch: their kind's newest terms if made for that epoch, else
+        new ones, the newest from now on; a key's own terms, themselves."""
+        heads = self.heads
+        if heads is None:
             self.noted = epoch
             return self
-        base = self if self.base is None else self.base
-        twin = base.twin
-        if twin is None or twin.noted is not epoch:
-            twin = Terms(
-                base.owner, base.scopes, base.limits, base.networks, base.leases, base.meta,
-                epoch, base, shared=True,
+        alike = self.alike
+        head = heads.get(alike)
+        if head is None or head.noted is not epoch:
+            head = Terms(
+                self.owner, self.scopes, self.limits, self.networks, self.leases, self.meta,
+                epoch, heads=heads, alike=alike,
             )  # fmt: skip
-            base.twin = twin
-        return twin
+            heads[alike] = head  # two threads at once: each key holds one of them, both right
+        return head
 
 
 class Caller:

@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable, Collection, Generator, Iterable, Mapping
+from collections.abc import Callable, Collection, Generator, Hashable, Iterable, Mapping
 from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
 
@@ -109,8 +109,9 @@ class _Entry(Caller):
     `seal` is `header_digest("ApiKey " + key) & _DIGEST_BITS`, which only the exact key verified
     here has; for a key that expires, a pair of that and the moment it is refused from, cache
     or not. With the Caller's key name, id and terms, four slots: 64 bytes a key. The Caller's
-    fields stay read-only: a changed key gets a new entry; the verifier sets `_terms` to their
-    twin of an epoch in which the key is noted (`Terms.noted_in`), with `_set`.
+    fields stay read-only: a changed key gets a new entry; the verifier sets `_terms` to the
+    terms of their kind made for an epoch in which the key is noted (`Terms.noted_in`), with
+    `_set`.
     """
 
     __slots__ = ("seal",)
@@ -317,9 +318,8 @@ class Verifier:
         self._stale: dict[str, _Entry] = {}  # verified, changed since: re-read, no argon2
         self._scope_sets: dict[frozenset[str], frozenset[str]] = {}
         self._metas: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}
-        self._shared_terms: dict[
-            tuple[str, frozenset[str], tuple[tuple[str, str], ...]], Terms
-        ] = {}  # fmt: skip
+        # The newest terms of each kind (`Terms.heads`): one per owner, scope set and metadata.
+        self._shared_terms: dict[Hashable, Terms] = {}
         self._ready = False
         self._rehash_refused = self._fingerprint_refused = False
         self._connections: dict[int, Any] = {}
@@ -1015,16 +1015,19 @@ class Verifier:
             leases = self._limiter.leases(limits) if limits else ()
             terms = Terms(owner, scopes, limits, networks, leases, meta, noted)
         else:
-            # Many keys share an owner, a scope set and metadata: one Terms (and one twin an
-            # epoch) for all of them, where each key's own were 8 slots (issue 31).
+            # Many keys share an owner, a scope set and metadata: one Terms an epoch for all of
+            # them, where each key's own were 8 slots (issue 31).
             alike = (owner, scopes, items)
-            found = self._shared_terms.get(alike)
-            if found is None:
-                found = Terms(owner, scopes, meta=meta, shared=True)
-                found = self._shared_terms.setdefault(alike, found)
-            terms = found
-            if noted is not None and noted is self._last_used.epoch:
-                terms = terms.noted_in(noted)  # else not noted this epoch: noted at its next use
+            heads = self._shared_terms
+            head = heads.get(alike)
+            if head is not None and head.noted is noted:
+                terms = head
+            else:
+                # The newest of its kind when noted now; else (not noted this epoch: noted at
+                # its next use) this key's alone until then.
+                terms = Terms(owner, scopes, meta=meta, noted=noted, heads=heads, alike=alike)
+                if head is None or noted is self._last_used.epoch:
+                    heads[alike] = terms
         entry: _Entry = _Entry.__new__(_Entry)
         _set(entry, "key_name", info.name)
         _set(entry, "public_id", info.public_id)
