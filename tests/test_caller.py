@@ -13,6 +13,7 @@ from apikey_tui.hashing import SecretHasher
 from apikey_tui.limits import parse_limit
 from apikey_tui.store import KeyStore
 from apikey_tui.verifier import Caller, Verifier
+from apikey_tui.verifier import checker as checker_module
 
 CHEAP = SecretHasher("cheapest")
 ID = "ak" + "a" * 16
@@ -192,5 +193,30 @@ def test_a_key_alike_no_other_costs_one_terms_once_noted(sqlite_url: str) -> Non
         held = [entry._terms for entry in checker._entries.values()]
         held += checker._shared_terms.values()
         assert len({id(terms) for terms in held}) == 50
+    finally:
+        checker.close()
+
+
+def test_the_kinds_a_cache_shares_are_kept_within_a_bound(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tables of kinds keys share (terms, metadata; scope sets by the same function) hold at
+    most KINDS_MAX each, however many kinds keys bring; the keys still answer and share."""
+    monkeypatch.setattr(checker_module, "KINDS_MAX", 5)
+    store = KeyStore.open(sqlite_url, hasher=CHEAP)
+    keys = [
+        store.create_key(f"owner{n}", "k", ["project"], meta=[("n", str(n))]).plaintext
+        for n in range(20)
+    ]
+    alike = [store.create_key("alice", f"a{n}", ["project"]).plaintext for n in range(3)]
+    store.close()
+    checker = Verifier.from_url(sqlite_url, hasher=CHEAP)
+    try:
+        for n, key in enumerate(keys):
+            assert checker.verify(f"ApiKey {key}").meta == {"n": str(n)}
+        for table in (checker._shared_terms, checker._metas):
+            assert 0 < len(table) <= 5
+        callers = [checker.verify(f"ApiKey {key}", ["project"]) for key in alike]
+        assert len({id(caller._terms) for caller in callers}) == 1
     finally:
         checker.close()

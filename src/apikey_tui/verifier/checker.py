@@ -126,6 +126,24 @@ class _Entry(Caller):
 
 _set = object.__setattr__  # an entry's own slots, past Caller's read-only __setattr__
 
+# Kinds the cache shares among keys (scope sets, metadata, terms) kept at most, per table: each
+# is kept for keys to come, so kinds no key holds any more (deleted keys, metadata an admin
+# replaced) piled up for the process's life. Past this, a table starts again: keys cached keep
+# their objects, and the next keys of a kind share one again.
+KINDS_MAX = 10_000
+K = TypeVar("K")
+
+
+def _kept(table: dict[K, T], key: K, value: T) -> T:
+    """table's object for key, else value, kept for the next keys (a table of KINDS_MAX kinds
+    starts again)."""
+    found = table.get(key)
+    if found is None:
+        if len(table) >= KINDS_MAX:
+            table.clear()
+        found = table[key] = value
+    return found
+
 
 class _Parts(NamedTuple):
     """What a verifier closes (`Verifier.close`), held apart from it: its finalizer's."""
@@ -1004,13 +1022,13 @@ class Verifier:
         info = stored.info
         owner = sys.intern(info.owner)
         scopes = frozenset(info.scopes)
-        scopes = self._scope_sets.setdefault(scopes, scopes)
+        scopes = _kept(self._scope_sets, scopes, scopes)
         limits = applied_limits(stored)
         networks = placement(stored)
         meta = stored.meta
         items = tuple(meta.items()) if meta else ()
         if meta:  # many keys carry their owner's metadata alone: one object each
-            meta = self._metas.setdefault(items, meta)
+            meta = _kept(self._metas, items, meta)
         if limits or networks is not None:  # leases and a Placement are the key's own
             leases = self._limiter.leases(limits) if limits else ()
             terms = Terms(owner, scopes, limits, networks, leases, meta, noted)
@@ -1027,6 +1045,8 @@ class Verifier:
                 # its next use) this key's alone until then.
                 terms = Terms(owner, scopes, meta=meta, noted=noted, heads=heads, alike=alike)
                 if head is None or noted is self._last_used.epoch:
+                    if head is None and len(heads) >= KINDS_MAX:
+                        heads.clear()  # see _kept
                     heads[alike] = terms
         entry: _Entry = _Entry.__new__(_Entry)
         _set(entry, "key_name", info.name)
