@@ -398,7 +398,7 @@ def cache_rss_lines(v: Any) -> list[str]:
         " 03:02, a 16-byte BLAKE2b digest a key), 483 and 367 (05:16, another machine), 500"
         " and 366 (07:40), 491 and 366 (14:00, the last run before a cached key kept 4 slots and"
         " shared its terms). With usage recording off the figure is at the edge of its"
-        " target: six runs of the measurement on the same code read 288 to 301 bytes"
+        " target: seven runs of the measurement on this evening's code read 288 to 301 bytes"
         " (2026-11-28 evening; what the allocator keeps of freed memory differs by run)."
         " With recording on the figure follows the machine's speed: past `usage_limit` tallies"
         " (50,000) a request waits in the drain's queue for"
