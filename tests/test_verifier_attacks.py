@@ -124,8 +124,9 @@ def test_wrong_secrets_and_unknown_ids_cost_no_argon2_and_bounded_queries(
     log_reads = len(queries) - len(lookups)
     assert len(lookups) <= 20 + seconds, lookups
     assert log_reads <= RECHECK_BURST + seconds + 10, queries
-    budget = RECHECK_BURST + 20 + 2 * seconds
-    assert answers[503] >= 500 - budget and set(answers) <= {401, 503}
+    # Each 401 is an id a read proved unknown: a lookup, or a log read (a woken one included,
+    # which the budgets above allow for), so the rest are 503 (try again), never 200.
+    assert answers[401] <= len(lookups) + log_reads and set(answers) <= {401, 503}
 
 
 def test_a_key_created_after_the_index_was_loaded_is_accepted(
