@@ -152,7 +152,7 @@ def _objects_per_key(checker: Verifier) -> float:
     for entry in checker._entries.values():
         shared |= {id(entry.owner), id(entry.scopes), id(entry.meta), id(entry.limits)}
         shared |= {id(scope) for scope in entry.scopes}
-        if entry._terms.shared:
+        if entry._terms.heads is not None:  # the verifier's kind of terms, shared
             shared.add(id(entry._terms))
     seen: set[int] = set()
     for public_id, entry in checker._entries.items():

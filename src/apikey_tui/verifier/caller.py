@@ -59,11 +59,6 @@ class Terms:
         self.heads = heads
         self.alike = alike
 
-    @property
-    def shared(self) -> bool:
-        """Whether other keys hold these too (the verifier's kind of terms)."""
-        return self.heads is not None
-
     def noted_in(self, epoch: object) -> Terms:
         """These terms as noted in epoch: their kind's newest terms if made for that epoch, else
         new ones, the newest from now on; a key's own terms, themselves."""

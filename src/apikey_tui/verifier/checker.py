@@ -923,7 +923,7 @@ class Verifier:
             # A key that had rules was noted on its Placement: its terms' epoch says nothing.
             was = entry._terms
             epoch, noted = self._last_used.epoch, was.noted if was.networks is None else None
-            fresh = self._entry(stored, expires_at, epoch, digest)
+            fresh = self._entry(stored, expires_at, digest)
             with self._feed.lock:
                 if self._feed.may_cache(parsed.public_id, mark) and (
                     self._stale.pop(entry.public_id, None) is entry
@@ -957,7 +957,7 @@ class Verifier:
             self._add_fingerprint(parsed)
         if self._hasher.needs_rehash(stored.secret_hash):
             self._upgrade_hash(parsed, stored)
-        entry = self._entry(stored, expires_at, self._last_used.epoch, digest)
+        entry = self._entry(stored, expires_at, digest)
         with self._feed.lock:
             if self._feed.may_cache(parsed.public_id, mark):
                 self._stale.pop(parsed.public_id, None)
@@ -1014,11 +1014,10 @@ class Verifier:
         if self._stale.pop(public_id, None) is not None or fresh is not None:
             self.stats.revoked += 1
 
-    def _entry(
-        self, stored: Credential, expires_at: datetime | None, noted: object, digest: int
-    ) -> _Entry:
-        """The cache entry (and Caller) of a key just read; noted: the epoch its use was last
-        noted in (`LastUsedWriter.epoch`), None for never."""
+    def _entry(self, stored: Credential, expires_at: datetime | None, digest: int) -> _Entry:
+        """The cache entry (and Caller) of a key just read, noted in this epoch (its callers
+        note its use: `LastUsedWriter.epoch`)."""
+        epoch = self._last_used.epoch
         info = stored.info
         owner = sys.intern(info.owner)
         scopes = frozenset(info.scopes)
@@ -1031,23 +1030,16 @@ class Verifier:
             meta = _kept(self._metas, items, meta)
         if limits or networks is not None:  # leases and a Placement are the key's own
             leases = self._limiter.leases(limits) if limits else ()
-            terms = Terms(owner, scopes, limits, networks, leases, meta, noted)
+            terms = Terms(owner, scopes, limits, networks, leases, meta, epoch)
         else:
             # Many keys share an owner, a scope set and metadata: one Terms an epoch for all of
             # them, where each key's own were 8 slots (issue 31).
             alike = (owner, scopes, items)
             heads = self._shared_terms
-            head = heads.get(alike)
-            if head is not None and head.noted is noted:
-                terms = head
-            else:
-                # The newest of its kind when noted now; else (not noted this epoch: noted at
-                # its next use) this key's alone until then.
-                terms = Terms(owner, scopes, meta=meta, noted=noted, heads=heads, alike=alike)
-                if head is None or noted is self._last_used.epoch:
-                    if head is None and len(heads) >= KINDS_MAX:
-                        heads.clear()  # see _kept
-                    heads[alike] = terms
+            head = heads.get(alike) or _kept(
+                heads, alike, Terms(owner, scopes, meta=meta, noted=epoch, heads=heads, alike=alike)
+            )
+            terms = head.noted_in(epoch)
         entry: _Entry = _Entry.__new__(_Entry)
         _set(entry, "key_name", info.name)
         _set(entry, "public_id", info.public_id)
