@@ -235,3 +235,69 @@ def test_a_verifiers_write_never_waits_for_an_admins_row_and_writes_it_next_roun
     assert store.get_key("alice", "demo").last_used_at is not None
     checker.close()
     store.close()
+
+
+@contextmanager
+def held_briefly(url: str, statement: str, seconds: float) -> Iterator[None]:
+    """A lock taken by `statement` in a transaction of its own, released after `seconds` (an
+    admin's commit, a last-used batch): the body runs while it is held."""
+    taken = threading.Event()
+
+    def hold() -> None:
+        with psycopg.connect(_libpq(url)) as holder, holder.transaction():
+            holder.execute(statement)
+            taken.set()
+            threading.Event().wait(seconds)
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    assert taken.wait(10), "the lock was never taken"
+    try:
+        yield
+    finally:
+        thread.join(10)
+
+
+def test_a_fingerprint_behind_an_admins_commit_is_stored_all_the_same(
+    fresh_database: str,  # noqa: F811
+) -> None:
+    """A key's first verification stores its missing fingerprint when another session holds the
+    change log's lock for 0.1 s (an admin's commit): the verifier's 1 ms wait, meant for its
+    batched last-used writes, gave up on it, so the key kept costing argon2 on wrong secrets."""
+    from sqlalchemy import text
+
+    from apikey_tui.verifier import Verifier
+    from tests.conftest import every_fingerprint
+
+    postgres_url = fresh_database
+    store = KeyStore.open(postgres_url, hasher=CHEAP)
+    created = store.create_key("alice", "legacy", ["project"])
+    with store.engine.begin() as conn:
+        conn.execute(text("UPDATE apikey_tui_key SET fingerprint = NULL"))
+    checker = Verifier.from_url(postgres_url, hasher=CHEAP, flush_interval=3600)
+    with held_briefly(postgres_url, f"SELECT pg_advisory_xact_lock({LOG_LOCK})", 0.1):
+        assert checker.verify(f"ApiKey {created.plaintext}").key_name == "legacy"
+    assert every_fingerprint(store)[created.info.public_id] is not None
+    checker.close()
+    store.close()
+
+
+def test_a_hash_upgrade_behind_a_brief_row_lock_is_stored_all_the_same(
+    fresh_database: str,  # noqa: F811
+) -> None:
+    """A key's hash is upgraded at its first check when another session holds its row for
+    0.1 s (another worker's last-used write): with the 1 ms wait the upgrade was skipped."""
+    from apikey_tui.hashing import SecretHasher
+    from apikey_tui.verifier import Verifier
+
+    postgres_url = fresh_database
+    store = KeyStore.open(postgres_url, hasher=CHEAP)
+    created = store.create_key("alice", "demo", ["project"])
+    today = SecretHasher()
+    checker = Verifier.from_url(postgres_url, hasher=today, flush_interval=3600)
+    with held_briefly(postgres_url, "SELECT id FROM apikey_tui_key FOR UPDATE", 0.1):
+        assert checker.verify(f"ApiKey {created.plaintext}").key_name == "demo"
+    credential = store.credential(created.info.public_id)
+    assert credential is not None and not today.needs_rehash(credential.secret_hash)
+    checker.close()
+    store.close()

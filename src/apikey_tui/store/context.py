@@ -11,6 +11,7 @@ from sqlmodel import Session
 from apikey_tui.clock import Clock, system_clock
 from apikey_tui.config import mask_url
 from apikey_tui.db import WRITE, Conflicts, database_errors
+from apikey_tui.db.engine import LOCK_WAIT
 from apikey_tui.hashing import SecretHasher
 from apikey_tui.limits.port import CountReader
 from apikey_tui.store.types import Actor
@@ -53,11 +54,14 @@ class StoreContext:
 
     @contextmanager
     def session(
-        self, *, write: bool = False, conflicts: Conflicts | None = None
+        self, *, write: bool = False, conflicts: Conflicts | None = None, wait: float | None = None
     ) -> Iterator[Session]:
-        """A session whose database errors come out typed (conflicts: `database_errors`)."""
-        with (
-            database_errors(self.engine, conflicts),
-            Session(self._write_engine if write else self.engine, expire_on_commit=False) as s,
-        ):
+        """A session whose database errors come out typed (conflicts: `database_errors`); a
+        write's lock wait is the writes' own unless `wait` (seconds, PostgreSQL) says less."""
+        engine = self.engine
+        if write:
+            engine = self._write_engine
+            if wait is not None:
+                engine = engine.execution_options(**{LOCK_WAIT: wait})
+        with database_errors(self.engine, conflicts), Session(engine, expire_on_commit=False) as s:
             yield s

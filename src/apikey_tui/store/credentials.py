@@ -51,6 +51,11 @@ from apikey_tui.store.types import Actor, KeyInfo
 # row for the rest (executemany) keep two, where a chunk per flush's remainder kept ~2 MB a
 # flush until 128 were cached (issue 31). 500 rows write as fast as 5,000.
 USAGE_ROWS_PER_INSERT = 500
+# A last-used write never waits for a lock (1 ms, PostgreSQL): it holds its keys' rows as it
+# goes, and one waiting for a row an admin's batch holds while the batch waits for one of its
+# rows is a deadlock PostgreSQL may settle by failing the admin's change. Failing fast, the
+# write is the one to go, and its keys are written next round.
+LAST_USED_LOCK_WAIT_S = 0.001
 _USAGE_COLUMNS = ", ".join(c.name for c in UsageTable.columns)
 _USAGE_COPY = f"COPY {UsageTable.name} ({_USAGE_COLUMNS}) FROM STDIN"
 # A flush's mark: no row when the batch was written before (its answer was lost). No conflict
@@ -268,7 +273,8 @@ class CredentialReads(StoreContext):
     def record_use(self, used: Mapping[str, datetime]) -> None:
         """Move last_used_at forward for the given public ids (never backwards).
 
-        A rotated key's previous id counts as a use of the key.
+        A rotated key's previous id counts as a use of the key. Never waits for a lock
+        (LAST_USED_LOCK_WAIT_S): a lock in the way fails it, and the caller keeps its uses.
         """
         if not used:
             return
@@ -283,7 +289,7 @@ class CredentialReads(StoreContext):
             )
             .values(last_used_at=bindparam("at"))
         )
-        with self.session(write=True) as session:
+        with self.session(write=True, wait=LAST_USED_LOCK_WAIT_S) as session:
             # One executemany: a service that used 10,000 keys in a minute writes them at once.
             # In id order: each worker process noted its keys in its own order, and two such
             # transactions locking the same rows in opposite orders deadlock.

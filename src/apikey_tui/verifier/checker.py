@@ -68,7 +68,7 @@ T = TypeVar("T")
 DEFAULT_REVOCATION_BOUND = 1.0  # seconds a PostgreSQL-backed cache entry is trusted unchecked
 DEFAULT_CHECK_TIMEOUT = 2.0  # seconds a request waits for the database before 503
 RECHECK_BURST, RECHECKS_PER_SECOND = 3, 1.0  # log re-reads for ids unknown where push may lag
-VERIFIER_LOCK_WAIT_S = 0.001  # the verifier's writes never wait for a lock: see __init__
+VERIFIER_LOCK_WAIT_S = 0.2  # the most a verifier's one-key write waits for a lock: see __init__
 MAX_USAGE_INTERVAL = 10.0  # seconds usage counts may wait in memory at most
 _USUAL = "ApiKey "  # the header's usual spelling: the warm path looks only this one up
 # Where "ApiKey <key>" holds the key's public id (the warm path's cache lookup).
@@ -281,12 +281,14 @@ class Verifier:
             clock=clock,
         )
         self._limiter = self.restrictions.limiter
-        # Writes in transactions (last used, usage all or none, upgraded hashes) that never
-        # wait for a lock (1 ms): a last-used write holds its keys' rows as it goes, and one
-        # waiting for a row an admin's batch holds while the batch waits for one of its rows is
-        # a deadlock PostgreSQL may settle by failing the admin's change. Failing fast, the
-        # write is the one to go, and its keys are written next round.
-        writes = engine.execution_options(**{LOCK_WAIT: VERIFIER_LOCK_WAIT_S})
+        # Writes in transactions (last used, usage all or none, a fingerprint, an upgraded
+        # hash). Last-used writes never wait for a lock (`record_use`); the rest wait briefly,
+        # well inside the request's deadline: a fingerprint or hash write is one key's, on the
+        # request path once per key, and takes its row, then the change log's lock, as an
+        # admin's change does (no wait cycle). With 1 ms, an admin's commit elsewhere (which
+        # holds the log's lock for a few ms) made them give up, and the key kept its old hash.
+        wait = min(VERIFIER_LOCK_WAIT_S, check_timeout / 4)
+        writes = engine.execution_options(**{LOCK_WAIT: wait})
         if engine.dialect.name == "postgresql":
             # Reads in autocommit: a cold check is one SELECT, not BEGIN + SELECT + ROLLBACK.
             engine = engine.execution_options(isolation_level="AUTOCOMMIT")
