@@ -516,3 +516,39 @@ def test_a_stray_change_log_earlier_on_the_search_path_is_refused_not_read(
         store.close()
         with psycopg.connect(SHARED, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA {stray} CASCADE".encode())
+
+
+def test_db_upgrade_refuses_a_search_path_with_tables_in_two_schemas(
+    postgres_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`db upgrade` on a search_path that finds apikey-tui's tables in two schemas (an older
+    release's left in a schema named first) refuses in one line and writes nothing: it upgraded
+    whichever tables it found first, the stray ones, and left the keys' schema as it was."""
+    schema = str(make_url(postgres_url).query["options"]).split("=")[1]
+    stray = f"stray_{uuid.uuid4().hex[:8]}"
+    KeyStore.open(postgres_url, hasher=CHEAP).close()
+    with psycopg.connect(SHARED, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {stray}".encode())
+        # An older release's version table, as 0.1.0 left it (no Alembic table yet).
+        conn.execute(
+            f"CREATE TABLE {stray}.apikey_tui_meta (key text PRIMARY KEY, value text)".encode()
+        )
+        conn.execute(f"INSERT INTO {stray}.apikey_tui_meta VALUES ('schema_version', '1')".encode())
+    hijacked = make_url(postgres_url).update_query_dict(
+        {"options": f"-csearch_path={stray},{schema}"}
+    )
+    url = hijacked.render_as_string(hide_password=False)
+    try:
+        code = main(["--database-url", url, "db", "upgrade"])
+        captured = capsys.readouterr()
+        assert code != 0
+        assert "more than one schema" in captured.err and stray in captured.err
+        assert len(captured.err.strip().splitlines()) == 1 and "Traceback" not in captured.err
+        with psycopg.connect(SHARED) as conn:
+            tables = conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = %s", (stray,)
+            ).fetchall()
+        assert tables == [("apikey_tui_meta",)]
+    finally:
+        with psycopg.connect(SHARED, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {stray} CASCADE".encode())

@@ -244,8 +244,10 @@ class Upgrade(NamedTuple):
 def upgrade(conn: Connection) -> Upgrade:
     """Bring the database to this release's version, and add the filter's index if missing.
 
-    An empty database is created; a newer one is refused before anything is written.
+    An empty database is created; a newer one is refused before anything is written, and
+    so is a search_path that finds our tables in two schemas (it upgraded the first found).
     """
+    refuse_tables_in_many_schemas(conn)
     found = found_version(conn)
     if found is not None and found > SCHEMA_VERSION:
         check(found, create=False)
