@@ -5,9 +5,12 @@ Each test makes its own LOGIN role (trust auth, as the test server is set up) an
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -22,6 +25,8 @@ from apikey_tui.hashing import SecretHasher
 from apikey_tui.store import KeyStore
 from apikey_tui.verifier import Verifier
 from tests.conftest import ACTOR, CHEAP
+from tests.test_proxies import Process
+from tests.throwaway_postgres import free_port
 
 
 def _libpq(url: str) -> str:
@@ -321,3 +326,59 @@ def test_a_role_granted_before_version_4_verifies_and_records_use_after_the_upgr
             assert excess_privileges(conn, role) == []
     finally:
         engine.dispose()
+
+
+@pytest.mark.parametrize("action", ["disable", "delete"])
+def test_serve_leaks_as_a_role_that_cannot_stop_keys_refuses_to_start(
+    postgres_url: str,
+    role: str,
+    admin_store: KeyStore,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    action: str,
+) -> None:
+    """serve-leaks connected as a role with a verifier's grants (it may not disable or delete
+    a key) exits at once with one line naming the missing privilege, serving nothing: it
+    served, and the operator learned of it from the first real leak's 503, the key still live."""
+    from tests.test_serve_leaks import Signer, write_keys
+
+    admin_store.create_key("alice", "demo", ["project"])
+    assert _grant(capsys, postgres_url, role)[0] == 0
+    command = [
+        sys.executable, "-m", "apikey_tui", "serve-leaks", "--database-url",
+        _as(role, postgres_url), "--port", str(free_port()), "--action", action,
+        "--github-keys", str(write_keys(tmp_path, Signer("github-key-1"))),
+    ]  # fmt: skip
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("serve-leaks started serving under a role that cannot stop a key")
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "lacks a privilege" in lines[0], done.stderr
+    assert "Traceback" not in done.stderr
+    assert not admin_store.get_key("alice", "demo").disabled
+
+
+def test_serve_leaks_as_an_admin_role_starts(
+    postgres_url: str, admin_store: KeyStore, tmp_path: Path
+) -> None:
+    """The start-up check passes for a role that may stop keys, and leaves no trace: no event,
+    no change-log entry, no key changed."""
+    from tests.test_serve_leaks import Signer, write_keys
+
+    admin_store.create_key("alice", "demo", ["project"])
+    events, position = len(admin_store.events()), admin_store.log_position()
+    port = free_port()
+    command = [
+        sys.executable, "-m", "apikey_tui", "serve-leaks", "--database-url", postgres_url,
+        "--port", str(port), "--action", "delete",
+        "--github-keys", str(write_keys(tmp_path, Signer("github-key-1"))),
+    ]  # fmt: skip
+    server = Process("serve-leaks", command, port, tmp_path)
+    try:
+        assert server.process.poll() is None
+    finally:
+        server.stop()
+    assert len(admin_store.events()) == events and admin_store.log_position() == position
+    assert not admin_store.get_key("alice", "demo").disabled

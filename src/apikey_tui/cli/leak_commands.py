@@ -196,10 +196,13 @@ def run_serve(call: Call) -> int:
         return EXIT_USAGE
     if on_leak == []:
         return usage_error("serve-leaks: --on-leak needs a command")
+    store, delete = call.store(), args.action == "delete"
+    # A role that may not stop a key (a verifier's grants) is told now, not by the first leak.
+    store.check_containment(delete=delete)
     app = server.LeaksApp(
-        call.store(),
+        store,
         keys,
-        delete=args.action == "delete",
+        delete=delete,
         on_leak=on_leak,
         revoke_per_minute=args.revoke_per_minute,
         trusted_proxies=trusted,

@@ -545,6 +545,10 @@ class KeyStore(CredentialReads):
         """Disable (or delete) a key whose secret leaked, and record it (`leaks.contain_leak`)."""
         return leaks.contain_leak(self, credential, source=source, where=where, delete=delete)
 
+    def check_containment(self, *, delete: bool = False) -> None:
+        """Refuse (one line) where contain_leak could not stop a key (`leaks.check_containment`)."""
+        leaks.check_containment(self, delete=delete)
+
     def leaks(self, owner: str, name: str, limit: int = 20) -> list[Leak]:
         """Where and when a key was found leaked (its key.leak events), newest first."""
         return leaks.leaks(self, owner, name, limit)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import replace
 
-from sqlalchemy import or_
+from sqlalchemy import delete as sa_delete
+from sqlalchemy import or_, update
 from sqlmodel import Session, col, select
 
 from apikey_tui.db.models import EventRow, KeyRow
@@ -88,6 +89,32 @@ def contain_leak(
         audit.record(ctx, session, LEAK_EVENT, reported, detail=leak.detail, also=[info.public_id])
         session.commit()
     return leak
+
+
+# The id a start-up probe logs as changed, in a transaction rolled back: no key's, ever.
+_PROBE_ID = "apikey-tui-probe"
+
+
+def check_containment(ctx: StoreContext, *, delete: bool = False) -> None:
+    """Raise the database's refusal (one line: a role that lacks a privilege, a read-only file)
+    when contain_leak could not stop a key here, before any leak arrives.
+
+    contain_leak's writes run on no key (an id no row has), and its event and change-log entry
+    are written, then all is rolled back: no key, event or entry stays, and no verifier hears.
+    """
+    key = KEY_TABLE
+    nothing = key.c.id < 0
+    with ctx.session(write=True) as session:
+        conn = session.connection()
+        conn.execute(select(key.c.id).where(nothing).with_for_update())
+        disabled = {"disabled_at": key.c.disabled_at, "disabled_reason": key.c.disabled_reason}
+        conn.execute(update(key).where(nothing).values(disabled))
+        if delete:
+            conn.execute(sa_delete(key).where(nothing))
+        conn.execute(select(EventRow.id).where(col(EventRow.id) < 0))  # a repeated report
+        audit.record(ctx, session, LEAK_EVENT, owner="", also=[_PROBE_ID])
+        session.flush()
+        session.rollback()
 
 
 def _reported(session: Session, public_id: str, source: str, where: str) -> bool:
