@@ -57,7 +57,7 @@ class StoreContext:
         self, *, write: bool = False, conflicts: Conflicts | None = None, wait: float | None = None
     ) -> Iterator[Session]:
         """A session whose database errors come out typed (conflicts: `database_errors`); a
-        write's lock wait is the writes' own unless `wait` (seconds, PostgreSQL) says less."""
+        write's lock wait is the writes' own unless `wait` (seconds, PostgreSQL) names another."""
         engine = self.engine
         if write:
             engine = self._write_engine
