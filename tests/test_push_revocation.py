@@ -553,3 +553,26 @@ def test_db_upgrade_refuses_a_search_path_with_tables_in_two_schemas(
     finally:
         with psycopg.connect(SHARED, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA {stray} CASCADE".encode())
+
+
+def test_a_table_of_anothers_named_with_our_prefix_later_on_the_search_path_is_no_stray(
+    postgres_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A table and a view that are not apikey-tui's but whose names start with its prefix (an
+    operator's backup, a report), in a schema the path names after ours, hide none of our
+    tables: `db upgrade` and an open go ahead (they were refused as our tables in two schemas)."""
+    schema = str(make_url(postgres_url).query["options"]).split("=")[1]
+    other = f"other_{uuid.uuid4().hex[:8]}"
+    KeyStore.open(postgres_url, hasher=CHEAP).close()
+    with psycopg.connect(SHARED, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {other}".encode())
+        conn.execute(f"CREATE TABLE {other}.apikey_tui_backup_2025 (id int)".encode())
+        conn.execute(f"CREATE VIEW {other}.apikey_tui_report AS SELECT 1 AS x".encode())
+    both = make_url(postgres_url).update_query_dict({"options": f"-csearch_path={schema},{other}"})
+    url = both.render_as_string(hide_password=False)
+    try:
+        assert main(["--database-url", url, "db", "upgrade"]) == 0, capsys.readouterr().err
+        KeyStore.open(url, hasher=CHEAP).close()
+    finally:
+        with psycopg.connect(SHARED, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {other} CASCADE".encode())

@@ -73,12 +73,17 @@ def found_version(conn: Connection) -> int | None:
 
 
 # Our tables the connection's search_path finds, by schema (visible: the first of each name).
+# By name, not by prefix: another's table or view named apikey_tui_* (a backup, a report) in
+# a schema later on the path hides none of ours, and refusing it stopped every open.
 _VISIBLE_SCHEMAS = text(
     "SELECT DISTINCT n.nspname FROM pg_catalog.pg_class c"
     " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
-    " WHERE c.relkind IN ('r', 'p', 'v') AND c.relname LIKE :prefix"
+    " WHERE c.relkind IN ('r', 'p', 'v') AND c.relname = ANY(:names)"
     " AND pg_catalog.pg_table_is_visible(c.oid) ORDER BY 1"
 )
+# Every table a release made: the shipped migrations only ever add tables (drops are
+# downgrades), so this release's names include each older release's.
+_OUR_TABLES = sorted({*SchemaInfo.metadata.tables, VERSION_TABLE})
 
 
 def refuse_tables_in_many_schemas(conn: Connection) -> None:
@@ -90,8 +95,7 @@ def refuse_tables_in_many_schemas(conn: Connection) -> None:
     """
     if conn.dialect.name != "postgresql":
         return
-    prefix = TABLE_PREFIX.replace("_", "\\_") + "%"
-    schemas = list(conn.execute(_VISIBLE_SCHEMAS, {"prefix": prefix}).scalars())
+    schemas = list(conn.execute(_VISIBLE_SCHEMAS, {"names": _OUR_TABLES}).scalars())
     if len(schemas) > 1:
         raise SchemaVersionError(
             "apikey-tui's tables are found in more than one schema of the connection's "
