@@ -382,3 +382,34 @@ def test_serve_leaks_as_an_admin_role_starts(
         server.stop()
     assert len(admin_store.events()) == events and admin_store.log_position() == position
     assert not admin_store.get_key("alice", "demo").disabled
+
+
+def test_serve_leaks_check_refuses_a_role_that_may_write_but_not_read_a_reported_key(
+    postgres_url: str, role: str, admin_store: KeyStore
+) -> None:
+    """The start-up check refuses a role given every write stopping a key takes but not the
+    reads judging a report takes (here the key's scopes): it passed, and every report was a 503
+    at the first read, the leaked key still live."""
+    from apikey_tui.errors import DatabasePermissionError
+
+    created = admin_store.create_key("alice", "demo", ["project"])
+    schema = str(make_url(postgres_url).query["options"]).split("=")[1]
+    with psycopg.connect(_libpq(postgres_url).split("?")[0], autocommit=True) as conn:
+        for grant in (
+            f"GRANT USAGE ON SCHEMA {schema} TO {role}",
+            f"GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role}",
+            f"REVOKE SELECT ON {schema}.apikey_tui_key_scope FROM {role}",  # noqa: S608
+            f"GRANT UPDATE, DELETE ON {schema}.apikey_tui_key TO {role}",
+            f"GRANT INSERT ON {schema}.apikey_tui_event, {schema}.apikey_tui_change TO {role}",
+            f"GRANT DELETE ON {schema}.apikey_tui_change TO {role}",
+            f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO {role}",
+        ):
+            conn.execute(grant.encode())
+    leaks = KeyStore.open(_as(role, postgres_url), hasher=CHEAP)
+    try:
+        with pytest.raises(DatabasePermissionError, match="apikey_tui_key_scope"):
+            leaks.check_containment(delete=True)
+        with pytest.raises(DatabasePermissionError):
+            leaks.credential(created.info.public_id)  # what every report would meet
+    finally:
+        leaks.close()

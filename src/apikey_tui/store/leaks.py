@@ -9,12 +9,12 @@ from sqlalchemy import delete as sa_delete
 from sqlalchemy import or_, update
 from sqlmodel import Session, col, select
 
-from apikey_tui.db.models import EventRow, KeyRow
+from apikey_tui.db.models import EventRow, KeyRow, KeyScopeRow
 from apikey_tui.errors import InvalidInputError
 from apikey_tui.names import ELLIPSIS, printable
 from apikey_tui.store import audit
 from apikey_tui.store.context import StoreContext
-from apikey_tui.store.credentials import Credential
+from apikey_tui.store.credentials import Credential, CredentialReads
 from apikey_tui.store.records import (
     KEY_TABLE,
     in_grace,
@@ -95,23 +95,31 @@ def contain_leak(
 _PROBE_ID = "apikey-tui-probe"
 
 
-def check_containment(ctx: StoreContext, *, delete: bool = False) -> None:
+def check_containment(ctx: CredentialReads, *, delete: bool = False) -> None:
     """Raise the database's refusal (one line: a role that lacks a privilege, a read-only file)
-    when contain_leak could not stop a key here, before any leak arrives.
+    when a report could not stop a key here, before any leak arrives.
 
-    contain_leak's writes run on no key (an id no row has), and its event and change-log entry
-    are written, then all is rolled back: no key, event or entry stays, and no verifier hears.
+    The reads judging a report takes (`credential`) and contain_leak's writes run on no key
+    (an id no row has), and its event and change-log entry are written, then all is rolled
+    back: no key, event or entry stays, and no verifier hears.
     """
+    # Its one SELECT reads every table a report's key is read from (PostgreSQL checks each
+    # table's privilege whether rows match or not): a role that may write but not read them
+    # passed the writes below and met every report with 503.
+    ctx.credential(_PROBE_ID)
     key = KEY_TABLE
     nothing = key.c.id < 0
     with ctx.session(write=True) as session:
         conn = session.connection()
-        conn.execute(select(key.c.id).where(nothing).with_for_update())
+        # Whole rows, as contain_leak reads them: column grants are checked column by column.
+        conn.execute(select(*key.c).where(nothing).with_for_update())
+        conn.execute(select(KeyScopeRow.scope).where(col(KeyScopeRow.key_id) < 0))  # read_info
         disabled = {"disabled_at": key.c.disabled_at, "disabled_reason": key.c.disabled_reason}
         conn.execute(update(key).where(nothing).values(disabled))
         if delete:
             conn.execute(sa_delete(key).where(nothing))
-        conn.execute(select(EventRow.id).where(col(EventRow.id) < 0))  # a repeated report
+        events = EventRow.__table__  # type: ignore[attr-defined]
+        conn.execute(select(*events.c).where(events.c.id < 0))  # a repeated report
         audit.record(ctx, session, LEAK_EVENT, owner="", also=[_PROBE_ID])
         session.flush()
         session.rollback()
