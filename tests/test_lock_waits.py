@@ -301,3 +301,45 @@ def test_a_hash_upgrade_behind_a_brief_row_lock_is_stored_all_the_same(
     assert credential is not None and not today.needs_rehash(credential.secret_hash)
     checker.close()
     store.close()
+
+
+def test_many_first_checks_behind_a_held_change_log_lock_stay_inside_their_deadline(
+    fresh_database: str,  # noqa: F811
+) -> None:
+    """Forty keys without fingerprints checked at once while another session holds the change
+    log's lock (any role may take it) all answer well inside the deadline: each fingerprint
+    write waited 0.2 s in one of four check threads, every check queued behind them, and the
+    later ones (any key's first check too) were 503 after 2 s."""
+    import time
+
+    from sqlalchemy import text
+
+    from apikey_tui.verifier import Verifier
+
+    postgres_url = fresh_database
+    store = KeyStore.open(postgres_url, hasher=CHEAP)
+    keys = [store.create_key("alice", f"legacy{i}", ["project"]).plaintext for i in range(40)]
+    with store.engine.begin() as conn:
+        conn.execute(text("UPDATE apikey_tui_key SET fingerprint = NULL"))
+    checker = Verifier.from_url(postgres_url, hasher=CHEAP, flush_interval=3600)
+    checker.start()
+    took: list[float] = []
+    failed: list[BaseException] = []
+
+    def check(key: str) -> None:
+        started = time.monotonic()
+        try:
+            checker.verify(f"ApiKey {key}")
+        except Exception as exc:  # a 503 is what is looked for
+            failed.append(exc)
+        took.append(time.monotonic() - started)
+
+    with advisory_lock(postgres_url):
+        threads = [threading.Thread(target=check, args=(key,)) for key in keys]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+    assert failed == [] and max(took) < 1.0, (failed[:1], max(took))
+    checker.close()
+    store.close()

@@ -232,9 +232,12 @@ class CredentialReads(StoreContext):
         """
         return change_log.since(self._reads, seq, self.clock())
 
-    def replace_hash(self, public_id: str, old_hash: str, new_hash: str) -> None:
-        """Store an upgraded hash, unless the key was recreated or deleted meanwhile."""
-        with self.session(write=True) as session:
+    def replace_hash(
+        self, public_id: str, old_hash: str, new_hash: str, *, wait: float | None = None
+    ) -> None:
+        """Store an upgraded hash, unless the key was recreated or deleted meanwhile (wait: the
+        lock wait, if less than the writes' own: `StoreContext.session`)."""
+        with self.session(write=True, wait=wait) as session:
             session.exec(
                 update(KeyRow)
                 .where(col(KeyRow.public_id) == public_id, col(KeyRow.secret_hash) == old_hash)
@@ -242,7 +245,9 @@ class CredentialReads(StoreContext):
             )
             session.commit()
 
-    def add_fingerprint(self, public_id: str, fingerprint: str) -> bool:
+    def add_fingerprint(
+        self, public_id: str, fingerprint: str, *, wait: float | None = None
+    ) -> bool:
         """Give a key made before fingerprints (0.1.0) the fingerprint of its secret, just proven
         right by argon2; False (nothing changed) when the id already has one or names no key.
 
@@ -251,9 +256,10 @@ class CredentialReads(StoreContext):
         the change log, so verifiers' indexes learn it and refuse wrong secrets for it without
         argon2 from then on. Written by whoever verified the secret and may write the column:
         serve-leaks, and a verifier on SQLite (a PostgreSQL verifier role may not: skipped).
+        wait: the lock wait, if less than the writes' own (`StoreContext.session`).
         """
         key = KEY_TABLE
-        with self.session(write=True) as session:
+        with self.session(write=True, wait=wait) as session:
             changed = 0
             for id_column, column in (
                 (key.c.public_id, key.c.fingerprint),

@@ -69,6 +69,10 @@ DEFAULT_REVOCATION_BOUND = 1.0  # seconds a PostgreSQL-backed cache entry is tru
 DEFAULT_CHECK_TIMEOUT = 2.0  # seconds a request waits for the database before 503
 RECHECK_BURST, RECHECKS_PER_SECOND = 3, 1.0  # log re-reads for ids unknown where push may lag
 VERIFIER_LOCK_WAIT_S = 0.2  # the most a verifier's one-key write waits for a lock: see __init__
+# A one-key write that may not wait (another is waiting, or one gave up lately): 1 ms, and a
+# key whose write gives up is written at its next cold check (`_key_write`).
+KEY_WRITE_NO_WAIT_S = 0.001
+KEY_WRITE_BACKOFF_S = 1.0  # seconds no one-key write waits after one gave up (`_key_write`)
 MAX_USAGE_INTERVAL = 10.0  # seconds usage counts may wait in memory at most
 _USUAL = "ApiKey "  # the header's usual spelling: the warm path looks only this one up
 # Where "ApiKey <key>" holds the key's public id (the warm path's cache lookup).
@@ -217,6 +221,7 @@ class Verifier:
         "_freshness",
         "_gate",
         "_hasher",
+        "_impatient_until",
         "_index",
         "_inline",
         "_last_used",
@@ -225,6 +230,7 @@ class Verifier:
         "_lookups",
         "_metas",
         "_outage",
+        "_patient",
         "_ready",
         "_rechecks",
         "_record",
@@ -342,6 +348,10 @@ class Verifier:
         self._shared_terms: dict[Hashable, Terms] = {}
         self._ready = False
         self._rehash_refused = self._fingerprint_refused = False
+        # At most one one-key write (`_key_write`) at a time waits for a lock, and none for a
+        # while after one gave up (time.monotonic(): until then none waits).
+        self._patient = threading.Lock()
+        self._impatient_until = 0.0
         self._connections: dict[int, Any] = {}
         self._listen("connect", Verifier._on_connect)
         self._listen("close", Verifier._on_close)
@@ -973,9 +983,10 @@ class Verifier:
     def _add_fingerprint(self, parsed: ParsedKey) -> None:
         """Give a key made by 0.1.0, just verified, its fingerprint: wrong secrets for it then
         cost no argon2, here or anywhere. Skipped (logged once) where this role may not."""
+        found = fingerprint(parsed.public_id, parsed.secret)
         try:
-            self._source.add_fingerprint(
-                parsed.public_id, fingerprint(parsed.public_id, parsed.secret)
+            self._key_write(
+                lambda wait: self._source.add_fingerprint(parsed.public_id, found, wait=wait)
             )
         except StoreUnavailableError as exc:
             if not self._fingerprint_refused:
@@ -986,11 +997,38 @@ class Verifier:
         """Store the secret hashed with today's profile; skipped (logged once) if not allowed."""
         upgraded = self._hasher.hash(parsed.secret)
         try:
-            self._source.replace_hash(parsed.public_id, stored.secret_hash, upgraded)
+            self._key_write(
+                lambda wait: self._source.replace_hash(
+                    parsed.public_id, stored.secret_hash, upgraded, wait=wait
+                )
+            )
         except StoreUnavailableError as exc:
             if not self._rehash_refused:
                 log.warning("API key hash upgrade skipped (the key still works): %s", exc)
             self._rehash_refused = True
+
+    def _key_write(self, write: Callable[[float | None], object]) -> None:
+        """Run one key's write (a fingerprint, an upgraded hash) given its lock wait: the
+        writes' own (0.2 s) for one write at a time, none after one gave up (for
+        KEY_WRITE_BACKOFF_S), else KEY_WRITE_NO_WAIT_S.
+
+        Each waits in one of the few check threads, ahead of every check queued there: a burst
+        of keys needing one (legacy keys, a new hash profile) behind a lock any role may take
+        (the change log's) kept them all waiting 0.2 s each, and the checks queued behind were
+        503 at their deadline. Raises what the write raised.
+        """
+        patient = time.monotonic() >= self._impatient_until and self._patient.acquire(
+            blocking=False
+        )
+        try:
+            write(None if patient else KEY_WRITE_NO_WAIT_S)
+        except StoreUnavailableError:
+            if patient:
+                self._impatient_until = time.monotonic() + KEY_WRITE_BACKOFF_S
+            raise
+        finally:
+            if patient:
+                self._patient.release()
 
     def _suspect(self, changes: Iterable[Change] | None) -> None:
         """Changed keys leave the warm cache (None: every key); deleted ones are dropped.
@@ -1089,6 +1127,7 @@ class Verifier:
         self._outage.reset()
         self._lookups.reset()
         self._rechecks.reset()
+        self._patient = threading.Lock()  # a parent's thread may have held it at the fork
         self._entries, self._stale = {}, {}
         # Inherited connections are parked, never closed or used (see forksafety._parked).
         forksafety.park(list(self._connections.values()))

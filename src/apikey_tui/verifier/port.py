@@ -45,10 +45,14 @@ class CredentialSource(Protocol):
         """Append usage counts (public_id, minute, span, kind, scope, requests), all or none;
         once only per batch id (a retry of a batch already written writes nothing)."""
 
-    def add_fingerprint(self, public_id: str, fingerprint: str) -> bool:
+    def add_fingerprint(
+        self, public_id: str, fingerprint: str, *, wait: float | None = None
+    ) -> bool:
         """Store a key of 0.1.0's fingerprint, unless it has one (skipped when the role may not)."""
 
-    def replace_hash(self, public_id: str, old_hash: str, new_hash: str) -> None:
+    def replace_hash(
+        self, public_id: str, old_hash: str, new_hash: str, *, wait: float | None = None
+    ) -> None:
         """Store an upgraded hash of the same secret (skipped when the role may not)."""
 
     def release(self) -> None:
