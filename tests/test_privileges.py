@@ -413,3 +413,33 @@ def test_serve_leaks_check_refuses_a_role_that_may_write_but_not_read_a_reported
             leaks.credential(created.info.public_id)  # what every report would meet
     finally:
         leaks.close()
+
+
+def test_serve_leaks_starts_while_another_session_holds_the_change_logs_lock(
+    postgres_url: str, admin_store: KeyStore, tmp_path: Path
+) -> None:
+    """serve-leaks starts, saying it could not finish its start-up check, while another session
+    holds the change log's lock (any role may take it; a long admin batch does): a lock is no
+    missing privilege, yet it waited 10 s and exited, leaving leak reports unanswered."""
+    import time
+
+    from apikey_tui.store.change_log import LOG_LOCK
+    from tests.test_serve_leaks import Signer, write_keys
+
+    admin_store.create_key("alice", "demo", ["project"])
+    port = free_port()
+    command = [
+        sys.executable, "-m", "apikey_tui", "serve-leaks", "--database-url", postgres_url,
+        "--port", str(port), "--action", "delete",
+        "--github-keys", str(write_keys(tmp_path, Signer("github-key-1"))),
+    ]  # fmt: skip
+    with psycopg.connect(_libpq(postgres_url), autocommit=True) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)", (LOG_LOCK,))
+        started = time.monotonic()
+        server = Process("serve-leaks", command, port, tmp_path)
+        try:
+            assert server.process.poll() is None
+            assert time.monotonic() - started < 8, "it waited out the writes' 10 s lock wait"
+            assert "could not check" in server.output()
+        finally:
+            server.stop()

@@ -181,7 +181,12 @@ def run_serve(call: Call) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    from apikey_tui.errors import InvalidInputError
+    from apikey_tui.errors import (
+        DatabaseCorruptError,
+        DatabasePermissionError,
+        InvalidInputError,
+        StoreUnavailableError,
+    )
     from apikey_tui.networks import TrustedProxies
 
     try:
@@ -198,7 +203,19 @@ def run_serve(call: Call) -> int:
         return usage_error("serve-leaks: --on-leak needs a command")
     store, delete = call.store(), args.action == "delete"
     # A role that may not stop a key (a verifier's grants) is told now, not by the first leak.
-    store.check_containment(delete=delete)
+    # Anything else the check meets (a lock another session holds: the change log's, which any
+    # role may take, or a long admin batch's) says nothing of the role, and each report meets
+    # it anyway: it serves, and says so (it exited, leaving every report unanswered).
+    try:
+        store.check_containment(delete=delete)
+    except (DatabasePermissionError, DatabaseCorruptError):
+        raise
+    except StoreUnavailableError as exc:
+        print(
+            f"apikey-tui: warning: serve-leaks could not check that its role may stop keys: "
+            f"{printable(str(exc))}",
+            file=sys.stderr,
+        )
     app = server.LeaksApp(
         store,
         keys,

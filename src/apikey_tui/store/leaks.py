@@ -93,6 +93,9 @@ def contain_leak(
 
 # The id a start-up probe logs as changed, in a transaction rolled back: no key's, ever.
 _PROBE_ID = "apikey-tui-probe"
+# The most the probe waits for a lock (PostgreSQL): a lock held says nothing of the role, and
+# the writes' own 10 s held serve-leaks' start as long.
+_PROBE_LOCK_WAIT_S = 1.0
 
 
 def check_containment(ctx: CredentialReads, *, delete: bool = False) -> None:
@@ -109,7 +112,7 @@ def check_containment(ctx: CredentialReads, *, delete: bool = False) -> None:
     ctx.credential(_PROBE_ID)
     key = KEY_TABLE
     nothing = key.c.id < 0
-    with ctx.session(write=True) as session:
+    with ctx.session(write=True, wait=_PROBE_LOCK_WAIT_S) as session:
         conn = session.connection()
         # Whole rows, as contain_leak reads them: column grants are checked column by column.
         conn.execute(select(*key.c).where(nothing).with_for_update())
