@@ -443,3 +443,38 @@ def test_serve_leaks_starts_while_another_session_holds_the_change_logs_lock(
             assert "could not check" in server.output()
         finally:
             server.stop()
+
+
+def test_serve_leaks_check_refuses_delete_for_a_role_the_key_search_trigger_refuses(
+    postgres_url: str, role: str, admin_store: KeyStore
+) -> None:
+    """With --action delete, the start-up check refuses a role that may delete a key row but
+    not what deleting one sets off (the key search's trigger writes its terms table): it
+    deleted no row, passed, and every leak report was a 503, the key still live."""
+    from apikey_tui.errors import DatabasePermissionError
+
+    created = admin_store.create_key("alice", "demo", ["project"])
+    schema = str(make_url(postgres_url).query["options"]).split("=")[1]
+    with psycopg.connect(_libpq(postgres_url).split("?")[0], autocommit=True) as conn:
+        for grant in (
+            f"GRANT USAGE ON SCHEMA {schema} TO {role}",
+            f"GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role}",
+            f"GRANT UPDATE, DELETE ON {schema}.apikey_tui_key TO {role}",
+            f"GRANT INSERT ON {schema}.apikey_tui_event, {schema}.apikey_tui_change TO {role}",
+            f"GRANT DELETE ON {schema}.apikey_tui_change TO {role}",
+            f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO {role}",
+        ):
+            conn.execute(grant.encode())
+    leaks = KeyStore.open(_as(role, postgres_url), hasher=CHEAP)
+    try:
+        leaks.check_containment(delete=False)  # disabling sets nothing off: it may
+        with pytest.raises(DatabasePermissionError, match="apikey_tui_key_search_terms"):
+            leaks.check_containment(delete=True)
+        credential = leaks.credential(created.info.public_id)
+        assert credential is not None
+        with pytest.raises(DatabasePermissionError):  # what every report would meet
+            leaks.contain_leak(credential, source="github", where="https://x", delete=True)
+    finally:
+        leaks.close()
+    detail = admin_store.get_key("alice", "demo")
+    assert not detail.disabled and admin_store.events(key="demo")[0].action != "key.leak"

@@ -102,25 +102,30 @@ def check_containment(ctx: CredentialReads, *, delete: bool = False) -> None:
     """Raise the database's refusal (one line: a role that lacks a privilege, a read-only file)
     when a report could not stop a key here, before any leak arrives.
 
-    The reads judging a report takes (`credential`) and contain_leak's writes run on no key
-    (an id no row has), and its event and change-log entry are written, then all is rolled
-    back: no key, event or entry stays, and no verifier hears.
+    The reads judging a report takes (`credential`, on no key) and contain_leak's writes run,
+    on one key's row no other session holds (on none if there is none), and its event and
+    change-log entry are written, then all is rolled back: no key, event or entry changes, and
+    no verifier hears (NOTIFY is sent at commit only).
     """
     # Its one SELECT reads every table a report's key is read from (PostgreSQL checks each
     # table's privilege whether rows match or not): a role that may write but not read them
     # passed the writes below and met every report with 503.
     ctx.credential(_PROBE_ID)
     key = KEY_TABLE
-    nothing = key.c.id < 0
     with ctx.session(write=True, wait=_PROBE_LOCK_WAIT_S) as session:
         conn = session.connection()
+        # A real row: what stopping a key sets off runs only on rows (the key search's
+        # trigger, as this role, on a delete), and an id no row has passed a role that then
+        # failed every delete. SKIP LOCKED: no row another session holds is waited for.
         # Whole rows, as contain_leak reads them: column grants are checked column by column.
-        conn.execute(select(*key.c).where(nothing).with_for_update())
+        first = select(*key.c).order_by(key.c.id).limit(1).with_for_update(skip_locked=True)
+        row = conn.execute(first).first()
+        target = key.c.id == row.id if row is not None else key.c.id < 0
         conn.execute(select(KeyScopeRow.scope).where(col(KeyScopeRow.key_id) < 0))  # read_info
         disabled = {"disabled_at": key.c.disabled_at, "disabled_reason": key.c.disabled_reason}
-        conn.execute(update(key).where(nothing).values(disabled))
+        conn.execute(update(key).where(target).values(disabled))
         if delete:
-            conn.execute(sa_delete(key).where(nothing))
+            conn.execute(sa_delete(key).where(target))
         events = EventRow.__table__  # type: ignore[attr-defined]
         conn.execute(select(*events.c).where(events.c.id < 0))  # a repeated report
         audit.record(ctx, session, LEAK_EVENT, owner="", also=[_PROBE_ID])
