@@ -82,8 +82,10 @@ _VISIBLE_SCHEMAS = text(
     " AND pg_catalog.pg_table_is_visible(c.oid) ORDER BY 1"
 )
 # Every table a release made: the shipped migrations only ever add tables (drops are
-# downgrades), so this release's names include each older release's.
-_OUR_TABLES = sorted({*SchemaInfo.metadata.tables, VERSION_TABLE})
+# downgrades), so this release's names include each older release's; and the key search's,
+# which are no schema version's (`key_indexes`) but which the admins' filters read.
+_SEARCH_TABLES = (key_indexes.SEARCH_TABLE, key_indexes.TAGS_TABLE, key_indexes.TERMS_TABLE)
+_OUR_TABLES = sorted({*SchemaInfo.metadata.tables, VERSION_TABLE, *_SEARCH_TABLES})
 
 
 def refuse_tables_in_many_schemas(conn: Connection) -> None:
