@@ -343,3 +343,46 @@ def test_many_first_checks_behind_a_held_change_log_lock_stay_inside_their_deadl
     assert failed == [] and max(took) < 1.0, (failed[:1], max(took))
     checker.close()
     store.close()
+
+
+def test_a_fingerprint_write_never_holds_a_row_an_admins_batch_waits_for(
+    fresh_database: str,  # noqa: F811
+) -> None:
+    """An admin's batch that holds the change log's lock and then updates a key whose
+    fingerprint a verifier is writing commits, even where deadlock_timeout is shorter than the
+    verifier's 0.2 s wait: the verifier held the row while it waited for the log's lock, a wait
+    cycle that PostgreSQL settled by failing the admin's change."""
+    import time
+
+    from sqlalchemy import text
+
+    from apikey_tui.verifier import Verifier
+
+    postgres_url = fresh_database
+    store = KeyStore.open(postgres_url, hasher=CHEAP)
+    created = store.create_key("alice", "legacy", ["project"])
+    with store.engine.begin() as conn:
+        conn.execute(text("UPDATE apikey_tui_key SET fingerprint = NULL"))
+    checker = Verifier.from_url(postgres_url, hasher=CHEAP, flush_interval=3600)
+    checker.start()
+    outcome: list[BaseException | None] = []
+
+    def admin_batch() -> None:
+        try:
+            with psycopg.connect(_libpq(postgres_url)) as admin, admin.transaction():
+                admin.execute("SET LOCAL deadlock_timeout = '50ms'")
+                admin.execute("SELECT pg_advisory_xact_lock(%s)", (LOG_LOCK,))  # appended
+                time.sleep(0.15)  # meanwhile the verifier writes the fingerprint
+                admin.execute("UPDATE apikey_tui_key SET tags = tags")  # the batch's next key
+            outcome.append(None)
+        except psycopg.Error as exc:
+            outcome.append(exc)
+
+    batch = threading.Thread(target=admin_batch)
+    batch.start()
+    time.sleep(0.05)
+    assert checker.verify(f"ApiKey {created.plaintext}").key_name == "legacy"
+    batch.join(10)
+    assert outcome == [None]
+    checker.close()
+    store.close()

@@ -11,12 +11,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, Table, bindparam, or_, text, update
+from sqlalchemy import Engine, Table, bindparam, func, or_, text, update
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col
 
 from apikey_tui.clock import Clock, system_clock
 from apikey_tui.db import database_errors
+from apikey_tui.db.engine import bound_lock_wait
 from apikey_tui.db.models import (
     KeyRow,
     OwnerNetworkRow,
@@ -260,6 +261,14 @@ class CredentialReads(StoreContext):
         """
         key = KEY_TABLE
         with self.session(write=True, wait=wait) as session:
+            conn = session.connection()
+            if conn.dialect.name == "postgresql":
+                # The change log's lock first, waited for holding nothing; then the row, not
+                # waited for. Row first, this write held it waiting for the log's lock, while
+                # an admin's batch holding that lock waited for the row: a wait cycle that a
+                # deadlock_timeout shorter than this wait settled by failing the admin's change.
+                conn.execute(sa_select(func.pg_advisory_xact_lock(change_log.LOG_LOCK)))
+                bound_lock_wait(conn, LAST_USED_LOCK_WAIT_S)
             changed = 0
             for id_column, column in (
                 (key.c.public_id, key.c.fingerprint),

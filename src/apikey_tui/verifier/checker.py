@@ -290,8 +290,9 @@ class Verifier:
         # Writes in transactions (last used, usage all or none, a fingerprint, an upgraded
         # hash). Last-used writes never wait for a lock (`record_use`); the rest wait briefly,
         # well inside the request's deadline: a fingerprint or hash write is one key's, on the
-        # request path once per key, and takes its row, then the change log's lock, as an
-        # admin's change does (no wait cycle). With 1 ms, an admin's commit elsewhere (which
+        # request path once per key; a fingerprint's waits for the change log's lock holding
+        # nothing, then takes its row without waiting (`add_fingerprint`: no wait cycle with
+        # an admin's batch), one at a time (`_key_write`). With 1 ms, an admin's commit (which
         # holds the log's lock for a few ms) made them give up, and the key kept its old hash.
         wait = min(VERIFIER_LOCK_WAIT_S, check_timeout / 4)
         writes = engine.execution_options(**{LOCK_WAIT: wait})
