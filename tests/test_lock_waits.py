@@ -85,28 +85,19 @@ def test_a_delete_behind_a_lock_kept_open_fails_in_one_line_and_changes_nothing(
     store.close()
 
 
-@pytest.mark.parametrize(
-    "command",
-    [
-        ["keys", "delete", "demo", "--owner", "alice", "--yes"],
-        ["db", "grant-verifier", "svc_reader"],  # checks the schema without creating it
-    ],
-    ids=["keys-delete", "grant-verifier"],
-)
 def test_a_command_behind_the_schema_lock_kept_open_fails_in_one_line_naming_it(
     fresh_database: str,  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-    command: list[str],
 ) -> None:
-    """A command behind a session that keeps the schema's advisory lock (any role may take it)
-    gives up after the lock wait with one line naming that lock, and the key is still there;
-    a command that only checks the schema (`db grant-verifier`) waited for as long as that
-    session lived, and `keys delete` blamed a lock "this change needs"."""
+    """A command that may create the tables, behind a session that keeps the schema's advisory
+    lock (any role may take it), gives up after the lock wait with one line naming that lock,
+    and the key is still there: `keys delete` blamed a lock "this change needs"."""
     postgres_url = fresh_database
     monkeypatch.setattr(engine_module, "LOCK_WAIT_S", 0.5)
     store = KeyStore.open(postgres_url, hasher=CHEAP)
     store.create_key("alice", "demo", ["project"])
+    command = ["keys", "delete", "demo", "--owner", "alice", "--yes"]
     with psycopg.connect(_libpq(postgres_url), autocommit=True) as holder:
         holder.execute("SELECT pg_advisory_lock(%s)", (engine_module._SCHEMA_LOCK,))
         returned, code = within(30, lambda: main(["--database-url", postgres_url, *command]))
@@ -386,3 +377,32 @@ def test_a_fingerprint_write_never_holds_a_row_an_admins_batch_waits_for(
     assert outcome == [None]
     checker.close()
     store.close()
+
+
+def test_checks_that_only_read_the_schema_never_wait_for_its_lock(
+    fresh_database: str,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A verifier's first check and `db grant-verifier` only read the schema: behind a session
+    that keeps the schema's advisory lock (the whole database's: another schema's `db upgrade`,
+    or any role that takes it) they answer at once. The first check waited for it and was 503
+    at its 2 s deadline; the command waited 10 s and failed."""
+    from apikey_tui.verifier import Verifier
+
+    postgres_url = fresh_database
+    store = KeyStore.open(postgres_url, hasher=CHEAP)
+    key = store.create_key("alice", "demo", ["project"]).plaintext
+    checker = Verifier.from_url(postgres_url, hasher=CHEAP, flush_interval=3600)
+    try:
+        with psycopg.connect(_libpq(postgres_url), autocommit=True) as holder:
+            holder.execute("SELECT pg_advisory_lock(%s)", (engine_module._SCHEMA_LOCK,))
+            assert checker.verify(f"ApiKey {key}").key_name == "demo"
+            returned, code = within(
+                30,
+                lambda: main(["--database-url", postgres_url, "db", "grant-verifier", "svc_r"]),
+            )
+        assert returned and code == 0, capsys.readouterr().err
+        assert "GRANT SELECT" in capsys.readouterr().out
+    finally:
+        checker.close()
+        store.close()

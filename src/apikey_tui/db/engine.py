@@ -289,13 +289,16 @@ def _schema_transaction(engine: Engine, *, write: bool) -> Iterator[Connection]:
         engine.execution_options(**(WRITE if write else {})).begin() as conn,
     ):
         if conn.dialect.name == "postgresql":
-            # Concurrent openers queue here: one creates or upgrades, the others then see it.
-            # A check that only reads waits no longer than a write: any role may take this
-            # lock, and one session keeping it held `db grant-verifier`, the usage commands
-            # and a starting verifier's check for as long as it lived.
-            if not write:
+            if write:
+                # Openers that may create or upgrade queue here: one does, the others then see it.
+                _schema_lock(conn, engine)
+            else:
+                # A check that only reads takes no lock: it sees the schema as last committed
+                # (an upgrade is one transaction; a table it alters is waited for, as long as a
+                # write waits). The lock is the whole database's: a verifier's first check
+                # waited for another schema's `db upgrade`, or for any role keeping it, and
+                # answered 503 at its deadline.
                 bound_lock_wait(conn)
-            _schema_lock(conn, engine)
         yield conn
 
 
