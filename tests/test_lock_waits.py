@@ -14,7 +14,7 @@ from sqlalchemy import event
 
 from apikey_tui.cli import main
 from apikey_tui.db import engine as engine_module
-from apikey_tui.store import KeyStore
+from apikey_tui.store import CreatedKey, KeyStore
 from apikey_tui.store.change_log import LOG_LOCK
 from tests.conftest import CHEAP, _libpq
 from tests.test_postgres_connections import fresh_database  # noqa: F401  (a fixture)
@@ -249,22 +249,29 @@ def held_briefly(url: str, statement: str, seconds: float) -> Iterator[None]:
         thread.join(10)
 
 
+def legacy_key(url: str) -> tuple[KeyStore, CreatedKey]:
+    """A store and its one key, made as before fingerprints (0.1.0): its fingerprint is NULL."""
+    from sqlalchemy import text
+
+    store = KeyStore.open(url, hasher=CHEAP)
+    created = store.create_key("alice", "legacy", ["project"])
+    with store.engine.begin() as conn:
+        conn.execute(text("UPDATE apikey_tui_key SET fingerprint = NULL"))
+    return store, created
+
+
 def test_a_fingerprint_behind_an_admins_commit_is_stored_all_the_same(
     fresh_database: str,  # noqa: F811
 ) -> None:
     """A key's first verification stores its missing fingerprint when another session holds the
     change log's lock for 0.1 s (an admin's commit): the verifier's 1 ms wait, meant for its
     batched last-used writes, gave up on it, so the key kept costing argon2 on wrong secrets."""
-    from sqlalchemy import text
 
     from apikey_tui.verifier import Verifier
     from tests.conftest import every_fingerprint
 
     postgres_url = fresh_database
-    store = KeyStore.open(postgres_url, hasher=CHEAP)
-    created = store.create_key("alice", "legacy", ["project"])
-    with store.engine.begin() as conn:
-        conn.execute(text("UPDATE apikey_tui_key SET fingerprint = NULL"))
+    store, created = legacy_key(postgres_url)
     checker = Verifier.from_url(postgres_url, hasher=CHEAP, flush_interval=3600)
     with held_briefly(postgres_url, f"SELECT pg_advisory_xact_lock({LOG_LOCK})", 0.1):
         assert checker.verify(f"ApiKey {created.plaintext}").key_name == "legacy"
@@ -345,15 +352,10 @@ def test_a_fingerprint_write_never_holds_a_row_an_admins_batch_waits_for(
     cycle that PostgreSQL settled by failing the admin's change."""
     import time
 
-    from sqlalchemy import text
-
     from apikey_tui.verifier import Verifier
 
     postgres_url = fresh_database
-    store = KeyStore.open(postgres_url, hasher=CHEAP)
-    created = store.create_key("alice", "legacy", ["project"])
-    with store.engine.begin() as conn:
-        conn.execute(text("UPDATE apikey_tui_key SET fingerprint = NULL"))
+    store, created = legacy_key(postgres_url)
     checker = Verifier.from_url(postgres_url, hasher=CHEAP, flush_interval=3600)
     checker.start()
     outcome: list[BaseException | None] = []

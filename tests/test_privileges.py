@@ -328,6 +328,17 @@ def test_a_role_granted_before_version_4_verifies_and_records_use_after_the_upgr
         engine.dispose()
 
 
+def serve_leaks(url: str, port: int, action: str, folder: Path) -> list[str]:
+    """The serve-leaks command on url and port, trusting a test GitHub key written in folder."""
+    from tests.test_serve_leaks import Signer, write_keys
+
+    keys = write_keys(folder, Signer("github-key-1"))
+    return [
+        sys.executable, "-m", "apikey_tui", "serve-leaks", "--database-url", url,
+        "--port", str(port), "--action", action, "--github-keys", str(keys),
+    ]  # fmt: skip
+
+
 @pytest.mark.parametrize("action", ["disable", "delete"])
 def test_serve_leaks_as_a_role_that_cannot_stop_keys_refuses_to_start(
     postgres_url: str,
@@ -340,15 +351,10 @@ def test_serve_leaks_as_a_role_that_cannot_stop_keys_refuses_to_start(
     """serve-leaks connected as a role with a verifier's grants (it may not disable or delete
     a key) exits at once with one line naming the missing privilege, serving nothing: it
     served, and the operator learned of it from the first real leak's 503, the key still live."""
-    from tests.test_serve_leaks import Signer, write_keys
 
     admin_store.create_key("alice", "demo", ["project"])
     assert _grant(capsys, postgres_url, role)[0] == 0
-    command = [
-        sys.executable, "-m", "apikey_tui", "serve-leaks", "--database-url",
-        _as(role, postgres_url), "--port", str(free_port()), "--action", action,
-        "--github-keys", str(write_keys(tmp_path, Signer("github-key-1"))),
-    ]  # fmt: skip
+    command = serve_leaks(_as(role, postgres_url), free_port(), action, tmp_path)
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=60)
     except subprocess.TimeoutExpired:
@@ -365,16 +371,11 @@ def test_serve_leaks_as_an_admin_role_starts(
 ) -> None:
     """The start-up check passes for a role that may stop keys, and leaves no trace: no event,
     no change-log entry, no key changed."""
-    from tests.test_serve_leaks import Signer, write_keys
 
     admin_store.create_key("alice", "demo", ["project"])
     events, position = len(admin_store.events()), admin_store.log_position()
     port = free_port()
-    command = [
-        sys.executable, "-m", "apikey_tui", "serve-leaks", "--database-url", postgres_url,
-        "--port", str(port), "--action", "delete",
-        "--github-keys", str(write_keys(tmp_path, Signer("github-key-1"))),
-    ]  # fmt: skip
+    command = serve_leaks(postgres_url, port, "delete", tmp_path)
     server = Process("serve-leaks", command, port, tmp_path)
     try:
         assert server.process.poll() is None
@@ -382,6 +383,23 @@ def test_serve_leaks_as_an_admin_role_starts(
         server.stop()
     assert len(admin_store.events()) == events and admin_store.log_position() == position
     assert not admin_store.get_key("alice", "demo").disabled
+
+
+def _grant_leak_writes(url: str, role: str, *more: str) -> None:
+    """Give role every read of the schema and each write that stopping a key takes, then the
+    statements `more` (templates of {schema} and {role})."""
+    schema = str(make_url(url).query["options"]).split("=")[1]
+    with psycopg.connect(_libpq(url).split("?")[0], autocommit=True) as conn:
+        for grant in (
+            "GRANT USAGE ON SCHEMA {schema} TO {role}",
+            "GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role}",
+            "GRANT UPDATE, DELETE ON {schema}.apikey_tui_key TO {role}",
+            "GRANT INSERT ON {schema}.apikey_tui_event, {schema}.apikey_tui_change TO {role}",
+            "GRANT DELETE ON {schema}.apikey_tui_change TO {role}",
+            "GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO {role}",
+            *more,
+        ):
+            conn.execute(grant.format(schema=schema, role=role).encode())
 
 
 def test_serve_leaks_check_refuses_a_role_that_may_write_but_not_read_a_reported_key(
@@ -393,18 +411,9 @@ def test_serve_leaks_check_refuses_a_role_that_may_write_but_not_read_a_reported
     from apikey_tui.errors import DatabasePermissionError
 
     created = admin_store.create_key("alice", "demo", ["project"])
-    schema = str(make_url(postgres_url).query["options"]).split("=")[1]
-    with psycopg.connect(_libpq(postgres_url).split("?")[0], autocommit=True) as conn:
-        for grant in (
-            f"GRANT USAGE ON SCHEMA {schema} TO {role}",
-            f"GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role}",
-            f"REVOKE SELECT ON {schema}.apikey_tui_key_scope FROM {role}",  # noqa: S608
-            f"GRANT UPDATE, DELETE ON {schema}.apikey_tui_key TO {role}",
-            f"GRANT INSERT ON {schema}.apikey_tui_event, {schema}.apikey_tui_change TO {role}",
-            f"GRANT DELETE ON {schema}.apikey_tui_change TO {role}",
-            f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO {role}",
-        ):
-            conn.execute(grant.encode())
+    _grant_leak_writes(
+        postgres_url, role, "REVOKE SELECT ON {schema}.apikey_tui_key_scope FROM {role}"
+    )
     leaks = KeyStore.open(_as(role, postgres_url), hasher=CHEAP)
     try:
         with pytest.raises(DatabasePermissionError, match="apikey_tui_key_scope"):
@@ -424,15 +433,10 @@ def test_serve_leaks_starts_while_another_session_holds_the_change_logs_lock(
     import time
 
     from apikey_tui.store.change_log import LOG_LOCK
-    from tests.test_serve_leaks import Signer, write_keys
 
     admin_store.create_key("alice", "demo", ["project"])
     port = free_port()
-    command = [
-        sys.executable, "-m", "apikey_tui", "serve-leaks", "--database-url", postgres_url,
-        "--port", str(port), "--action", "delete",
-        "--github-keys", str(write_keys(tmp_path, Signer("github-key-1"))),
-    ]  # fmt: skip
+    command = serve_leaks(postgres_url, port, "delete", tmp_path)
     with psycopg.connect(_libpq(postgres_url), autocommit=True) as holder:
         holder.execute("SELECT pg_advisory_lock(%s)", (LOG_LOCK,))
         started = time.monotonic()
@@ -454,17 +458,7 @@ def test_serve_leaks_check_refuses_delete_for_a_role_the_key_search_trigger_refu
     from apikey_tui.errors import DatabasePermissionError
 
     created = admin_store.create_key("alice", "demo", ["project"])
-    schema = str(make_url(postgres_url).query["options"]).split("=")[1]
-    with psycopg.connect(_libpq(postgres_url).split("?")[0], autocommit=True) as conn:
-        for grant in (
-            f"GRANT USAGE ON SCHEMA {schema} TO {role}",
-            f"GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role}",
-            f"GRANT UPDATE, DELETE ON {schema}.apikey_tui_key TO {role}",
-            f"GRANT INSERT ON {schema}.apikey_tui_event, {schema}.apikey_tui_change TO {role}",
-            f"GRANT DELETE ON {schema}.apikey_tui_change TO {role}",
-            f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO {role}",
-        ):
-            conn.execute(grant.encode())
+    _grant_leak_writes(postgres_url, role)
     leaks = KeyStore.open(_as(role, postgres_url), hasher=CHEAP)
     try:
         leaks.check_containment(delete=False)  # disabling sets nothing off: it may
