@@ -159,7 +159,7 @@ async def test_edit_scopes_with_a_64_character_name_keeps_its_buttons(
         await settle(pilot)
         assert isinstance(app.screen, EditScopesDialog)
         assert on_screen(app, "#save") and on_screen(app, "#cancel")
-        snapshot(app, f"edit_scopes_long_name_{picture}")
+        await snapshot(pilot, f"edit_scopes_long_name_{picture}")
 
 
 async def test_70_columns_keep_quit_and_80_columns_keep_the_owner(tui_store: KeyStore) -> None:

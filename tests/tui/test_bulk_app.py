@@ -68,7 +68,7 @@ async def test_bulk_disable_of_three_then_undo(five: KeyStore) -> None:
         await mark(pilot, "ci-deploy", "model-client", "search-indexer")
         table = app.screen.query_one(KeyTable)
         assert "3 marked" in status(pilot)
-        snapshot(app, "bulk_marked_80x24")
+        await snapshot(pilot, "bulk_marked_80x24")
         line = "".join(s.text for s in table.render_line(2))  # ci-deploy, the second row
         assert line.startswith(MARK + "ci-deploy")
         await pilot.press("x")
@@ -92,7 +92,7 @@ async def test_bulk_disable_of_three_then_undo(five: KeyStore) -> None:
         )
         toasts.clear(app)
         await pilot.pause()
-        snapshot(app, "bulk_disabled_80x24")
+        await snapshot(pilot, "bulk_disabled_80x24")
         await pilot.press("u")
         assert isinstance(app.screen, ConfirmDialog)
         title = str(app.screen.query_one(".dialog-title", Static).render())
@@ -105,7 +105,7 @@ async def test_bulk_disable_of_three_then_undo(five: KeyStore) -> None:
         assert toasts.messages[-1] == "Undid the disable of 3 keys."
         toasts.clear(app)
         await pilot.pause()
-        snapshot(app, "bulk_undone_80x24")
+        await snapshot(pilot, "bulk_undone_80x24")
 
 
 async def test_a_refused_batch_keeps_the_marks_and_changes_nothing(five: KeyStore) -> None:

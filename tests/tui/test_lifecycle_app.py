@@ -321,7 +321,7 @@ async def test_snapshot_lifecycle_table(fixed: KeyStore) -> None:
     app = new_app(fixed, "textual-dark")
     async with app.run_test(size=(80, 24)) as pilot:
         await select(pilot, "reports")  # the cursor on a plain key: every marker's colour shows
-        snapshot(app, "lifecycle_table")
+        await snapshot(pilot, "lifecycle_table")
 
 
 async def test_snapshot_detail_of_a_key_in_grace(fixed: KeyStore) -> None:
@@ -331,7 +331,7 @@ async def test_snapshot_detail_of_a_key_in_grace(fixed: KeyStore) -> None:
         await select(pilot, "rotated")
         await pilot.press("enter")
         await settle(pilot)
-        snapshot(app, "key_detail_grace")
+        await snapshot(pilot, "key_detail_grace")
 
 
 async def test_snapshot_rotate_dialog(fixed: KeyStore) -> None:
@@ -341,7 +341,7 @@ async def test_snapshot_rotate_dialog(fixed: KeyStore) -> None:
         await select(pilot, "rotated")
         await pilot.press("R")
         await settle(pilot)
-        snapshot(app, "rotate_dialog")
+        await snapshot(pilot, "rotate_dialog")
 
 
 async def test_a_rotated_keys_detail_shows_every_scope_without_scrolling_at_80x24(

@@ -122,7 +122,7 @@ async def test_picture_of_long_twin_names(triage: KeyStore, width: int, height: 
         table = app.screen.query_one(KeyTable)
         drawn = ["".join(s.text for s in table.render_line(y)) for y in (4, 5)]
         assert drawn[0] != drawn[1] and "west-1" in drawn[0] and "west-2" in drawn[1]
-        snapshot(app, f"triage_twins_{width}x{height}")
+        await snapshot(pilot, f"triage_twins_{width}x{height}")
 
 
 @pytest.mark.parametrize(("width", "height"), SIZES)
@@ -138,7 +138,7 @@ async def test_picture_of_the_expires_column_sorted_by_state(
         header = "".join(s.text for s in table.render_line(0))
         assert "State ▲" in header and COLUMNS["expires"] in header
         assert kinds(table)[0] == states.LEAKED
-        snapshot(app, f"triage_by_state_{width}x{height}")
+        await snapshot(pilot, f"triage_by_state_{width}x{height}")
 
 
 async def _sort_by_state(pilot: Pilot[Any]) -> None:
