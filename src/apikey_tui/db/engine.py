@@ -35,6 +35,9 @@ READ = {"apikey_tui_read": True}
 LOCK_WAIT_S = 10.0
 # A write's own wait in seconds, where it differs: `engine.execution_options(**{LOCK_WAIT: s})`.
 LOCK_WAIT = "apikey_tui_lock_wait"
+# The shortest wait a write can name: a write that must never wait for a lock (PostgreSQL's
+# lock_timeout counts whole milliseconds, and 0 would mean for ever).
+NO_LOCK_WAIT_S = 0.001
 SQLITE_BUSY_TIMEOUT_MS = int(LOCK_WAIT_S * 1000)
 # A PostgreSQL server that stops answering costs a caller at most about 2 s per step, never a
 # hang: connecting (per address tried; 2 s is libpq's minimum), and waiting for a pooled

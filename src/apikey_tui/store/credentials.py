@@ -17,7 +17,7 @@ from sqlmodel import Session, col
 
 from apikey_tui.clock import Clock, system_clock
 from apikey_tui.db import database_errors
-from apikey_tui.db.engine import bound_lock_wait
+from apikey_tui.db.engine import NO_LOCK_WAIT_S, bound_lock_wait
 from apikey_tui.db.models import (
     KeyRow,
     OwnerNetworkRow,
@@ -52,11 +52,6 @@ from apikey_tui.store.types import Actor, KeyInfo
 # row for the rest (executemany) keep two, where a chunk per flush's remainder kept ~2 MB a
 # flush until 128 were cached (issue 31). 500 rows write as fast as 5,000.
 USAGE_ROWS_PER_INSERT = 500
-# A last-used write never waits for a lock (1 ms, PostgreSQL): it holds its keys' rows as it
-# goes, and one waiting for a row an admin's batch holds while the batch waits for one of its
-# rows is a deadlock PostgreSQL may settle by failing the admin's change. Failing fast, the
-# write is the one to go, and its keys are written next round.
-LAST_USED_LOCK_WAIT_S = 0.001
 _USAGE_COLUMNS = ", ".join(c.name for c in UsageTable.columns)
 _USAGE_COPY = f"COPY {UsageTable.name} ({_USAGE_COLUMNS}) FROM STDIN"
 # A flush's mark: no row when the batch was written before (its answer was lost). No conflict
@@ -268,7 +263,7 @@ class CredentialReads(StoreContext):
                 # an admin's batch holding that lock waited for the row: a wait cycle that a
                 # deadlock_timeout shorter than this wait settled by failing the admin's change.
                 conn.execute(sa_select(func.pg_advisory_xact_lock(change_log.LOG_LOCK)))
-                bound_lock_wait(conn, LAST_USED_LOCK_WAIT_S)
+                bound_lock_wait(conn, NO_LOCK_WAIT_S)
             changed = 0
             for id_column, column in (
                 (key.c.public_id, key.c.fingerprint),
@@ -288,8 +283,10 @@ class CredentialReads(StoreContext):
     def record_use(self, used: Mapping[str, datetime]) -> None:
         """Move last_used_at forward for the given public ids (never backwards).
 
-        A rotated key's previous id counts as a use of the key. Never waits for a lock
-        (LAST_USED_LOCK_WAIT_S): a lock in the way fails it, and the caller keeps its uses.
+        A rotated key's previous id counts as a use of the key. Never waits for a lock: a lock
+        in the way fails it, and the caller keeps its uses. It holds its keys' rows as it goes,
+        and one waiting for a row an admin's batch holds while the batch waits for one of its
+        rows is a deadlock PostgreSQL may settle by failing the admin's change.
         """
         if not used:
             return
@@ -304,7 +301,7 @@ class CredentialReads(StoreContext):
             )
             .values(last_used_at=bindparam("at"))
         )
-        with self.session(write=True, wait=LAST_USED_LOCK_WAIT_S) as session:
+        with self.session(write=True, wait=NO_LOCK_WAIT_S) as session:
             # One executemany: a service that used 10,000 keys in a minute writes them at once.
             # In id order: each worker process noted its keys in its own order, and two such
             # transactions locking the same rows in opposite orders deadlock.

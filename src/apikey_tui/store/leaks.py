@@ -9,7 +9,7 @@ from sqlalchemy import delete as sa_delete
 from sqlalchemy import or_, update
 from sqlmodel import Session, col, select
 
-from apikey_tui.db.models import EventRow, KeyRow, KeyScopeRow
+from apikey_tui.db.models import EventRow, KeyRow
 from apikey_tui.errors import InvalidInputError
 from apikey_tui.names import ELLIPSIS, printable
 from apikey_tui.store import audit
@@ -121,7 +121,6 @@ def check_containment(ctx: CredentialReads, *, delete: bool = False) -> None:
         first = select(*key.c).order_by(key.c.id).limit(1).with_for_update(skip_locked=True)
         row = conn.execute(first).first()
         target = key.c.id == row.id if row is not None else key.c.id < 0
-        conn.execute(select(KeyScopeRow.scope).where(col(KeyScopeRow.key_id) < 0))  # read_info
         disabled = {"disabled_at": key.c.disabled_at, "disabled_reason": key.c.disabled_reason}
         conn.execute(update(key).where(target).values(disabled))
         if delete:

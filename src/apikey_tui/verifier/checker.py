@@ -19,7 +19,7 @@ from sqlalchemy import Engine, event
 from apikey_tui import forksafety, keyformat
 from apikey_tui.clock import Clock, system_clock
 from apikey_tui.db import VERIFIER_APPLICATION, ensure_schema, make_engine
-from apikey_tui.db.engine import LOCK_WAIT
+from apikey_tui.db.engine import LOCK_WAIT, NO_LOCK_WAIT_S
 from apikey_tui.errors import (
     AuthError,
     InsufficientScopeError,
@@ -69,9 +69,6 @@ DEFAULT_REVOCATION_BOUND = 1.0  # seconds a PostgreSQL-backed cache entry is tru
 DEFAULT_CHECK_TIMEOUT = 2.0  # seconds a request waits for the database before 503
 RECHECK_BURST, RECHECKS_PER_SECOND = 3, 1.0  # log re-reads for ids unknown where push may lag
 VERIFIER_LOCK_WAIT_S = 0.2  # the most a verifier's one-key write waits for a lock: see __init__
-# A one-key write that may not wait (another is waiting, or one gave up lately): 1 ms, and a
-# key whose write gives up is written at its next cold check (`_key_write`).
-KEY_WRITE_NO_WAIT_S = 0.001
 KEY_WRITE_BACKOFF_S = 1.0  # seconds no one-key write waits after one gave up (`_key_write`)
 MAX_USAGE_INTERVAL = 10.0  # seconds usage counts may wait in memory at most
 _USUAL = "ApiKey "  # the header's usual spelling: the warm path looks only this one up
@@ -1011,7 +1008,8 @@ class Verifier:
     def _key_write(self, write: Callable[[float | None], object]) -> None:
         """Run one key's write (a fingerprint, an upgraded hash) given its lock wait: the
         writes' own (0.2 s) for one write at a time, none after one gave up (for
-        KEY_WRITE_BACKOFF_S), else KEY_WRITE_NO_WAIT_S.
+        KEY_WRITE_BACKOFF_S), else none (NO_LOCK_WAIT_S): a key whose write gives up is written
+        at its next cold check.
 
         Each waits in one of the few check threads, ahead of every check queued there: a burst
         of keys needing one (legacy keys, a new hash profile) behind a lock any role may take
@@ -1022,7 +1020,7 @@ class Verifier:
             blocking=False
         )
         try:
-            write(None if patient else KEY_WRITE_NO_WAIT_S)
+            write(None if patient else NO_LOCK_WAIT_S)
         except StoreUnavailableError:
             if patient:
                 self._impatient_until = time.monotonic() + KEY_WRITE_BACKOFF_S
